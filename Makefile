@@ -1,0 +1,30 @@
+# leasehold: make help lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+GO ?= go
+SEED ?= 1
+SEEDS ?= 1
+SCENARIO ?= portfolio
+RAPID_CHECKS ?= 100
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: test
+test: ## Run the whole test suite (what CI runs)
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 15m ./...
+
+.PHONY: rapid
+rapid: ## Run the property tests with RAPID_CHECKS=N checks (default 100)
+	RAPID_CHECKS=$(RAPID_CHECKS) $(GO) test -count=1 -timeout 60m -run 'Rapid' ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks and print their ratios
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./...
+
+.PHONY: lint
+lint: ## Check formatting and vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt would change the files above"; exit 1; }
+	$(GO) vet ./...

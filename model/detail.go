@@ -1,0 +1,97 @@
+package model
+
+import (
+	"fmt"
+	"time"
+)
+
+// The Detail strings of audit events. The queue and Reference both build
+// them here, so the oracle comparison covers them too. None holds payload
+// contents.
+
+// DetailStep describes a completed step.
+func DetailStep(index int, cost int64) string { return fmt.Sprintf("step %d cost %d", index, cost) }
+
+// DetailStale describes a refused worker write: which write and why.
+func DetailStale(write, why string) string { return write + ": " + why }
+
+// DetailRetry describes a requeue after a charged attempt.
+func DetailRetry(charged, attemptsMax int, delay time.Duration) string {
+	return fmt.Sprintf("attempt %d of %d charged; retry in %dms", charged, attemptsMax, delay.Milliseconds())
+}
+
+// DetailGrant describes an operator's requeue grant.
+func DetailGrant(g Grant) string { return fmt.Sprintf("grant cost %d steps %d", g.Cost, g.Steps) }
+
+// DetailPause names the gate a task paused at and the version it recorded.
+func DetailPause(gate string, version int64) string {
+	return fmt.Sprintf("gate %s version %d", gate, version)
+}
+
+// DetailSchedule describes a periodic run's enqueue.
+func DetailSchedule(scheduleID string, k, collapsed int64) string {
+	return fmt.Sprintf("schedule %s run %d (collapsed %d)", scheduleID, k, collapsed)
+}
+
+// DetailLimits describes a change of limits.
+func DetailLimits(l Limits) string {
+	return fmt.Sprintf("depth_max=%d user_depth_max=%d user_running_max=%d attempts_max=%d grant_cost_max=%d grant_steps_max=%d claim_batch_max=%d",
+		l.DepthMax, l.UserDepthMax, l.UserRunningMax, l.AttemptsMax, l.GrantCostMax, l.GrantStepsMax, l.ClaimBatchMax)
+}
+
+// DetailUserLimit describes a change of one user's limits.
+func DetailUserLimit(u UserLimit) string {
+	return fmt.Sprintf("user %s running_max=%d depth_max=%d", u.User, u.RunningMax, u.DepthMax)
+}
+
+// DetailEffectSettled describes an operator's settlement of an uncertain
+// effect.
+func DetailEffectSettled(opID string, applied bool) string {
+	if applied {
+		return "operator recorded " + opID + " as applied"
+	}
+	return "operator recorded " + opID + " as not applied"
+}
+
+// TruncateMessage bounds a failure message to ErrorMessageMax bytes.
+func TruncateMessage(s string) string {
+	if len(s) <= ErrorMessageMax {
+		return s
+	}
+	return s[:ErrorMessageMax]
+}
+
+// Tally adds n events of one (kind, from, to, reason) to the counts in m.
+// State-changing events count by the state they reach; stale writes and
+// lease expiries by kind.
+func Tally(m *Metrics, kind EventKind, from, to State, reason Reason, n int64) {
+	switch kind {
+	case EventSubmitted:
+		m.Submitted += n
+	case EventStaleWrite:
+		m.StaleWrites += n
+	case EventRetry:
+		m.Retries += n
+	case EventLeaseExpired:
+		m.LeaseExpiries += n
+		if to == Queued {
+			m.Retries += n
+		}
+	}
+	if from == to || kind == EventSubmitted {
+		return
+	}
+	switch to {
+	case Completed:
+		m.Completions += n
+	case Failed:
+		m.Failures += n
+		if reason == BudgetExhausted {
+			m.BudgetExhausted += n
+		}
+	case Cancelled:
+		m.Cancellations += n
+	case NeedsReview:
+		m.Reviews += n
+	}
+}

@@ -1,0 +1,282 @@
+package model
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"time"
+)
+
+// Violation is a broken invariant: which one, the task it concerns (if
+// any), and what was observed.
+type Violation struct {
+	Invariant string
+	TaskID    string
+	Detail    string
+}
+
+// Error returns "invariant (task): detail".
+func (v Violation) Error() string {
+	if v.TaskID == "" {
+		return v.Invariant + ": " + v.Detail
+	}
+	return v.Invariant + " (task " + v.TaskID + "): " + v.Detail
+}
+
+// Invariant names, as reported in Violation.Invariant.
+const (
+	InvStateValid       = "state-valid"
+	InvReasonMatches    = "reason-matches-state"
+	InvLeaseHeld        = "lease-held-only-while-running"
+	InvBudget           = "budget-not-overspent"
+	InvSteps            = "steps-within-limit"
+	InvAttempts         = "attempts-within-limit"
+	InvApprovalVersion  = "approval-version-recorded"
+	InvCancelledBy      = "cancelled-names-who"
+	InvAttemptIsVersion = "attempt-equals-version"
+	InvUserLimit        = "per-user-running-limit"
+	InvTerminalFrozen   = "terminal-never-changes"
+	InvTransition       = "transition-allowed"
+	InvMonotonic        = "counters-never-decrease"
+	InvTaskKept         = "accepted-task-kept"
+	InvSingleClaim      = "single-valid-claim"
+	InvReceiptOnce      = "receipt-once"
+	InvStepOnce         = "step-charged-once"
+	InvScheduleRunOnce  = "schedule-run-once"
+)
+
+// reasonsFor lists the reasons a task in each state may carry.
+var reasonsFor = map[State][]Reason{
+	Queued:             {NoReason},
+	Running:            {NoReason},
+	WaitingForApproval: {NoReason},
+	NeedsReview:        {AttemptsExhausted, UncertainEffect},
+	Completed:          {NoReason, OperatorResolved},
+	Failed:             {BudgetExhausted, StepsExhausted, PermanentError, DeadlineExceeded, OperatorResolved},
+	Cancelled:          {CancelledByCaller, ApprovalRejected, OperatorResolved},
+}
+
+// CheckTask checks the invariants that hold for one task on its own.
+func CheckTask(t Task) []Violation {
+	var out []Violation
+	bad := func(inv, format string, args ...any) {
+		out = append(out, Violation{Invariant: inv, TaskID: t.ID, Detail: fmt.Sprintf(format, args...)})
+	}
+	if !t.State.Valid() {
+		bad(InvStateValid, "unknown state %q", t.State)
+		return out
+	}
+	reasonOK := false
+	for _, r := range reasonsFor[t.State] {
+		reasonOK = reasonOK || r == t.Reason
+	}
+	if !reasonOK {
+		bad(InvReasonMatches, "state %s carries reason %q", t.State, t.Reason)
+	}
+	running := t.State == Running
+	if running != (t.Owner != "") || running != !t.LeaseUntil.IsZero() {
+		bad(InvLeaseHeld, "state %s with owner %q and lease until %v", t.State, t.Owner, t.LeaseUntil)
+	}
+	if t.CostUsed < 0 || t.CostUsed > t.CostBudget {
+		bad(InvBudget, "cost used %d of budget %d", t.CostUsed, t.CostBudget)
+	}
+	if t.StepsUsed < 0 || t.StepsUsed > t.StepsMax {
+		bad(InvSteps, "steps used %d of %d", t.StepsUsed, t.StepsMax)
+	}
+	if t.AttemptsCharged < 0 || t.AttemptsCharged > t.AttemptsMax {
+		bad(InvAttempts, "attempts charged %d of %d", t.AttemptsCharged, t.AttemptsMax)
+	}
+	if t.State == WaitingForApproval && (t.ApprovalVersion != t.Version || t.ApprovalGate == "") {
+		bad(InvApprovalVersion, "waiting at gate %q with recorded version %d, version %d", t.ApprovalGate, t.ApprovalVersion, t.Version)
+	}
+	if t.State == Cancelled && t.CancelledBy == "" {
+		bad(InvCancelledBy, "cancelled without naming who cancelled")
+	}
+	if int64(t.Attempt) != t.Version {
+		bad(InvAttemptIsVersion, "attempt %d, version %d", t.Attempt, t.Version)
+	}
+	return out
+}
+
+// CheckUserLimits checks that no user runs more tasks than its limit.
+func CheckUserLimits(tasks []Task, limits Limits, users []UserLimit) []Violation {
+	overrides := map[string]UserLimit{}
+	for _, u := range users {
+		overrides[u.User] = u
+	}
+	running := map[string]int{}
+	for _, t := range tasks {
+		if t.State == Running {
+			running[t.User]++
+		}
+	}
+	names := make([]string, 0, len(running))
+	for u := range running {
+		names = append(names, u)
+	}
+	sort.Strings(names)
+	var out []Violation
+	for _, user := range names {
+		u, ok := overrides[user]
+		if !ok {
+			u = UserLimit{User: user, RunningMax: Inherit, DepthMax: Inherit}
+		}
+		if limit, _ := u.Effective(limits); limit > 0 && running[user] > limit {
+			out = append(out, Violation{Invariant: InvUserLimit,
+				Detail: fmt.Sprintf("user %s runs %d tasks (limit %d)", user, running[user], limit)})
+		}
+	}
+	return out
+}
+
+// CheckSnapshot checks every per-task invariant and the per-user limits.
+func CheckSnapshot(tasks []Task, limits Limits, users []UserLimit) []Violation {
+	var out []Violation
+	for _, t := range tasks {
+		out = append(out, CheckTask(t)...)
+	}
+	return append(out, CheckUserLimits(tasks, limits, users)...)
+}
+
+// CheckChange checks one task across two snapshots: a terminal task never
+// changes, the state moved along an allowed transition (or stayed), and the
+// version and the amounts used never went down.
+func CheckChange(before, after Task) []Violation {
+	var out []Violation
+	bad := func(inv, format string, args ...any) {
+		out = append(out, Violation{Invariant: inv, TaskID: before.ID, Detail: fmt.Sprintf(format, args...)})
+	}
+	if before.State.Terminal() {
+		if !reflect.DeepEqual(before, after) {
+			bad(InvTerminalFrozen, "%s task changed: %s", before.State, diffTasks(before, after))
+		}
+		return out
+	}
+	if !AllowedMove(before.State, after.State) {
+		bad(InvTransition, "%s -> %s is not a transition", before.State, after.State)
+	}
+	if after.Version < before.Version || after.CostUsed < before.CostUsed || after.StepsUsed < before.StepsUsed {
+		bad(InvMonotonic, "version %d->%d, cost used %d->%d, steps used %d->%d",
+			before.Version, after.Version, before.CostUsed, after.CostUsed, before.StepsUsed, after.StepsUsed)
+	}
+	return out
+}
+
+// diffTasks names the fields that differ between two snapshots of a task.
+func diffTasks(a, b Task) string {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	var fields []string
+	for i := 0; i < va.NumField(); i++ {
+		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			fields = append(fields, fmt.Sprintf("%s %v -> %v", va.Type().Field(i).Name, va.Field(i).Interface(), vb.Field(i).Interface()))
+		}
+	}
+	return fmt.Sprint(fields)
+}
+
+// AcceptedWrite is one worker write the queue accepted: the claim it was
+// made under and when, in the order the queue accepted them.
+type AcceptedWrite struct {
+	TaskID string
+	Fence  int64
+	Kind   string // claim, heartbeat, step, effect_intent, ...
+	At     time.Time
+}
+
+// History checks accepted writes as they arrive: for each task, once a
+// write under fence f+1 has been accepted, no write under a fence ≤ f may
+// be, so no two claims' accepted-write intervals overlap. It keeps only the
+// latest fence per task and the bounds of each claim's interval.
+type History struct {
+	latest    map[string]int64
+	intervals map[string]map[int64][2]time.Time
+}
+
+// NewHistory returns an empty History.
+func NewHistory() *History {
+	return &History{latest: map[string]int64{}, intervals: map[string]map[int64][2]time.Time{}}
+}
+
+// Accept records w and returns a violation if it was accepted under an
+// older claim than one already seen for the task, or before the end of an
+// older claim's interval.
+func (h *History) Accept(w AcceptedWrite) *Violation {
+	latest, seen := h.latest[w.TaskID]
+	if seen && w.Fence < latest {
+		return &Violation{Invariant: InvSingleClaim, TaskID: w.TaskID,
+			Detail: fmt.Sprintf("%s under fence %d accepted after a write under fence %d", w.Kind, w.Fence, latest)}
+	}
+	spans := h.intervals[w.TaskID]
+	if spans == nil {
+		spans = map[int64][2]time.Time{}
+		h.intervals[w.TaskID] = spans
+	}
+	if seen && w.Fence > latest {
+		if prev := spans[latest]; w.At.Before(prev[1]) {
+			return &Violation{Invariant: InvSingleClaim, TaskID: w.TaskID,
+				Detail: fmt.Sprintf("claim %d began at %v, before claim %d's last write at %v", w.Fence, w.At, latest, prev[1])}
+		}
+	}
+	span, ok := spans[w.Fence]
+	if !ok {
+		span[0] = w.At
+	}
+	span[1] = w.At
+	spans[w.Fence] = span
+	h.latest[w.TaskID] = w.Fence
+	return nil
+}
+
+// Interval returns the first and last accepted write of a task's claim.
+func (h *History) Interval(taskID string, fence int64) (first, last time.Time, ok bool) {
+	span, ok := h.intervals[taskID][fence]
+	return span[0], span[1], ok
+}
+
+// CheckEvents checks the audit trail of one task: no step index is charged
+// twice and no operation is receipted twice.
+func CheckEvents(events []Event) []Violation {
+	var out []Violation
+	steps := map[string]bool{}
+	receipts := map[string]bool{}
+	for _, e := range events {
+		switch e.Kind {
+		case EventStep:
+			var index int
+			if _, err := fmt.Sscanf(e.Detail, "step %d", &index); err != nil {
+				out = append(out, Violation{Invariant: InvStepOnce, TaskID: e.TaskID, Detail: "unreadable step event " + e.Detail})
+				continue
+			}
+			key := fmt.Sprintf("%s/%d", e.TaskID, index)
+			if steps[key] {
+				out = append(out, Violation{Invariant: InvStepOnce, TaskID: e.TaskID, Detail: fmt.Sprintf("step %d charged twice", index)})
+			}
+			steps[key] = true
+		case EventEffectReceipt:
+			if receipts[e.OpID] {
+				out = append(out, Violation{Invariant: InvReceiptOnce, TaskID: e.TaskID, Detail: e.OpID + " receipted twice"})
+			}
+			receipts[e.OpID] = true
+		}
+	}
+	return out
+}
+
+// CheckScheduleRuns checks that no schedule run (schedule, k) was enqueued
+// as more than one task.
+func CheckScheduleRuns(tasks []Task) []Violation {
+	seen := map[string]string{}
+	var out []Violation
+	for _, t := range tasks {
+		if t.ScheduleID == "" {
+			continue
+		}
+		key := fmt.Sprintf("%s/%d", t.ScheduleID, t.ScheduleRun)
+		if other, dup := seen[key]; dup {
+			out = append(out, Violation{Invariant: InvScheduleRunOnce, TaskID: t.ID,
+				Detail: fmt.Sprintf("run %s also enqueued as task %s", key, other)})
+		}
+		seen[key] = t.ID
+	}
+	return out
+}

@@ -1,0 +1,192 @@
+package model
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Intake bounds. Every field of a request has one.
+const (
+	UserLengthMax   = 64
+	KeyLengthMax    = 128
+	PayloadBytesMax = 64 << 10
+	CostBudgetMax   = 1_000_000_000
+	StepsMaxLimit   = 10_000
+	PriorityMin     = -100
+	PriorityMax     = 100
+)
+
+// timeMin and timeMax bound run_at and deadline: a time outside them is
+// almost certainly a unit mistake (seconds for milliseconds, or a zero date).
+var (
+	timeMin = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	timeMax = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+)
+
+// SubmitRequest is a caller's request to run a task.
+type SubmitRequest struct {
+	User       string
+	Key        string // idempotency key, unique per user
+	Payload    string // a JSON object
+	CostBudget int64
+	StepsMax   int
+	Priority   int
+	RunAt      time.Time // zero: as soon as possible
+	Deadline   time.Time // zero: none
+	// ScheduleID and ScheduleRun are set only by the queue's scheduler.
+	ScheduleID  string
+	ScheduleRun int64
+}
+
+// SubmitResult is the outcome of an accepted submit.
+type SubmitResult struct {
+	TaskID string
+	// Replay is true when the request repeated an earlier one exactly and
+	// the original task's ID was returned; nothing was written.
+	Replay bool
+}
+
+// Normalized is a validated request in canonical form.
+type Normalized struct {
+	SubmitRequest
+	// Hash is the hex SHA-256 of the canonical request.
+	Hash string
+}
+
+// Normalize validates every field of r and returns it in canonical form:
+// the payload canonical JSON, the times UTC at millisecond precision, and
+// the SHA-256 of the canonical request. It does not depend on the clock, so
+// a replay is recognised whenever it arrives; time-relative checks (a
+// deadline already passed) belong to CheckTimely.
+func Normalize(r SubmitRequest) (Normalized, error) {
+	if err := checkName("user", r.User, UserLengthMax, isUserByte); err != nil {
+		return Normalized{}, err
+	}
+	if err := checkName("key", r.Key, KeyLengthMax, isKeyByte); err != nil {
+		return Normalized{}, err
+	}
+	payload, err := normalizePayload(r.Payload)
+	if err != nil {
+		return Normalized{}, err
+	}
+	if r.CostBudget < 1 || r.CostBudget > CostBudgetMax {
+		return Normalized{}, invalid("cost_budget", "must be between 1 and %d, got %d", CostBudgetMax, r.CostBudget)
+	}
+	if r.StepsMax < 1 || r.StepsMax > StepsMaxLimit {
+		return Normalized{}, invalid("steps_max", "must be between 1 and %d, got %d", StepsMaxLimit, r.StepsMax)
+	}
+	if r.Priority < PriorityMin || r.Priority > PriorityMax {
+		return Normalized{}, invalid("priority", "must be between %d and %d, got %d", PriorityMin, PriorityMax, r.Priority)
+	}
+	runAt, err := normalizeTime("run_at", r.RunAt)
+	if err != nil {
+		return Normalized{}, err
+	}
+	deadline, err := normalizeTime("deadline", r.Deadline)
+	if err != nil {
+		return Normalized{}, err
+	}
+	if !deadline.IsZero() && !runAt.IsZero() && !deadline.After(runAt) {
+		return Normalized{}, invalid("deadline", "must be after run_at")
+	}
+	n := Normalized{SubmitRequest: r}
+	n.Payload, n.RunAt, n.Deadline = payload, runAt, deadline
+	n.Hash = requestHash(n.SubmitRequest)
+	return n, nil
+}
+
+// CheckTimely refuses a new request whose deadline has already passed at
+// now. It is not applied to exact replays.
+func (n Normalized) CheckTimely(now time.Time) error {
+	if !n.Deadline.IsZero() && !n.Deadline.After(Truncate(now)) {
+		return invalid("deadline", "%s has already passed", n.Deadline.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+func checkName(field, value string, lengthMax int, allowed func(byte) bool) error {
+	if value == "" {
+		return invalid(field, "required")
+	}
+	if len(value) > lengthMax {
+		return invalid(field, "longer than %d bytes", lengthMax)
+	}
+	for i := 0; i < len(value); i++ {
+		if !allowed(value[i]) {
+			return invalid(field, "character %q at offset %d is not allowed", value[i], i)
+		}
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+func isUserByte(c byte) bool { return isAlnum(c) || c == '.' || c == '_' || c == '-' || c == '@' }
+
+func isKeyByte(c byte) bool {
+	return isAlnum(c) || c == '.' || c == '_' || c == '-' || c == ':' || c == '/'
+}
+
+// CheckName validates a user, actor or worker name: 1 to 64 bytes of
+// letters, digits and ._-@ . The error names field.
+func CheckName(field, value string) error { return checkName(field, value, UserLengthMax, isUserByte) }
+
+func normalizePayload(p string) (string, error) {
+	if p == "" {
+		return "", invalid("payload", "required")
+	}
+	if len(p) > PayloadBytesMax {
+		return "", invalid("payload", "larger than %d bytes (%d)", PayloadBytesMax, len(p))
+	}
+	if !utf8.ValidString(p) {
+		return "", invalid("payload", "not valid UTF-8")
+	}
+	trimmed := strings.TrimLeft(p, " \t\r\n")
+	if !strings.HasPrefix(trimmed, "{") {
+		return "", invalid("payload", "must be a JSON object")
+	}
+	canon, err := CanonicalJSON([]byte(p))
+	if err != nil {
+		return "", invalid("payload", "%v", err)
+	}
+	return canon, nil
+}
+
+func normalizeTime(field string, t time.Time) (time.Time, error) {
+	if t.IsZero() {
+		return t, nil
+	}
+	if t.Before(timeMin) || t.After(timeMax) {
+		return time.Time{}, invalid(field, "%s is outside %d to %d", t.UTC().Format(time.RFC3339), timeMin.Year(), timeMax.Year())
+	}
+	return Truncate(t), nil
+}
+
+// requestHash hashes the canonical request: every field, in a fixed order,
+// each length-prefixed so that no two requests share an encoding.
+func requestHash(r SubmitRequest) string {
+	h := sha256.New()
+	field := func(s string) {
+		h.Write([]byte(strconv.Itoa(len(s))))
+		h.Write([]byte{':'})
+		h.Write([]byte(s))
+	}
+	field("leasehold.submit.v1")
+	field(r.User)
+	field(r.Key)
+	field(r.Payload)
+	field(strconv.FormatInt(r.CostBudget, 10))
+	field(strconv.Itoa(r.StepsMax))
+	field(strconv.Itoa(r.Priority))
+	field(strconv.FormatInt(Millis(r.RunAt), 10))
+	field(strconv.FormatInt(Millis(r.Deadline), 10))
+	field(r.ScheduleID)
+	field(strconv.FormatInt(r.ScheduleRun, 10))
+	return hex.EncodeToString(h.Sum(nil))
+}

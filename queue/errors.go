@@ -1,0 +1,36 @@
+package queue
+
+import (
+	"errors"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// Sentinel errors. The operation errors are model's, re-exported so that
+// callers of the queue need not import model to branch on them.
+var (
+	ErrNotFound            = model.ErrNotFound
+	ErrStaleClaim          = model.ErrStaleClaim
+	ErrInvalidInput        = model.ErrInvalidInput
+	ErrIdempotencyConflict = model.ErrIdempotencyConflict
+	ErrQueueFull           = model.ErrQueueFull
+	ErrInvalidTransition   = model.ErrInvalidTransition
+	ErrVersionMismatch     = model.ErrVersionMismatch
+	ErrBudgetExhausted     = model.ErrBudgetExhausted
+	ErrStepsExhausted      = model.ErrStepsExhausted
+	ErrStepConflict        = model.ErrStepConflict
+	ErrDeadlineExceeded    = model.ErrDeadlineExceeded
+	ErrEffectReceipted     = model.ErrEffectReceipted
+
+	// ErrSchemaTooNew: the database was written by a newer build; this one
+	// refuses to touch it.
+	ErrSchemaTooNew = errors.New("database schema is newer than this build supports")
+	// ErrSchemaOutdated: the database needs migrations this build has; run
+	// the migrate command (which snapshots first).
+	ErrSchemaOutdated = errors.New("database schema is older than this build; migrate it first")
+	// ErrSchemaMismatch: an applied migration differs from this build's
+	// copy of it.
+	ErrSchemaMismatch = errors.New("applied migration differs from this build's")
+	// ErrClosed: the queue has been closed.
+	ErrClosed = errors.New("queue closed")
+)

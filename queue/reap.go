@@ -1,0 +1,61 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// Reap fails active tasks whose deadline has passed (deadline_exceeded) and
+// settles running tasks whose lease has expired: cancelled when
+// cancellation was requested, otherwise an attempt is charged and the task
+// is requeued with backoff or, on its last attempt, dead-lettered in
+// needs_review. Each pass settles at most model.ReapBatchMax of each kind,
+// in submission order; More reports that another pass has work.
+func (q *Queue) Reap(ctx context.Context) (model.ReapResult, error) {
+	var res model.ReapResult
+	err := q.write(ctx, "reap", func(t *txn) error {
+		res = model.ReapResult{}
+		now := sql.Named("now", model.Millis(t.now))
+		limit := sql.Named("limit", model.ReapBatchMax+1)
+		rows, err := t.query("reap_deadlines", now, limit)
+		if err != nil {
+			return err
+		}
+		late, err := scanTasks(rows)
+		if err != nil {
+			return err
+		}
+		for i, task := range late {
+			if i == model.ReapBatchMax {
+				res.More = true
+				break
+			}
+			if err := t.settle(task, model.Failed, model.DeadlineExceeded, model.EventDeadline, model.ReaperActor, ""); err != nil {
+				return err
+			}
+			res.Deadlines++
+		}
+		rows, err = t.query("reap_leases", now, limit)
+		if err != nil {
+			return err
+		}
+		expired, err := scanTasks(rows)
+		if err != nil {
+			return err
+		}
+		for i, task := range expired {
+			if i == model.ReapBatchMax {
+				res.More = true
+				break
+			}
+			if _, err := t.chargeAttempt(task, model.EventLeaseExpired, model.ReaperActor); err != nil {
+				return err
+			}
+			res.Expired++
+		}
+		return nil
+	})
+	return res, err
+}

@@ -1,0 +1,231 @@
+-- Queries of the SQLite store. Each starts with a "-- name: NAME" line and
+-- runs to the next one. {task_columns} expands to the fragment of that name,
+-- the column order rows are scanned in.
+
+-- name: task_columns
+seq, id, user, idem_key, request_hash, payload, state, reason, priority, run_at, deadline,
+version, attempts_charged, attempts_max, owner, lease_until, heartbeat_at, claimed_at,
+queued_at, cost_budget, cost_used, steps_max, steps_used, checkpoint, cancel_requested,
+cancelled_by, approved_by, approval_gate, approval_version, schedule_id, schedule_run,
+last_error, created_at, updated_at
+
+-- name: schema_version
+SELECT COALESCE(MAX(version), 0) FROM schema_migrations;
+
+-- name: settings_all
+SELECT key, value FROM settings;
+
+-- name: setting_set
+UPDATE settings SET value = :value WHERE key = :key;
+
+-- name: task_by_id
+SELECT {task_columns} FROM tasks WHERE id = :id;
+
+-- name: task_by_key
+SELECT id, request_hash FROM tasks WHERE user = :user AND idem_key = :key;
+
+-- name: user_ensure
+INSERT INTO users (user) VALUES (:user) ON CONFLICT (user) DO NOTHING;
+
+-- name: user_depth
+SELECT active, depth_limit FROM user_caps WHERE user = :user;
+
+-- name: active_total
+SELECT SUM(n) FROM state_counts WHERE state IN ('queued', 'running', 'waiting_for_approval');
+
+-- name: task_insert
+INSERT INTO tasks (id, user, idem_key, request_hash, payload, state, priority, run_at, deadline,
+                   attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
+                   created_at, updated_at)
+VALUES (:id, :user, :key, :hash, :payload, 'queued', :priority, :run_at, :deadline,
+        :attempts_max, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :now, :now);
+
+-- name: event_insert
+INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail)
+VALUES (:task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail);
+
+-- name: claim_next
+SELECT seq FROM tasks
+WHERE state = 'queued' AND blocked = 0 AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+ORDER BY priority DESC, run_at, seq
+LIMIT 1;
+
+-- name: claim_task
+UPDATE tasks
+SET state = 'running', version = version + 1, owner = :owner, lease_until = :lease_until,
+    claimed_at = :now, heartbeat_at = :now, updated_at = :now
+WHERE seq = :seq AND state = 'queued'
+RETURNING {task_columns};
+
+-- name: histogram_observe
+INSERT INTO histograms (name, bucket, n, sum_ms) VALUES (:name, :bucket, 1, :ms)
+ON CONFLICT (name, bucket) DO UPDATE SET n = n + 1, sum_ms = sum_ms + excluded.sum_ms;
+
+-- name: heartbeat
+UPDATE tasks SET lease_until = :lease_until, heartbeat_at = :now, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now;
+
+-- name: step_apply
+UPDATE tasks
+SET steps_used = steps_used + 1, cost_used = cost_used + :cost, checkpoint = :checkpoint, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now AND steps_used = :index;
+
+-- name: touch
+UPDATE tasks SET updated_at = :now WHERE id = :id;
+
+-- name: pause_apply
+UPDATE tasks
+SET state = 'waiting_for_approval', owner = '', lease_until = 0, steps_used = steps_used + 1,
+    approval_gate = :gate, approval_version = version, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now AND steps_used = :index;
+
+-- name: settle
+UPDATE tasks
+SET state = :to_state, reason = :reason, owner = '', lease_until = 0, run_at = :run_at,
+    queued_at = CASE WHEN :to_state = 'queued' THEN :now ELSE queued_at END,
+    attempts_charged = :attempts_charged, last_error = :last_error, cancelled_by = :cancelled_by,
+    approved_by = :approved_by, cost_budget = :cost_budget, steps_max = :steps_max, updated_at = :now
+WHERE id = :id AND state = :from_state AND version = :version;
+
+-- name: cancel_request
+UPDATE tasks SET cancel_requested = 1, cancelled_by = :actor, updated_at = :now
+WHERE id = :id AND state = 'running' AND cancel_requested = 0;
+
+-- name: effect_by_op
+SELECT op_id, task_id, step, intent_fence, intent_at, receipt_fence, receipt_at, receipt_by, result
+FROM effects WHERE op_id = :op_id;
+
+-- name: effect_insert
+INSERT INTO effects (op_id, task_id, step, intent_fence, intent_at)
+VALUES (:op_id, :task_id, :step, :fence, :now);
+
+-- name: effect_receipt
+UPDATE effects SET receipt_fence = :fence, receipt_at = :now, receipt_by = :by, result = :result
+WHERE op_id = :op_id AND receipt_at = 0;
+
+-- name: effect_delete
+DELETE FROM effects WHERE op_id = :op_id AND receipt_at = 0;
+
+-- name: effects_by_task
+SELECT e.op_id, e.task_id, e.step, e.intent_fence, e.intent_at, e.receipt_fence, e.receipt_at,
+       e.receipt_by, e.result
+FROM effects e WHERE e.task_id = :task_id ORDER BY e.step;
+
+-- name: effects_all
+SELECT e.op_id, e.task_id, e.step, e.intent_fence, e.intent_at, e.receipt_fence, e.receipt_at,
+       e.receipt_by, e.result
+FROM effects e JOIN tasks t ON t.id = e.task_id ORDER BY t.seq, e.step;
+
+-- name: reap_deadlines
+SELECT {task_columns} FROM tasks
+WHERE deadline != 0 AND state IN ('queued', 'running', 'waiting_for_approval') AND deadline < :now
+ORDER BY seq LIMIT :limit;
+
+-- name: reap_leases
+SELECT {task_columns} FROM tasks
+WHERE state = 'running' AND lease_until <= :now
+ORDER BY seq LIMIT :limit;
+
+-- name: list_all
+SELECT {task_columns} FROM tasks ORDER BY seq LIMIT :limit;
+
+-- name: list_by_state
+SELECT {task_columns} FROM tasks WHERE state = :state ORDER BY seq LIMIT :limit;
+
+-- name: list_by_user
+SELECT {task_columns} FROM tasks WHERE user = :user ORDER BY seq LIMIT :limit;
+
+-- name: list_by_user_state
+SELECT {task_columns} FROM tasks WHERE user = :user AND state = :state ORDER BY seq LIMIT :limit;
+
+-- name: events_by_task
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail
+FROM events WHERE task_id = :task_id ORDER BY seq;
+
+-- name: events_all
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail
+FROM events ORDER BY seq;
+
+-- name: user_limits
+SELECT user, running_max, depth_max FROM users WHERE running_max >= 0 OR depth_max >= 0 ORDER BY user;
+
+-- name: user_limit_set
+INSERT INTO users (user, running_max, depth_max) VALUES (:user, :running_max, :depth_max)
+ON CONFLICT (user) DO UPDATE SET running_max = excluded.running_max, depth_max = excluded.depth_max;
+
+-- name: reblock_user
+UPDATE tasks
+SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_caps WHERE user = :user)
+WHERE user = :user AND state = 'queued';
+
+-- name: reblock_all
+UPDATE tasks
+SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_caps c WHERE c.user = tasks.user)
+WHERE state = 'queued';
+
+-- name: schedule_insert
+INSERT INTO schedules (id, user, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
+VALUES (:id, :user, :payload, :cost_budget, :steps_max, :priority, :origin, :period_ms, :now);
+
+-- name: schedule_count
+SELECT COUNT(*) FROM schedules;
+
+-- name: schedules_all
+SELECT id, user, payload, cost_budget, steps_max, priority, origin, period_ms, last_run, created_at
+FROM schedules ORDER BY id;
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE id = :id;
+
+-- name: schedule_ran
+UPDATE schedules SET last_run = :k WHERE id = :id AND last_run < :k;
+
+-- name: state_counts
+SELECT state, n FROM state_counts;
+
+-- name: event_counts
+SELECT kind, from_state, to_state, reason, n FROM event_counts;
+
+-- name: histograms_all
+SELECT name, bucket, n, sum_ms FROM histograms;
+
+-- name: oldest_queued
+SELECT MIN(MAX(queued_at, run_at)) FROM tasks WHERE state = 'queued' AND run_at <= :now;
+
+-- name: counters_check
+SELECT
+    (SELECT COUNT(*) FROM (SELECT s.state FROM state_counts s
+        WHERE s.n != (SELECT COUNT(*) FROM tasks t WHERE t.state = s.state))),
+    (SELECT COUNT(*) FROM users u
+        WHERE u.running != (SELECT COUNT(*) FROM tasks t WHERE t.user = u.user AND t.state = 'running')
+           OR u.active != (SELECT COUNT(*) FROM tasks t WHERE t.user = u.user
+                               AND t.state IN ('queued', 'running', 'waiting_for_approval'))),
+    (SELECT COUNT(*) FROM tasks t WHERE t.state = 'queued' AND t.blocked !=
+        (SELECT running_limit > 0 AND running >= running_limit FROM user_caps c WHERE c.user = t.user));
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    checksum   TEXT NOT NULL,
+    applied_at INTEGER NOT NULL
+);
+
+-- name: migrations_table_exists
+SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations';
+
+-- name: migrations_applied
+SELECT version, name, checksum FROM schema_migrations ORDER BY version;
+
+-- name: migration_record
+INSERT INTO schema_migrations (version, name, checksum, applied_at)
+VALUES (:version, :name, :checksum, :now);
+
+-- name: savepoint
+SAVEPOINT submit_one;
+
+-- name: savepoint_rollback
+ROLLBACK TO submit_one;
+
+-- name: savepoint_release
+RELEASE submit_one;

@@ -1,0 +1,101 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// Submit validates and normalizes a request, recognises an exact replay of
+// an earlier one (returning the original task's ID with Replay set and
+// writing nothing), refuses a changed request under a used key, applies
+// admission, and stores the task. It returns a durable task ID or an error,
+// never both and never a false success.
+func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.SubmitResult, error) {
+	if req.ScheduleID != "" || req.ScheduleRun != 0 {
+		return model.SubmitResult{}, &model.ValidationError{Field: "schedule_id", Problem: "set only by the scheduler"}
+	}
+	n, err := model.Normalize(req)
+	if err != nil {
+		return model.SubmitResult{}, err
+	}
+	var res model.SubmitResult
+	err = q.write(ctx, "submit", func(t *txn) error {
+		res, err = t.submit(n, n.User)
+		return err
+	})
+	if err != nil {
+		return model.SubmitResult{}, err
+	}
+	return res, nil
+}
+
+// submit stores a normalized request, or recognises its replay.
+func (t *txn) submit(n model.Normalized, actor string) (model.SubmitResult, error) {
+	var id, hash string
+	err := t.queryRow("task_by_key", sql.Named("user", n.User), sql.Named("key", n.Key)).Scan(&id, &hash)
+	switch {
+	case err == nil && hash == n.Hash:
+		return model.SubmitResult{TaskID: id, Replay: true}, nil
+	case err == nil:
+		return model.SubmitResult{}, fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, id, model.ErrIdempotencyConflict)
+	case !errors.Is(err, sql.ErrNoRows):
+		return model.SubmitResult{}, fmt.Errorf("queue: submit: look up key: %w", err)
+	}
+	if err := n.CheckTimely(t.now); err != nil {
+		return model.SubmitResult{}, err
+	}
+	if _, err := t.exec("user_ensure", sql.Named("user", n.User)); err != nil {
+		return model.SubmitResult{}, err
+	}
+	limits, err := t.limits()
+	if err != nil {
+		return model.SubmitResult{}, err
+	}
+	if err := t.admit(n.User, limits); err != nil {
+		return model.SubmitResult{}, err
+	}
+	runAt := n.RunAt
+	if runAt.IsZero() {
+		runAt = t.now
+	}
+	id = t.q.newID(model.TaskIDPrefix)
+	if err := t.execOne("task_insert",
+		sql.Named("id", id), sql.Named("user", n.User), sql.Named("key", n.Key),
+		sql.Named("hash", n.Hash), sql.Named("payload", n.Payload), sql.Named("priority", n.Priority),
+		sql.Named("run_at", model.Millis(runAt)), sql.Named("deadline", model.Millis(n.Deadline)),
+		sql.Named("attempts_max", limits.AttemptsMax), sql.Named("now", model.Millis(t.now)),
+		sql.Named("cost_budget", n.CostBudget), sql.Named("steps_max", n.StepsMax),
+		sql.Named("schedule_id", n.ScheduleID), sql.Named("schedule_run", n.ScheduleRun)); err != nil {
+		return model.SubmitResult{}, err
+	}
+	if err := t.emit(model.Event{TaskID: id, Kind: model.EventSubmitted, To: model.Queued, Actor: actor}); err != nil {
+		return model.SubmitResult{}, err
+	}
+	return model.SubmitResult{TaskID: id}, nil
+}
+
+// admit refuses a submit beyond the user's or the overall depth cap.
+func (t *txn) admit(user string, limits model.Limits) error {
+	var mine, depthLimit int
+	if err := t.queryRow("user_depth", sql.Named("user", user)).Scan(&mine, &depthLimit); err != nil {
+		return fmt.Errorf("queue: admission: %w", err)
+	}
+	if depthLimit > 0 && mine >= depthLimit {
+		return fmt.Errorf("user %s has %d active tasks (limit %d): %w", user, mine, depthLimit, model.ErrQueueFull)
+	}
+	if limits.DepthMax == 0 {
+		return nil
+	}
+	var total int
+	if err := t.queryRow("active_total").Scan(&total); err != nil {
+		return fmt.Errorf("queue: admission: %w", err)
+	}
+	if total >= limits.DepthMax {
+		return fmt.Errorf("%d active tasks (limit %d): %w", total, limits.DepthMax, model.ErrQueueFull)
+	}
+	return nil
+}
