@@ -41,8 +41,8 @@ type ReferenceOptions struct {
 	Clock   Clock
 	IDs     IDSource
 	Rand    Rand
-	Backoff Backoff  // zero: DefaultBackoff
-	Limits  *Limits  // nil: DefaultLimits
+	Backoff Backoff // zero: DefaultBackoff
+	Limits  *Limits // nil: DefaultLimits
 }
 
 // NewReference returns an empty Reference.

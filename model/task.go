@@ -32,14 +32,14 @@ type Task struct {
 	HeartbeatAt     time.Time
 	ClaimedAt       time.Time
 	// QueuedAt is when the task last entered queued.
-	QueuedAt        time.Time
-	CostBudget      int64
-	CostUsed        int64
-	StepsMax        int
+	QueuedAt   time.Time
+	CostBudget int64
+	CostUsed   int64
+	StepsMax   int
 	// StepsUsed counts completed steps (approval gates included); it is
 	// also the index of the next step to run, the resume point.
-	StepsUsed  int
-	Checkpoint string // handler state saved with the last step
+	StepsUsed       int
+	Checkpoint      string // handler state saved with the last step
 	CancelRequested bool
 	CancelledBy     string
 	ApprovedBy      string
