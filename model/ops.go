@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -39,9 +40,12 @@ func (r ClaimRequest) Validate(batchMax int) error {
 	return checkLease(r.Lease)
 }
 
+// checkLease bounds a lease and requires whole milliseconds, the precision
+// lease_until is stored at: a finer lease would be reported to the worker
+// later than the queue enforces it.
 func checkLease(lease time.Duration) error {
-	if lease < LeaseMin || lease > LeaseMax {
-		return invalid("lease", "must be between %s and %s, got %s", LeaseMin, LeaseMax, lease)
+	if lease < LeaseMin || lease > LeaseMax || lease%time.Millisecond != 0 {
+		return invalid("lease", "must be whole milliseconds between %s and %s, got %s", LeaseMin, LeaseMax, lease)
 	}
 	return nil
 }
@@ -79,11 +83,14 @@ func (w StepWrite) Validate() error {
 	return nil
 }
 
-// StepResult reports whether a step write was a recognised retry.
+// StepResult is the queue's reply to a step write.
 type StepResult struct {
 	// Replayed is true when the step had already been completed under this
 	// claim; nothing was charged.
 	Replayed bool
+	// CancelRequested reports requested cancellation, so the worker sees it
+	// in its step reply as well as in its heartbeat.
+	CancelRequested bool
 }
 
 // IntentStatus is the effects ledger's answer to an intent.
@@ -265,9 +272,23 @@ func (s ScheduleSpec) Validate() (ScheduleSpec, error) {
 	return s, nil
 }
 
+// RunKeyPrefix starts the idempotency key of every schedule run. Callers
+// may not use it: a caller's task holding a run's key would make that run
+// conflict, and the scheduler's pass fail, on every pass.
+const RunKeyPrefix = "schedule/"
+
 // RunKey is the idempotency key of a schedule's k-th run.
 func RunKey(scheduleID string, k int64) string {
-	return fmt.Sprintf("schedule/%s/%d", scheduleID, k)
+	return fmt.Sprintf("%s%s/%d", RunKeyPrefix, scheduleID, k)
+}
+
+// CheckCallerKey refuses a caller's idempotency key in the scheduler's
+// namespace (RunKeyPrefix).
+func CheckCallerKey(key string) error {
+	if strings.HasPrefix(key, RunKeyPrefix) {
+		return invalid("key", "keys starting with %q are reserved for schedule runs", RunKeyPrefix)
+	}
+	return nil
 }
 
 // DueRun returns the latest run due at now (-1 when none is due yet).

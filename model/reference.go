@@ -83,6 +83,9 @@ func (r *Reference) Submit(_ context.Context, req SubmitRequest) (SubmitResult, 
 	if err != nil {
 		return SubmitResult{}, err
 	}
+	if err := CheckCallerKey(n.Key); err != nil {
+		return SubmitResult{}, err
+	}
 	return r.submit(n, n.User)
 }
 
@@ -298,7 +301,7 @@ func (r *Reference) CompleteStep(_ context.Context, w StepWrite) (StepResult, er
 		return StepResult{}, err
 	}
 	if w.Index < t.StepsUsed {
-		return StepResult{Replayed: true}, nil
+		return StepResult{Replayed: true, CancelRequested: t.CancelRequested}, nil
 	}
 	if w.Index > t.StepsUsed {
 		return StepResult{}, fmt.Errorf("step %d of task %s: next step is %d: %w", w.Index, t.ID, t.StepsUsed, ErrStepConflict)
@@ -315,7 +318,7 @@ func (r *Reference) CompleteStep(_ context.Context, w StepWrite) (StepResult, er
 	t.Checkpoint, t.UpdatedAt = w.Checkpoint, r.now()
 	r.emit(Event{TaskID: t.ID, Kind: EventStep, Attempt: t.Attempt, Fence: t.Version,
 		From: Running, To: Running, Actor: w.Claim.Owner, Detail: DetailStep(w.Index, w.Cost)})
-	return StepResult{}, nil
+	return StepResult{CancelRequested: t.CancelRequested}, nil
 }
 
 // RecordIntent records the intent to make the effect of a step, or reports

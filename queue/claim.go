@@ -18,11 +18,17 @@ import (
 func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
 	var out []model.Claimed
 	err := q.write(ctx, "claim", func(t *txn) error {
-		limits, err := t.limits()
-		if err != nil {
-			return err
+		// A batch of one is within every batch limit (ClaimBatchMax is at
+		// least 1), so it needs no read of the limits to validate.
+		batchMax := 1
+		if req.Max != 1 {
+			limits, err := t.limits()
+			if err != nil {
+				return err
+			}
+			batchMax = limits.ClaimBatchMax
 		}
-		if err := req.Validate(limits.ClaimBatchMax); err != nil {
+		if err := req.Validate(batchMax); err != nil {
 			return err
 		}
 		out = out[:0]
@@ -46,26 +52,23 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 
 func (t *txn) claimNext(req model.ClaimRequest) (model.Claimed, bool, error) {
 	now := model.Millis(t.now)
-	var seq int64
-	err := t.queryRow("claim_next", sql.Named("now", now)).Scan(&seq)
+	task, err := scanTask(t.queryRow("claim_next", sql.Named("now", now)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Claimed{}, false, nil
 	}
 	if err != nil {
 		return model.Claimed{}, false, fmt.Errorf("queue: claim: select: %w", err)
 	}
-	task, err := scanTask(t.queryRow("claim_task", sql.Named("seq", seq), sql.Named("owner", req.Worker),
-		sql.Named("lease_until", model.Millis(t.now.Add(req.Lease))), sql.Named("now", now)))
-	if err != nil {
+	leaseUntil := model.Millis(t.now.Add(req.Lease))
+	if err := t.execOne("claim_task", sql.Named("seq", task.Seq), sql.Named("owner", req.Worker),
+		sql.Named("lease_until", leaseUntil), sql.Named("now", now)); err != nil {
 		return model.Claimed{}, false, fmt.Errorf("queue: claim: update: %w", err)
 	}
-	eligible := task.QueuedAt
-	if task.RunAt.After(eligible) {
-		eligible = task.RunAt
-	}
-	if err := t.observe(histQueueWait, t.now.Sub(eligible)); err != nil {
-		return model.Claimed{}, false, err
-	}
+	// The snapshot as claim_task left the row (times as the row stores them).
+	task.State, task.Version = model.Running, task.Version+1
+	task.Attempt, task.Owner = int(task.Version), req.Worker
+	task.LeaseUntil = model.FromMillis(leaseUntil)
+	task.ClaimedAt, task.HeartbeatAt, task.UpdatedAt = model.FromMillis(now), model.FromMillis(now), model.FromMillis(now)
 	claim := model.Claim{TaskID: task.ID, Fence: task.Version, Owner: task.Owner, Attempt: task.Attempt, LeaseUntil: task.LeaseUntil}
 	if err := t.emit(model.Event{TaskID: task.ID, Kind: model.EventClaimed, Attempt: task.Attempt,
 		Fence: task.Version, From: model.Queued, To: model.Running, Actor: req.Worker}); err != nil {

@@ -15,8 +15,14 @@ type AppliedMigration struct {
 	Checksum string
 }
 
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // readApplied returns the migrations recorded in db, in order.
-func readApplied(ctx context.Context, db *sql.DB) ([]AppliedMigration, error) {
+func readApplied(ctx context.Context, db querier) ([]AppliedMigration, error) {
 	queries, err := loadQueries()
 	if err != nil {
 		return nil, err
@@ -49,6 +55,10 @@ func readApplied(ctx context.Context, db *sql.DB) ([]AppliedMigration, error) {
 // returns the ones still to apply. It refuses a database that is newer than
 // this build or whose applied migrations differ from this build's.
 func Plan(ctx context.Context, db *sql.DB) (applied []AppliedMigration, pending []Migration, err error) {
+	return plan(ctx, db)
+}
+
+func plan(ctx context.Context, db querier) (applied []AppliedMigration, pending []Migration, err error) {
 	known, err := Migrations()
 	if err != nil {
 		return nil, nil, err
@@ -78,40 +88,55 @@ func (q *Queue) migrate(ctx context.Context, mode MigrateMode) error {
 		return nil
 	}
 	if len(applied) > 0 && mode != MigrateAll {
-		return fmt.Errorf("queue: database schema version %d, this build's is %d: %w",
-			applied[len(applied)-1].Version, pending[len(pending)-1].Version, ErrSchemaOutdated)
+		return outdated(applied, pending)
 	}
-	for _, m := range pending {
-		if err := q.apply(ctx, m); err != nil {
-			return err
-		}
-	}
-	return nil
+	return q.applyPending(ctx, mode)
 }
 
-// apply runs one migration and records it, in one transaction.
-func (q *Queue) apply(ctx context.Context, m Migration) error {
+// outdated refuses a database that needs migrations this build has.
+func outdated(applied []AppliedMigration, pending []Migration) error {
+	return fmt.Errorf("queue: database schema version %d, this build's is %d: %w",
+		applied[len(applied)-1].Version, pending[len(pending)-1].Version, ErrSchemaOutdated)
+}
+
+// applyPending runs the pending migrations and records them, all in one
+// write transaction that plans again under its lock: another process may
+// have migrated the database since the first look (two workers starting on
+// a new file), and no process may see a schema migrated only in part.
+func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 	queries, err := loadQueries()
 	if err != nil {
 		return err
 	}
 	tx, err := q.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("queue: migration %d: begin: %w", m.Version, err)
+		return fmt.Errorf("queue: migrate: begin: %w", err)
 	}
 	defer tx.Rollback()
+	applied, pending, err := plan(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	if len(applied) > 0 && mode != MigrateAll {
+		return outdated(applied, pending)
+	}
 	if _, err := tx.ExecContext(ctx, queries["migrations_table"]); err != nil {
-		return fmt.Errorf("queue: migration %d: %w", m.Version, err)
+		return fmt.Errorf("queue: migrate: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-		return fmt.Errorf("queue: migration %d (%s): %w", m.Version, m.Name, err)
-	}
-	if _, err := tx.ExecContext(ctx, queries["migration_record"], sql.Named("version", m.Version),
-		sql.Named("name", m.Name), sql.Named("checksum", m.Checksum), sql.Named("now", model.Millis(q.now()))); err != nil {
-		return fmt.Errorf("queue: migration %d: record: %w", m.Version, err)
+	for _, m := range pending {
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("queue: migration %d (%s): %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, queries["migration_record"], sql.Named("version", m.Version),
+			sql.Named("name", m.Name), sql.Named("checksum", m.Checksum), sql.Named("now", model.Millis(q.now()))); err != nil {
+			return fmt.Errorf("queue: migration %d: record: %w", m.Version, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("queue: migration %d: commit: %w", m.Version, err)
+		return fmt.Errorf("queue: migrate: commit: %w", err)
 	}
 	return nil
 }

@@ -231,7 +231,18 @@ func (m *machine) worker(t *rapid.T) {
 			m.accept(t, c, "fail", gotErr)
 			return
 		}
-		if got.Status != model.IntentReceipted && rapid.IntRange(0, 3).Draw(t, "response_lost") > 0 {
+		if got.Status == model.IntentReceipted {
+			return
+		}
+		switch rapid.IntRange(0, 3).Draw(t, "response") {
+		case 0: // lost: a plain service cannot say, so the worker parks the task
+			f := model.Failure{Class: model.Uncertain, OpID: got.OpID, Message: "response lost"}
+			gotState, gotErr := m.q.Fail(m.ctx, c, f)
+			wantState, wantErr := m.ref.Fail(m.ctx, c, f)
+			m.same(t, "fail", gotState, wantState, gotErr, wantErr)
+			m.accept(t, c, "fail", gotErr)
+		case 1: // lost, and the worker crashes before doing anything about it
+		default:
 			gotErr, wantErr := m.q.RecordReceipt(m.ctx, c, got.OpID, "ok"), m.ref.RecordReceipt(m.ctx, c, got.OpID, "ok")
 			m.same(t, "effect_receipt", nil, nil, gotErr, wantErr)
 			m.accept(t, c, "effect_receipt", gotErr)
@@ -439,9 +450,10 @@ func (m *machine) actions(t *rapid.T) map[string]func(*rapid.T) {
 			}
 			op := rapid.SampledFrom(m.ops).Draw(t, "op")
 			var parked []string
-			for _, o := range m.ops {
-				if task := m.refTask(strings.Split(o, ".")[0]); task.State == model.NeedsReview {
-					parked = append(parked, o)
+			effects, _ := m.ref.Effects(m.ctx, "")
+			for _, e := range effects {
+				if task := m.refTask(e.TaskID); task.State == model.NeedsReview && !e.Receipted() {
+					parked = append(parked, e.OpID)
 				}
 			}
 			if len(parked) > 0 && rapid.IntRange(0, 3).Draw(t, "parked") > 0 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -91,57 +93,25 @@ func (q *Queue) Metrics(ctx context.Context) (model.Metrics, error) {
 	defer tx.Rollback()
 	stmt := func(name string) *sql.Stmt { return tx.StmtContext(ctx, q.stmts[name]) }
 
-	rows, err := stmt("state_counts").QueryContext(ctx)
-	if err != nil {
-		return m, fmt.Errorf("queue: metrics: %w", err)
-	}
-	for rows.Next() {
-		var state string
-		var n int64
-		if err := rows.Scan(&state, &n); err != nil {
-			rows.Close()
-			return m, fmt.Errorf("queue: metrics: %w", err)
-		}
-		m.Depth[model.State(state)] = n
-	}
-	rows.Close()
-
-	rows, err = stmt("event_counts").QueryContext(ctx)
-	if err != nil {
-		return m, fmt.Errorf("queue: metrics: %w", err)
-	}
-	for rows.Next() {
-		var kind, from, to, reason string
-		var n int64
-		if err := rows.Scan(&kind, &from, &to, &reason, &n); err != nil {
-			rows.Close()
-			return m, fmt.Errorf("queue: metrics: %w", err)
-		}
-		model.Tally(&m, model.EventKind(kind), model.State(from), model.State(to), model.Reason(reason), n)
-	}
-	rows.Close()
-
-	rows, err = stmt("histograms_all").QueryContext(ctx)
+	rows, err := stmt("tallies_all").QueryContext(ctx)
 	if err != nil {
 		return m, fmt.Errorf("queue: metrics: %w", err)
 	}
 	for rows.Next() {
 		var name string
-		var bucket int
 		var n, sum int64
-		if err := rows.Scan(&name, &bucket, &n, &sum); err != nil {
+		if err := rows.Scan(&name, &n, &sum); err != nil {
 			rows.Close()
 			return m, fmt.Errorf("queue: metrics: %w", err)
 		}
-		h := &m.QueueWait
-		if name == histRunTime {
-			h = &m.RunTime
+		if err := addTally(&m, name, n, sum); err != nil {
+			rows.Close()
+			return m, fmt.Errorf("queue: metrics: %w", err)
 		}
-		if bucket >= 0 && bucket < len(h.Counts) {
-			h.Counts[bucket] += n
-		}
-		h.Count += n
-		h.SumMs += sum
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return m, fmt.Errorf("queue: metrics: %w", err)
 	}
 	rows.Close()
 
@@ -156,16 +126,45 @@ func (q *Queue) Metrics(ctx context.Context) (model.Metrics, error) {
 	return m, nil
 }
 
+// addTally adds one row of the tallies table to m. Its name says what it
+// counts (see migration 0002): state:STATE, event:KIND:FROM:TO:REASON,
+// queue_wait:BUCKET or run_time:BUCKET.
+func addTally(m *model.Metrics, name string, n, sum int64) error {
+	parts := strings.Split(name, ":")
+	switch {
+	case parts[0] == "state" && len(parts) == 2:
+		m.Depth[model.State(parts[1])] = n
+	case parts[0] == "event" && len(parts) == 5:
+		model.Tally(m, model.EventKind(parts[1]), model.State(parts[2]), model.State(parts[3]), model.Reason(parts[4]), n)
+	case (parts[0] == "queue_wait" || parts[0] == "run_time") && len(parts) == 2:
+		h := &m.QueueWait
+		if parts[0] == "run_time" {
+			h = &m.RunTime
+		}
+		bucket, err := strconv.Atoi(parts[1])
+		if err != nil || bucket < 0 || bucket >= len(h.Counts) {
+			return fmt.Errorf("tally %q: bad bucket", name)
+		}
+		h.Counts[bucket] += n
+		h.Count += n
+		h.SumMs += sum
+	default:
+		return fmt.Errorf("unknown tally %q", name)
+	}
+	return nil
+}
+
 // CheckCounters compares the counters the triggers keep (tasks per state,
-// running and active tasks per user, the blocked flags) with a recount of
-// the tasks, and returns an error describing any disagreement.
+// running and active tasks per user, the blocked and limited flags of
+// queued tasks) with a recount of the tasks, and returns an error
+// describing any disagreement.
 func (q *Queue) CheckCounters(ctx context.Context) error {
 	var states, users, blocked int
 	if err := q.readRow(ctx, "counters_check").Scan(&states, &users, &blocked); err != nil {
 		return fmt.Errorf("queue: check counters: %w", err)
 	}
 	if states != 0 || users != 0 || blocked != 0 {
-		return fmt.Errorf("queue: counters disagree with the tasks: %d state counts, %d users, %d blocked flags", states, users, blocked)
+		return fmt.Errorf("queue: counters disagree with the tasks: %d state counts, %d users, %d queued tasks' blocked or limited flags", states, users, blocked)
 	}
 	return nil
 }

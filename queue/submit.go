@@ -22,6 +22,9 @@ func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.Subm
 	if err != nil {
 		return model.SubmitResult{}, err
 	}
+	if err := model.CheckCallerKey(n.Key); err != nil {
+		return model.SubmitResult{}, err
+	}
 	var res model.SubmitResult
 	err = q.write(ctx, "submit", func(t *txn) error {
 		res, err = t.submit(n, n.User)

@@ -113,22 +113,9 @@ func (t *txn) emit(e model.Event) error {
 	return err
 }
 
-// observe adds one observation to a stored histogram.
-func (t *txn) observe(name string, d time.Duration) error {
-	ms := d.Milliseconds()
-	if ms < 0 {
-		ms = 0
-	}
-	_, err := t.exec("histogram_observe", sql.Named("name", name),
-		sql.Named("bucket", model.BucketOf(ms)), sql.Named("ms", ms))
-	return err
-}
-
-// Histogram names.
-const (
-	histQueueWait = "queue_wait"
-	histRunTime   = "run_time"
-)
+// The queue-wait and run-time histograms are kept by triggers on tasks
+// (tasks_claimed, tasks_claim_ended) in the same tallies page as the state
+// and event counts, so a claim or a settle writes one counters page.
 
 // read runs a named read outside any transaction: autocommit, no lock
 // beyond the statement's own snapshot.

@@ -50,11 +50,6 @@ func (t *txn) fenced(c model.Claim, write string, checkDeadline bool) (model.Tas
 // changed by the caller) to state to, ending its claim if it was running,
 // and records the event.
 func (t *txn) settle(task model.Task, to model.State, reason model.Reason, kind model.EventKind, actor, detail string) error {
-	if task.State == model.Running {
-		if err := t.observe(histRunTime, t.now.Sub(task.ClaimedAt)); err != nil {
-			return err
-		}
-	}
 	if err := t.execOne("settle",
 		sql.Named("id", task.ID), sql.Named("from_state", string(task.State)), sql.Named("version", task.Version),
 		sql.Named("to_state", string(to)), sql.Named("reason", string(reason)),
@@ -106,6 +101,7 @@ func (q *Queue) CompleteStep(ctx context.Context, w model.StepWrite) (model.Step
 		if err != nil {
 			return err
 		}
+		res.CancelRequested = task.CancelRequested
 		switch {
 		case w.Index < task.StepsUsed:
 			res.Replayed = true
@@ -247,9 +243,6 @@ func (q *Queue) Pause(ctx context.Context, c model.Claim, step int, gate string)
 			}
 			return commitThen(fmt.Errorf("pause at step %d of task %s: %w", step, task.ID, model.ErrStepsExhausted))
 		}
-		if err := t.observe(histRunTime, t.now.Sub(task.ClaimedAt)); err != nil {
-			return err
-		}
 		if err := t.execOne("pause_apply", sql.Named("id", task.ID), sql.Named("fence", c.Fence),
 			sql.Named("index", step), sql.Named("gate", gate), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
@@ -263,13 +256,29 @@ func (q *Queue) Pause(ctx context.Context, c model.Claim, step int, gate string)
 }
 
 // Complete finishes the claimed task.
+//
+// The common case is one fenced write: an UPDATE that succeeds only while
+// the fence is current, the task running and the lease unexpired, which is
+// the check fenced makes, and that changes what settle would change for a
+// completion. Only when it matches no row is the task loaded, to record and
+// return why the write is stale (or that the task does not exist).
 func (q *Queue) Complete(ctx context.Context, c model.Claim) error {
 	return q.write(ctx, "complete", func(t *txn) error {
+		n, err := t.exec("complete_fenced", sql.Named("id", c.TaskID), sql.Named("fence", c.Fence),
+			sql.Named("now", model.Millis(t.now)))
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			return t.emit(model.Event{TaskID: c.TaskID, Kind: model.EventCompleted, Attempt: int(c.Fence),
+				Fence: c.Fence, From: model.Running, To: model.Completed, Actor: c.Owner})
+		}
 		task, err := t.fenced(c, "complete", false)
 		if err != nil {
 			return err
 		}
-		return t.settle(task, model.Completed, model.NoReason, model.EventCompleted, c.Owner, "")
+		// Unreachable: fenced refuses every claim complete_fenced refused.
+		return fmt.Errorf("queue: complete task %s fence %d: fenced write refused a valid claim (%s)", task.ID, c.Fence, task.State)
 	})
 }
 

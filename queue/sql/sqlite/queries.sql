@@ -31,7 +31,7 @@ INSERT INTO users (user) VALUES (:user) ON CONFLICT (user) DO NOTHING;
 SELECT active, depth_limit FROM user_caps WHERE user = :user;
 
 -- name: active_total
-SELECT SUM(n) FROM state_counts WHERE state IN ('queued', 'running', 'waiting_for_approval');
+SELECT SUM(n) FROM tallies WHERE name IN ('state:queued', 'state:running', 'state:waiting_for_approval');
 
 -- name: task_insert
 INSERT INTO tasks (id, user, idem_key, request_hash, payload, state, priority, run_at, deadline,
@@ -45,21 +45,20 @@ INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, 
 VALUES (:task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail);
 
 -- name: claim_next
-SELECT seq FROM tasks
+-- The next task in claim order, or none.
+SELECT {task_columns} FROM tasks
 WHERE state = 'queued' AND blocked = 0 AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
 ORDER BY priority DESC, run_at, seq
 LIMIT 1;
 
 -- name: claim_task
+-- Takes the task claim_next found. Claim applies the same changes to the
+-- snapshot it returns (RETURNING would cost more than the rest of the
+-- statement: SQLite buffers returned rows in a temporary table).
 UPDATE tasks
 SET state = 'running', version = version + 1, owner = :owner, lease_until = :lease_until,
     claimed_at = :now, heartbeat_at = :now, updated_at = :now
-WHERE seq = :seq AND state = 'queued'
-RETURNING {task_columns};
-
--- name: histogram_observe
-INSERT INTO histograms (name, bucket, n, sum_ms) VALUES (:name, :bucket, 1, :ms)
-ON CONFLICT (name, bucket) DO UPDATE SET n = n + 1, sum_ms = sum_ms + excluded.sum_ms;
+WHERE seq = :seq AND state = 'queued';
 
 -- name: heartbeat
 UPDATE tasks SET lease_until = :lease_until, heartbeat_at = :now, updated_at = :now
@@ -78,6 +77,12 @@ UPDATE tasks
 SET state = 'waiting_for_approval', owner = '', lease_until = 0, steps_used = steps_used + 1,
     approval_gate = :gate, approval_version = version, updated_at = :now
 WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now AND steps_used = :index;
+
+-- name: complete_fenced
+-- Complete's fenced write: what settle does for running -> completed, under
+-- the checks fenced makes (fence current, running, lease unexpired).
+UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now;
 
 -- name: settle
 UPDATE tasks
@@ -155,12 +160,14 @@ ON CONFLICT (user) DO UPDATE SET running_max = excluded.running_max, depth_max =
 
 -- name: reblock_user
 UPDATE tasks
-SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_caps WHERE user = :user)
+SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_caps WHERE user = :user),
+    limited = (SELECT running_limit > 0 FROM user_caps WHERE user = :user)
 WHERE user = :user AND state = 'queued';
 
 -- name: reblock_all
 UPDATE tasks
-SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_caps c WHERE c.user = tasks.user)
+SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_caps c WHERE c.user = tasks.user),
+    limited = (SELECT running_limit > 0 FROM user_caps c WHERE c.user = tasks.user)
 WHERE state = 'queued';
 
 -- name: schedule_insert
@@ -180,28 +187,24 @@ DELETE FROM schedules WHERE id = :id;
 -- name: schedule_ran
 UPDATE schedules SET last_run = :k WHERE id = :id AND last_run < :k;
 
--- name: state_counts
-SELECT state, n FROM state_counts;
-
--- name: event_counts
-SELECT kind, from_state, to_state, reason, n FROM event_counts;
-
--- name: histograms_all
-SELECT name, bucket, n, sum_ms FROM histograms;
+-- name: tallies_all
+SELECT name, n, sum_ms FROM tallies;
 
 -- name: oldest_queued
 SELECT MIN(MAX(queued_at, run_at)) FROM tasks WHERE state = 'queued' AND run_at <= :now;
 
 -- name: counters_check
 SELECT
-    (SELECT COUNT(*) FROM (SELECT s.state FROM state_counts s
-        WHERE s.n != (SELECT COUNT(*) FROM tasks t WHERE t.state = s.state))),
+    (SELECT COUNT(*) FROM tallies s
+        LEFT JOIN (SELECT 'state:' || state AS name, COUNT(*) AS n FROM tasks GROUP BY state) c ON c.name = s.name
+        WHERE s.name GLOB 'state:*' AND s.n != COALESCE(c.n, 0)),
     (SELECT COUNT(*) FROM users u
         WHERE u.running != (SELECT COUNT(*) FROM tasks t WHERE t.user = u.user AND t.state = 'running')
            OR u.active != (SELECT COUNT(*) FROM tasks t WHERE t.user = u.user
                                AND t.state IN ('queued', 'running', 'waiting_for_approval'))),
-    (SELECT COUNT(*) FROM tasks t WHERE t.state = 'queued' AND t.blocked !=
-        (SELECT running_limit > 0 AND running >= running_limit FROM user_caps c WHERE c.user = t.user));
+    (SELECT COUNT(*) FROM tasks t JOIN user_caps c ON c.user = t.user WHERE t.state = 'queued'
+        AND (t.blocked != (c.running_limit > 0 AND c.running >= c.running_limit)
+             OR t.limited != (c.running_limit > 0)));
 
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -229,3 +232,7 @@ ROLLBACK TO submit_one;
 
 -- name: savepoint_release
 RELEASE submit_one;
+
+-- name: events_after
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail
+FROM events WHERE seq > :after ORDER BY seq LIMIT :limit;

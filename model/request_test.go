@@ -1,0 +1,200 @@
+package model
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var testEpoch = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+
+func validRequest() SubmitRequest {
+	return SubmitRequest{User: "ana", Key: "k1", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 10, StepsMax: 5}
+}
+
+func TestNormalizeCanonicalForm(t *testing.T) {
+	r := validRequest()
+	r.Payload = " {\"steps\" : [ {\"cost\":1} ], \"a\":\"\\u00e9\"} "
+	r.RunAt = time.Date(2026, 3, 1, 10, 0, 0, 123_456_789, time.FixedZone("CET", 3600))
+	r.Deadline = r.RunAt.Add(time.Hour)
+	n, err := Normalize(r)
+	require.NoError(t, err)
+	require.Equal(t, `{"a":"é","steps":[{"cost":1}]}`, n.Payload)
+	require.Equal(t, time.Date(2026, 3, 1, 9, 0, 0, 123_000_000, time.UTC), n.RunAt)
+	require.Equal(t, time.UTC, n.RunAt.Location())
+	require.Equal(t, n.RunAt.Add(time.Hour), n.Deadline)
+	require.Len(t, n.Hash, 64)
+
+	again, err := Normalize(n.SubmitRequest)
+	require.NoError(t, err)
+	require.Equal(t, n, again, "normalizing a normalized request changes nothing")
+}
+
+// TestRequestHashCoversEveryField changes one field at a time: each change
+// must change the hash, or a changed request would pass as a replay.
+func TestRequestHashCoversEveryField(t *testing.T) {
+	base, err := Normalize(validRequest())
+	require.NoError(t, err)
+	changes := map[string]func(*SubmitRequest){
+		"user":         func(r *SubmitRequest) { r.User = "bob" },
+		"key":          func(r *SubmitRequest) { r.Key = "k2" },
+		"payload":      func(r *SubmitRequest) { r.Payload = `{"steps":[{"cost":2}]}` },
+		"cost_budget":  func(r *SubmitRequest) { r.CostBudget = 11 },
+		"steps_max":    func(r *SubmitRequest) { r.StepsMax = 6 },
+		"priority":     func(r *SubmitRequest) { r.Priority = -1 },
+		"run_at":       func(r *SubmitRequest) { r.RunAt = testEpoch },
+		"deadline":     func(r *SubmitRequest) { r.Deadline = testEpoch },
+		"schedule_id":  func(r *SubmitRequest) { r.ScheduleID = "s_1" },
+		"schedule_run": func(r *SubmitRequest) { r.ScheduleRun = 1 },
+		// Length prefixes keep field boundaries: moving a byte from one
+		// field to the next is a different request.
+		"boundary": func(r *SubmitRequest) { r.User, r.Key = "an", "ak1" },
+	}
+	seen := map[string]string{base.Hash: "base"}
+	for name, change := range changes {
+		r := validRequest()
+		change(&r)
+		n, err := Normalize(r)
+		require.NoError(t, err, name)
+		other, dup := seen[n.Hash]
+		require.False(t, dup, "%s hashes like %s", name, other)
+		seen[n.Hash] = name
+	}
+}
+
+func TestNormalizeRefusesEachField(t *testing.T) {
+	for _, tc := range []struct {
+		field  string
+		change func(*SubmitRequest)
+	}{
+		{"user", func(r *SubmitRequest) { r.User = "" }},
+		{"user", func(r *SubmitRequest) { r.User = strings.Repeat("u", UserLengthMax+1) }},
+		{"user", func(r *SubmitRequest) { r.User = "a:b" }},
+		{"key", func(r *SubmitRequest) { r.Key = "" }},
+		{"key", func(r *SubmitRequest) { r.Key = strings.Repeat("k", KeyLengthMax+1) }},
+		{"key", func(r *SubmitRequest) { r.Key = "a@b" }},
+		{"payload", func(r *SubmitRequest) { r.Payload = "" }},
+		{"payload", func(r *SubmitRequest) { r.Payload = "[]" }},
+		{"payload", func(r *SubmitRequest) { r.Payload = "{} {}" }},
+		{"payload", func(r *SubmitRequest) { r.Payload = "{\"a\":\"\xc3\"}" }},
+		{"payload", func(r *SubmitRequest) { r.Payload = `{"a":"` + strings.Repeat("x", PayloadBytesMax) + `"}` }},
+		{"cost_budget", func(r *SubmitRequest) { r.CostBudget = 0 }},
+		{"cost_budget", func(r *SubmitRequest) { r.CostBudget = CostBudgetMax + 1 }},
+		{"steps_max", func(r *SubmitRequest) { r.StepsMax = 0 }},
+		{"steps_max", func(r *SubmitRequest) { r.StepsMax = StepsMaxLimit + 1 }},
+		{"priority", func(r *SubmitRequest) { r.Priority = PriorityMin - 1 }},
+		{"priority", func(r *SubmitRequest) { r.Priority = PriorityMax + 1 }},
+		{"run_at", func(r *SubmitRequest) { r.RunAt = time.Date(1999, 12, 31, 23, 59, 59, 999_000_000, time.UTC) }},
+		{"run_at", func(r *SubmitRequest) { r.RunAt = time.Date(9999, 12, 31, 0, 0, 0, 1_000_000, time.UTC) }},
+		{"deadline", func(r *SubmitRequest) { r.Deadline = time.Date(1970, 1, 1, 0, 0, 1, 0, time.UTC) }},
+		{"deadline", func(r *SubmitRequest) { r.RunAt, r.Deadline = testEpoch, testEpoch }},
+		{"deadline", func(r *SubmitRequest) { r.RunAt, r.Deadline = testEpoch, testEpoch.Add(-time.Second) }},
+		// Equal once truncated to the stored precision.
+		{"deadline", func(r *SubmitRequest) { r.RunAt, r.Deadline = testEpoch, testEpoch.Add(999*time.Microsecond) }},
+	} {
+		r := validRequest()
+		tc.change(&r)
+		_, err := Normalize(r)
+		require.ErrorIs(t, err, ErrInvalidInput, tc.field)
+		var ve *ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, tc.field, ve.Field, "error: %v", err)
+		require.NotEmpty(t, ve.Problem)
+	}
+	for _, change := range []func(*SubmitRequest){
+		func(r *SubmitRequest) { r.RunAt = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC) },
+		func(r *SubmitRequest) { r.RunAt = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC) },
+		func(r *SubmitRequest) { r.RunAt, r.Deadline = testEpoch, testEpoch.Add(time.Millisecond) },
+		func(r *SubmitRequest) { r.Deadline = testEpoch },
+		func(r *SubmitRequest) {
+			r.User, r.Key = strings.Repeat("u", UserLengthMax), strings.Repeat("k", KeyLengthMax)
+		},
+	} {
+		r := validRequest()
+		change(&r)
+		_, err := Normalize(r)
+		require.NoError(t, err)
+	}
+}
+
+func TestCheckTimely(t *testing.T) {
+	r := validRequest()
+	r.Deadline = testEpoch
+	n, err := Normalize(r)
+	require.NoError(t, err)
+	require.NoError(t, n.CheckTimely(testEpoch.Add(-time.Millisecond)))
+	require.ErrorIs(t, n.CheckTimely(testEpoch), ErrInvalidInput, "a deadline at now has passed")
+	require.ErrorIs(t, n.CheckTimely(testEpoch.Add(999*time.Microsecond)), ErrInvalidInput, "now is truncated to milliseconds")
+	require.NoError(t, n.CheckTimely(testEpoch.Add(-time.Microsecond)), "truncated to the millisecond before")
+	r.Deadline = time.Time{}
+	n, err = Normalize(r)
+	require.NoError(t, err)
+	require.NoError(t, n.CheckTimely(testEpoch.Add(1000*time.Hour)))
+}
+
+func TestValidationError(t *testing.T) {
+	err := error(&ValidationError{Field: "user", Problem: "required"})
+	require.Equal(t, "user: required", err.Error())
+	require.ErrorIs(t, err, ErrInvalidInput)
+	require.NotErrorIs(t, err, ErrNotFound)
+	wrapped := errors.Join(errors.New("submit"), err)
+	var ve *ValidationError
+	require.ErrorAs(t, wrapped, &ve)
+	require.Equal(t, "user", ve.Field)
+}
+
+// FuzzNormalize checks that Normalize never panics, refuses only with a
+// ValidationError naming a field, and otherwise returns a request that is
+// valid and canonical: normalizing it again gives the same request and the
+// same hash.
+func FuzzNormalize(f *testing.F) {
+	ms := func(t time.Time) int64 { return t.UnixMilli() }
+	f.Add("ana", "k1", `{"steps":[{"cost":1}]}`, int64(10), 5, 0, int64(0), int64(0))
+	f.Add("ana", "k1", ` { "b" : 1 , "a" : [ 1.50 , "\u00e9" ] } `, int64(1), 1, -100, ms(testEpoch), ms(testEpoch.Add(time.Hour)))
+	f.Add("a.b_c-d@e", "order:1/line.2", `{}`, int64(CostBudgetMax), StepsMaxLimit, 100, ms(testEpoch), int64(0))
+	f.Add("", "k", `{}`, int64(1), 1, 0, int64(0), int64(0))
+	f.Add("ana", "k k", `{}`, int64(1), 1, 0, int64(0), int64(0))
+	f.Add("ana", "k", `[]`, int64(1), 1, 0, int64(0), int64(0))
+	f.Add("ana", "k", `{"a":1,"a":2}`, int64(1), 1, 0, int64(0), int64(0))
+	f.Add("ana", "k", `{"a":1}}`, int64(1), 1, 0, int64(0), int64(0))
+	f.Add("ana", "k", "{\"a\":\"\xff\"}", int64(1), 1, 0, int64(0), int64(0))
+	f.Add("ana", "k", `{}`, int64(0), 0, 101, int64(-1), int64(1))
+	f.Add("ana", "k", `{}`, int64(-1<<63), -1<<31, 1<<31-1, int64(-1<<63), int64(1<<63-1))
+	f.Add("ana", "k", `{}`, int64(5), 5, 0, ms(testEpoch), ms(testEpoch))
+	f.Fuzz(func(t *testing.T, user, key, payload string, cost int64, steps, priority int, runAtMs, deadlineMs int64) {
+		r := SubmitRequest{User: user, Key: key, Payload: payload, CostBudget: cost, StepsMax: steps, Priority: priority}
+		if runAtMs != 0 {
+			r.RunAt = time.UnixMilli(runAtMs)
+		}
+		if deadlineMs != 0 {
+			r.Deadline = time.UnixMilli(deadlineMs)
+		}
+		n, err := Normalize(r)
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalidInput)
+			var ve *ValidationError
+			require.ErrorAs(t, err, &ve)
+			require.Contains(t, []string{"user", "key", "payload", "cost_budget", "steps_max", "priority", "run_at", "deadline"}, ve.Field)
+			return
+		}
+		require.NoError(t, CheckName("user", n.User))
+		require.LessOrEqual(t, len(n.Key), KeyLengthMax)
+		require.True(t, n.CostBudget >= 1 && n.CostBudget <= CostBudgetMax)
+		require.True(t, n.StepsMax >= 1 && n.StepsMax <= StepsMaxLimit)
+		require.True(t, n.Priority >= PriorityMin && n.Priority <= PriorityMax)
+		require.True(t, strings.HasPrefix(n.Payload, "{"))
+		canon, err := CanonicalJSON([]byte(n.Payload))
+		require.NoError(t, err)
+		require.Equal(t, n.Payload, canon, "payload stored canonical")
+		if !n.Deadline.IsZero() && !n.RunAt.IsZero() {
+			require.True(t, n.Deadline.After(n.RunAt))
+		}
+		again, err := Normalize(n.SubmitRequest)
+		require.NoError(t, err)
+		require.Equal(t, n.Hash, again.Hash)
+		require.Equal(t, n, again)
+	})
+}

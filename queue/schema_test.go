@@ -1,0 +1,220 @@
+package queue
+
+import (
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// pinnedMigrations holds the SHA-256 of every migration file. Committed
+// migrations never change: a change to one fails this test, and a new one
+// must be added here.
+var pinnedMigrations = map[string]string{
+	"0001_init.sql":      "41ebb14f7f7c18fb1e9ec3d9f917a9dd747c337ac262e86ddf5d431437cd23b9",
+	"0002_hot_paths.sql": "331809b20f48436ff5cc95bece2023843a90985554384eac5ccafa556fa82c65",
+}
+
+func TestMigrationsArePinned(t *testing.T) {
+	migrations, err := Migrations()
+	require.NoError(t, err)
+	require.NotEmpty(t, migrations)
+	seen := map[string]bool{}
+	for i, m := range migrations {
+		require.Equal(t, i+1, m.Version)
+		pinned, ok := pinnedMigrations[m.Name]
+		require.True(t, ok, "migration %s is not pinned; add its checksum to pinnedMigrations", m.Name)
+		body, err := sqliteFiles.ReadFile("sql/sqlite/migrations/" + m.Name)
+		require.NoError(t, err)
+		sum := sha256.Sum256(body)
+		require.Equal(t, pinned, hex.EncodeToString(sum[:]), "committed migration %s changed", m.Name)
+		require.Equal(t, pinned, m.Checksum)
+		seen[m.Name] = true
+	}
+	for name := range pinnedMigrations {
+		require.True(t, seen[name], "pinned migration %s is gone", name)
+	}
+	require.Equal(t, len(migrations), SchemaVersion())
+}
+
+// checkList returns the quoted values of the CHECK (column IN (...)) list
+// in a table's CREATE statement.
+func checkList(t *testing.T, createSQL, column string) []string {
+	t.Helper()
+	re := regexp.MustCompile(`(?s)CHECK \(` + column + ` IN \(([^)]*)\)\)`)
+	m := re.FindAllStringSubmatch(createSQL, -1)
+	require.Len(t, m, 1, "one CHECK list for %s", column)
+	var out []string
+	for _, v := range regexp.MustCompile(`'([^']*)'`).FindAllStringSubmatch(m[0][1], -1) {
+		out = append(out, v[1])
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+func tasksSQL(t *testing.T, b *bundle) string {
+	t.Helper()
+	var text string
+	require.NoError(t, b.q.DB().QueryRowContext(b.ctx,
+		"SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'tasks'").Scan(&text))
+	return text
+}
+
+func TestSchemaStatesMatchModel(t *testing.T) {
+	b := setup(t)
+	text := tasksSQL(t, b)
+	var states []string
+	for _, s := range model.States() {
+		states = append(states, string(s))
+	}
+	require.Equal(t, states, checkList(t, text, "state"))
+
+	reasons := []string{""}
+	for _, r := range model.Reasons() {
+		reasons = append(reasons, string(r))
+	}
+	require.Equal(t, reasons, checkList(t, text, "reason"))
+
+	// state_counts starts with one row per state.
+	m := b.metrics()
+	require.Len(t, m.Depth, len(model.States()))
+	for _, s := range model.States() {
+		_, ok := m.Depth[s]
+		require.True(t, ok, "no count for %s", s)
+	}
+
+	// And the database enforces the lists.
+	id := b.submit()
+	_, err := b.q.DB().ExecContext(b.ctx, "UPDATE tasks SET state = 'paused' WHERE id = ?", id)
+	require.ErrorContains(t, err, "CHECK constraint failed")
+	_, err = b.q.DB().ExecContext(b.ctx, "UPDATE tasks SET reason = 'tired' WHERE id = ?", id)
+	require.ErrorContains(t, err, "CHECK constraint failed")
+	require.Equal(t, model.Queued, b.state(id))
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	b := setupFile(t)
+	newer := SchemaVersion() + 1
+	_, err := b.q.DB().ExecContext(b.ctx,
+		"INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+		newer, fmt.Sprintf("%04d_future.sql", newer), strings.Repeat("0", 64), model.Millis(b.now()))
+	require.NoError(t, err)
+	b.close()
+	dump := func() string {
+		db, err := sql.Open("sqlite", b.path)
+		require.NoError(t, err)
+		defer db.Close()
+		return dumpDB(t, b.ctx, db)
+	}
+	before := dump()
+
+	_, err = Open(b.ctx, Options{Path: b.path, Clock: b.clock, IDs: model.NewSeededIDs(2), Migrate: MigrateAll})
+	require.ErrorIs(t, err, ErrSchemaTooNew)
+	require.Contains(t, err.Error(), fmt.Sprintf("version %d", newer))
+	require.Contains(t, err.Error(), fmt.Sprintf("up to %d", SchemaVersion()))
+	require.Equal(t, before, dump(), "a refused database is not touched")
+}
+
+func TestOpenRefusesChangedMigration(t *testing.T) {
+	b := setupFile(t)
+	_, err := b.q.DB().ExecContext(b.ctx, "UPDATE schema_migrations SET checksum = ? WHERE version = 1", strings.Repeat("f", 64))
+	require.NoError(t, err)
+	b.close()
+	_, err = Open(b.ctx, Options{Path: b.path, Clock: b.clock, IDs: model.NewSeededIDs(2), Migrate: MigrateAll})
+	require.ErrorIs(t, err, ErrSchemaMismatch)
+	require.Contains(t, err.Error(), "0001_init.sql")
+}
+
+func TestOpenRefusesOlderSchemaUnlessMigrating(t *testing.T) {
+	if SchemaVersion() < 2 {
+		t.Skip("needs a second migration")
+	}
+	b := setupFile(t)
+	_, err := b.q.DB().ExecContext(b.ctx, "DELETE FROM schema_migrations WHERE version = ?", SchemaVersion())
+	require.NoError(t, err)
+	b.close()
+	_, err = Open(b.ctx, Options{Path: b.path, Clock: b.clock, IDs: model.NewSeededIDs(2)})
+	require.ErrorIs(t, err, ErrSchemaOutdated)
+}
+
+func TestReopenKeepsEverything(t *testing.T) {
+	b := setupFile(t)
+	id, c := b.running()
+	_, err := b.q.CompleteStep(b.ctx, model.StepWrite{Claim: c, Index: 0, Cost: 3})
+	require.NoError(t, err)
+	before, events := b.task(id), b.events("")
+	b.close()
+	again := b.reopen(2)
+	require.Equal(t, before, again.task(id))
+	require.Equal(t, events, again.events(""))
+	require.NoError(t, again.q.Complete(again.ctx, c), "the claim survives a restart of the queue")
+}
+
+// TestClaimQueryUsesIndex checks the plan of the claim query: a search on
+// the claim index in claim order, with no temporary B-tree for sorting.
+func TestClaimQueryUsesIndex(t *testing.T) {
+	b := setupFile(t)
+	for range 20 {
+		b.submit(func(r *model.SubmitRequest) { r.Priority = int(b.keys % 3) })
+	}
+	queries, err := loadQueries()
+	require.NoError(t, err)
+	text, ok := queries["claim_next"]
+	require.True(t, ok)
+	rows, err := b.q.DB().QueryContext(b.ctx, "EXPLAIN QUERY PLAN "+text, sql.Named("now", model.Millis(b.now())))
+	require.NoError(t, err)
+	defer rows.Close()
+	var steps []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		steps = append(steps, detail)
+	}
+	require.NoError(t, rows.Err())
+	plan := strings.Join(steps, " | ")
+	require.Regexp(t, `^SEARCH tasks USING (COVERING )?INDEX tasks_claim\w* \(`, steps[0], "plan: %s", plan)
+	require.NotContains(t, plan, "TEMP B-TREE", "plan: %s", plan)
+	require.NotContains(t, plan, "SCAN tasks", "plan: %s", plan)
+}
+
+func TestEventsAreAppendOnly(t *testing.T) {
+	b := setup(t)
+	id, c := b.running()
+	require.NoError(t, b.q.Complete(b.ctx, c))
+	events := b.events("")
+	require.NotEmpty(t, events)
+	for _, stmt := range []string{
+		"UPDATE events SET actor = 'mallory'",
+		"UPDATE events SET detail = '' WHERE task_id = '" + id + "'",
+		"DELETE FROM events",
+		"DELETE FROM events WHERE seq = 1",
+	} {
+		_, err := b.q.DB().ExecContext(b.ctx, stmt)
+		require.ErrorContains(t, err, "events are append-only", stmt)
+	}
+	require.Equal(t, events, b.events(""))
+}
+
+func TestSchemaHasNoTimeDefaults(t *testing.T) {
+	b := setup(t)
+	rows, err := b.q.DB().QueryContext(b.ctx, "SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL")
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var name, text string
+		require.NoError(t, rows.Scan(&name, &text))
+		upper := strings.ToUpper(text)
+		for _, banned := range []string{"CURRENT_TIMESTAMP", "CURRENT_TIME", "CURRENT_DATE", "DATETIME(", "STRFTIME(", "JULIANDAY(", "UNIXEPOCH("} {
+			require.NotContains(t, upper, banned, "%s reads the database's clock", name)
+		}
+	}
+	require.NoError(t, rows.Err())
+}
