@@ -1,0 +1,47 @@
+package faults
+
+import "errors"
+
+// ErrInjected is wrapped by every error an injector makes up, so a test or
+// the simulator can tell an injected failure from a real one with
+// errors.Is(err, ErrInjected).
+var ErrInjected = errors.New("faults: injected fault")
+
+// ErrProcessState is returned by a Process asked to do what its state does
+// not allow (stall a crashed process, restart a running one). It reports a
+// mistake in the driver of the simulation, not an injected fault.
+var ErrProcessState = errors.New("faults: process cannot do that in its state")
+
+// Error is an injected error. Its message names the operation it hit and
+// the fault, and it wraps ErrInjected (and, for some faults, the sentinel
+// the real failure would carry, such as worker.ErrUnavailable).
+type Error struct {
+	// Fault names what was injected (a StorageFault, "unavailable",
+	// "lost_response", ...).
+	Fault string
+	// Op names the operation that failed ("begin", "exec", "commit",
+	// "call op-...").
+	Op string
+	// Description is what the failure reads as, without the fault's name.
+	Description string
+
+	also    error
+	timeout bool
+}
+
+// Error renders "<op>: <description> (faults: injected <fault>)".
+func (e *Error) Error() string {
+	return e.Op + ": " + e.Description + " (faults: injected " + e.Fault + ")"
+}
+
+// Unwrap returns ErrInjected and any sentinel the fault also carries.
+func (e *Error) Unwrap() []error {
+	if e.also != nil {
+		return []error{ErrInjected, e.also}
+	}
+	return []error{ErrInjected}
+}
+
+// Timeout reports whether the error reads as a timeout (a lost response),
+// in the manner of net.Error.
+func (e *Error) Timeout() bool { return e.timeout }

@@ -1,0 +1,215 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// Queue is a worker.Queue that wraps another (the real queue) and
+// delivers a fenced write twice on command, as a network or a retrying
+// client might: it simulates duplicate delivery. The caller receives the
+// first delivery's result; the second delivery's error (usually the
+// queue's stale-claim rejection, model.ErrStaleClaim, or nil for a write
+// the queue recognises as a replay) is recorded for LastDuplicate. Queue
+// makes up no errors of its own. Claims are never duplicated. With
+// nothing armed every call is forwarded once, unchanged. Queue is safe
+// for concurrent use.
+type Queue struct {
+	inner worker.Queue
+
+	mu      sync.Mutex
+	armed   int
+	counts  QueueCounts
+	last    Duplicate
+	hasLast bool
+}
+
+var _ worker.Queue = (*Queue)(nil)
+
+// Duplicate records one duplicated write and its second delivery's error.
+type Duplicate struct {
+	Write  string // "heartbeat", "step", "effect_intent", "effect_receipt", "pause", "complete", "fail", "release", "cancel_ack"
+	TaskID string
+	Fence  int64
+	Err    error // the second delivery's error; nil if it was accepted
+}
+
+// String renders the duplicate on one line.
+func (d Duplicate) String() string {
+	s := fmt.Sprintf("%s task=%s fence=%d", d.Write, d.TaskID, d.Fence)
+	if d.Err != nil {
+		return s + fmt.Sprintf(" second=%q", d.Err.Error())
+	}
+	return s + " second=accepted"
+}
+
+// QueueCounts counts duplicated writes.
+type QueueCounts struct {
+	// Duplicated counts writes delivered twice.
+	Duplicated int
+	// SecondRefused counts second deliveries that returned an error.
+	SecondRefused int
+}
+
+// String lists the counts in a fixed order.
+func (c QueueCounts) String() string {
+	return fmt.Sprintf("duplicated=%d second_refused=%d", c.Duplicated, c.SecondRefused)
+}
+
+// NewQueue wraps inner.
+func NewQueue(inner worker.Queue) *Queue {
+	if inner == nil {
+		panic("faults: NewQueue needs a queue")
+	}
+	return &Queue{inner: inner}
+}
+
+// ArmDuplicate makes the next fenced write (not a claim) be delivered
+// twice. Arming again duplicates that many more writes, one each.
+func (q *Queue) ArmDuplicate() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.armed++
+}
+
+// Disarm cancels every armed duplicate.
+func (q *Queue) Disarm() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.armed = 0
+}
+
+// Armed returns the number of duplicates armed and not yet fired.
+func (q *Queue) Armed() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.armed
+}
+
+// Counts returns how many writes were duplicated.
+func (q *Queue) Counts() QueueCounts {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.counts
+}
+
+// LastDuplicate returns the write most recently duplicated and its second
+// delivery's error; write is "" if none has been.
+func (q *Queue) LastDuplicate() (write string, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.last.Write, q.last.Err
+}
+
+// Last returns the most recent duplicate in full; ok is false if none.
+func (q *Queue) Last() (d Duplicate, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.last, q.hasLast
+}
+
+// String describes the armed duplicates, the counts and the last
+// duplicate.
+func (q *Queue) String() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s := fmt.Sprintf("queue: armed duplicate=%d; fired %s", q.armed, q.counts)
+	if q.hasLast {
+		s += "; last " + q.last.String()
+	}
+	return s
+}
+
+func (q *Queue) take() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.armed == 0 {
+		return false
+	}
+	q.armed--
+	return true
+}
+
+func (q *Queue) record(d Duplicate) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.counts.Duplicated++
+	if d.Err != nil {
+		q.counts.SecondRefused++
+	}
+	q.last, q.hasLast = d, true
+}
+
+// deliver runs call once, or twice when a duplicate is armed, and returns
+// the first delivery's result.
+func deliver[T any](q *Queue, write string, c model.Claim, call func() (T, error)) (T, error) {
+	twice := q.take()
+	res, err := call()
+	if twice {
+		_, second := call()
+		q.record(Duplicate{Write: write, TaskID: c.TaskID, Fence: c.Fence, Err: second})
+	}
+	return res, err
+}
+
+// none adapts a write that returns only an error.
+type none struct{}
+
+// Claim is forwarded once; it is never duplicated.
+func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
+	return q.inner.Claim(ctx, req)
+}
+
+// Heartbeat forwards the heartbeat, twice if a duplicate is armed.
+func (q *Queue) Heartbeat(ctx context.Context, c model.Claim, lease time.Duration) (model.HeartbeatResult, error) {
+	return deliver(q, "heartbeat", c, func() (model.HeartbeatResult, error) { return q.inner.Heartbeat(ctx, c, lease) })
+}
+
+// CompleteStep forwards the step write, twice if a duplicate is armed.
+func (q *Queue) CompleteStep(ctx context.Context, w model.StepWrite) (model.StepResult, error) {
+	return deliver(q, "step", w.Claim, func() (model.StepResult, error) { return q.inner.CompleteStep(ctx, w) })
+}
+
+// RecordIntent forwards the intent, twice if a duplicate is armed.
+func (q *Queue) RecordIntent(ctx context.Context, c model.Claim, step int) (model.IntentResult, error) {
+	return deliver(q, "effect_intent", c, func() (model.IntentResult, error) { return q.inner.RecordIntent(ctx, c, step) })
+}
+
+// RecordReceipt forwards the receipt, twice if a duplicate is armed.
+func (q *Queue) RecordReceipt(ctx context.Context, c model.Claim, opID, result string) error {
+	_, err := deliver(q, "effect_receipt", c, func() (none, error) { return none{}, q.inner.RecordReceipt(ctx, c, opID, result) })
+	return err
+}
+
+// Pause forwards the pause, twice if a duplicate is armed.
+func (q *Queue) Pause(ctx context.Context, c model.Claim, step int, gate string) (model.State, error) {
+	return deliver(q, "pause", c, func() (model.State, error) { return q.inner.Pause(ctx, c, step, gate) })
+}
+
+// Complete forwards the completion, twice if a duplicate is armed.
+func (q *Queue) Complete(ctx context.Context, c model.Claim) error {
+	_, err := deliver(q, "complete", c, func() (none, error) { return none{}, q.inner.Complete(ctx, c) })
+	return err
+}
+
+// Fail forwards the failure, twice if a duplicate is armed.
+func (q *Queue) Fail(ctx context.Context, c model.Claim, f model.Failure) (model.State, error) {
+	return deliver(q, "fail", c, func() (model.State, error) { return q.inner.Fail(ctx, c, f) })
+}
+
+// Release forwards the release, twice if a duplicate is armed.
+func (q *Queue) Release(ctx context.Context, c model.Claim) (model.State, error) {
+	return deliver(q, "release", c, func() (model.State, error) { return q.inner.Release(ctx, c) })
+}
+
+// AcknowledgeCancel forwards the acknowledgement, twice if a duplicate is
+// armed.
+func (q *Queue) AcknowledgeCancel(ctx context.Context, c model.Claim) error {
+	_, err := deliver(q, "cancel_ack", c, func() (none, error) { return none{}, q.inner.AcknowledgeCancel(ctx, c) })
+	return err
+}

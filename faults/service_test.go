@@ -1,0 +1,115 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// fakeService is a queryable service that counts the times it applied each
+// operation.
+type fakeService struct {
+	mu      sync.Mutex
+	applied map[string]int
+	calls   int
+}
+
+func newFakeService() *fakeService { return &fakeService{applied: map[string]int{}} }
+
+func (s *fakeService) Kind() worker.ServiceKind { return worker.Queryable }
+
+func (s *fakeService) Call(_ context.Context, c worker.Call) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	s.applied[c.OpID]++
+	return "receipt-" + c.OpID, nil
+}
+
+func (s *fakeService) Status(_ context.Context, opID string, _ int64) (bool, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.applied[opID] == 0 {
+		return false, "", nil
+	}
+	return true, "receipt-" + opID, nil
+}
+
+func TestServiceUnarmedForwards(t *testing.T) {
+	inner := newFakeService()
+	svc := faults.NewService(inner)
+	require.Equal(t, worker.Queryable, svc.Kind())
+	res, err := svc.Call(context.Background(), worker.Call{OpID: "op-1", Fence: 1})
+	require.NoError(t, err)
+	require.Equal(t, "receipt-op-1", res)
+	require.Equal(t, 1, inner.applied["op-1"])
+	require.Equal(t, faults.ServiceCounts{}, svc.Counts())
+}
+
+func TestServiceLostResponseApplies(t *testing.T) {
+	ctx := context.Background()
+	inner := newFakeService()
+	svc := faults.NewService(inner)
+	svc.ArmLostResponse()
+	res, err := svc.Call(ctx, worker.Call{OpID: "op-1", Fence: 1})
+	require.Empty(t, res)
+	requireInjected(t, err, "lost_response")
+	require.NotErrorIs(t, err, worker.ErrUnavailable, "the outcome must look unknown")
+	require.NotErrorIs(t, err, worker.ErrStaleFence, "the outcome must look unknown")
+	require.NotErrorIs(t, err, context.DeadlineExceeded)
+	require.Contains(t, err.Error(), "timed out")
+	var timeout interface{ Timeout() bool }
+	require.True(t, errors.As(err, &timeout) && timeout.Timeout())
+	require.Equal(t, 1, inner.applied["op-1"], "the service applied the call")
+
+	applied, result, err := svc.Status(ctx, "op-1", 1)
+	require.NoError(t, err)
+	require.True(t, applied)
+	require.Equal(t, "receipt-op-1", result)
+	require.Equal(t, faults.ServiceCounts{LostResponse: 1}, svc.Counts())
+}
+
+func TestServiceUnavailableDoesNotApply(t *testing.T) {
+	inner := newFakeService()
+	svc := faults.NewService(inner)
+	svc.ArmUnavailable()
+	_, err := svc.Call(context.Background(), worker.Call{OpID: "op-1", Fence: 1})
+	requireInjected(t, err, "service_unavailable")
+	require.ErrorIs(t, err, worker.ErrUnavailable)
+	require.Zero(t, inner.calls, "the call was not forwarded")
+	var fe *faults.Error
+	require.ErrorAs(t, err, &fe)
+	require.False(t, fe.Timeout())
+	require.Equal(t, "call op-1: service unavailable (faults: injected service_unavailable)", err.Error())
+}
+
+func TestServiceFaultsFireInOrder(t *testing.T) {
+	ctx := context.Background()
+	inner := newFakeService()
+	svc := faults.NewService(inner)
+	svc.ArmUnavailable()
+	svc.ArmLostResponse()
+	require.Equal(t, []faults.ServiceFault{faults.ServiceUnavailable, faults.LostResponse}, svc.Armed())
+	require.Equal(t, "service(queryable): armed [service_unavailable lost_response]; fired lost_response=0 service_unavailable=0", svc.String())
+
+	_, err := svc.Call(ctx, worker.Call{OpID: "op-1"})
+	require.ErrorIs(t, err, worker.ErrUnavailable)
+	_, err = svc.Call(ctx, worker.Call{OpID: "op-1"})
+	requireInjected(t, err, "lost_response")
+	_, err = svc.Call(ctx, worker.Call{OpID: "op-1"})
+	require.NoError(t, err)
+	require.Equal(t, 2, inner.applied["op-1"])
+	require.Equal(t, "service(queryable): armed []; fired lost_response=1 service_unavailable=1", svc.String())
+
+	svc.ArmLostResponse()
+	svc.Disarm()
+	require.Empty(t, svc.Armed())
+	_, err = svc.Call(ctx, worker.Call{OpID: "op-2"})
+	require.NoError(t, err)
+}
