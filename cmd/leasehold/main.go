@@ -1,0 +1,121 @@
+// Command leasehold is the one binary of leasehold: callers, approvers and
+// operators use it against the queue's database, workers run under it, and
+// the simulator and the demo start from it.
+//
+// Exit codes: 0 success, 1 a failed operation or check, 2 bad usage or
+// input (with one line naming what was wrong).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// env is what a command runs with.
+type env struct {
+	ctx    context.Context
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// command is one subcommand.
+type command struct {
+	summary string
+	run     func(e *env, args []string) int
+}
+
+var commands = map[string]command{}
+
+func register(name, summary string, run func(e *env, args []string) int) {
+	commands[name] = command{summary: summary, run: run}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(&env{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:]))
+}
+
+func run(e *env, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(e.stdout)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "leasehold: unknown command %q (run leasehold help)\n", args[0])
+		return exitUsage
+	}
+	return cmd.run(e, args[1:])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: leasehold COMMAND [flags]")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+}
+
+// usageError is bad usage or input: exit 2 with one line.
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+func badUsage(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// parse parses flags, turning flag errors into one-line usage errors.
+func parse(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return badUsage("usage: leasehold %s %s", fs.Name(), flagList(fs))
+		}
+		return usageError{strings.TrimSpace(err.Error())}
+	}
+	if fs.NArg() > 0 {
+		return badUsage("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+func flagList(fs *flag.FlagSet) string {
+	var parts []string
+	fs.VisitAll(func(f *flag.Flag) { parts = append(parts, "--"+f.Name) })
+	return strings.Join(parts, " ")
+}
+
+// fail prints err on one line and returns its exit code: 2 for bad usage
+// or input, 1 otherwise.
+func fail(e *env, name string, err error) int {
+	fmt.Fprintf(e.stderr, "leasehold %s: %s\n", name, oneLine(err.Error()))
+	var u usageError
+	if errors.As(err, &u) || isInvalidInput(err) {
+		return exitUsage
+	}
+	return exitFail
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/scenarios"
+	"github.com/leasehold/leasehold/sim"
+)
+
+func init() {
+	register("sim", "run the deterministic simulator over one seed or a sweep", runSim)
+}
+
+func runSim(e *env, args []string) int {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	seed := fs.Uint64("seed", 1, "first seed")
+	scenarioName := fs.String("scenario", "portfolio", "scenario name")
+	count := fs.Int("seeds", 1, "number of seeds to sweep from --seed")
+	shrink := fs.Bool("shrink", false, "shrink a failing seed's schedule to the fewest events that still break the same invariant")
+	determinism := fs.Bool("check-determinism", false, "run each seed twice and compare fingerprints")
+	keep := fs.String("events", "", "replay only these event indices of the seed's schedule (comma-separated, as --shrink prints)")
+	parallel := fs.Int("parallel", 0, "seeds run at once (default: all cores)")
+	trace := fs.Bool("trace", false, "print every trace line of a single seed")
+	if err := parse(fs, args); err != nil {
+		return fail(e, "sim", err)
+	}
+	sc, err := scenarios.Get(*scenarioName)
+	if err != nil {
+		return fail(e, "sim", badUsage("--scenario: %v", err))
+	}
+	if *count < 1 || *count > 10_000_000 {
+		return fail(e, "sim", badUsage("--seeds: must be between 1 and 10000000, got %d", *count))
+	}
+	if *parallel < 0 || *parallel > 256 {
+		return fail(e, "sim", badUsage("--parallel: must be between 0 and 256, got %d", *parallel))
+	}
+	indices, err := parseIndices(*keep)
+	if err != nil {
+		return fail(e, "sim", badUsage("--events: %v", err))
+	}
+	if indices != nil && *count != 1 {
+		return fail(e, "sim", badUsage("--events replays one seed; drop --seeds"))
+	}
+	if *trace && *count != 1 {
+		return fail(e, "sim", badUsage("--trace prints one seed; drop --seeds"))
+	}
+	if indices != nil || *shrink || *determinism || *count == 1 {
+		failed := 0
+		for s := *seed; s < *seed+uint64(*count); s++ {
+			if !simOne(e, sc, s, indices, *shrink, *determinism, *trace) {
+				failed++
+			}
+		}
+		if *count > 1 {
+			fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed\n", sc.Name, *seed, *seed+uint64(*count)-1, *count-failed, failed)
+		}
+		if failed > 0 {
+			return exitFail
+		}
+		return exitOK
+	}
+	start := time.Now()
+	failed, firstFailed := 0, uint64(0)
+	sim.Sweep(sim.SweepConfig{Scenario: sc, From: *seed, Count: *count, Parallel: *parallel}, func(r sim.Result) {
+		printResult(e, r)
+		if !r.Pass {
+			if failed == 0 {
+				firstFailed = r.Seed
+			}
+			failed++
+		}
+	})
+	elapsed := time.Since(start)
+	fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed in %.1fs (%.0f seeds/s)\n",
+		sc.Name, *seed, *seed+uint64(*count)-1, *count-failed, failed, elapsed.Seconds(), float64(*count)/elapsed.Seconds())
+	if failed > 0 {
+		fmt.Fprintf(e.stdout, "first failure: make sim SEED=%d SCENARIO=%s\n", firstFailed, sc.Name)
+		return exitFail
+	}
+	return exitOK
+}
+
+// simOne runs one seed, optionally shrinking a failure or checking
+// determinism, and reports whether it passed.
+func simOne(e *env, sc scenarios.Scenario, seed uint64, keep []int, shrink, determinism, trace bool) bool {
+	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: keep, Trace: trace}
+	r := sim.Run(cfg)
+	for _, line := range r.Trace {
+		fmt.Fprintln(e.stdout, line)
+	}
+	printResult(e, r)
+	ok := r.Pass
+	if determinism {
+		again := sim.Run(cfg)
+		if again.Fingerprint != r.Fingerprint {
+			fmt.Fprintf(e.stdout, "determinism: FAILED: second run fingerprint %s\n", again.Fingerprint)
+			ok = false
+		} else {
+			fmt.Fprintln(e.stdout, "determinism: same fingerprint twice")
+		}
+	}
+	if shrink && !r.Pass {
+		s := sim.Shrink(cfg, r)
+		fmt.Fprintf(e.stdout, "shrunk: %d of %d events still break %s\n", len(s.Keep), len(r.Schedule), r.Broken())
+		for i, ev := range s.Events {
+			fmt.Fprintf(e.stdout, "  %d %s\n", s.Keep[i], ev)
+		}
+		fmt.Fprintf(e.stdout, "replay: leasehold sim --scenario %s --seed %d --events %s\n", sc.Name, seed, joinInts(s.Keep))
+	}
+	return ok
+}
+
+func printResult(e *env, r sim.Result) {
+	fmt.Fprintf(e.stdout, "seed: %d\nscenario: %s\nfaults: %s\nfingerprint: %s\n", r.Seed, r.Scenario, r.Mix, r.Fingerprint)
+	if r.Pass {
+		fmt.Fprintln(e.stdout, "verdict: pass")
+		return
+	}
+	fmt.Fprintln(e.stdout, "verdict: fail")
+	fmt.Fprintf(e.stdout, "broken: %s\n", r.Summary())
+	fmt.Fprintln(e.stdout, "events leading to it:")
+	for _, line := range r.Tail {
+		fmt.Fprintf(e.stdout, "  %s\n", line)
+	}
+	fmt.Fprintf(e.stdout, "reproduce: %s\n", r.Command())
+}
+
+func parseIndices(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]int, 0, len(parts))
+	for _, p := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q is not an event index", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func joinInts(ns []int) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,359 @@
+// Package scenarios holds named workloads and the outcomes each expects.
+// The simulator, the live demo and the tests run them; a scenario reads
+// like a transcript: the tasks submitted, what their callers do, and where
+// each must end up.
+package scenarios
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// Act is one scripted action of a task's caller (or, for the stories that
+// need it, of the world around the task). Each waits for its condition and
+// then happens once; see the constants for the conditions.
+type Act string
+
+const (
+	// Submit submits the task's request. Condition: none.
+	Submit Act = "submit"
+	// Replay submits the same request again; it must return the original
+	// ID with replay set. Condition: submitted.
+	Replay Act = "replay"
+	// ChangePayload submits a changed payload under the same key; it must
+	// be refused as a conflict. Condition: submitted.
+	ChangePayload Act = "change_payload"
+	// CancelRunning cancels the task. Condition: it is running.
+	CancelRunning Act = "cancel_running"
+	// RestartWhilePaused restarts a worker (crash, then start again) while
+	// the task waits for approval. Condition: waiting for approval.
+	RestartWhilePaused Act = "restart_while_paused"
+	// ApproveOutdated approves naming a version older than the recorded
+	// one; it must be refused. Condition: waiting for approval.
+	ApproveOutdated Act = "approve_outdated"
+	// Approve approves naming the recorded version. Condition: waiting.
+	Approve Act = "approve"
+	// Reject rejects the task at its gate. Condition: waiting.
+	Reject Act = "reject"
+	// LoseResponse makes the next effect call lose its response (the
+	// service applies it; the worker sees a timeout). Condition: running
+	// with the effect step next.
+	LoseResponse Act = "lose_response"
+	// StallClaimant stalls the worker holding the task. Condition: running
+	// with at least one step done.
+	StallClaimant Act = "stall_claimant"
+	// ResumeStalled lets the stalled claimant carry on with its old claim.
+	// Condition: another claim of the task has been accepted since.
+	ResumeStalled Act = "resume_stalled"
+)
+
+// Expect is where a task must end up.
+type Expect struct {
+	State  model.State
+	Reason model.Reason
+	// CancelledBy and ApprovedBy, when set, must match the task's.
+	CancelledBy string
+	ApprovedBy  string
+	// Retried: the task's audit trail shows a transient failure that was
+	// charged and retried, or a lease expiry that charged the attempt the
+	// failure would have spent (the synthetic handler fails a step while
+	// fewer than its times attempts have been charged).
+	Retried bool
+	// EffectsApplied: each of the task's operations applied exactly once
+	// by the external service, this many in all.
+	EffectsApplied int
+	// LateResultRejected: when the claimant a script stalled is resumed
+	// with its memory, its late result must be refused (a stale-claim
+	// rejection, its own lease check, or a fenced service's refusal).
+	LateResultRejected bool
+}
+
+// Task is one task of a scenario.
+type Task struct {
+	Name    string
+	Request model.SubmitRequest
+	// Deadline, when set, is added to the time of the first submit to make
+	// the request's deadline (replays repeat that request exactly).
+	Deadline time.Duration
+	Script   []Act
+	Expect   Expect
+	// Also lists other acceptable ends (a deadline may or may not pass
+	// before the task finishes).
+	Also []Expect
+	// EffectStep is the index of the step that makes the task's effect
+	// (for LoseResponse); -1 when none.
+	EffectStep int
+}
+
+// Schedule is a periodic schedule the scenario adds, and how many of its
+// runs must have been enqueued (exactly once each) by the end.
+type Schedule struct {
+	Spec model.ScheduleSpec // Origin is an offset from the simulation's start
+	// OriginOffset is added to the simulation's start time.
+	OriginOffset time.Duration
+}
+
+// Scenario is a named workload with its expected outcomes.
+type Scenario struct {
+	Name        string
+	Description string
+	Workers     int
+	Concurrency int
+	Lease       time.Duration
+	Heartbeat   time.Duration
+	AttemptsMax int
+	UserLimits  []model.UserLimit
+	Tasks       []Task
+	Schedules   []Schedule
+	// Schedulers is how many independent schedulers enqueue periodic runs
+	// (the periodic scenario runs two and restarts one).
+	Schedulers int
+	// FaultFloors raises the rate (per mille) of some fault kinds above
+	// whatever the seed's swarm mix drew: "crash", "stall", "storage_down",
+	// "storage_fault", "duplicate", "lose_response", "crash_after_call".
+	FaultFloors map[string]int
+	// Events is the length of the random schedule before faults heal.
+	Events int
+}
+
+// Names lists the scenarios by name.
+func Names() []string {
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Get returns the scenario called name.
+func Get(name string) (Scenario, error) {
+	build, ok := registry[name]
+	if !ok {
+		return Scenario{}, fmt.Errorf("unknown scenario %q (want one of %v)", name, Names())
+	}
+	return build(), nil
+}
+
+var registry = map[string]func() Scenario{
+	"portfolio":      Portfolio,
+	"late-result":    LateResult,
+	"storage-outage": StorageOutage,
+	"crash-storm":    CrashStorm,
+	"quota":          Quota,
+	"deadline":       Deadline,
+	"periodic":       Periodic,
+}
+
+// cancelPayload is thirty two-second steps: longer than the random part of
+// a run, so its caller always finds it running.
+var cancelPayload = `{"steps":[{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000}]}`
+
+// request builds a submit request for the scenario's tasks.
+func request(user, key, payload string, costBudget int64, stepsMax int) model.SubmitRequest {
+	return model.SubmitRequest{User: user, Key: key, Payload: payload, CostBudget: costBudget, StepsMax: stepsMax}
+}
+
+// Portfolio is the assignment's workload: ten synthetic tasks, two workers.
+// One waits for approval and a worker is restarted while it is paused; one
+// exceeds its budget; one is cancelled while running; one fails
+// transiently then succeeds; one fails permanently; one makes an effect
+// whose response is lost; two belong to one user under a limit of 1; one
+// is submitted twice exactly and once with a changed payload.
+func Portfolio() Scenario {
+	return Scenario{
+		Name:        "portfolio",
+		Description: "ten synthetic tasks over two workers: approval, budget, cancellation, retries, a lost response, a per-user limit, duplicate submission",
+		Workers:     2,
+		Concurrency: 2,
+		Lease:       2 * time.Second,
+		Heartbeat:   500 * time.Millisecond,
+		AttemptsMax: 4,
+		UserLimits:  []model.UserLimit{{User: "lena", RunningMax: 1, DepthMax: model.Inherit}},
+		Events:      400,
+		Tasks: []Task{
+			{Name: "approval", EffectStep: -1,
+				Request: request("ana", "approval-1", `{"steps":[{"cost":1},{"approval":"manager"},{"cost":2}]}`, 10, 5),
+				Script:  []Act{Submit, RestartWhilePaused, ApproveOutdated, Approve},
+				Expect:  Expect{State: model.Completed, ApprovedBy: "manager"}},
+			{Name: "budget", EffectStep: 2,
+				Request: request("bo", "budget-1", `{"steps":[{"cost":4},{"cost":4},{"cost":4,"effect":"charge"}]}`, 10, 5),
+				Script:  []Act{Submit},
+				Expect:  Expect{State: model.Failed, Reason: model.BudgetExhausted, EffectsApplied: 0}},
+			{Name: "cancel", EffectStep: -1,
+				Request: request("cy", "cancel-1", cancelPayload, 100, 40),
+				Script:  []Act{Submit, CancelRunning},
+				Expect:  Expect{State: model.Cancelled, Reason: model.CancelledByCaller, CancelledBy: "cy"}},
+			{Name: "transient", EffectStep: -1,
+				Request: request("dee", "transient-1", `{"steps":[{"cost":1},{"cost":1,"fail":"transient","times":1},{"cost":1}]}`, 10, 5),
+				Script:  []Act{Submit},
+				Expect:  Expect{State: model.Completed, Retried: true}},
+			{Name: "permanent", EffectStep: -1,
+				Request: request("eve", "permanent-1", `{"steps":[{"cost":1},{"cost":1,"fail":"permanent"}]}`, 10, 5),
+				Script:  []Act{Submit},
+				Expect:  Expect{State: model.Failed, Reason: model.PermanentError}},
+			{Name: "effect", EffectStep: 1,
+				Request: request("fay", "effect-1", `{"steps":[{"cost":2},{"cost":5,"effect":"charge"},{"cost":1}]}`, 10, 5),
+				Script:  []Act{Submit, LoseResponse},
+				Expect:  Expect{State: model.Completed, EffectsApplied: 1}},
+			{Name: "limit-a", EffectStep: -1,
+				Request: request("lena", "limit-a", `{"steps":[{"cost":1,"duration_ms":800},{"cost":1,"duration_ms":800}]}`, 10, 5),
+				Script:  []Act{Submit},
+				Expect:  Expect{State: model.Completed}},
+			{Name: "limit-b", EffectStep: -1,
+				Request: request("lena", "limit-b", `{"steps":[{"cost":1,"duration_ms":800},{"cost":1,"duration_ms":800}]}`, 10, 5),
+				Script:  []Act{Submit},
+				Expect:  Expect{State: model.Completed}},
+			{Name: "duplicate", EffectStep: -1,
+				Request: request("gus", "duplicate-1", `{"steps":[{"cost":1},{"cost":1}]}`, 10, 5),
+				Script:  []Act{Submit, Replay, ChangePayload},
+				Expect:  Expect{State: model.Completed}},
+			{Name: "notify", EffectStep: 1,
+				Request: request("hal", "notify-1", `{"steps":[{"cost":1},{"cost":1,"effect":"notify"}]}`, 10, 5),
+				Script:  []Act{Submit},
+				Expect:  Expect{State: model.Completed, EffectsApplied: 1}},
+		},
+	}
+}
+
+// LateResult is the workshop's exercise: the claimant is killed (stalled,
+// keeping its memory), its lease expires under the fake clock, another
+// worker takes the task over, and the first delivers a late result that is
+// rejected by version.
+func LateResult() Scenario {
+	return Scenario{
+		Name:        "late-result",
+		Description: "a stalled claimant's late result is rejected by version after another worker takes over",
+		Workers:     2,
+		Concurrency: 1,
+		Lease:       2 * time.Second,
+		Heartbeat:   500 * time.Millisecond,
+		AttemptsMax: 4,
+		Events:      250,
+		Tasks: []Task{
+			{Name: "report", EffectStep: 2,
+				Request: request("ana", "report-1", `{"steps":[{"cost":1,"duration_ms":500},{"cost":1,"duration_ms":500},{"cost":3,"effect":"publish"},{"cost":1,"duration_ms":500},{"cost":1,"duration_ms":500},{"cost":1,"duration_ms":500}]}`, 20, 8),
+				Script:  []Act{Submit, StallClaimant, ResumeStalled},
+				Expect:  Expect{State: model.Completed, EffectsApplied: 1, LateResultRejected: true}},
+		},
+	}
+}
+
+// simple is a task that should just complete.
+func simple(name, user, payload string, effects int) Task {
+	return Task{Name: name, EffectStep: -1, Request: request(user, name, payload, 50, 20),
+		Script: []Act{Submit}, Expect: Expect{State: model.Completed, EffectsApplied: effects}}
+}
+
+// StorageOutage runs ordinary work through long and frequent storage
+// outages and injected storage errors (busy, I/O, failed and ambiguous
+// commits): every submit is durable or refused, never falsely accepted,
+// and everything completes once storage returns.
+func StorageOutage() Scenario {
+	return Scenario{
+		Name:        "storage-outage",
+		Description: "storage unavailable for long windows and failing at begin, statement and commit",
+		Workers:     2, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
+		AttemptsMax: 4, Events: 350,
+		FaultFloors: map[string]int{"storage_down": 40, "storage_fault": 60},
+		Tasks: []Task{
+			simple("ledger-1", "ana", `{"steps":[{"cost":1},{"cost":2,"effect":"post"},{"cost":1}]}`, 1),
+			simple("ledger-2", "bo", `{"steps":[{"cost":1,"duration_ms":300},{"cost":2,"effect":"post"}]}`, 1),
+			simple("report-1", "cy", `{"steps":[{"cost":1},{"cost":1},{"cost":1},{"cost":1}]}`, 0),
+			simple("report-2", "cy", `{"steps":[{"cost":1,"duration_ms":500},{"cost":1,"duration_ms":500}]}`, 0),
+			{Name: "dup", EffectStep: -1, Request: request("dee", "dup", `{"steps":[{"cost":1}]}`, 5, 5),
+				Script: []Act{Submit, Replay, ChangePayload}, Expect: Expect{State: model.Completed}},
+		},
+	}
+}
+
+// CrashStorm crashes and restarts workers often, including between an
+// external call and its receipt: no effect is applied twice and every task
+// completes (or is recovered by the operator) once the storm passes.
+func CrashStorm() Scenario {
+	return Scenario{
+		Name:        "crash-storm",
+		Description: "workers crash and restart often, also right after an external call",
+		Workers:     3, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
+		AttemptsMax: 6, Events: 400,
+		FaultFloors: map[string]int{"crash": 50, "crash_after_call": 60, "stall": 15},
+		Tasks: []Task{
+			simple("pay-1", "ana", `{"steps":[{"cost":1},{"cost":3,"effect":"pay"},{"cost":1}]}`, 1),
+			simple("pay-2", "bo", `{"steps":[{"cost":3,"effect":"pay"},{"cost":3,"effect":"refund"}]}`, 2),
+			simple("mail-1", "cy", `{"steps":[{"cost":1,"duration_ms":400},{"cost":1,"effect":"mail"}]}`, 1),
+			simple("mail-2", "dee", `{"steps":[{"cost":1,"effect":"mail"},{"cost":1,"duration_ms":400}]}`, 1),
+			simple("batch", "eve", `{"steps":[{"cost":1,"duration_ms":300},{"cost":1,"duration_ms":300},{"cost":1,"duration_ms":300},{"cost":1,"effect":"notify"}]}`, 1),
+		},
+	}
+}
+
+// Quota puts many tasks of a few users under running limits and depth caps:
+// no user ever runs more than its limit, submits beyond a user's depth cap
+// are refused (the caller retries later) and nothing refused is half
+// written.
+func Quota() Scenario {
+	tasks := []Task{}
+	for i := 1; i <= 4; i++ {
+		tasks = append(tasks, simple(fmt.Sprintf("solo-%d", i), "solo", `{"steps":[{"cost":1,"duration_ms":400},{"cost":1,"duration_ms":400}]}`, 0))
+	}
+	for i := 1; i <= 4; i++ {
+		tasks = append(tasks, simple(fmt.Sprintf("pair-%d", i), "pair", `{"steps":[{"cost":1,"duration_ms":300},{"cost":1,"effect":"bill"}]}`, 1))
+	}
+	for i := 1; i <= 3; i++ {
+		tasks = append(tasks, simple(fmt.Sprintf("free-%d", i), "free", `{"steps":[{"cost":1},{"cost":1}]}`, 0))
+	}
+	return Scenario{
+		Name:        "quota",
+		Description: "per-user running limits (1 and 2) and per-user depth caps under load",
+		Workers:     3, Concurrency: 3, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
+		AttemptsMax: 5, Events: 400,
+		UserLimits: []model.UserLimit{
+			{User: "solo", RunningMax: 1, DepthMax: 2},
+			{User: "pair", RunningMax: 2, DepthMax: 3},
+		},
+		Tasks: tasks,
+	}
+}
+
+// Deadline gives tasks deadlines that may pass while they are queued,
+// running or waiting for an approval that never comes: a task past its
+// deadline fails with deadline_exceeded and no step is charged after it.
+func Deadline() Scenario {
+	long := `{"steps":[{"cost":1,"duration_ms":1000},{"cost":1,"duration_ms":1000},{"cost":1,"duration_ms":1000},{"cost":1,"duration_ms":1000}]}`
+	late := Expect{State: model.Failed, Reason: model.DeadlineExceeded}
+	return Scenario{
+		Name:        "deadline",
+		Description: "deadlines passing while tasks are queued, running and waiting",
+		Workers:     2, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
+		AttemptsMax: 4, Events: 300,
+		Tasks: []Task{
+			{Name: "tight", EffectStep: -1, Request: request("ana", "tight", long, 20, 10), Deadline: 1500 * time.Millisecond,
+				Script: []Act{Submit}, Expect: late, Also: []Expect{{State: model.Completed}}},
+			{Name: "roomy", EffectStep: -1, Request: request("bo", "roomy", `{"steps":[{"cost":1},{"cost":1}]}`, 20, 10), Deadline: 10 * time.Minute,
+				Script: []Act{Submit}, Expect: Expect{State: model.Completed}, Also: []Expect{late}},
+			{Name: "unapproved", EffectStep: -1, Request: request("cy", "unapproved", `{"steps":[{"cost":1},{"approval":"board"},{"cost":1}]}`, 20, 10),
+				Deadline: 20 * time.Second, Script: []Act{Submit}, Expect: late},
+			{Name: "effect", EffectStep: 1, Request: request("dee", "effect", `{"steps":[{"cost":1,"duration_ms":800},{"cost":1,"effect":"ship"},{"cost":1,"duration_ms":800}]}`, 20, 10),
+				Deadline: 3 * time.Second, Script: []Act{Submit}, Expect: late, Also: []Expect{{State: model.Completed, EffectsApplied: 1}}},
+		},
+	}
+}
+
+// Periodic runs an anchored schedule under two schedulers that tick
+// independently, one of them restarted (down for a while), across clock
+// jumps: each run (schedule, k) is enqueued at most once, missed runs are
+// collapsed into the latest, and every run enqueued completes.
+func Periodic() Scenario {
+	return Scenario{
+		Name:        "periodic",
+		Description: "an anchored schedule under two schedulers, a scheduler restart and clock jumps",
+		Workers:     2, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
+		AttemptsMax: 4, Events: 350, Schedulers: 2,
+		Schedules: []Schedule{{OriginOffset: time.Second, Spec: model.ScheduleSpec{User: "cron",
+			Payload: `{"steps":[{"cost":1},{"cost":1,"effect":"digest"}]}`, CostBudget: 10, StepsMax: 5, Period: 2 * time.Second}}},
+		Tasks: []Task{simple("adhoc", "ana", `{"steps":[{"cost":1},{"cost":1}]}`, 0)},
+	}
+}

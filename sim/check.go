@@ -1,0 +1,257 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// Invariants the simulator checks beyond the model's.
+const (
+	InvAppliedOnce         = "effect-applied-once"
+	InvReadable            = "state-readable"
+	InvAttemptsAccounted   = "attempts-accounted"
+	InvEffectWithinBudget  = "effect-within-budget"
+	InvNoWorkAfterDeadline = "no-work-after-deadline"
+)
+
+// checker checks the invariants after every event, incrementally: it
+// follows the audit trail from the last event it saw, re-reads only the
+// tasks those events touched, and compares each with its previous
+// snapshot. Accepted worker writes feed the claim history; the effect
+// double's applications are counted as they happen.
+type checker struct {
+	w         *World
+	lastSeq   int64
+	tasks     map[string]model.Task
+	accepted  []string
+	known     map[string]bool
+	steps     map[string]bool
+	receipts  map[string]bool
+	history   *model.History
+	limits    model.Limits
+	overrides []model.UserLimit
+	pending   *model.Violation
+	charged   map[string]int // charged attempts per task since its last requeue, from the trail
+	applied   int            // effect applications already checked
+	plans     map[string][]worker.SyntheticStep
+}
+
+func newChecker(w *World) *checker {
+	c := &checker{w: w, tasks: map[string]model.Task{}, known: map[string]bool{}, steps: map[string]bool{},
+		receipts: map[string]bool{}, history: model.NewHistory(), charged: map[string]int{},
+		plans: map[string][]worker.SyntheticStep{}}
+	c.limits, c.overrides, _ = w.q.Limits(w.ctx)
+	return c
+}
+
+// submitted records a task ID the queue accepted; it must never go missing.
+func (c *checker) submitted(id string) {
+	if !c.known[id] {
+		c.known[id] = true
+		c.accepted = append(c.accepted, id)
+	}
+}
+
+// report records a worker's accepted writes in the claim history; a
+// violation is kept for the next check to return.
+func (c *checker) report(r worker.Report) {
+	if !r.Accepted || r.Write == "" || c.pending != nil {
+		return
+	}
+	at := c.w.clock.Now()
+	if r.Write == "claim" {
+		for _, cl := range r.Claims {
+			if v := c.history.Accept(model.AcceptedWrite{TaskID: cl.TaskID, Fence: cl.Fence, Kind: "claim", At: at}); v != nil {
+				c.pending = v
+				return
+			}
+		}
+		return
+	}
+	c.pending = c.history.Accept(model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: r.Write, At: at})
+}
+
+// check reads what the last event changed and checks every invariant on it.
+func (c *checker) check() *model.Violation {
+	if c.pending != nil {
+		return c.pending
+	}
+	var events []model.Event
+	var err error
+	c.w.storage.Bypass(func() { events, err = c.w.q.EventsAfter(c.w.ctx, c.lastSeq, model.ListLimitMax) })
+	if err != nil {
+		return &model.Violation{Invariant: InvReadable, Detail: err.Error()}
+	}
+	var touched []string
+	seen := map[string]bool{}
+	claimedUsers := map[string]bool{}
+	for _, e := range events {
+		c.lastSeq = e.Seq
+		if e.TaskID == "" {
+			continue
+		}
+		if v := c.event(e); v != nil {
+			return v
+		}
+		if !seen[e.TaskID] {
+			seen[e.TaskID] = true
+			touched = append(touched, e.TaskID)
+		}
+		if e.Kind == model.EventSubmitted {
+			c.submitted(e.TaskID)
+		}
+	}
+	for _, id := range touched {
+		var t model.Task
+		c.w.storage.Bypass(func() { t, err = c.w.q.Task(c.w.ctx, id) })
+		if err != nil {
+			return &model.Violation{Invariant: model.InvTaskKept, TaskID: id, Detail: err.Error()}
+		}
+		if vs := model.CheckTask(t); len(vs) > 0 {
+			return &vs[0]
+		}
+		if t.AttemptsCharged != c.charged[id] {
+			return &model.Violation{Invariant: InvAttemptsAccounted, TaskID: id,
+				Detail: fmt.Sprintf("attempts_charged %d, but the trail shows %d charged attempts since the last requeue", t.AttemptsCharged, c.charged[id])}
+		}
+		if before, ok := c.tasks[id]; ok {
+			if vs := model.CheckChange(before, t); len(vs) > 0 {
+				return &vs[0]
+			}
+			if before.State != model.Running && t.State == model.Running {
+				claimedUsers[t.User] = true
+			}
+		} else if t.State == model.Running {
+			claimedUsers[t.User] = true
+		}
+		c.tasks[id] = t
+	}
+	if v := c.userLimits(claimedUsers); v != nil {
+		return v
+	}
+	if twice := c.w.service.Twice(); len(twice) > 0 {
+		return &model.Violation{Invariant: InvAppliedOnce, Detail: fmt.Sprintf("operations applied more than once: %v", twice)}
+	}
+	return c.applications()
+}
+
+// applications checks each effect applied since the last check against its
+// task's budget: a customer-visible action must never be made for a step
+// the budget cannot pay for.
+func (c *checker) applications() *model.Violation {
+	ops, total := c.w.service.ApplicationsSince(c.applied)
+	c.applied = total
+	for _, op := range ops {
+		taskID, stepText, ok := strings.Cut(op, ".s")
+		step, err := strconv.Atoi(stepText)
+		t, seen := c.tasks[taskID]
+		if !ok || err != nil || !seen {
+			return &model.Violation{Invariant: InvEffectWithinBudget, TaskID: taskID, Detail: "applied operation of an unknown task step: " + op}
+		}
+		if step < t.StepsUsed {
+			continue // charged already, within the budget the task invariants check
+		}
+		plan, ok := c.plans[taskID]
+		if !ok {
+			plan, _ = worker.ParseSynthetic(t.Payload)
+			c.plans[taskID] = plan
+		}
+		if step >= len(plan) {
+			return &model.Violation{Invariant: InvEffectWithinBudget, TaskID: taskID, Detail: "applied operation beyond the task's steps: " + op}
+		}
+		if t.CostUsed+plan[step].Cost > t.CostBudget {
+			return &model.Violation{Invariant: InvEffectWithinBudget, TaskID: taskID,
+				Detail: fmt.Sprintf("%s applied with %d of %d spent and the step costing %d", op, t.CostUsed, t.CostBudget, plan[step].Cost)}
+		}
+	}
+	return nil
+}
+
+// event checks one audit event: no step index charged twice, no operation
+// receipted twice, no step charged after the task's deadline; and it counts
+// charged attempts.
+func (c *checker) event(e model.Event) *model.Violation {
+	switch e.Kind {
+	case model.EventRetry, model.EventDeadLettered:
+		c.charged[e.TaskID]++
+	case model.EventLeaseExpired:
+		if e.To != model.Cancelled {
+			c.charged[e.TaskID]++
+		}
+	case model.EventRequeued:
+		c.charged[e.TaskID] = 0
+	}
+	switch e.Kind {
+	case model.EventStep:
+		if t, ok := c.tasks[e.TaskID]; ok && !t.Deadline.IsZero() && e.At.After(t.Deadline) {
+			return &model.Violation{Invariant: InvNoWorkAfterDeadline, TaskID: e.TaskID,
+				Detail: fmt.Sprintf("%s charged at %s, after the deadline %s", e.Detail, e.At.Format(time.RFC3339Nano), t.Deadline.Format(time.RFC3339Nano))}
+		}
+		var index int
+		if _, err := fmt.Sscanf(e.Detail, "step %d", &index); err != nil {
+			return &model.Violation{Invariant: model.InvStepOnce, TaskID: e.TaskID, Detail: "unreadable step event " + e.Detail}
+		}
+		key := fmt.Sprintf("%s/%d", e.TaskID, index)
+		if c.steps[key] {
+			return &model.Violation{Invariant: model.InvStepOnce, TaskID: e.TaskID, Detail: fmt.Sprintf("step %d charged twice", index)}
+		}
+		c.steps[key] = true
+	case model.EventEffectReceipt:
+		if c.receipts[e.OpID] {
+			return &model.Violation{Invariant: model.InvReceiptOnce, TaskID: e.TaskID, Detail: e.OpID + " receipted twice"}
+		}
+		c.receipts[e.OpID] = true
+	}
+	return nil
+}
+
+// userLimits checks the users who just claimed against their limits.
+func (c *checker) userLimits(users map[string]bool) *model.Violation {
+	if len(users) == 0 {
+		return nil
+	}
+	var mine []model.Task
+	for _, t := range c.tasks {
+		if t.State == model.Running && users[t.User] {
+			mine = append(mine, t)
+		}
+	}
+	sort.Slice(mine, func(i, j int) bool { return mine[i].Seq < mine[j].Seq })
+	if vs := model.CheckUserLimits(mine, c.limits, c.overrides); len(vs) > 0 {
+		return &vs[0]
+	}
+	return nil
+}
+
+// snapshot returns the latest snapshot of every task seen, in submission
+// order.
+func (c *checker) snapshot() []model.Task {
+	out := make([]model.Task, 0, len(c.tasks))
+	for _, t := range c.tasks {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	return out
+}
+
+// final checks what only the end can show: every accepted task is still
+// there and the counters agree with the tasks.
+func (c *checker) final() *model.Violation {
+	for _, id := range c.accepted {
+		if _, err := c.w.task(id); err != nil {
+			return &model.Violation{Invariant: model.InvTaskKept, TaskID: id, Detail: err.Error()}
+		}
+	}
+	var err error
+	c.w.storage.Bypass(func() { err = c.w.q.CheckCounters(c.w.ctx) })
+	if err != nil {
+		return &model.Violation{Invariant: "counters-agree", Detail: err.Error()}
+	}
+	return nil
+}

@@ -1,0 +1,106 @@
+package sim
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EventKind names what a schedule event does.
+type EventKind string
+
+// Event kinds. Worker events name a worker by index; script events a task
+// of the scenario by index.
+const (
+	EvStep           EventKind = "step"             // a worker takes one Step
+	EvAdvance        EventKind = "advance"          // the fake clock moves on
+	EvReap           EventKind = "reap"             // the reaper runs
+	EvTick           EventKind = "tick"             // the schedulers enqueue due periodic runs
+	EvScript         EventKind = "script"           // a task's caller takes its next scripted action
+	EvCrash          EventKind = "crash"            // a worker process dies, losing its memory
+	EvRestart        EventKind = "restart"          // a crashed worker starts again
+	EvStall          EventKind = "stall"            // a worker stops stepping, keeping its claims
+	EvResume         EventKind = "resume"           // a stalled worker carries on with its old claims
+	EvStorageDown    EventKind = "storage_down"     // storage fails for a window of simulated time
+	EvStorageFault   EventKind = "storage_fault"    // the next storage operation of a kind fails
+	EvDuplicate      EventKind = "duplicate"        // a worker's next write is delivered twice
+	EvLoseResponse   EventKind = "lose_response"    // the next service call loses its response
+	EvCrashAfterCall EventKind = "crash_after_call" // a worker dies right after its next external call
+	EvRestartSched   EventKind = "restart_scheduler"
+)
+
+// Event is one entry of a schedule. An event that does not apply at its
+// moment (a step of a crashed worker, say) is a recorded no-op.
+type Event struct {
+	Kind   EventKind
+	Worker int
+	Task   int
+	Delay  time.Duration // advance amount, or storage outage length
+	Fault  string        // storage fault kind
+}
+
+// String renders the event as it appears in traces and schedules.
+func (e Event) String() string {
+	switch e.Kind {
+	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall:
+		return fmt.Sprintf("%s w%d", e.Kind, e.Worker)
+	case EvAdvance, EvStorageDown:
+		return fmt.Sprintf("%s %dms", e.Kind, e.Delay.Milliseconds())
+	case EvScript:
+		return fmt.Sprintf("%s t%d", e.Kind, e.Task)
+	case EvStorageFault:
+		return fmt.Sprintf("%s %s", e.Kind, e.Fault)
+	case EvRestartSched:
+		return fmt.Sprintf("%s s%d", e.Kind, e.Worker)
+	}
+	return string(e.Kind)
+}
+
+// ParseEvent reads an event in its String form.
+func ParseEvent(s string) (Event, error) {
+	kind, arg, _ := strings.Cut(strings.TrimSpace(s), " ")
+	e := Event{Kind: EventKind(kind)}
+	number := func(prefix, suffix string) (int64, error) {
+		v, ok := strings.CutPrefix(arg, prefix)
+		if !ok {
+			return 0, fmt.Errorf("event %q: argument must start with %q", s, prefix)
+		}
+		v, ok = strings.CutSuffix(v, suffix)
+		if !ok {
+			return 0, fmt.Errorf("event %q: argument must end with %q", s, suffix)
+		}
+		return strconv.ParseInt(v, 10, 64)
+	}
+	var n int64
+	var err error
+	switch e.Kind {
+	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall:
+		n, err = number("w", "")
+		e.Worker = int(n)
+	case EvRestartSched:
+		n, err = number("s", "")
+		e.Worker = int(n)
+	case EvAdvance, EvStorageDown:
+		n, err = number("", "ms")
+		e.Delay = time.Duration(n) * time.Millisecond
+	case EvScript:
+		n, err = number("t", "")
+		e.Task = int(n)
+	case EvStorageFault:
+		if arg == "" {
+			err = fmt.Errorf("event %q: fault kind required", s)
+		}
+		e.Fault = arg
+	case EvReap, EvTick, EvLoseResponse:
+		if arg != "" {
+			err = fmt.Errorf("event %q takes no argument", s)
+		}
+	default:
+		err = fmt.Errorf("unknown event kind %q", kind)
+	}
+	if err == nil && n < 0 {
+		err = fmt.Errorf("event %q: negative argument", s)
+	}
+	return e, err
+}

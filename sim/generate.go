@@ -1,0 +1,148 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/scenarios"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// Storage fault kinds the generator arms (they match faults.StorageFault).
+var storageFaults = []string{"fail_begin", "fail_statement", "fail_commit", "ambiguous_commit", "busy"}
+
+// FaultMix says which faults a run injects and how often: each is the
+// chance, per thousand scheduled events, that a fault of that kind is
+// inserted before the event. ServiceKind is what the effect double runs as.
+type FaultMix struct {
+	ServiceKind    worker.ServiceKind
+	Crash          int
+	Stall          int
+	StorageDown    int
+	StorageFault   int
+	Duplicate      int
+	LoseResponse   int
+	CrashAfterCall int
+}
+
+// String lists the service kind and every fault's rate, in a fixed order.
+func (m FaultMix) String() string {
+	return fmt.Sprintf("service=%s crash=%d stall=%d storage_down=%d storage_fault=%d duplicate=%d lose_response=%d crash_after_call=%d (per mille)",
+		m.ServiceKind, m.Crash, m.Stall, m.StorageDown, m.StorageFault, m.Duplicate, m.LoseResponse, m.CrashAfterCall)
+}
+
+// DefaultMix turns every fault on at a moderate rate.
+func DefaultMix(kind worker.ServiceKind) FaultMix {
+	return FaultMix{ServiceKind: kind, Crash: 8, Stall: 8, StorageDown: 6, StorageFault: 12, Duplicate: 15,
+		LoseResponse: 10, CrashAfterCall: 6}
+}
+
+// drawMix picks the run's fault mix from the faults stream (swarm
+// testing): the service kind, then each fault kind on or off with even
+// odds and, when on, a rate between 2 and 40 per mille. Different seeds
+// stress different combinations, and a rare fault is sometimes frequent.
+func drawMix(rng *rand.Rand) FaultMix {
+	kinds := worker.ServiceKinds()
+	m := FaultMix{ServiceKind: kinds[rng.IntN(len(kinds))]}
+	for _, rate := range []*int{&m.Crash, &m.Stall, &m.StorageDown, &m.StorageFault, &m.Duplicate, &m.LoseResponse, &m.CrashAfterCall} {
+		if rng.IntN(2) == 1 {
+			*rate = 2 + rng.IntN(39)
+		}
+	}
+	return m
+}
+
+// MixFor is the fault mix a seed draws for a scenario: its swarm mix with
+// the scenario's floors applied.
+func MixFor(sc scenarios.Scenario, seed uint64) FaultMix {
+	m := drawMix(source(seed, streamFaults))
+	floors := []struct {
+		name string
+		rate *int
+	}{{"crash", &m.Crash}, {"stall", &m.Stall}, {"storage_down", &m.StorageDown}, {"storage_fault", &m.StorageFault},
+		{"duplicate", &m.Duplicate}, {"lose_response", &m.LoseResponse}, {"crash_after_call", &m.CrashAfterCall}}
+	for _, f := range floors {
+		if floor := sc.FaultFloors[f.name]; *f.rate < floor {
+			*f.rate = floor
+		}
+	}
+	return m
+}
+
+// Generate builds a seed's schedule: the scenario's submits early, then
+// worker steps, clock advances, reaper runs, scripted caller actions and
+// periodic ticks from the scheduler stream, with faults inserted from the
+// faults stream according to mix.
+func Generate(sc scenarios.Scenario, seed uint64, mix FaultMix) []Event {
+	sched, faults := source(seed, streamScheduler), source(seed, streamFaults)
+	_ = faults.Uint64() // the mix's own draw
+	var events []Event
+	advances := []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
+		100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, sc.Lease + 100*time.Millisecond}
+	for len(events) < sc.Events {
+		if f, ok := drawFault(sc, mix, faults); ok {
+			events = append(events, f)
+		}
+		r := sched.IntN(1000)
+		switch {
+		case r < 610:
+			events = append(events, Event{Kind: EvStep, Worker: sched.IntN(sc.Workers)})
+		case r < 760:
+			events = append(events, Event{Kind: EvAdvance, Delay: advances[sched.IntN(len(advances))]})
+		case r < 800:
+			events = append(events, Event{Kind: EvReap})
+		case r < 830 && len(sc.Schedules) > 0:
+			events = append(events, Event{Kind: EvTick})
+		case r < 830:
+			events = append(events, Event{Kind: EvStep, Worker: sched.IntN(sc.Workers)})
+		case r < 840 && sc.Schedulers > 1:
+			events = append(events, Event{Kind: EvRestartSched, Worker: sched.IntN(sc.Schedulers)})
+		default:
+			events = append(events, Event{Kind: EvScript, Task: sched.IntN(len(sc.Tasks))})
+		}
+	}
+	return events
+}
+
+// drawFault decides, from the faults stream, whether a fault precedes the
+// next scheduled event, and which.
+func drawFault(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) (Event, bool) {
+	rates := []struct {
+		rate int
+		make func() Event
+	}{
+		{mix.Crash, func() Event { return Event{Kind: EvCrash, Worker: rng.IntN(sc.Workers)} }},
+		{mix.Crash, func() Event { return Event{Kind: EvRestart, Worker: rng.IntN(sc.Workers)} }},
+		{mix.Stall, func() Event { return Event{Kind: EvStall, Worker: rng.IntN(sc.Workers)} }},
+		{mix.Stall, func() Event { return Event{Kind: EvResume, Worker: rng.IntN(sc.Workers)} }},
+		{mix.StorageDown, func() Event {
+			return Event{Kind: EvStorageDown, Delay: time.Duration(100+rng.IntN(3000)) * time.Millisecond}
+		}},
+		{mix.StorageFault, func() Event {
+			return Event{Kind: EvStorageFault, Fault: storageFaults[rng.IntN(len(storageFaults))]}
+		}},
+		{mix.Duplicate, func() Event { return Event{Kind: EvDuplicate, Worker: rng.IntN(sc.Workers)} }},
+		{mix.LoseResponse, func() Event { return Event{Kind: EvLoseResponse} }},
+		{mix.CrashAfterCall, func() Event { return Event{Kind: EvCrashAfterCall, Worker: rng.IntN(sc.Workers)} }},
+	}
+	r := rng.IntN(1000)
+	for _, f := range rates {
+		if r < f.rate {
+			return f.make(), true
+		}
+		r -= f.rate
+	}
+	return Event{}, false
+}
+
+// FormatSchedule renders events one per line.
+func FormatSchedule(events []Event) string {
+	var b strings.Builder
+	for _, e := range events {
+		b.WriteString(e.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}

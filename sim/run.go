@@ -1,0 +1,218 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/scenarios"
+)
+
+// Bounds on a run. Hitting one is a reported failure, never a silent stop.
+const (
+	livenessSimulatedMax  = 30 * time.Minute
+	livenessRoundsMax     = 20_000
+	stepsPerRoundMax      = 64
+	operatorRecoveriesMax = 3
+	traceTailLines        = 40
+)
+
+// Config says what to run.
+type Config struct {
+	Scenario scenarios.Scenario
+	Seed     uint64
+	// Mix overrides the fault mix the seed would draw.
+	Mix *FaultMix
+	// Events overrides the generated schedule (rapid draws schedules
+	// directly; shrinking replays subsets).
+	Events []Event
+	// Keep, when set, runs only these indices of the generated schedule.
+	Keep []int
+	// Trace keeps every trace line in the result.
+	Trace bool
+}
+
+// Result is the outcome of one run.
+type Result struct {
+	Seed        uint64
+	Scenario    string
+	Mix         FaultMix
+	Fingerprint string // SHA-256 of the trace
+	Pass        bool
+	// Violation is the first safety invariant broken, at event index At.
+	Violation *model.Violation
+	At        int
+	// Liveness describes a run that did not settle once faults healed.
+	Liveness string
+	// Expectations lists the scenario outcomes that were not met.
+	Expectations []string
+	Anomalies    []string
+	Events       int           // schedule events applied
+	Rounds       int           // liveness rounds
+	Simulated    time.Duration // simulated time elapsed
+	Schedule     []Event
+	Trace        []string // every line, when Config.Trace
+	Tail         []string // the lines leading to the end (or the failure)
+	Stats        Stats
+}
+
+// Stats counts what a run exercised.
+type Stats struct {
+	Applied       int // operations applied by the effect service
+	Calls         int // calls the effect service received
+	StaleWrites   int64
+	LeaseExpiries int64
+	Retries       int64
+	Reviews       int64
+}
+
+// Broken returns the name of what failed: the invariant, "liveness",
+// "expectation" or "anomaly"; empty when the run passed.
+func (r Result) Broken() string {
+	switch {
+	case r.Violation != nil:
+		return r.Violation.Invariant
+	case r.Liveness != "":
+		return "liveness"
+	case len(r.Anomalies) > 0:
+		return "anomaly"
+	case len(r.Expectations) > 0:
+		return "expectation"
+	}
+	return ""
+}
+
+// tracer hashes trace lines as they are written and keeps the tail.
+type tracer struct {
+	h    hash.Hash
+	all  []string
+	keep bool
+	tail []string
+}
+
+func (t *tracer) line(s string) {
+	t.h.Write([]byte(s))
+	t.h.Write([]byte{'\n'})
+	if t.keep {
+		t.all = append(t.all, s)
+	}
+	t.tail = append(t.tail, s)
+	if len(t.tail) > traceTailLines {
+		t.tail = t.tail[1:]
+	}
+}
+
+// Run executes one seed of a scenario: the schedule with faults, checking
+// the invariants after every event; then, faults healed, the liveness
+// phase; then the scenario's expectations.
+func Run(cfg Config) (res Result) {
+	sc := cfg.Scenario
+	mix := MixFor(sc, cfg.Seed)
+	if cfg.Mix != nil {
+		mix = *cfg.Mix
+	}
+	events := cfg.Events
+	if events == nil {
+		events = Generate(sc, cfg.Seed, mix)
+	}
+	if cfg.Keep != nil {
+		kept := make([]Event, 0, len(cfg.Keep))
+		for _, i := range cfg.Keep {
+			if i >= 0 && i < len(events) {
+				kept = append(kept, events[i])
+			}
+		}
+		events = kept
+	}
+	res = Result{Seed: cfg.Seed, Scenario: sc.Name, Mix: mix, Schedule: events}
+	tr := &tracer{h: sha256.New(), keep: cfg.Trace}
+	defer func() {
+		res.Fingerprint = hex.EncodeToString(tr.h.Sum(nil))
+		res.Trace, res.Tail = tr.all, tr.tail
+		res.Pass = res.Broken() == ""
+	}()
+	tr.line(fmt.Sprintf("seed %d scenario %s", cfg.Seed, sc.Name))
+	tr.line("faults: " + mix.String())
+	w, err := newWorld(sc, cfg.Seed, mix)
+	if err != nil {
+		res.Anomalies = append(res.Anomalies, err.Error())
+		return res
+	}
+	defer w.close()
+	defer func() { res.Simulated = w.clock.Since(Epoch); res.Stats = w.stats() }()
+
+	for i, e := range events {
+		out := w.apply(e)
+		tr.line(fmt.Sprintf("%d +%dms %s: %s", i, w.clock.Since(Epoch).Milliseconds(), e, out))
+		res.Events++
+		if v := w.checker.check(); v != nil {
+			res.Violation, res.At = v, i
+			tr.line("VIOLATION " + v.Error())
+			return res
+		}
+		if len(w.anomalies) > 0 {
+			res.Anomalies = w.anomalies
+			return res
+		}
+	}
+	rounds, liveness, v := w.liveness(tr)
+	res.Rounds = rounds
+	if v != nil {
+		res.Violation, res.At = v, len(events)+rounds
+		tr.line("VIOLATION " + v.Error())
+		return res
+	}
+	res.Anomalies = w.anomalies
+	if liveness != "" {
+		res.Liveness = liveness
+		tr.line("LIVENESS " + liveness)
+		return res
+	}
+	if v := w.checker.final(); v != nil {
+		res.Violation, res.At = v, len(events)+rounds
+		tr.line("VIOLATION " + v.Error())
+		return res
+	}
+	res.Expectations = w.expectations()
+	for _, e := range res.Expectations {
+		tr.line("EXPECTATION " + e)
+	}
+	tr.line("verdict: " + map[bool]string{true: "pass", false: "fail"}[len(res.Expectations) == 0 && len(res.Anomalies) == 0])
+	return res
+}
+
+// stats reads what the run exercised.
+func (w *World) stats() Stats {
+	s := Stats{Applied: len(w.service.AppliedOps()), Calls: w.service.Calls()}
+	var m model.Metrics
+	var err error
+	w.storage.Bypass(func() { m, err = w.q.Metrics(w.ctx) })
+	if err == nil {
+		s.StaleWrites, s.LeaseExpiries, s.Retries, s.Reviews = m.StaleWrites, m.LeaseExpiries, m.Retries, m.Reviews
+	}
+	return s
+}
+
+// Command returns the command line that reproduces the run.
+func (r Result) Command() string {
+	return fmt.Sprintf("make sim SEED=%d SCENARIO=%s", r.Seed, r.Scenario)
+}
+
+// Summary is a one-line description of a failed run.
+func (r Result) Summary() string {
+	switch {
+	case r.Violation != nil:
+		return fmt.Sprintf("invariant %s broken at event %d: %s", r.Violation.Invariant, r.At, r.Violation.Error())
+	case r.Liveness != "":
+		return "liveness: " + r.Liveness
+	case len(r.Anomalies) > 0:
+		return "anomaly: " + strings.Join(r.Anomalies, "; ")
+	case len(r.Expectations) > 0:
+		return "expectations not met: " + strings.Join(r.Expectations, "; ")
+	}
+	return "pass"
+}

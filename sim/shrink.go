@@ -1,0 +1,58 @@
+package sim
+
+// Shrunk is the shortest schedule found that still breaks the same thing.
+type Shrunk struct {
+	Keep   []int   // indices into the seed's generated schedule
+	Events []Event // the events at those indices
+	Result Result  // the run of the shrunk schedule
+}
+
+// shrinkRunsMax bounds the runs a shrink may make.
+const shrinkRunsMax = 4000
+
+// Shrink removes events from a failing run's schedule, keeping a removal
+// whenever the same invariant (or the same kind of failure) still breaks:
+// first large chunks, then smaller ones, down to single events, until no
+// single event can go. The fault mix stays the seed's.
+func Shrink(cfg Config, failed Result) Shrunk {
+	want := failed.Broken()
+	keep := make([]int, len(failed.Schedule))
+	for i := range keep {
+		if cfg.Keep != nil {
+			keep[i] = cfg.Keep[i]
+		} else {
+			keep[i] = i
+		}
+	}
+	mix := failed.Mix
+	try := func(candidate []int) (Result, bool) {
+		c := cfg
+		c.Keep, c.Mix, c.Events = candidate, &mix, nil
+		r := Run(c)
+		return r, r.Broken() == want
+	}
+	best := failed
+	runs := 0
+	for chunk := len(keep) / 2; chunk >= 1 && runs < shrinkRunsMax; {
+		removed := false
+		for start := 0; start < len(keep) && runs < shrinkRunsMax; {
+			end := min(start+chunk, len(keep))
+			candidate := append(append([]int(nil), keep[:start]...), keep[end:]...)
+			runs++
+			if r, ok := try(candidate); ok {
+				keep, best, removed = candidate, r, true
+				continue
+			}
+			start = end
+		}
+		if !removed {
+			chunk /= 2
+		}
+	}
+	events := make([]Event, len(keep))
+	all := Generate(cfg.Scenario, cfg.Seed, mix)
+	for i, k := range keep {
+		events[i] = all[k]
+	}
+	return Shrunk{Keep: keep, Events: events, Result: best}
+}

@@ -1,0 +1,65 @@
+package sim
+
+import (
+	"runtime"
+	"sync"
+
+	"github.com/leasehold/leasehold/scenarios"
+)
+
+// SweepConfig runs seeds From to From+Count-1 of a scenario.
+type SweepConfig struct {
+	Scenario scenarios.Scenario
+	From     uint64
+	Count    int
+	// Parallel is how many seeds run at once (default GOMAXPROCS). Each
+	// seed is its own world, so results do not depend on it.
+	Parallel int
+	Mix      *FaultMix
+}
+
+// Sweep runs every seed of the sweep and calls each with the results in
+// seed order, whatever order they finished in. Passing runs drop their
+// schedule and trace tail before each sees them, to keep long sweeps small.
+func Sweep(cfg SweepConfig, each func(Result)) {
+	parallel := cfg.Parallel
+	if parallel <= 0 {
+		parallel = runtime.GOMAXPROCS(0)
+	}
+	type slot struct {
+		done chan struct{}
+		res  Result
+	}
+	slots := make([]*slot, cfg.Count)
+	for i := range slots {
+		slots[i] = &slot{done: make(chan struct{})}
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for p := 0; p < parallel; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				r := Run(Config{Scenario: cfg.Scenario, Seed: cfg.From + uint64(i), Mix: cfg.Mix})
+				if r.Pass {
+					r.Schedule, r.Tail = nil, nil
+				}
+				slots[i].res = r
+				close(slots[i].done)
+			}
+		}()
+	}
+	go func() {
+		for i := range slots {
+			next <- i
+		}
+		close(next)
+	}()
+	for _, s := range slots {
+		<-s.done
+		each(s.res)
+		s.res = Result{}
+	}
+	wg.Wait()
+}

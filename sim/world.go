@@ -1,0 +1,464 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"modernc.org/sqlite"
+
+	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/scenarios"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// Epoch is the fixed UTC instant every simulation starts at.
+var Epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Actors the world acts as.
+const (
+	approverActor = "manager"
+	operatorActor = "operator"
+)
+
+// simWorker is one worker process of the world.
+type simWorker struct {
+	proc    *faults.Process
+	queue   *faults.Queue
+	w       *worker.Worker // nil while crashed
+	crashAt bool           // crash right after the next external call
+}
+
+// taskState is the world's view of one scenario task's caller.
+type taskState struct {
+	spec         scenarios.Task
+	request      model.SubmitRequest // as first submitted (deadline fixed then)
+	refusals     int                 // submits refused by admission
+	id           string              // empty until submitted
+	next         int                 // index of the next scripted act
+	observed     []string
+	failures     []string // expectation failures seen by the caller
+	stalledBy    int      // worker stalled by StallClaimant, -1 if none
+	stalledAt    int64    // fence of the stalled claim
+	resumed      bool     // the script resumed the stalled claimant with its memory
+	lateSeen     bool     // the stalled claimant's late result was refused
+	lateAccepted bool     // the stalled claimant's late result was accepted (wrong)
+	operator     int      // operator recoveries made
+}
+
+// World is the simulated world: the real queue on an in-memory SQLite
+// database behind a fault-injecting driver, real workers, the effect
+// service double, a fake clock, and the scenario's callers.
+type World struct {
+	ctx       context.Context
+	sc        scenarios.Scenario
+	seed      uint64
+	mix       FaultMix
+	clock     *clockwork.FakeClock
+	storage   *faults.Storage
+	q         *queue.Queue
+	service   *EffectService
+	svc       *faults.Service
+	workers   []*simWorker
+	tasks     []*taskState
+	checker   *checker
+	anomalies []string
+	// schedDown counts the ticks each scheduler still misses after a
+	// restart; enqueued and collapsed sum what the schedulers did.
+	schedDown           []int
+	enqueued, collapsed int64
+	runsDue             int64 // runs the schedules had reached when stopped
+}
+
+// newWorld builds the world for one seed.
+func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix) (*World, error) {
+	ctx := context.Background() // never cancelled: cancellation rolls database/sql back asynchronously
+	clock := clockwork.NewFakeClockAt(Epoch)
+	storage := faults.NewStorage(&sqlite.Driver{}, clock)
+	q, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clock, IDs: model.NewSeededIDs(subSeed(seed, streamIDs)),
+		Rand: source(seed, streamJitter), Driver: storage, BusyTimeout: queue.NoBusyTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("sim: open queue: %w", err)
+	}
+	w := &World{ctx: ctx, sc: sc, seed: seed, mix: mix, clock: clock, storage: storage, q: q,
+		service: NewEffectService(mix.ServiceKind)}
+	w.svc = faults.NewService(w.service)
+	if err := w.setup(); err != nil {
+		q.Close()
+		return nil, err
+	}
+	for i := 0; i < sc.Workers; i++ {
+		sw := &simWorker{proc: faults.NewProcess(workerName(i)), queue: faults.NewQueue(q)}
+		if sw.w, err = w.newWorker(i, sw); err != nil {
+			q.Close()
+			return nil, err
+		}
+		w.workers = append(w.workers, sw)
+	}
+	for _, t := range sc.Tasks {
+		w.tasks = append(w.tasks, &taskState{spec: t, stalledBy: -1})
+	}
+	w.schedDown = make([]int, max(1, sc.Schedulers))
+	w.checker = newChecker(w)
+	return w, nil
+}
+
+// holds reports whether the worker (alive) holds a claim of the task under
+// fence.
+func (sw *simWorker) holds(taskID string, fence int64) bool {
+	if sw.w == nil {
+		return false
+	}
+	for _, c := range sw.w.Claims() {
+		if c.TaskID == taskID && c.Fence == fence {
+			return true
+		}
+	}
+	return false
+}
+
+func workerName(i int) string { return fmt.Sprintf("w%d", i) }
+
+// setup stores the scenario's limits and schedules.
+func (w *World) setup() error {
+	limits, _, err := w.q.Limits(w.ctx)
+	if err != nil {
+		return err
+	}
+	if w.sc.AttemptsMax > 0 {
+		limits.AttemptsMax = w.sc.AttemptsMax
+	}
+	if err := w.q.SetLimits(w.ctx, limits, operatorActor); err != nil {
+		return err
+	}
+	for _, u := range w.sc.UserLimits {
+		if err := w.q.SetUserLimit(w.ctx, u, operatorActor); err != nil {
+			return err
+		}
+	}
+	for _, s := range w.sc.Schedules {
+		spec := s.Spec
+		spec.Origin = Epoch.Add(s.OriginOffset)
+		if _, err := w.q.AddSchedule(w.ctx, spec, operatorActor); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *World) newWorker(i int, sw *simWorker) (*worker.Worker, error) {
+	return worker.New(worker.Config{ID: workerName(i), Queue: sw.queue, Handler: worker.Synthetic{}, Service: w.svc,
+		Clock: w.clock, Concurrency: w.sc.Concurrency, Lease: w.sc.Lease, Heartbeat: w.sc.Heartbeat,
+		PollMin: 50 * time.Millisecond, PollMax: 500 * time.Millisecond,
+		StorageBackoffMin: 50 * time.Millisecond, StorageBackoffMax: time.Second})
+}
+
+// close releases the database.
+func (w *World) close() { w.q.Close() }
+
+// apply executes one event and returns the outcome for the trace.
+func (w *World) apply(e Event) string {
+	switch e.Kind {
+	case EvStep:
+		return w.step(e.Worker)
+	case EvAdvance:
+		w.clock.Advance(e.Delay)
+		return "ok"
+	case EvReap:
+		res, err := w.q.Reap(w.ctx)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprintf("expired %d deadlines %d", res.Expired, res.Deadlines)
+	case EvTick:
+		return w.tick()
+	case EvRestartSched:
+		if e.Worker >= len(w.schedDown) {
+			return "no-op: no such scheduler"
+		}
+		w.schedDown[e.Worker] = schedulerDownTicks
+		return fmt.Sprintf("scheduler s%d down for %d ticks", e.Worker, schedulerDownTicks)
+	case EvScript:
+		return w.script(w.tasks[e.Task])
+	case EvCrash:
+		return w.crash(e.Worker)
+	case EvRestart:
+		return w.restart(e.Worker)
+	case EvStall:
+		if err := w.workers[e.Worker].proc.Stall(); err != nil {
+			return "no-op: " + err.Error()
+		}
+		return "stalled"
+	case EvResume:
+		if err := w.workers[e.Worker].proc.Resume(); err != nil {
+			return "no-op: " + err.Error()
+		}
+		return "resumed"
+	case EvStorageDown:
+		w.storage.SetUnavailableUntil(w.clock.Now().Add(e.Delay))
+		return "storage unavailable until +" + fmt.Sprint(w.clock.Since(Epoch).Milliseconds()+e.Delay.Milliseconds()) + "ms"
+	case EvStorageFault:
+		f, ok := storageFaultOf[e.Fault]
+		if !ok {
+			return "no-op: unknown storage fault " + e.Fault
+		}
+		w.storage.Arm(f)
+		return "armed"
+	case EvDuplicate:
+		w.workers[e.Worker].queue.ArmDuplicate()
+		return "armed"
+	case EvLoseResponse:
+		w.svc.ArmLostResponse()
+		return "armed"
+	case EvCrashAfterCall:
+		w.workers[e.Worker].crashAt = true
+		return "armed"
+	}
+	return "no-op: unknown event"
+}
+
+var storageFaultOf = map[string]faults.StorageFault{
+	"fail_begin":       faults.FailBegin,
+	"fail_statement":   faults.FailStatement,
+	"fail_commit":      faults.FailCommit,
+	"ambiguous_commit": faults.AmbiguousCommit,
+	"busy":             faults.Busy,
+}
+
+func (w *World) step(i int) string {
+	sw := w.workers[i]
+	if !sw.proc.Runnable() {
+		return "no-op: " + sw.proc.String()
+	}
+	r := sw.w.Step(w.ctx)
+	w.checker.report(r)
+	if r.Anomaly != "" {
+		w.anomalies = append(w.anomalies, r.String())
+	}
+	w.watchLate(i, r)
+	out := r.String()
+	if r.Called && sw.crashAt {
+		sw.crashAt = false
+		out += "; " + w.crash(i)
+	}
+	return out
+}
+
+func (w *World) crash(i int) string {
+	sw := w.workers[i]
+	if err := sw.proc.Crash(); err != nil {
+		return "no-op: " + err.Error()
+	}
+	sw.w = nil
+	return "crashed"
+}
+
+func (w *World) restart(i int) string {
+	sw := w.workers[i]
+	if err := sw.proc.Restart(); err != nil {
+		return "no-op: " + err.Error()
+	}
+	var err error
+	if sw.w, err = w.newWorker(i, sw); err != nil {
+		return "error: " + err.Error()
+	}
+	return "restarted"
+}
+
+// schedulerDownTicks is how many ticks a restarted scheduler misses.
+const schedulerDownTicks = 6
+
+func (w *World) tick() string {
+	var out []string
+	for s := range w.schedDown {
+		if w.schedDown[s] > 0 {
+			w.schedDown[s]--
+			out = append(out, fmt.Sprintf("s%d down", s))
+			continue
+		}
+		res, err := w.q.EnqueueDue(w.ctx)
+		if err != nil {
+			out = append(out, fmt.Sprintf("s%d error: %v", s, err))
+			continue
+		}
+		w.enqueued += int64(res.Enqueued)
+		w.collapsed += res.Collapsed
+		out = append(out, fmt.Sprintf("s%d enqueued %d collapsed %d refused %d", s, res.Enqueued, res.Collapsed, res.Refused))
+	}
+	return fmt.Sprint(out)
+}
+
+// watchLate notes when a stalled claimant, resumed, has its late result
+// refused: a stale-claim rejection, a local lease check, or a fenced
+// service's refusal.
+func (w *World) watchLate(i int, r worker.Report) {
+	for _, t := range w.tasks {
+		if !t.resumed || t.stalledBy != i || t.lateSeen || r.TaskID != t.id || r.Fence != t.stalledAt {
+			continue
+		}
+		switch {
+		case errors.Is(r.Err, model.ErrStaleClaim) || errors.Is(r.Err, worker.ErrStaleFence) ||
+			r.Action == worker.ActionCheckLease && r.Outcome != "lease held":
+			t.lateSeen = true
+		case r.Accepted:
+			t.lateAccepted = true
+		}
+	}
+}
+
+// task reads a task through the checker's fault-free path.
+func (w *World) task(id string) (model.Task, error) {
+	var t model.Task
+	var err error
+	w.storage.Bypass(func() { t, err = w.q.Task(w.ctx, id) })
+	return t, err
+}
+
+// script attempts the task's next scripted act. An act whose condition
+// does not hold yet is a no-op.
+func (w *World) script(t *taskState) string {
+	if t.next >= len(t.spec.Script) {
+		return "no-op: script done"
+	}
+	act := t.spec.Script[t.next]
+	var cur model.Task
+	if act != scenarios.Submit {
+		var err error
+		if cur, err = w.task(t.id); err != nil {
+			return "no-op: " + err.Error()
+		}
+	}
+	if cur.State.Terminal() && act != scenarios.Replay && act != scenarios.ChangePayload {
+		t.next++
+		t.observed = append(t.observed, "missed "+string(act))
+		return fmt.Sprintf("%s %s: missed, task is %s", t.spec.Name, act, cur.State)
+	}
+	out, done := w.act(t, act, cur)
+	if done {
+		t.next++
+		t.observed = append(t.observed, string(act))
+	}
+	return fmt.Sprintf("%s %s: %s", t.spec.Name, act, out)
+}
+
+func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bool) {
+	waiting := cur.State == model.WaitingForApproval
+	switch act {
+	case scenarios.Submit:
+		if t.request.User == "" {
+			t.request = t.spec.Request
+			if t.spec.Deadline > 0 {
+				t.request.Deadline = w.clock.Now().Add(t.spec.Deadline)
+			}
+		}
+		res, err := w.q.Submit(w.ctx, t.request)
+		if errors.Is(err, model.ErrQueueFull) {
+			t.refusals++
+		}
+		if err != nil {
+			return "error (caller retries): " + err.Error(), false
+		}
+		t.id = res.TaskID
+		w.checker.submitted(res.TaskID)
+		return fmt.Sprintf("task %s replay=%t", res.TaskID, res.Replay), true
+	case scenarios.Replay:
+		res, err := w.q.Submit(w.ctx, t.request)
+		if err != nil {
+			return "error (caller retries): " + err.Error(), false
+		}
+		if !res.Replay || res.TaskID != t.id {
+			t.failures = append(t.failures, fmt.Sprintf("exact replay returned %s replay=%t, want %s replay=true", res.TaskID, res.Replay, t.id))
+		}
+		return fmt.Sprintf("task %s replay=%t", res.TaskID, res.Replay), true
+	case scenarios.ChangePayload:
+		changed := t.request
+		changed.Payload = `{"steps":[{"cost":1}],"changed":true}`
+		res, err := w.q.Submit(w.ctx, changed)
+		switch {
+		case errors.Is(err, model.ErrIdempotencyConflict):
+			return "refused: " + err.Error(), true
+		case err == nil:
+			t.failures = append(t.failures, fmt.Sprintf("changed payload under a used key was accepted as %s", res.TaskID))
+			return "accepted (wrong)", true
+		}
+		return "error (caller retries): " + err.Error(), false
+	case scenarios.CancelRunning:
+		if cur.State != model.Running {
+			return "no-op: task is " + string(cur.State), false
+		}
+		if _, err := w.q.Cancel(w.ctx, t.id, t.spec.Request.User); err != nil {
+			return "error (caller retries): " + err.Error(), false
+		}
+		return "cancellation requested while running", true
+	case scenarios.RestartWhilePaused:
+		if !waiting {
+			return "no-op: task is " + string(cur.State), false
+		}
+		return "restart w0 while paused: " + w.crash(0) + ", " + w.restart(0), true
+	case scenarios.ApproveOutdated:
+		if !waiting {
+			return "no-op: task is " + string(cur.State), false
+		}
+		err := w.q.Approve(w.ctx, t.id, cur.ApprovalVersion-1, approverActor)
+		if errors.Is(err, model.ErrVersionMismatch) {
+			return "refused: " + err.Error(), true
+		}
+		if err == nil {
+			t.failures = append(t.failures, "approval naming an outdated version was accepted")
+			return "accepted (wrong)", true
+		}
+		return "error (approver retries): " + err.Error(), false
+	case scenarios.Approve, scenarios.Reject:
+		if !waiting {
+			return "no-op: task is " + string(cur.State), false
+		}
+		var err error
+		if act == scenarios.Approve {
+			err = w.q.Approve(w.ctx, t.id, cur.ApprovalVersion, approverActor)
+		} else {
+			err = w.q.Reject(w.ctx, t.id, approverActor)
+		}
+		if err != nil {
+			return "error (approver retries): " + err.Error(), false
+		}
+		return fmt.Sprintf("%s version %d", act, cur.ApprovalVersion), true
+	case scenarios.LoseResponse:
+		if cur.State != model.Running || cur.StepsUsed != t.spec.EffectStep {
+			return "no-op: not at the effect step", false
+		}
+		w.svc.ArmLostResponse()
+		return "next service call loses its response", true
+	case scenarios.StallClaimant:
+		if cur.State != model.Running || cur.StepsUsed < 1 {
+			return "no-op: not running with a step done", false
+		}
+		for i, sw := range w.workers {
+			if workerName(i) == cur.Owner && sw.holds(t.id, cur.Version) && sw.proc.Stall() == nil {
+				t.stalledBy, t.stalledAt = i, cur.Version
+				return fmt.Sprintf("stalled %s holding fence %d", cur.Owner, cur.Version), true
+			}
+		}
+		return "no-op: claimant cannot stall", false
+	case scenarios.ResumeStalled:
+		if t.stalledBy < 0 {
+			return "story interrupted: nothing stalled", true
+		}
+		proc := w.workers[t.stalledBy].proc
+		if !proc.Stalled() {
+			return "story interrupted: the claimant is " + proc.String(), true
+		}
+		if cur.Version <= t.stalledAt && !cur.State.Terminal() {
+			return "no-op: not reclaimed yet", false
+		}
+		if err := proc.Resume(); err != nil {
+			return "no-op: " + err.Error(), false
+		}
+		t.resumed = true
+		return fmt.Sprintf("resumed w%d with its old fence %d (task now at %d)", t.stalledBy, t.stalledAt, cur.Version), true
+	}
+	return "no-op: unknown act", false
+}

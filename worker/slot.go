@@ -1,0 +1,484 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// phase is where a slot is in running its task's current step.
+type phase int
+
+const (
+	phaseNext      phase = iota // decide what step index needs
+	phaseWork                   // the step's own work (after its duration)
+	phaseIntent                 // record intent for the step's effect
+	phaseCall                   // check the lease locally before calling
+	phaseSend                   // call the service
+	phaseReconcile              // the effect's outcome is unknown
+	phaseReceipt                // record the receipt
+	phaseCommit                 // charge the completed step
+	phaseUncertain              // park the task: an effect cannot be reconciled
+	phaseFail                   // fail the task with s.failure
+	phaseRelease                // give the claim back (shutdown)
+	phaseDone                   // the claim is over
+)
+
+var phaseNames = [...]string{"next", "work", "intent", "call", "send", "reconcile", "receipt", "commit",
+	"uncertain", "fail", "release", "done"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+// Slot runs one claimed task, one Step at a time. It is not safe for
+// concurrent use; the live runner gives each slot its own goroutine.
+type Slot struct {
+	w     *shared
+	claim model.Claim
+	task  model.Task // as claimed, with StepsUsed, CostUsed and CancelRequested kept current
+	plan  []StepSpec
+
+	phase      phase
+	workStart  time.Time // when the current step's work began
+	checkpoint string
+	opID       string
+	result     string
+	ownIntent  bool // this claim recorded the intent of the pending operation
+	failure    model.Failure
+	draining   bool
+
+	leaseUntil       time.Time
+	heartbeatDue     time.Time
+	heartbeatFailing bool // the last heartbeat failed in storage
+	retryAt          time.Time
+	backoff          time.Duration
+}
+
+func newSlot(w *shared, c model.Claimed, now time.Time) *Slot {
+	s := &Slot{w: w, claim: c.Claim, task: c.Task, leaseUntil: c.Claim.LeaseUntil,
+		heartbeatDue: now.Add(w.cfg.Heartbeat)}
+	plan, err := w.cfg.Handler.Plan(c.Task)
+	if err != nil {
+		s.fail(model.Failure{Class: model.Permanent, Reason: model.PermanentError, Message: err.Error()})
+		return s
+	}
+	s.plan = plan
+	return s
+}
+
+// Claim returns the slot's claim.
+func (s *Slot) Claim() model.Claim { return s.claim }
+
+// Done reports whether the slot's claim is over.
+func (s *Slot) Done() bool { return s.phase == phaseDone }
+
+// Phase names what the slot will do next, for traces.
+func (s *Slot) Phase() string { return s.phase.String() }
+
+// ReadyAt returns when the slot next has something to do: at once unless
+// it is backing off or waiting out a step's duration (heartbeats go on
+// meanwhile).
+func (s *Slot) ReadyAt() time.Time {
+	at := s.retryAt
+	if s.phase == phaseWork && !s.draining {
+		at = s.workStart.Add(s.plan[s.task.StepsUsed].Duration)
+		if s.heartbeatDue.Before(at) {
+			at = s.heartbeatDue
+		}
+		if at.Before(s.retryAt) {
+			at = s.retryAt
+		}
+	}
+	return at
+}
+
+// drain asks the slot to finish any effect in flight and give the claim
+// back.
+func (s *Slot) drain() { s.draining = true }
+
+func (s *Slot) fail(f model.Failure) {
+	s.failure = f
+	s.phase = phaseFail
+}
+
+func (s *Slot) report(action string) Report {
+	return Report{Worker: s.w.cfg.ID, Action: action, TaskID: s.claim.TaskID, Attempt: s.claim.Attempt, Fence: s.claim.Fence}
+}
+
+func (s *Slot) log(level slog.Level, msg string, r Report) {
+	attrs := []any{"worker", s.w.cfg.ID, "task_id", s.claim.TaskID, "attempt", s.claim.Attempt,
+		"attempt_id", s.claim.AttemptID(), "fence", s.claim.Fence, "action", r.Action}
+	if r.OpID != "" {
+		attrs = append(attrs, "op_id", r.OpID)
+	}
+	if r.Outcome != "" {
+		attrs = append(attrs, "outcome", r.Outcome)
+	}
+	if r.Err != nil {
+		attrs = append(attrs, "error", r.Err.Error())
+	}
+	s.w.log.Log(context.Background(), level, msg, attrs...)
+}
+
+// Step performs the slot's next action: at most one queue transaction and
+// at most one external call.
+func (s *Slot) Step(ctx context.Context) Report {
+	now := s.w.clock.Now()
+	if s.phase == phaseDone {
+		return s.report(ActionIdle)
+	}
+	if now.Before(s.retryAt) {
+		r := s.report(ActionWait)
+		r.Wait = s.retryAt.Sub(now)
+		return r
+	}
+	if !now.Before(s.heartbeatDue) {
+		return s.heartbeat(ctx, now)
+	}
+	if s.draining && (s.phase == phaseNext || s.phase == phaseWork || s.phase == phaseIntent) {
+		s.phase = phaseRelease
+	}
+	switch s.phase {
+	case phaseNext:
+		return s.next(ctx, now)
+	case phaseWork:
+		return s.work(ctx, now)
+	case phaseIntent:
+		return s.intent(ctx)
+	case phaseCall:
+		return s.checkLease(now)
+	case phaseSend:
+		return s.send(ctx)
+	case phaseReconcile:
+		return s.reconcile(ctx)
+	case phaseReceipt:
+		return s.receipt(ctx)
+	case phaseCommit:
+		return s.commit(ctx)
+	case phaseUncertain:
+		return s.park(ctx)
+	case phaseFail:
+		return s.failTask(ctx)
+	case phaseRelease:
+		return s.release(ctx)
+	}
+	panic(fmt.Sprintf("worker: slot in unknown phase %d", s.phase))
+}
+
+// next decides what the next step needs, checking cancellation, the
+// deadline, the step limit and the budget first. It writes nothing unless
+// the task ends here.
+func (s *Slot) next(ctx context.Context, now time.Time) Report {
+	index := s.task.StepsUsed
+	switch {
+	case s.task.CancelRequested:
+		return s.cancelAck(ctx)
+	case !s.task.Deadline.IsZero() && now.After(s.task.Deadline):
+		s.fail(model.Failure{Class: model.Permanent, Reason: model.DeadlineExceeded, Message: "deadline passed before the next step"})
+		return s.failTask(ctx)
+	case index >= len(s.plan):
+		return s.complete(ctx)
+	case s.task.StepsUsed+1 > s.task.StepsMax:
+		s.fail(model.Failure{Class: model.Permanent, Reason: model.StepsExhausted,
+			Message: fmt.Sprintf("step %d would pass the step limit %d", index, s.task.StepsMax)})
+		return s.failTask(ctx)
+	case s.task.CostUsed+s.plan[index].Cost > s.task.CostBudget:
+		s.fail(model.Failure{Class: model.Permanent, Reason: model.BudgetExhausted,
+			Message: fmt.Sprintf("step %d costs %d; %d of %d used", index, s.plan[index].Cost, s.task.CostUsed, s.task.CostBudget)})
+		return s.failTask(ctx)
+	case s.plan[index].Approval != "":
+		return s.pause(ctx)
+	}
+	s.phase, s.workStart = phaseWork, now
+	return s.work(ctx, now)
+}
+
+// work runs the step's own work once its duration has passed.
+func (s *Slot) work(ctx context.Context, now time.Time) Report {
+	spec := s.plan[s.task.StepsUsed]
+	if end := s.workStart.Add(spec.Duration); now.Before(end) {
+		r := s.report(ActionWait)
+		r.Wait = end.Sub(now)
+		return r
+	}
+	checkpoint, err := s.w.cfg.Handler.Run(ctx, s.task, s.task.StepsUsed)
+	if err != nil {
+		s.fail(model.Failure{Class: Classify(err), Message: err.Error()})
+		return s.failTask(ctx)
+	}
+	s.checkpoint = checkpoint
+	if spec.Effect != "" {
+		s.phase = phaseIntent
+		return s.intent(ctx)
+	}
+	s.phase = phaseCommit
+	return s.commit(ctx)
+}
+
+// outcome routes a queue error: nil means carry on. A stale claim is
+// dropped; a write the queue refused after settling the task (a limit or
+// deadline reached) ends the claim; a storage error keeps the phase and
+// backs off; anything else is an anomaly and ends the claim.
+func (s *Slot) outcome(r *Report, err error) bool {
+	r.Err = err
+	switch {
+	case err == nil:
+		s.backoff = 0
+		r.Accepted = true
+		return true
+	case errors.Is(err, model.ErrStaleClaim):
+		r.Outcome = "stale claim dropped"
+		s.phase = phaseDone
+	case errors.Is(err, model.ErrBudgetExhausted), errors.Is(err, model.ErrStepsExhausted), errors.Is(err, model.ErrDeadlineExceeded):
+		r.Accepted = true
+		r.Outcome = "task failed by the queue"
+		s.phase = phaseDone
+	case errors.Is(err, model.ErrInvalidInput), errors.Is(err, model.ErrNotFound), errors.Is(err, model.ErrStepConflict),
+		errors.Is(err, model.ErrInvalidTransition), errors.Is(err, model.ErrEffectReceipted):
+		r.Anomaly = err.Error()
+		r.Outcome = "claim abandoned"
+		s.phase = phaseDone
+	default:
+		s.backoff = nextBackoff(s.backoff, s.w.cfg.StorageBackoffMin, s.w.cfg.StorageBackoffMax)
+		s.retryAt = s.w.clock.Now().Add(s.backoff)
+		r.Outcome = "storage error; retry in " + s.backoff.String()
+		r.StorageError = true
+	}
+	level := slog.LevelInfo
+	if r.Anomaly != "" || r.StorageError {
+		level = slog.LevelWarn
+	}
+	s.log(level, "queue write refused", *r)
+	return false
+}
+
+func nextBackoff(current, least, most time.Duration) time.Duration {
+	if current < least {
+		return least
+	}
+	if current *= 2; current > most {
+		return most
+	}
+	return current
+}
+
+func (s *Slot) heartbeat(ctx context.Context, now time.Time) Report {
+	r := s.report(ActionHeartbeat)
+	r.Write = "heartbeat"
+	res, err := s.w.cfg.Queue.Heartbeat(ctx, s.claim, s.w.cfg.Lease)
+	if !s.outcome(&r, err) {
+		s.heartbeatFailing = r.StorageError
+		return r
+	}
+	s.heartbeatFailing = false
+	s.leaseUntil, s.heartbeatDue = res.LeaseUntil, now.Add(s.w.cfg.Heartbeat)
+	if res.CancelRequested && !s.task.CancelRequested {
+		s.task.CancelRequested = true
+		r.Outcome = "cancellation requested"
+	}
+	return r
+}
+
+func (s *Slot) intent(ctx context.Context) Report {
+	r := s.report(ActionIntent)
+	r.Write = "effect_intent"
+	res, err := s.w.cfg.Queue.RecordIntent(ctx, s.claim, s.task.StepsUsed)
+	if !s.outcome(&r, err) {
+		return r
+	}
+	s.opID, r.OpID = res.OpID, res.OpID
+	r.Outcome = string(res.Status)
+	switch res.Status {
+	case model.IntentReceipted:
+		s.phase = phaseCommit // never call a receipted operation again
+	case model.IntentUncertain:
+		s.ownIntent = false
+		s.phase = phaseReconcile
+	default:
+		s.ownIntent = true
+		s.phase = phaseCall
+	}
+	s.log(slog.LevelInfo, "effect intent", r)
+	return r
+}
+
+// checkLease refuses to call the service once this worker's own view of
+// the lease has run out. A stall after this check can still make the call
+// late; the fence in the call and the ledger protocol cover that.
+func (s *Slot) checkLease(now time.Time) Report {
+	r := s.report(ActionCheckLease)
+	r.OpID = s.opID
+	if !now.Before(s.leaseUntil) {
+		r.Outcome = "lease expired locally; claim dropped"
+		s.phase = phaseDone
+		s.log(slog.LevelWarn, "lease expired before the call", r)
+		return r
+	}
+	s.phase = phaseSend
+	r.Outcome = "lease held"
+	return r
+}
+
+func (s *Slot) send(ctx context.Context) Report {
+	r := s.report(ActionCall)
+	r.OpID, r.Called = s.opID, true
+	result, err := s.w.cfg.Service.Call(ctx, Call{OpID: s.opID, TaskID: s.claim.TaskID,
+		Effect: s.plan[s.task.StepsUsed].Effect, Fence: s.claim.Fence})
+	r.Err = err
+	switch {
+	case err == nil:
+		s.result, s.phase = result, phaseReceipt
+		r.Outcome = "applied"
+	case errors.Is(err, ErrStaleFence):
+		s.phase = phaseDone
+		r.Outcome = "refused: stale fence; claim dropped"
+	case errors.Is(err, ErrUnavailable):
+		s.backoff = nextBackoff(s.backoff, s.w.cfg.StorageBackoffMin, s.w.cfg.StorageBackoffMax)
+		s.retryAt = s.w.clock.Now().Add(s.backoff)
+		r.Outcome = "service unavailable; retry in " + s.backoff.String()
+	default:
+		s.phase = phaseReconcile
+		r.Outcome = "outcome unknown"
+	}
+	s.log(slog.LevelInfo, "effect call", r)
+	return r
+}
+
+// reconcile settles an operation whose outcome is unknown according to
+// what the service can do (see ServiceKind).
+func (s *Slot) reconcile(ctx context.Context) Report {
+	kind := s.w.cfg.Service.Kind()
+	if kind == Dedup {
+		return s.send(ctx)
+	}
+	r := s.report(ActionReconcile)
+	r.OpID = s.opID
+	if !kind.CanAnswer() {
+		r.Outcome = "service cannot say; to review"
+		s.phase = phaseUncertain
+		return r
+	}
+	r.Called = true
+	applied, result, err := s.w.cfg.Service.Status(ctx, s.opID, s.claim.Fence)
+	r.Err = err
+	switch {
+	case err != nil:
+		s.backoff = nextBackoff(s.backoff, s.w.cfg.StorageBackoffMin, s.w.cfg.StorageBackoffMax)
+		s.retryAt = s.w.clock.Now().Add(s.backoff)
+		r.Outcome = "status unknown; retry in " + s.backoff.String()
+	case applied:
+		s.result, s.phase = result, phaseReceipt
+		r.Outcome = "applied"
+	case kind == Fenced || s.ownIntent:
+		s.phase = phaseSend
+		r.Outcome = "not applied; call again"
+	default:
+		s.phase = phaseUncertain
+		r.Outcome = "not applied, but an earlier claim may still call; to review"
+	}
+	s.log(slog.LevelInfo, "effect reconcile", r)
+	return r
+}
+
+func (s *Slot) receipt(ctx context.Context) Report {
+	r := s.report(ActionReceipt)
+	r.OpID, r.Write = s.opID, "effect_receipt"
+	if !s.outcome(&r, s.w.cfg.Queue.RecordReceipt(ctx, s.claim, s.opID, s.result)) {
+		return r
+	}
+	s.phase = phaseCommit
+	return r
+}
+
+func (s *Slot) commit(ctx context.Context) Report {
+	r := s.report(ActionStep)
+	r.Write = "step"
+	index, cost := s.task.StepsUsed, s.plan[s.task.StepsUsed].Cost
+	res, err := s.w.cfg.Queue.CompleteStep(ctx, model.StepWrite{Claim: s.claim, Index: index, Cost: cost, Checkpoint: s.checkpoint})
+	if !s.outcome(&r, err) {
+		return r
+	}
+	s.task.StepsUsed, s.task.CostUsed, s.task.Checkpoint = index+1, s.task.CostUsed+cost, s.checkpoint
+	s.task.CancelRequested = s.task.CancelRequested || res.CancelRequested
+	s.opID, s.result, s.ownIntent, s.phase = "", "", false, phaseNext
+	r.Outcome = fmt.Sprintf("step %d cost %d", index, cost)
+	if res.Replayed {
+		r.Outcome += " (replayed)"
+	}
+	s.log(slog.LevelInfo, "step completed", r)
+	return r
+}
+
+func (s *Slot) pause(ctx context.Context) Report {
+	r := s.report(ActionPause)
+	r.Write = "pause"
+	gate := s.plan[s.task.StepsUsed].Approval
+	to, err := s.w.cfg.Queue.Pause(ctx, s.claim, s.task.StepsUsed, gate)
+	if !s.outcome(&r, err) {
+		return r
+	}
+	s.phase = phaseDone
+	r.Outcome = "to " + string(to) + " at gate " + gate
+	s.log(slog.LevelInfo, "paused for approval", r)
+	return r
+}
+
+func (s *Slot) complete(ctx context.Context) Report {
+	r := s.report(ActionComplete)
+	r.Write = "complete"
+	if !s.outcome(&r, s.w.cfg.Queue.Complete(ctx, s.claim)) {
+		return r
+	}
+	s.phase = phaseDone
+	r.Outcome = "completed"
+	s.log(slog.LevelInfo, "task completed", r)
+	return r
+}
+
+func (s *Slot) failTask(ctx context.Context) Report {
+	r := s.report(ActionFail)
+	r.Write = "fail"
+	to, err := s.w.cfg.Queue.Fail(ctx, s.claim, s.failure)
+	if !s.outcome(&r, err) {
+		return r
+	}
+	s.phase = phaseDone
+	r.Outcome = fmt.Sprintf("%s failure: to %s", s.failure.Class, to)
+	s.log(slog.LevelInfo, "task failed", r)
+	return r
+}
+
+func (s *Slot) park(ctx context.Context) Report {
+	s.failure = model.Failure{Class: model.Uncertain, OpID: s.opID, Message: "effect outcome unknown: " + s.opID}
+	r := s.failTask(ctx)
+	r.OpID = s.opID
+	return r
+}
+
+func (s *Slot) cancelAck(ctx context.Context) Report {
+	r := s.report(ActionCancel)
+	r.Write = "cancel_ack"
+	if !s.outcome(&r, s.w.cfg.Queue.AcknowledgeCancel(ctx, s.claim)) {
+		return r
+	}
+	s.phase = phaseDone
+	r.Outcome = "cancelled"
+	s.log(slog.LevelInfo, "cancellation observed", r)
+	return r
+}
+
+func (s *Slot) release(ctx context.Context) Report {
+	r := s.report(ActionRelease)
+	r.Write = "release"
+	to, err := s.w.cfg.Queue.Release(ctx, s.claim)
+	if !s.outcome(&r, err) {
+		return r
+	}
+	s.phase = phaseDone
+	r.Outcome = "to " + string(to)
+	s.log(slog.LevelInfo, "claim released", r)
+	return r
+}
