@@ -20,6 +20,14 @@ test: ## Run the whole test suite (what CI runs)
 rapid: ## Run the property tests with RAPID_CHECKS=N checks (default 100)
 	RAPID_CHECKS=$(RAPID_CHECKS) $(GO) test -count=1 -timeout 60m -run 'Rapid' ./...
 
+.PHONY: build
+build: ## Build bin/leasehold with its version stamped
+	$(GO) build -o bin/leasehold ./cmd/leasehold
+
+.PHONY: sim
+sim: build ## Reproduce one seed or sweep many: make sim SEED=n [SCENARIO=name] [SEEDS=count]
+	bin/leasehold sim --seed $(SEED) --scenario $(SCENARIO) --seeds $(SEEDS)
+
 .PHONY: bench
 bench: ## Run the benchmarks and print their ratios
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./...

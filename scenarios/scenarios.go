@@ -63,13 +63,17 @@ type Expect struct {
 	// fewer than its times attempts have been charged).
 	Retried bool
 	// EffectsApplied: each of the task's operations applied exactly once
-	// by the external service, this many in all.
+	// by the external service, this many in all (AnyEffects: any number,
+	// each still at most once).
 	EffectsApplied int
 	// LateResultRejected: when the claimant a script stalled is resumed
 	// with its memory, its late result must be refused (a stale-claim
 	// rejection, its own lease check, or a fenced service's refusal).
 	LateResultRejected bool
 }
+
+// AnyEffects accepts any number of applied operations.
+const AnyEffects = -1
 
 // Task is one task of a scenario.
 type Task struct {
@@ -323,7 +327,7 @@ func Quota() Scenario {
 // deadline fails with deadline_exceeded and no step is charged after it.
 func Deadline() Scenario {
 	long := `{"steps":[{"cost":1,"duration_ms":1000},{"cost":1,"duration_ms":1000},{"cost":1,"duration_ms":1000},{"cost":1,"duration_ms":1000}]}`
-	late := Expect{State: model.Failed, Reason: model.DeadlineExceeded}
+	late := Expect{State: model.Failed, Reason: model.DeadlineExceeded, EffectsApplied: AnyEffects}
 	return Scenario{
 		Name:        "deadline",
 		Description: "deadlines passing while tasks are queued, running and waiting",

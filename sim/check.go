@@ -40,12 +40,13 @@ type checker struct {
 	charged   map[string]int // charged attempts per task since its last requeue, from the trail
 	applied   int            // effect applications already checked
 	plans     map[string][]worker.SyntheticStep
+	runs      map[string]string // schedule run key -> task
 }
 
 func newChecker(w *World) *checker {
 	c := &checker{w: w, tasks: map[string]model.Task{}, known: map[string]bool{}, steps: map[string]bool{},
 		receipts: map[string]bool{}, history: model.NewHistory(), charged: map[string]int{},
-		plans: map[string][]worker.SyntheticStep{}}
+		plans: map[string][]worker.SyntheticStep{}, runs: map[string]string{}}
 	c.limits, c.overrides, _ = w.q.Limits(w.ctx)
 	return c
 }
@@ -119,6 +120,13 @@ func (c *checker) check() *model.Violation {
 		if t.AttemptsCharged != c.charged[id] {
 			return &model.Violation{Invariant: InvAttemptsAccounted, TaskID: id,
 				Detail: fmt.Sprintf("attempts_charged %d, but the trail shows %d charged attempts since the last requeue", t.AttemptsCharged, c.charged[id])}
+		}
+		if _, seen := c.tasks[id]; !seen && t.ScheduleID != "" {
+			key := fmt.Sprintf("%s/%d", t.ScheduleID, t.ScheduleRun)
+			if other, dup := c.runs[key]; dup {
+				return &model.Violation{Invariant: model.InvScheduleRunOnce, TaskID: id, Detail: "run " + key + " also enqueued as task " + other}
+			}
+			c.runs[key] = id
 		}
 		if before, ok := c.tasks[id]; ok {
 			if vs := model.CheckChange(before, t); len(vs) > 0 {

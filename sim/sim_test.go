@@ -36,6 +36,17 @@ func sweep(t *testing.T, name string, count int) []Result {
 // TestPortfolioSweep runs the portfolio over 200 seeds with faults on.
 func TestPortfolioSweep(t *testing.T) { sweep(t, "portfolio", sweepSeeds) }
 
+// TestOtherScenariosSweep runs every other scenario over a shorter sweep
+// (make sim SEEDS=10000 SCENARIO=name is the long one).
+func TestOtherScenariosSweep(t *testing.T) {
+	for _, name := range scenarios.Names() {
+		if name == "portfolio" || name == "late-result" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) { sweep(t, name, 60) })
+	}
+}
+
 // TestLateResultSweep runs the late-result exercise over 200 seeds with
 // faults on, and checks that the story (a stalled claimant resumed after
 // another worker took over, its late result refused) happens in most.

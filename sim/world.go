@@ -48,6 +48,7 @@ type taskState struct {
 	lateSeen     bool     // the stalled claimant's late result was refused
 	lateAccepted bool     // the stalled claimant's late result was accepted (wrong)
 	operator     int      // operator recoveries made
+	lateSubmit   bool     // refused because its deadline passed while the caller retried
 }
 
 // World is the simulated world: the real queue on an in-memory SQLite
@@ -71,7 +72,11 @@ type World struct {
 	// restart; enqueued and collapsed sum what the schedulers did.
 	schedDown           []int
 	enqueued, collapsed int64
-	runsDue             int64 // runs the schedules had reached when stopped
+	// stopped holds the schedules as they were when the liveness phase
+	// stopped them, at stoppedAt.
+	stopped    []model.Schedule
+	stoppedAt  time.Time
+	recoveries map[string]int // operator recoveries per task
 }
 
 // newWorld builds the world for one seed.
@@ -103,6 +108,7 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix) (*World, error) 
 		w.tasks = append(w.tasks, &taskState{spec: t, stalledBy: -1})
 	}
 	w.schedDown = make([]int, max(1, sc.Schedulers))
+	w.recoveries = map[string]int{}
 	w.checker = newChecker(w)
 	return w, nil
 }
@@ -358,6 +364,10 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 		res, err := w.q.Submit(w.ctx, t.request)
 		if errors.Is(err, model.ErrQueueFull) {
 			t.refusals++
+		}
+		if errors.Is(err, model.ErrInvalidInput) && t.spec.Deadline > 0 {
+			t.lateSubmit = true
+			return "refused: the deadline passed before the submit got through: " + err.Error(), true
 		}
 		if err != nil {
 			return "error (caller retries): " + err.Error(), false
