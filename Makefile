@@ -14,7 +14,9 @@ help: ## List the targets
 .PHONY: test
 test: ## Run the whole test suite (what CI runs)
 	$(GO) vet ./...
+	$(GO) vet -tags leasehold_broken ./...
 	$(GO) test -count=1 -timeout 15m ./...
+	$(GO) test -count=1 -timeout 10m -tags leasehold_broken -run 'Broken|Shrink|NoVariant' ./sim
 
 .PHONY: rapid
 rapid: ## Run the property tests with RAPID_CHECKS=N checks (default 100)

@@ -27,7 +27,19 @@ type Queue struct {
 	counts  QueueCounts
 	last    Duplicate
 	hasLast bool
+	holds   int         // writes to keep for a late second delivery
+	held    []heldWrite // kept writes, oldest first
 }
+
+// heldWrite is a write kept for a late second delivery.
+type heldWrite struct {
+	write string
+	claim model.Claim
+	call  func() error
+}
+
+// HeldMax bounds the writes a Queue keeps for late delivery.
+const HeldMax = 8
 
 var _ worker.Queue = (*Queue)(nil)
 
@@ -77,11 +89,36 @@ func (q *Queue) ArmDuplicate() {
 	q.armed++
 }
 
-// Disarm cancels every armed duplicate.
+// ArmHold makes the next fenced write be delivered now and kept, to be
+// delivered again by Redeliver: a late duplicate, as when a network
+// replays a request long after its claim expired.
+func (q *Queue) ArmHold() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.holds++
+}
+
+// Redeliver delivers the oldest kept write a second time, now, and returns
+// what it was and the queue's answer; ok is false when nothing is kept.
+func (q *Queue) Redeliver() (write string, claim model.Claim, err error, ok bool) {
+	q.mu.Lock()
+	if len(q.held) == 0 {
+		q.mu.Unlock()
+		return "", model.Claim{}, nil, false
+	}
+	h := q.held[0]
+	q.held = q.held[1:]
+	q.mu.Unlock()
+	err = h.call()
+	q.record(Duplicate{Write: h.write, TaskID: h.claim.TaskID, Fence: h.claim.Fence, Err: err})
+	return h.write, h.claim, err, true
+}
+
+// Disarm cancels every armed duplicate and hold and drops kept writes.
 func (q *Queue) Disarm() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.armed = 0
+	q.armed, q.holds, q.held = 0, 0, nil
 }
 
 // Armed returns the number of duplicates armed and not yet fired.
@@ -135,6 +172,17 @@ func (q *Queue) take() bool {
 	return true
 }
 
+// hold keeps the write for a late delivery if a hold is armed.
+func (q *Queue) hold(write string, c model.Claim, call func() error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.holds == 0 || len(q.held) >= HeldMax {
+		return
+	}
+	q.holds--
+	q.held = append(q.held, heldWrite{write: write, claim: c, call: call})
+}
+
 func (q *Queue) record(d Duplicate) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -149,6 +197,7 @@ func (q *Queue) record(d Duplicate) {
 // the first delivery's result.
 func deliver[T any](q *Queue, write string, c model.Claim, call func() (T, error)) (T, error) {
 	twice := q.take()
+	q.hold(write, c, func() error { _, err := call(); return err })
 	res, err := call()
 	if twice {
 		_, second := call()

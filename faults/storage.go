@@ -153,12 +153,13 @@ type Storage struct {
 	inner driver.Driver
 	clock clockwork.Clock
 
-	mu     sync.Mutex
-	bypass int       // Bypass calls running
-	down   bool      // open-ended outage
-	until  time.Time // outage until this time (exclusive)
-	armed  []StorageFault
-	counts StorageCounts
+	mu      sync.Mutex
+	bypass  int       // Bypass calls running
+	down    bool      // open-ended outage
+	until   time.Time // outage until this time (exclusive)
+	armed   []StorageFault
+	counts  StorageCounts
+	commits int64 // transactions the inner driver committed
 }
 
 // NewStorage wraps inner; outage windows are measured on clock.
@@ -245,6 +246,21 @@ func (s *Storage) Counts() StorageCounts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.counts
+}
+
+func (s *Storage) committed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.commits++
+}
+
+// Commits returns how many transactions reached the database, including
+// those an ambiguous-commit fault reported as failed: a reader that sees
+// the number unchanged knows nothing was written.
+func (s *Storage) Commits() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.commits
 }
 
 // String describes the outage window, the armed faults and the counts,

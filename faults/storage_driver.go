@@ -203,6 +203,7 @@ func (t *tx) Commit() error {
 	if err := t.inner.Commit(); err != nil {
 		return err // a real failure: an ambiguous fault, if armed, is spent (and counted)
 	}
+	t.s.committed()
 	if ambiguous != nil {
 		return ambiguous
 	}

@@ -178,62 +178,108 @@ func diffTasks(a, b Task) string {
 }
 
 // AcceptedWrite is one worker write the queue accepted: the claim it was
-// made under and when, in the order the queue accepted them.
+// made under and when, in the order the queue accepted them. Owner and
+// LeaseUntil, when known, let History check that one claim has one owner
+// and that no write is accepted after its claim's lease ran out.
 type AcceptedWrite struct {
 	TaskID string
 	Fence  int64
 	Kind   string // claim, heartbeat, step, effect_intent, ...
 	At     time.Time
+	Owner  string
+	// LeaseUntil is the lease a claim or heartbeat set; zero for others.
+	LeaseUntil time.Time
+}
+
+// claimSpan is what History keeps of one claim.
+type claimSpan struct {
+	first, last time.Time
+	owner       string
+	// leaseUntil is the lease accepted claims and heartbeats surely set;
+	// leaseMaybe also counts heartbeats that may have been applied.
+	leaseUntil, leaseMaybe time.Time
 }
 
 // History checks accepted writes as they arrive: for each task, once a
 // write under fence f+1 has been accepted, no write under a fence ≤ f may
-// be, so no two claims' accepted-write intervals overlap. It keeps only the
-// latest fence per task and the bounds of each claim's interval.
+// be, so no two claims' accepted-write intervals overlap; one fence belongs
+// to one owner; and no write is accepted at or after the end of its
+// claim's lease. It keeps the latest fence per task and a few facts about
+// each claim.
 type History struct {
-	latest    map[string]int64
-	intervals map[string]map[int64][2]time.Time
+	latest map[string]int64
+	spans  map[string]map[int64]claimSpan
 }
 
 // NewHistory returns an empty History.
 func NewHistory() *History {
-	return &History{latest: map[string]int64{}, intervals: map[string]map[int64][2]time.Time{}}
+	return &History{latest: map[string]int64{}, spans: map[string]map[int64]claimSpan{}}
 }
 
 // Accept records w and returns a violation if it was accepted under an
-// older claim than one already seen for the task, or before the end of an
-// older claim's interval.
+// older claim than one already seen for the task, before the end of an
+// older claim's interval, under another owner's fence, or after its
+// claim's lease ran out.
 func (h *History) Accept(w AcceptedWrite) *Violation {
+	bad := func(format string, args ...any) *Violation {
+		return &Violation{Invariant: InvSingleClaim, TaskID: w.TaskID, Detail: fmt.Sprintf(format, args...)}
+	}
 	latest, seen := h.latest[w.TaskID]
 	if seen && w.Fence < latest {
-		return &Violation{Invariant: InvSingleClaim, TaskID: w.TaskID,
-			Detail: fmt.Sprintf("%s under fence %d accepted after a write under fence %d", w.Kind, w.Fence, latest)}
+		return bad("%s under fence %d accepted after a write under fence %d", w.Kind, w.Fence, latest)
 	}
-	spans := h.intervals[w.TaskID]
+	spans := h.spans[w.TaskID]
 	if spans == nil {
-		spans = map[int64][2]time.Time{}
-		h.intervals[w.TaskID] = spans
+		spans = map[int64]claimSpan{}
+		h.spans[w.TaskID] = spans
 	}
-	if seen && w.Fence > latest {
-		if prev := spans[latest]; w.At.Before(prev[1]) {
-			return &Violation{Invariant: InvSingleClaim, TaskID: w.TaskID,
-				Detail: fmt.Sprintf("claim %d began at %v, before claim %d's last write at %v", w.Fence, w.At, latest, prev[1])}
-		}
+	if prev := spans[latest]; seen && w.Fence > latest && w.At.Before(prev.last) {
+		return bad("claim %d began at %v, before claim %d's last write at %v", w.Fence, w.At, latest, prev.last)
 	}
 	span, ok := spans[w.Fence]
-	if !ok {
-		span[0] = w.At
+	switch {
+	case !ok:
+		span = claimSpan{first: w.At, owner: w.Owner}
+	case w.Owner != "" && span.owner != "" && w.Owner != span.owner:
+		return bad("%s under fence %d accepted from %s, but %s holds that claim", w.Kind, w.Fence, w.Owner, span.owner)
+	case !span.leaseMaybe.IsZero() && !w.At.Before(span.leaseMaybe):
+		return bad("%s under fence %d accepted at %v, after its lease ran out at %v", w.Kind, w.Fence, w.At, span.leaseMaybe)
 	}
-	span[1] = w.At
+	span.last = w.At
+	if !w.LeaseUntil.IsZero() {
+		span.leaseUntil = w.LeaseUntil
+		if w.LeaseUntil.After(span.leaseMaybe) {
+			span.leaseMaybe = w.LeaseUntil
+		}
+	}
 	spans[w.Fence] = span
 	h.latest[w.TaskID] = w.Fence
 	return nil
 }
 
+// MayExtend records that a heartbeat of the claim may have been applied
+// although its caller saw an error (an ambiguous commit): the lease may run
+// until leaseUntil, so later writes are judged against that.
+func (h *History) MayExtend(taskID string, fence int64, leaseUntil time.Time) {
+	span, ok := h.spans[taskID][fence]
+	if !ok || !leaseUntil.After(span.leaseMaybe) {
+		return
+	}
+	span.leaseMaybe = leaseUntil
+	h.spans[taskID][fence] = span
+}
+
+// LeaseUntil returns the lease of a task's claim as its accepted claim and
+// heartbeats surely set it (the reaper may not expire it earlier).
+func (h *History) LeaseUntil(taskID string, fence int64) (time.Time, bool) {
+	span, ok := h.spans[taskID][fence]
+	return span.leaseUntil, ok && !span.leaseUntil.IsZero()
+}
+
 // Interval returns the first and last accepted write of a task's claim.
 func (h *History) Interval(taskID string, fence int64) (first, last time.Time, ok bool) {
-	span, ok := h.intervals[taskID][fence]
-	return span[0], span[1], ok
+	span, ok := h.spans[taskID][fence]
+	return span.first, span.last, ok
 }
 
 // CheckEvents checks the audit trail of one task: no step index is charged

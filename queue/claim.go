@@ -15,9 +15,35 @@ import (
 // write that moves the task to running, sets its owner and lease, and
 // increments its version, the fence token every later write must name. The
 // per-user limit is enforced inside the same transaction.
+//
+// An idle poll costs one read: when no task is claimable the queue answers
+// without taking the write lock.
 func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
+	if req.Max != 1 {
+		rows, err := q.readRows(ctx, "settings_all")
+		if err != nil {
+			return nil, err
+		}
+		limits, err := readLimits(rows)
+		if err != nil {
+			return nil, err
+		}
+		if err := req.Validate(limits.ClaimBatchMax); err != nil {
+			return nil, err
+		}
+	} else if err := req.Validate(1); err != nil {
+		return nil, err
+	}
+	var found int
+	err := q.readRow(ctx, q.variant("claim_any"), sql.Named("now", model.Millis(q.now()))).Scan(&found)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: claim: %w", err)
+	}
 	var out []model.Claimed
-	err := q.write(ctx, "claim", func(t *txn) error {
+	err = q.write(ctx, "claim", func(t *txn) error {
 		// A batch of one is within every batch limit (ClaimBatchMax is at
 		// least 1), so it needs no read of the limits to validate.
 		batchMax := 1
@@ -52,7 +78,7 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 
 func (t *txn) claimNext(req model.ClaimRequest) (model.Claimed, bool, error) {
 	now := model.Millis(t.now)
-	task, err := scanTask(t.queryRow("claim_next", sql.Named("now", now)))
+	task, err := scanTask(t.queryRow(t.q.variant("claim_next"), sql.Named("now", now)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Claimed{}, false, nil
 	}

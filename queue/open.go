@@ -64,6 +64,10 @@ type Options struct {
 	// modernc.org/sqlite connections underneath.
 	Driver  driver.Driver
 	Migrate MigrateMode
+	// Image, for an in-memory database, is a database image (from
+	// Queue.Image) to start from instead of an empty database: the
+	// simulator opens thousands of worlds from one migrated image.
+	Image []byte
 }
 
 // Queue is the durable queue. It is safe for concurrent use; writes are
@@ -73,7 +77,10 @@ type Queue struct {
 	clock   clockwork.Clock
 	ids     model.IDSource
 	backoff model.Backoff
-	stmts   map[string]*sql.Stmt
+	queries map[string]string
+
+	stmtMu  sync.Mutex
+	stmts   map[string]*sql.Stmt // prepared on first use
 	path    string
 	pragmas []string
 
@@ -115,6 +122,12 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	}
 	if q.rand == nil {
 		q.rand = rand.New(rand.NewPCG(1, 2))
+	}
+	if o.Image != nil {
+		if err := q.load(ctx, o.Image); err != nil {
+			db.Close()
+			return nil, err
+		}
 	}
 	if err := q.migrate(ctx, o.Migrate); err != nil {
 		db.Close()
@@ -183,29 +196,150 @@ func (q *Queue) DB() *sql.DB { return q.db }
 
 // Close closes the database.
 func (q *Queue) Close() error {
+	q.stmtMu.Lock()
 	for _, s := range q.stmts {
 		s.Close()
 	}
+	q.stmts = map[string]*sql.Stmt{}
+	q.stmtMu.Unlock()
 	return q.db.Close()
 }
 
-func (q *Queue) prepare(ctx context.Context) error {
-	queries, err := loadQueries()
+// queries parses queries.sql once per process.
+var queries = sync.OnceValues(loadQueries)
+
+func (q *Queue) prepare(context.Context) error {
+	texts, err := queries()
 	if err != nil {
 		return err
 	}
-	q.stmts = map[string]*sql.Stmt{}
-	for name, text := range queries {
-		if name == "task_columns" || strings.HasPrefix(name, "migration") {
-			continue
-		}
-		stmt, err := q.db.PrepareContext(ctx, text)
-		if err != nil {
-			return fmt.Errorf("queue: prepare %s: %w", name, err)
-		}
-		q.stmts[name] = stmt
-	}
+	q.queries, q.stmts = texts, map[string]*sql.Stmt{}
 	return nil
+}
+
+// queryText returns a named query's SQL; an unknown name is a programming
+// error.
+func (q *Queue) queryText(name string) string {
+	text, ok := q.queries[name]
+	if !ok || name == "task_columns" {
+		panic("queue: no query named " + name)
+	}
+	return text
+}
+
+// variant returns the query a broken variant uses in place of name (see
+// broken_on.go); normally name itself.
+func (q *Queue) variant(name string) string {
+	switch {
+	case (name == "claim_next" || name == "claim_any") && broken("no-user-limit"):
+		return name + "_any_user"
+	case (name == "heartbeat" || name == "step_apply" || name == "pause_apply") && broken("write-after-lease-expiry"):
+		return name + "_after_expiry"
+	}
+	return name
+}
+
+func (q *Queue) cachedStmt(name string) *sql.Stmt {
+	q.stmtMu.Lock()
+	defer q.stmtMu.Unlock()
+	return q.stmts[name]
+}
+
+// prepared returns the named statement prepared on the database, preparing
+// it on first use. It must not be called while this goroutine holds the
+// only connection of an in-memory database in a transaction.
+func (q *Queue) prepared(ctx context.Context, name string) (*sql.Stmt, error) {
+	if s := q.cachedStmt(name); s != nil {
+		return s, nil
+	}
+	s, err := q.db.PrepareContext(ctx, q.queryText(name))
+	if err != nil {
+		return nil, fmt.Errorf("queue: prepare %s: %w", name, err)
+	}
+	q.stmtMu.Lock()
+	defer q.stmtMu.Unlock()
+	if existing := q.stmts[name]; existing != nil {
+		s.Close()
+		return existing, nil
+	}
+	q.stmts[name] = s
+	return s, nil
+}
+
+// prepareLater prepares on the database, once t is over, the statements t
+// could only prepare for itself. A failure here is harmless: the next use
+// prepares again.
+func (q *Queue) prepareLater(ctx context.Context, t *txn) {
+	for _, name := range t.unprepared {
+		_, _ = q.prepared(ctx, name)
+	}
+}
+
+// serializer is what modernc.org/sqlite connections offer to copy an
+// in-memory database in and out.
+type serializer interface {
+	Serialize() ([]byte, error)
+	Deserialize([]byte) error
+}
+
+// rawSerializer finds the serializer under any driver wrappers (they offer
+// Unwrap() driver.Conn).
+func rawSerializer(dc any) (serializer, error) {
+	for {
+		if s, ok := dc.(serializer); ok {
+			return s, nil
+		}
+		u, ok := dc.(interface{ Unwrap() driver.Conn })
+		if !ok {
+			return nil, fmt.Errorf("queue: connection %T cannot serialize", dc)
+		}
+		dc = u.Unwrap()
+	}
+}
+
+// load replaces the in-memory database with an image.
+func (q *Queue) load(ctx context.Context, image []byte) error {
+	if q.path != Memory {
+		return &model.ValidationError{Field: "image", Problem: "only an in-memory database starts from an image"}
+	}
+	conn, err := q.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("queue: load image: %w", err)
+	}
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		s, err := rawSerializer(dc)
+		if err != nil {
+			return err
+		}
+		if err := s.Deserialize(image); err != nil {
+			return fmt.Errorf("queue: load image: %w", err)
+		}
+		return nil
+	})
+}
+
+// Image returns a copy of an in-memory database, to open others from with
+// Options.Image.
+func (q *Queue) Image(ctx context.Context) ([]byte, error) {
+	if q.path != Memory {
+		return nil, &model.ValidationError{Field: "image", Problem: "only an in-memory database has an image"}
+	}
+	conn, err := q.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue: image: %w", err)
+	}
+	defer conn.Close()
+	var image []byte
+	err = conn.Raw(func(dc any) error {
+		s, err := rawSerializer(dc)
+		if err != nil {
+			return err
+		}
+		image, err = s.Serialize()
+		return err
+	})
+	return image, err
 }
 
 // now reads the injected clock at the precision the queue stores.

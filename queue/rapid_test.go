@@ -98,11 +98,17 @@ func compare(got, want any) string {
 // refused after changing the task (a limit reached, a deadline passed)
 // were accepted under the fence too.
 func (m *machine) accept(t *rapid.T, c model.Claim, kind string, err error) {
+	m.acceptLease(t, c, kind, err, time.Time{})
+}
+
+// acceptLease records an accepted claim or heartbeat with the lease it set.
+func (m *machine) acceptLease(t *rapid.T, c model.Claim, kind string, err error, leaseUntil time.Time) {
 	if err != nil && !errors.Is(err, model.ErrBudgetExhausted) && !errors.Is(err, model.ErrStepsExhausted) &&
 		!errors.Is(err, model.ErrDeadlineExceeded) {
 		return
 	}
-	if v := m.history.Accept(model.AcceptedWrite{TaskID: c.TaskID, Fence: c.Fence, Kind: kind, At: m.clock.Now()}); v != nil {
+	if v := m.history.Accept(model.AcceptedWrite{TaskID: c.TaskID, Fence: c.Fence, Kind: kind, At: m.clock.Now(),
+		Owner: c.Owner, LeaseUntil: leaseUntil}); v != nil {
 		t.Fatalf("%v", v)
 	}
 }
@@ -266,7 +272,7 @@ func (m *machine) worker(t *rapid.T) {
 		got, gotErr := m.q.Heartbeat(m.ctx, c, 5*time.Second)
 		want, wantErr := m.ref.Heartbeat(m.ctx, c, 5*time.Second)
 		m.same(t, "heartbeat", got, want, gotErr, wantErr)
-		m.accept(t, c, "heartbeat", gotErr)
+		m.acceptLease(t, c, "heartbeat", gotErr, got.LeaseUntil)
 	case "release":
 		got, gotErr := m.q.Release(m.ctx, c)
 		want, wantErr := m.ref.Release(m.ctx, c)
@@ -286,7 +292,7 @@ func (m *machine) claim(t *rapid.T) {
 	if m.same(t, "claim", got, want, gotErr, wantErr) && len(got) > 0 {
 		for _, c := range got {
 			m.claims = append(m.claims, c.Claim)
-			m.accept(t, c.Claim, "claim", nil)
+			m.acceptLease(t, c.Claim, "claim", nil, c.Claim.LeaseUntil)
 		}
 		m.checkUserLimits(t, got)
 	}
@@ -338,7 +344,7 @@ func (m *machine) actions(t *rapid.T) map[string]func(*rapid.T) {
 			got, gotErr := m.q.Heartbeat(m.ctx, c, lease)
 			want, wantErr := m.ref.Heartbeat(m.ctx, c, lease)
 			m.same(t, "heartbeat", got, want, gotErr, wantErr)
-			m.accept(t, c, "heartbeat", gotErr)
+			m.acceptLease(t, c, "heartbeat", gotErr, got.LeaseUntil)
 		},
 		"step": func(t *rapid.T) {
 			c := m.pickClaim(t)

@@ -90,10 +90,11 @@ func (q *Queue) Metrics(ctx context.Context) (model.Metrics, error) {
 	if err != nil {
 		return m, fmt.Errorf("queue: metrics: begin: %w", err)
 	}
+	t := &txn{q: q, ctx: ctx, tx: tx, now: q.now()}
+	defer q.prepareLater(ctx, t)
 	defer tx.Rollback()
-	stmt := func(name string) *sql.Stmt { return tx.StmtContext(ctx, q.stmts[name]) }
 
-	rows, err := stmt("tallies_all").QueryContext(ctx)
+	rows, err := t.query("tallies_all")
 	if err != nil {
 		return m, fmt.Errorf("queue: metrics: %w", err)
 	}
@@ -117,7 +118,7 @@ func (q *Queue) Metrics(ctx context.Context) (model.Metrics, error) {
 
 	now := q.now()
 	var oldest sql.NullInt64
-	if err := stmt("oldest_queued").QueryRowContext(ctx, sql.Named("now", model.Millis(now))).Scan(&oldest); err != nil {
+	if err := t.queryRow("oldest_queued", sql.Named("now", model.Millis(now))).Scan(&oldest); err != nil {
 		return m, fmt.Errorf("queue: metrics: %w", err)
 	}
 	if oldest.Valid {

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"database/sql"
+	"fmt"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -13,7 +14,16 @@ import (
 // is requeued with backoff or, on its last attempt, dead-lettered in
 // needs_review. Each pass settles at most model.ReapBatchMax of each kind,
 // in submission order; More reports that another pass has work.
+//
+// A pass with nothing to do costs one read and takes no write lock.
 func (q *Queue) Reap(ctx context.Context) (model.ReapResult, error) {
+	var due bool
+	if err := q.readRow(ctx, "reap_any", sql.Named("now", model.Millis(q.now()))).Scan(&due); err != nil {
+		return model.ReapResult{}, fmt.Errorf("queue: reap: %w", err)
+	}
+	if !due {
+		return model.ReapResult{}, nil
+	}
 	var res model.ReapResult
 	err := q.write(ctx, "reap", func(t *txn) error {
 		res = model.ReapResult{}

@@ -70,6 +70,19 @@ func loadQueries() (map[string]string, error) {
 		return nil, fmt.Errorf("read queries: %w", err)
 	}
 	queries := map[string]string{}
+	if err := parseQueries(string(body), queries); err != nil {
+		return nil, err
+	}
+	brokenQueries(queries)
+	columns := queries["task_columns"]
+	for n, q := range queries {
+		queries[n] = strings.ReplaceAll(q, "{task_columns}", columns)
+	}
+	return queries, nil
+}
+
+// parseQueries adds the "-- name: NAME" sections of body to queries.
+func parseQueries(body string, queries map[string]string) error {
 	var name string
 	var text strings.Builder
 	flush := func() {
@@ -78,14 +91,14 @@ func loadQueries() (map[string]string, error) {
 		}
 		text.Reset()
 	}
-	scanner := bufio.NewScanner(strings.NewReader(string(body)))
+	scanner := bufio.NewScanner(strings.NewReader(body))
 	for scanner.Scan() {
 		line := scanner.Text()
 		if rest, ok := strings.CutPrefix(line, "-- name: "); ok {
 			flush()
 			name = strings.TrimSpace(rest)
 			if _, dup := queries[name]; dup {
-				return nil, fmt.Errorf("queries.sql: %s defined twice", name)
+				return fmt.Errorf("queries: %s defined twice", name)
 			}
 			continue
 		}
@@ -95,9 +108,5 @@ func loadQueries() (map[string]string, error) {
 		}
 	}
 	flush()
-	columns := queries["task_columns"]
-	for n, q := range queries {
-		queries[n] = strings.ReplaceAll(q, "{task_columns}", columns)
-	}
-	return queries, nil
+	return scanner.Err()
 }

@@ -17,6 +17,8 @@ type txn struct {
 	ctx context.Context
 	tx  *sql.Tx
 	now time.Time
+	// unprepared names the statements prepared for this transaction only.
+	unprepared []string
 }
 
 // committed wraps an error that must be returned after the transaction
@@ -40,6 +42,7 @@ func (q *Queue) write(ctx context.Context, op string, fn func(t *txn) error) err
 		return fmt.Errorf("queue: %s: begin: %w", op, err)
 	}
 	t := &txn{q: q, ctx: ctx, tx: tx, now: q.now()}
+	defer q.prepareLater(ctx, t)
 	ferr := fn(t)
 	var keep committed
 	if ferr != nil && !errors.As(ferr, &keep) {
@@ -57,17 +60,29 @@ func (q *Queue) write(ctx context.Context, op string, fn func(t *txn) error) err
 	return nil
 }
 
-func (t *txn) stmt(name string) *sql.Stmt {
-	s, ok := t.q.stmts[name]
-	if !ok {
-		panic("queue: no query named " + name)
+// stmt returns the named statement for use in the transaction. A statement
+// not prepared yet is prepared for this transaction only, and on the
+// database once the transaction is over (an in-memory database has one
+// connection, which the transaction holds).
+func (t *txn) stmt(name string) (*sql.Stmt, error) {
+	if s := t.q.cachedStmt(name); s != nil {
+		return t.tx.StmtContext(t.ctx, s), nil
 	}
-	return t.tx.StmtContext(t.ctx, s)
+	s, err := t.tx.PrepareContext(t.ctx, t.q.queryText(name))
+	if err != nil {
+		return nil, fmt.Errorf("queue: prepare %s: %w", name, err)
+	}
+	t.unprepared = append(t.unprepared, name)
+	return s, nil
 }
 
 // exec runs a named statement and returns the rows it affected.
 func (t *txn) exec(name string, args ...any) (int64, error) {
-	res, err := t.stmt(name).ExecContext(t.ctx, args...)
+	stmt, err := t.stmt(name)
+	if err != nil {
+		return 0, err
+	}
+	res, err := stmt.ExecContext(t.ctx, args...)
 	if err != nil {
 		return 0, fmt.Errorf("queue: %s: %w", name, err)
 	}
@@ -90,12 +105,34 @@ func (t *txn) execOne(name string, args ...any) error {
 	return nil
 }
 
-func (t *txn) queryRow(name string, args ...any) *sql.Row {
-	return t.stmt(name).QueryRowContext(t.ctx, args...)
+// row is a *sql.Row or the error that kept a statement from running.
+type row struct {
+	r   *sql.Row
+	err error
+}
+
+// Scan scans the row or returns the error.
+func (r row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.r.Scan(dest...)
+}
+
+func (t *txn) queryRow(name string, args ...any) row {
+	stmt, err := t.stmt(name)
+	if err != nil {
+		return row{err: err}
+	}
+	return row{r: stmt.QueryRowContext(t.ctx, args...)}
 }
 
 func (t *txn) query(name string, args ...any) (*sql.Rows, error) {
-	rows, err := t.stmt(name).QueryContext(t.ctx, args...)
+	stmt, err := t.stmt(name)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := stmt.QueryContext(t.ctx, args...)
 	if err != nil {
 		return nil, fmt.Errorf("queue: %s: %w", name, err)
 	}
@@ -119,12 +156,20 @@ func (t *txn) emit(e model.Event) error {
 
 // read runs a named read outside any transaction: autocommit, no lock
 // beyond the statement's own snapshot.
-func (q *Queue) readRow(ctx context.Context, name string, args ...any) *sql.Row {
-	return q.stmts[name].QueryRowContext(ctx, args...)
+func (q *Queue) readRow(ctx context.Context, name string, args ...any) row {
+	stmt, err := q.prepared(ctx, name)
+	if err != nil {
+		return row{err: err}
+	}
+	return row{r: stmt.QueryRowContext(ctx, args...)}
 }
 
 func (q *Queue) readRows(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
-	rows, err := q.stmts[name].QueryContext(ctx, args...)
+	stmt, err := q.prepared(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, fmt.Errorf("queue: %s: %w", name, err)
 	}

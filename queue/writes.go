@@ -29,7 +29,14 @@ func (t *txn) fenced(c model.Claim, write string, checkDeadline bool) (model.Tas
 	if err != nil {
 		return model.Task{}, err
 	}
-	if why := model.StaleReason(task.State, task.Version, task.LeaseUntil, c.Fence, t.now); why != "" {
+	version, leaseUntil := task.Version, task.LeaseUntil
+	if broken("write-after-lease-expiry") {
+		leaseUntil = t.now.Add(time.Millisecond)
+	}
+	if broken("complete-without-fence") && write == "complete" && task.State == model.Running {
+		version, leaseUntil = c.Fence, t.now.Add(time.Millisecond)
+	}
+	if why := model.StaleReason(task.State, version, leaseUntil, c.Fence, t.now); why != "" {
 		if err := t.emit(model.Event{TaskID: task.ID, Kind: model.EventStaleWrite, Attempt: c.Attempt,
 			Fence: c.Fence, From: task.State, To: task.State, Actor: c.Owner,
 			Detail: model.DetailStale(write, why)}); err != nil {
@@ -76,7 +83,7 @@ func (q *Queue) Heartbeat(ctx context.Context, c model.Claim, lease time.Duratio
 			return err
 		}
 		until := t.now.Add(lease)
-		if err := t.execOne("heartbeat", sql.Named("id", task.ID), sql.Named("fence", c.Fence),
+		if err := t.execOne(t.q.variant("heartbeat"), sql.Named("id", task.ID), sql.Named("fence", c.Fence),
 			sql.Named("lease_until", model.Millis(until)), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
@@ -102,19 +109,23 @@ func (q *Queue) CompleteStep(ctx context.Context, w model.StepWrite) (model.Step
 			return err
 		}
 		res.CancelRequested = task.CancelRequested
+		index := w.Index
+		if broken("step-cas-skipped") {
+			index = task.StepsUsed
+		}
 		switch {
-		case w.Index < task.StepsUsed:
+		case index < task.StepsUsed:
 			res.Replayed = true
 			return nil
-		case w.Index > task.StepsUsed:
+		case index > task.StepsUsed:
 			return fmt.Errorf("step %d of task %s: next step is %d: %w", w.Index, task.ID, task.StepsUsed, model.ErrStepConflict)
 		case task.StepsUsed+1 > task.StepsMax:
 			return t.exhaust(task, model.StepsExhausted, w, model.ErrStepsExhausted)
 		case task.CostUsed+w.Cost > task.CostBudget:
 			return t.exhaust(task, model.BudgetExhausted, w, model.ErrBudgetExhausted)
 		}
-		if err := t.execOne("step_apply", sql.Named("id", task.ID), sql.Named("fence", w.Claim.Fence),
-			sql.Named("index", w.Index), sql.Named("cost", w.Cost), sql.Named("checkpoint", w.Checkpoint),
+		if err := t.execOne(t.q.variant("step_apply"), sql.Named("id", task.ID), sql.Named("fence", w.Claim.Fence),
+			sql.Named("index", index), sql.Named("cost", w.Cost), sql.Named("checkpoint", w.Checkpoint),
 			sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
@@ -243,7 +254,7 @@ func (q *Queue) Pause(ctx context.Context, c model.Claim, step int, gate string)
 			}
 			return commitThen(fmt.Errorf("pause at step %d of task %s: %w", step, task.ID, model.ErrStepsExhausted))
 		}
-		if err := t.execOne("pause_apply", sql.Named("id", task.ID), sql.Named("fence", c.Fence),
+		if err := t.execOne(t.q.variant("pause_apply"), sql.Named("id", task.ID), sql.Named("fence", c.Fence),
 			sql.Named("index", step), sql.Named("gate", gate), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
@@ -273,12 +284,12 @@ func (q *Queue) Complete(ctx context.Context, c model.Claim) error {
 			return t.emit(model.Event{TaskID: c.TaskID, Kind: model.EventCompleted, Attempt: int(c.Fence),
 				Fence: c.Fence, From: model.Running, To: model.Completed, Actor: c.Owner})
 		}
+		// complete_fenced refused the claim: fenced says why and records it.
 		task, err := t.fenced(c, "complete", false)
 		if err != nil {
 			return err
 		}
-		// Unreachable: fenced refuses every claim complete_fenced refused.
-		return fmt.Errorf("queue: complete task %s fence %d: fenced write refused a valid claim (%s)", task.ID, c.Fence, task.State)
+		return t.settle(task, model.Completed, model.NoReason, model.EventCompleted, c.Owner, "")
 	})
 }
 
@@ -328,7 +339,9 @@ func (t *txn) chargeAttempt(task model.Task, kind model.EventKind, actor string)
 	if task.CancelRequested {
 		return model.Cancelled, t.settle(task, model.Cancelled, model.CancelledByCaller, outcome(model.EventCancelled), actor, "")
 	}
-	task.AttemptsCharged++
+	if kind != model.EventLeaseExpired || !broken("reaper-not-charging") {
+		task.AttemptsCharged++
+	}
 	if task.AttemptsCharged >= task.AttemptsMax {
 		return model.NeedsReview, t.settle(task, model.NeedsReview, model.AttemptsExhausted, outcome(model.EventDeadLettered),
 			actor, model.DetailRetry(task.AttemptsCharged, task.AttemptsMax, 0))

@@ -48,6 +48,11 @@ const (
 	// ResumeStalled lets the stalled claimant carry on with its old claim.
 	// Condition: another claim of the task has been accepted since.
 	ResumeStalled Act = "resume_stalled"
+	// LateComplete delivers the stalled claimant's completion of its old
+	// claim, as a network would deliver a result sent just before the
+	// stall; it must be refused by version. Condition: another claim of
+	// the task is running.
+	LateComplete Act = "late_complete"
 )
 
 // Expect is where a task must end up.
@@ -240,7 +245,7 @@ func LateResult() Scenario {
 		Tasks: []Task{
 			{Name: "report", EffectStep: 2,
 				Request: request("ana", "report-1", `{"steps":[{"cost":1,"duration_ms":500},{"cost":1,"duration_ms":500},{"cost":3,"effect":"publish"},{"cost":1,"duration_ms":500},{"cost":1,"duration_ms":500},{"cost":1,"duration_ms":500}]}`, 20, 8),
-				Script:  []Act{Submit, StallClaimant, ResumeStalled},
+				Script:  []Act{Submit, StallClaimant, LateComplete, ResumeStalled},
 				Expect:  Expect{State: model.Completed, EffectsApplied: 1, LateResultRejected: true}},
 		},
 	}

@@ -18,6 +18,7 @@ const (
 	InvAttemptsAccounted   = "attempts-accounted"
 	InvEffectWithinBudget  = "effect-within-budget"
 	InvNoWorkAfterDeadline = "no-work-after-deadline"
+	InvNoEarlyExpiry       = "no-early-expiry"
 )
 
 // checker checks the invariants after every event, incrementally: it
@@ -41,6 +42,7 @@ type checker struct {
 	applied   int            // effect applications already checked
 	plans     map[string][]worker.SyntheticStep
 	runs      map[string]string // schedule run key -> task
+	commits   int64             // storage commits when last checked
 }
 
 func newChecker(w *World) *checker {
@@ -62,20 +64,26 @@ func (c *checker) submitted(id string) {
 // report records a worker's accepted writes in the claim history; a
 // violation is kept for the next check to return.
 func (c *checker) report(r worker.Report) {
+	if r.Write == "heartbeat" && r.StorageError {
+		// The heartbeat may have been applied (an ambiguous commit).
+		c.history.MayExtend(r.TaskID, r.Fence, model.Truncate(c.w.clock.Now()).Add(c.w.sc.Lease))
+	}
 	if !r.Accepted || r.Write == "" || c.pending != nil {
 		return
 	}
 	at := c.w.clock.Now()
 	if r.Write == "claim" {
 		for _, cl := range r.Claims {
-			if v := c.history.Accept(model.AcceptedWrite{TaskID: cl.TaskID, Fence: cl.Fence, Kind: "claim", At: at}); v != nil {
+			if v := c.history.Accept(model.AcceptedWrite{TaskID: cl.TaskID, Fence: cl.Fence, Kind: "claim", At: at,
+				Owner: r.Worker, LeaseUntil: cl.LeaseUntil}); v != nil {
 				c.pending = v
 				return
 			}
 		}
 		return
 	}
-	c.pending = c.history.Accept(model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: r.Write, At: at})
+	c.pending = c.history.Accept(model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: r.Write, At: at,
+		Owner: r.Worker, LeaseUntil: r.LeaseUntil})
 }
 
 // check reads what the last event changed and checks every invariant on it.
@@ -83,6 +91,11 @@ func (c *checker) check() *model.Violation {
 	if c.pending != nil {
 		return c.pending
 	}
+	commits := c.w.storage.Commits()
+	if commits == c.commits {
+		return c.applications() // nothing was written; only the service can have changed
+	}
+	c.commits = commits
 	var events []model.Event
 	var err error
 	c.w.storage.Bypass(func() { events, err = c.w.q.EventsAfter(c.w.ctx, c.lastSeq, model.ListLimitMax) })
@@ -194,6 +207,12 @@ func (c *checker) event(e model.Event) *model.Violation {
 		}
 	case model.EventRequeued:
 		c.charged[e.TaskID] = 0
+	}
+	if e.Kind == model.EventLeaseExpired {
+		if lease, ok := c.history.LeaseUntil(e.TaskID, e.Fence); ok && e.At.Before(lease) {
+			return &model.Violation{Invariant: InvNoEarlyExpiry, TaskID: e.TaskID,
+				Detail: fmt.Sprintf("claim %d expired at %s, but its lease ran until %s", e.Fence, e.At.Format(time.RFC3339Nano), lease.Format(time.RFC3339Nano))}
+		}
 	}
 	switch e.Kind {
 	case model.EventStep:

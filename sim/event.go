@@ -25,6 +25,8 @@ const (
 	EvStorageDown    EventKind = "storage_down"     // storage fails for a window of simulated time
 	EvStorageFault   EventKind = "storage_fault"    // the next storage operation of a kind fails
 	EvDuplicate      EventKind = "duplicate"        // a worker's next write is delivered twice
+	EvHold           EventKind = "hold"             // a worker's next write is kept for a late second delivery
+	EvRedeliver      EventKind = "redeliver"        // a kept write is delivered again, late
 	EvLoseResponse   EventKind = "lose_response"    // the next service call loses its response
 	EvCrashAfterCall EventKind = "crash_after_call" // a worker dies right after its next external call
 	EvRestartSched   EventKind = "restart_scheduler"
@@ -43,7 +45,7 @@ type Event struct {
 // String renders the event as it appears in traces and schedules.
 func (e Event) String() string {
 	switch e.Kind {
-	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall:
+	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall, EvHold, EvRedeliver:
 		return fmt.Sprintf("%s w%d", e.Kind, e.Worker)
 	case EvAdvance, EvStorageDown:
 		return fmt.Sprintf("%s %dms", e.Kind, e.Delay.Milliseconds())
@@ -75,7 +77,7 @@ func ParseEvent(s string) (Event, error) {
 	var n int64
 	var err error
 	switch e.Kind {
-	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall:
+	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall, EvHold, EvRedeliver:
 		n, err = number("w", "")
 		e.Worker = int(n)
 	case EvRestartSched:

@@ -124,6 +124,8 @@ func drawFault(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) (Event, bool
 			return Event{Kind: EvStorageFault, Fault: storageFaults[rng.IntN(len(storageFaults))]}
 		}},
 		{mix.Duplicate, func() Event { return Event{Kind: EvDuplicate, Worker: rng.IntN(sc.Workers)} }},
+		{mix.Duplicate, func() Event { return Event{Kind: EvHold, Worker: rng.IntN(sc.Workers)} }},
+		{mix.Duplicate, func() Event { return Event{Kind: EvRedeliver, Worker: rng.IntN(sc.Workers)} }},
 		{mix.LoseResponse, func() Event { return Event{Kind: EvLoseResponse} }},
 		{mix.CrashAfterCall, func() Event { return Event{Kind: EvCrashAfterCall, Worker: rng.IntN(sc.Workers)} }},
 	}

@@ -52,10 +52,17 @@ func (w *World) stopSchedules(tr *tracer) {
 	})
 }
 
+// scriptStalled reports whether a script stalled worker i and will resume
+// it itself.
 func (w *World) scriptStalled(i int) bool {
 	for _, t := range w.tasks {
-		if t.stalledBy == i && t.next < len(t.spec.Script) && t.spec.Script[t.next] == scenarios.ResumeStalled {
-			return true
+		if t.stalledBy != i || t.next >= len(t.spec.Script) {
+			continue
+		}
+		for _, act := range t.spec.Script[t.next:] {
+			if act == scenarios.ResumeStalled {
+				return true
+			}
 		}
 	}
 	return false

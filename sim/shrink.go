@@ -37,7 +37,8 @@ func Shrink(cfg Config, failed Result) Shrunk {
 		removed := false
 		for start := 0; start < len(keep) && runs < shrinkRunsMax; {
 			end := min(start+chunk, len(keep))
-			candidate := append(append([]int(nil), keep[:start]...), keep[end:]...)
+			candidate := make([]int, 0, len(keep)-(end-start)) // never nil: nil would mean "every event"
+			candidate = append(append(candidate, keep[:start]...), keep[end:]...)
 			runs++
 			if r, ok := try(candidate); ok {
 				keep, best, removed = candidate, r, true

@@ -81,6 +81,9 @@ func lateRefused(trace []string) bool {
 			resumed = fmt.Sprintf("%s .* fence=%d ", worker, fence)
 			continue
 		}
+		if strings.Contains(line, "late_complete: late completion") && strings.Contains(line, "refused") {
+			return true
+		}
 		if resumed != "" && regexp.MustCompile(resumed).MatchString(line) &&
 			(strings.Contains(line, "stale") || strings.Contains(line, "lease expired locally")) {
 			return true

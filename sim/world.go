@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -84,8 +85,12 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix) (*World, error) 
 	ctx := context.Background() // never cancelled: cancellation rolls database/sql back asynchronously
 	clock := clockwork.NewFakeClockAt(Epoch)
 	storage := faults.NewStorage(&sqlite.Driver{}, clock)
+	image, err := migratedImage()
+	if err != nil {
+		return nil, err
+	}
 	q, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clock, IDs: model.NewSeededIDs(subSeed(seed, streamIDs)),
-		Rand: source(seed, streamJitter), Driver: storage, BusyTimeout: queue.NoBusyTimeout})
+		Rand: source(seed, streamJitter), Driver: storage, BusyTimeout: queue.NoBusyTimeout, Image: image})
 	if err != nil {
 		return nil, fmt.Errorf("sim: open queue: %w", err)
 	}
@@ -126,6 +131,18 @@ func (sw *simWorker) holds(taskID string, fence int64) bool {
 	}
 	return false
 }
+
+// migratedImage is an empty database at the current schema, made once per
+// process: every world starts from a copy instead of migrating afresh.
+var migratedImage = sync.OnceValues(func() ([]byte, error) {
+	ctx := context.Background()
+	q, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clockwork.NewFakeClockAt(Epoch), IDs: model.NewSeededIDs(0)})
+	if err != nil {
+		return nil, fmt.Errorf("sim: migrate the template database: %w", err)
+	}
+	defer q.Close()
+	return q.Image(ctx)
+})
 
 func workerName(i int) string { return fmt.Sprintf("w%d", i) }
 
@@ -200,6 +217,9 @@ func (w *World) apply(e Event) string {
 		}
 		return "stalled"
 	case EvResume:
+		if w.scriptStalled(e.Worker) {
+			return "no-op: a script holds this stall"
+		}
 		if err := w.workers[e.Worker].proc.Resume(); err != nil {
 			return "no-op: " + err.Error()
 		}
@@ -217,6 +237,11 @@ func (w *World) apply(e Event) string {
 	case EvDuplicate:
 		w.workers[e.Worker].queue.ArmDuplicate()
 		return "armed"
+	case EvHold:
+		w.workers[e.Worker].queue.ArmHold()
+		return "armed"
+	case EvRedeliver:
+		return w.redeliver(e.Worker)
 	case EvLoseResponse:
 		w.svc.ArmLostResponse()
 		return "armed"
@@ -252,6 +277,33 @@ func (w *World) step(i int) string {
 		out += "; " + w.crash(i)
 	}
 	return out
+}
+
+// redeliver delivers a worker's kept write again, late, and records it in
+// the claim history if the queue accepted it.
+func (w *World) redeliver(i int) string {
+	write, claim, err, ok := w.workers[i].queue.Redeliver()
+	if !ok {
+		return "no-op: nothing kept"
+	}
+	accepted := err == nil || errors.Is(err, model.ErrBudgetExhausted) || errors.Is(err, model.ErrStepsExhausted) ||
+		errors.Is(err, model.ErrDeadlineExceeded)
+	r := worker.Report{Worker: workerName(i), Action: "redeliver", TaskID: claim.TaskID, Attempt: claim.Attempt,
+		Fence: claim.Fence, Write: write, Accepted: accepted}
+	if write == "heartbeat" {
+		lease := model.Truncate(w.clock.Now()).Add(w.sc.Lease) // a heartbeat asks for the worker's lease
+		switch {
+		case err == nil:
+			r.LeaseUntil = lease
+		case !errors.Is(err, model.ErrStaleClaim):
+			r.StorageError = true // it may have been applied
+		}
+	}
+	w.checker.report(r)
+	if err != nil {
+		return fmt.Sprintf("late %s task=%s fence=%d -> refused: %v", write, claim.TaskID, claim.Fence, err)
+	}
+	return fmt.Sprintf("late %s task=%s fence=%d -> accepted", write, claim.TaskID, claim.Fence)
 }
 
 func (w *World) crash(i int) string {
@@ -453,6 +505,32 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 			}
 		}
 		return "no-op: claimant cannot stall", false
+	case scenarios.LateComplete:
+		if t.stalledBy < 0 || !w.workers[t.stalledBy].proc.Stalled() {
+			return "story interrupted: the claimant is not stalled", true
+		}
+		if cur.State != model.Running || cur.Version <= t.stalledAt {
+			return "no-op: not running under a newer claim yet", false
+		}
+		sw := w.workers[t.stalledBy]
+		var old model.Claim
+		for _, c := range sw.w.Claims() {
+			if c.TaskID == t.id && c.Fence == t.stalledAt {
+				old = c
+			}
+		}
+		if old.TaskID == "" {
+			return "story interrupted: the claimant no longer holds the claim", true
+		}
+		err := sw.queue.Complete(w.ctx, old)
+		w.checker.report(worker.Report{Worker: workerName(t.stalledBy), Action: "late_complete", TaskID: t.id,
+			Attempt: old.Attempt, Fence: old.Fence, Write: "complete", Accepted: err == nil})
+		if err == nil {
+			t.lateAccepted = true
+			return fmt.Sprintf("late completion under fence %d accepted (wrong)", old.Fence), true
+		}
+		t.lateSeen = t.lateSeen || errors.Is(err, model.ErrStaleClaim)
+		return fmt.Sprintf("late completion under fence %d refused: %v", old.Fence, err), errors.Is(err, model.ErrStaleClaim)
 	case scenarios.ResumeStalled:
 		if t.stalledBy < 0 {
 			return "story interrupted: nothing stalled", true

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/leasehold/leasehold/model"
@@ -80,6 +81,9 @@ func ParseSynthetic(payload string) ([]SyntheticStep, error) {
 	if err := dec.Decode(&p); err != nil {
 		return nil, fmt.Errorf("synthetic payload: %w", err)
 	}
+	if err := dec.Decode(new(json.RawMessage)); !errors.Is(err, io.EOF) {
+		return nil, errors.New("synthetic payload: trailing data after the object")
+	}
 	if len(p.Steps) > SyntheticStepsMax {
 		return nil, fmt.Errorf("synthetic payload: %d steps (limit %d)", len(p.Steps), SyntheticStepsMax)
 	}
@@ -91,7 +95,7 @@ func ParseSynthetic(payload string) ([]SyntheticStep, error) {
 			return nil, fmt.Errorf("synthetic payload: step %d: fail must be transient or permanent, got %q", i, s.Fail)
 		case s.Times < 0 || s.DurationMs < 0 || s.DurationMs > 24*3600*1000:
 			return nil, fmt.Errorf("synthetic payload: step %d: times or duration_ms out of range", i)
-		case s.Approval != "" && (s.Effect != "" || s.Fail != ""):
+		case s.Approval != "" && (s.Effect != "" || s.Fail != "" || s.Cost != 0 || s.DurationMs != 0 || s.Times != 0):
 			return nil, fmt.Errorf("synthetic payload: step %d: an approval gate does nothing else", i)
 		case s.Approval != "":
 			if err := model.CheckGate(s.Approval); err != nil {

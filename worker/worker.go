@@ -73,6 +73,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ClaimBatch == 0 {
 		c.ClaimBatch = c.Concurrency
 	}
+	if c.ClaimBatch < 0 {
+		return c, &model.ValidationError{Field: "claim_batch", Problem: fmt.Sprintf("must not be negative, got %d", c.ClaimBatch)}
+	}
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
 	}
@@ -153,6 +156,9 @@ type Report struct {
 	// StorageError reports that the queue write failed in storage; the
 	// step will be retried after a backoff.
 	StorageError bool
+	// LeaseUntil is the lease an accepted heartbeat set (claims carry
+	// theirs in Claims).
+	LeaseUntil time.Time
 	// Wait is how long until the worker has something to do (idle, or
 	// waiting out a backoff or a step's duration).
 	Wait time.Duration
@@ -199,6 +205,9 @@ type Worker struct {
 	pollAt, retryAt         time.Time
 	pollBackoff, storageOff time.Duration
 	draining                bool
+	// batchMax caps the claim batch once the queue has refused a larger
+	// one (its claim_batch_max limit); zero until then.
+	batchMax int
 }
 
 // New returns a worker with no claims.
@@ -289,7 +298,7 @@ func (w *Worker) wakeAt() time.Time {
 			earlier(s.ReadyAt())
 		}
 	}
-	if !w.draining && w.free() > 0 {
+	if w.mayClaim() {
 		due := w.pollAt
 		if w.retryAt.After(due) {
 			due = w.retryAt
@@ -331,23 +340,38 @@ func (w *Worker) exposure() int64 {
 	return sum
 }
 
-// canClaim: a free slot, polling due, storage not backing off, heartbeats
-// healthy, cost capacity left, not shutting down.
-func (w *Worker) canClaim(now time.Time) bool {
+// mayClaim: a free slot, heartbeats healthy, cost capacity left, not
+// shutting down. Only a slot's step changes these, so while one fails the
+// claimer has no wake-up time of its own.
+func (w *Worker) mayClaim() bool {
 	capacity := w.sh.cfg.CostCapacity
-	return !w.draining && w.free() > 0 && !now.Before(w.pollAt) && !now.Before(w.retryAt) &&
-		!w.heartbeatsFailing() && (capacity == 0 || w.exposure() < capacity)
+	return !w.draining && w.free() > 0 && !w.heartbeatsFailing() && (capacity == 0 || w.exposure() < capacity)
+}
+
+// canClaim: mayClaim, polling due and storage not backing off.
+func (w *Worker) canClaim(now time.Time) bool {
+	return w.mayClaim() && !now.Before(w.pollAt) && !now.Before(w.retryAt)
 }
 
 func (w *Worker) claim(ctx context.Context, now time.Time) Report {
 	r := Report{Worker: w.sh.cfg.ID, Action: ActionClaim, Write: "claim"}
 	batch := min(w.free(), w.sh.cfg.ClaimBatch)
+	if w.batchMax > 0 {
+		batch = min(batch, w.batchMax)
+	}
 	claimed, err := w.sh.cfg.Queue.Claim(ctx, model.ClaimRequest{Worker: w.sh.cfg.ID, Max: batch, Lease: w.sh.cfg.Lease})
 	r.Err = err
+	var invalid *model.ValidationError
 	switch {
 	case err == nil:
 		w.storageOff = 0
 		r.Accepted = true
+	case batch > 1 && errors.As(err, &invalid) && invalid.Field == "max":
+		// The queue's claim_batch_max is below the batch (a batch of one
+		// is within every limit): halve it and claim again at once.
+		w.batchMax = batch / 2
+		r.Outcome = fmt.Sprintf("batch of %d above the queue's limit; now %d", batch, w.batchMax)
+		return r
 	case errors.Is(err, model.ErrInvalidInput):
 		r.Anomaly = err.Error()
 		w.pollBackoff = w.sh.cfg.PollMax

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -65,15 +71,23 @@ func runSim(e *env, args []string) int {
 	}
 	start := time.Now()
 	failed, firstFailed := 0, uint64(0)
-	sim.Sweep(sim.SweepConfig{Scenario: sc, From: *seed, Count: *count, Parallel: *parallel}, func(r sim.Result) {
-		printResult(e, r)
-		if !r.Pass {
-			if failed == 0 {
-				firstFailed = r.Seed
-			}
-			failed++
+	if *parallel != 1 {
+		var err error
+		failed, firstFailed, err = sweepProcesses(e, sc.Name, *seed, *count, *parallel)
+		if err != nil {
+			return fail(e, "sim", err)
 		}
-	})
+	} else {
+		sim.Sweep(sim.SweepConfig{Scenario: sc, From: *seed, Count: *count, Parallel: 1}, func(r sim.Result) {
+			printResult(e, r)
+			if !r.Pass {
+				if failed == 0 {
+					firstFailed = r.Seed
+				}
+				failed++
+			}
+		})
+	}
 	elapsed := time.Since(start)
 	fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed in %.1fs (%.0f seeds/s)\n",
 		sc.Name, *seed, *seed+uint64(*count)-1, *count-failed, failed, elapsed.Seconds(), float64(*count)/elapsed.Seconds())
@@ -127,6 +141,66 @@ func printResult(e *env, r sim.Result) {
 		fmt.Fprintf(e.stdout, "  %s\n", line)
 	}
 	fmt.Fprintf(e.stdout, "reproduce: %s\n", r.Command())
+}
+
+// sweepProcesses splits a sweep into contiguous ranges run by child
+// processes of this binary (one per core unless told otherwise: separate
+// processes share no locks, unlike goroutines over one SQLite library), and
+// prints their per-seed results in seed order. It returns how many seeds
+// failed and the first that did.
+func sweepProcesses(e *env, scenario string, from uint64, count, parallel int) (int, uint64, error) {
+	if parallel <= 0 {
+		parallel = runtime.NumCPU()
+	}
+	parallel = min(parallel, count)
+	self, err := os.Executable()
+	if err != nil {
+		return 0, 0, fmt.Errorf("find this binary to run sweep processes: %w", err)
+	}
+	type child struct {
+		out bytes.Buffer
+		cmd *exec.Cmd
+	}
+	children := make([]*child, parallel)
+	next := from
+	for i := range children {
+		n := count / parallel
+		if i < count%parallel {
+			n++
+		}
+		c := &child{}
+		c.cmd = exec.Command(self, "sim", "--scenario", scenario, "--seed", strconv.FormatUint(next, 10),
+			"--seeds", strconv.Itoa(n), "--parallel", "1")
+		c.cmd.Stdout, c.cmd.Stderr = &c.out, e.stderr
+		if err := c.cmd.Start(); err != nil {
+			return 0, 0, fmt.Errorf("start sweep process: %w", err)
+		}
+		children[i], next = c, next+uint64(n)
+	}
+	failed, first := 0, uint64(0)
+	for _, c := range children {
+		werr := c.cmd.Wait()
+		var seed uint64
+		for _, line := range strings.SplitAfter(c.out.String(), "\n") {
+			switch {
+			case strings.HasPrefix(line, "summary: "), strings.HasPrefix(line, "first failure: "):
+				continue
+			case strings.HasPrefix(line, "seed: "):
+				seed, _ = strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, "seed: ")), 10, 64)
+			case line == "verdict: fail\n":
+				if failed == 0 {
+					first = seed
+				}
+				failed++
+			}
+			io.WriteString(e.stdout, line)
+		}
+		var exit *exec.ExitError
+		if werr != nil && !errors.As(werr, &exit) {
+			return 0, 0, fmt.Errorf("sweep process: %w", werr)
+		}
+	}
+	return failed, first, nil
 }
 
 func parseIndices(s string) ([]int, error) {

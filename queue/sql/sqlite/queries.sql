@@ -51,6 +51,13 @@ WHERE state = 'queued' AND blocked = 0 AND run_at <= :now AND (deadline = 0 OR d
 ORDER BY priority DESC, run_at, seq
 LIMIT 1;
 
+-- name: claim_any
+-- Whether any task is claimable, read without a transaction, so that an
+-- idle worker's poll does not take the write lock.
+SELECT 1 FROM tasks
+WHERE state = 'queued' AND blocked = 0 AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+LIMIT 1;
+
 -- name: claim_task
 -- Takes the task claim_next found. Claim applies the same changes to the
 -- snapshot it returns (RETURNING would cost more than the rest of the
@@ -125,6 +132,11 @@ FROM effects e JOIN tasks t ON t.id = e.task_id ORDER BY t.seq, e.step;
 SELECT {task_columns} FROM tasks
 WHERE deadline != 0 AND state IN ('queued', 'running', 'waiting_for_approval') AND deadline < :now
 ORDER BY seq LIMIT :limit;
+
+-- name: reap_any
+-- Whether the reaper has anything to do, read without a transaction.
+SELECT EXISTS (SELECT 1 FROM tasks WHERE deadline != 0 AND state IN ('queued', 'running', 'waiting_for_approval') AND deadline < :now)
+    OR EXISTS (SELECT 1 FROM tasks WHERE state = 'running' AND lease_until <= :now);
 
 -- name: reap_leases
 SELECT {task_columns} FROM tasks

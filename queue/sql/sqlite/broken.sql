@@ -1,0 +1,31 @@
+-- Queries used only by broken variants (build tag leasehold_broken), which
+-- remove one safety mechanism each so the simulator can show it catches
+-- the bug. Never compiled into a normal build.
+
+-- name: claim_next_any_user
+-- The claim without the per-user limit: blocked tasks are claimed too.
+SELECT {task_columns} FROM tasks
+WHERE state = 'queued' AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+ORDER BY priority DESC, run_at, seq
+LIMIT 1;
+
+-- name: claim_any_any_user
+SELECT 1 FROM tasks
+WHERE state = 'queued' AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+LIMIT 1;
+
+-- name: heartbeat_after_expiry
+-- Fenced writes that no longer check the lease.
+UPDATE tasks SET lease_until = :lease_until, heartbeat_at = :now, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running';
+
+-- name: step_apply_after_expiry
+UPDATE tasks
+SET steps_used = steps_used + 1, cost_used = cost_used + :cost, checkpoint = :checkpoint, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND steps_used = :index;
+
+-- name: pause_apply_after_expiry
+UPDATE tasks
+SET state = 'waiting_for_approval', owner = '', lease_until = 0, steps_used = steps_used + 1,
+    approval_gate = :gate, approval_version = version, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND steps_used = :index;

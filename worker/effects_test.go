@@ -1,0 +1,290 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// effectCase is what one service kind must do in one effect scenario.
+type effectCase struct {
+	kind   worker.ServiceKind
+	state  model.State
+	reason model.Reason
+	log    func(op string) []string // the service's calls and status queries, in order
+}
+
+// requireSettled checks the task's end state and, for a completed task,
+// that the effect's receipt is on record with the first application's
+// result; a task sent to review leaves the effect without a receipt.
+func requireSettled(t *testing.T, b *bundle, id string, tc effectCase, receiptFence int64) {
+	t.Helper()
+	task := b.task(id)
+	require.Equal(t, tc.state, task.State)
+	require.Equal(t, tc.reason, task.Reason)
+	effects, err := b.q.Effects(b.ctx, id)
+	require.NoError(t, err)
+	require.Len(t, effects, 1)
+	switch tc.state {
+	case model.Completed:
+		require.True(t, effects[0].Receipted())
+		require.Equal(t, "charge#1", effects[0].Result, "the receipt holds the first application's result")
+		require.Equal(t, receiptFence, effects[0].ReceiptFence)
+		require.Equal(t, 3, task.StepsUsed)
+		require.Equal(t, int64(8), task.CostUsed)
+		require.Len(t, b.eventsOf(id, model.EventEffectReceipt), 1)
+	case model.NeedsReview:
+		require.False(t, effects[0].Receipted(), "nobody knows the outcome: no receipt")
+		require.Equal(t, 1, task.StepsUsed, "the effect step is not charged")
+		require.Equal(t, int64(2), task.CostUsed)
+		parked := b.eventsOf(id, model.EventUncertain)
+		require.Len(t, parked, 1)
+		require.Equal(t, model.UncertainEffect, parked[0].Reason)
+		require.Contains(t, task.LastError, effects[0].OpID)
+	default:
+		t.Fatalf("unexpected state %s", tc.state)
+	}
+}
+
+// The claim's own call loses its response: a Dedup service is called
+// again; Fenced and Queryable are asked and the receipt recorded; Plain
+// cannot say, so the task goes to review. The effect is applied once.
+func TestLostResponseOnOwnCall(t *testing.T) {
+	for _, tc := range []effectCase{
+		{worker.Dedup, model.Completed, model.NoReason, func(op string) []string { return []string{"call " + op + " 1", "call " + op + " 1"} }},
+		{worker.Fenced, model.Completed, model.NoReason, func(op string) []string { return []string{"call " + op + " 1", "status " + op + " 1"} }},
+		{worker.Queryable, model.Completed, model.NoReason, func(op string) []string { return []string{"call " + op + " 1", "status " + op + " 1"} }},
+		{worker.Plain, model.NeedsReview, model.UncertainEffect, func(op string) []string { return []string{"call " + op + " 1"} }},
+	} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			b := setup(t)
+			id := b.submit(effectPayload, 10, 5)
+			op := model.OperationID(id, 1)
+			fake := newFakeService(tc.kind)
+			svc := faults.NewService(fake)
+			svc.ArmLostResponse()
+			w := b.newWorker("w1", svc)
+			reports := b.run(w, stepsMax)
+
+			require.Equal(t, 1, svc.Counts().LostResponse)
+			require.Equal(t, 1, fake.applied(op), "applied exactly once")
+			require.Equal(t, tc.log(op), fake.log)
+			require.Equal(t, 1, count(reports, is(worker.ActionCall, "outcome unknown")))
+			requireSettled(t, b, id, tc, 1)
+			require.Zero(t, b.task(id).AttemptsCharged)
+		})
+	}
+}
+
+// An earlier claim recorded intent and crashed before calling. A Dedup
+// service is simply called; a Fenced one is asked first (which registers
+// the new fence) and then called, so the old claim's late call is refused;
+// Queryable finds it not applied but cannot rule out a late call from the
+// old claim, and Plain cannot say: both go to review without calling.
+func TestIntentLeftByACrashedClaim(t *testing.T) {
+	for _, tc := range []effectCase{
+		{worker.Dedup, model.Completed, model.NoReason, func(op string) []string { return []string{"call " + op + " 2"} }},
+		{worker.Fenced, model.Completed, model.NoReason, func(op string) []string { return []string{"status " + op + " 2", "call " + op + " 2"} }},
+		{worker.Queryable, model.NeedsReview, model.UncertainEffect, func(op string) []string { return []string{"status " + op + " 2"} }},
+		{worker.Plain, model.NeedsReview, model.UncertainEffect, func(op string) []string { return nil }},
+	} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			b := setup(t)
+			id := b.submit(effectPayload, 10, 5)
+			op := model.OperationID(id, 1)
+			fake := newFakeService(tc.kind)
+			svc := faults.NewService(fake)
+			a := b.newWorker("w1", svc)
+			r := b.stepUntil(a, is(worker.ActionIntent, string(model.IntentRecorded)))
+			require.Equal(t, op, r.OpID)
+
+			b.expire(id) // a crashes: nothing of it runs again until below
+			bw := b.newWorker("w2", svc)
+			reports := b.run(bw, stepsMax)
+			require.Equal(t, 1, count(reports, is(worker.ActionIntent, string(model.IntentUncertain))))
+			require.Equal(t, tc.log(op), fake.log)
+			requireSettled(t, b, id, tc, 2)
+			if tc.state == model.Completed {
+				require.Equal(t, 1, fake.applied(op))
+			} else {
+				require.Zero(t, fake.applied(op), "sent to review without calling")
+			}
+
+			if tc.kind == worker.Fenced {
+				// The old claim, stalled after its lease check, calls late
+				// under its fence: the service refuses it.
+				_, err := svc.Call(b.ctx, worker.Call{OpID: op, TaskID: id, Effect: "charge", Fence: 1})
+				require.ErrorIs(t, err, worker.ErrStaleFence)
+				require.Equal(t, 1, fake.applied(op), "the late call was not applied")
+			}
+
+			// The old worker, stepped again, finds its claim stale and
+			// never calls.
+			calls := len(fake.calls)
+			r = b.step(a)
+			require.Equal(t, "stale claim dropped", r.Outcome)
+			require.ErrorIs(t, r.Err, model.ErrStaleClaim)
+			require.Empty(t, a.Claims())
+			require.Len(t, fake.calls, calls)
+		})
+	}
+}
+
+// An earlier claim called, lost the response and crashed before the
+// receipt. Fenced and Queryable are asked, find it applied and record the
+// receipt without calling; Dedup is called again and answers the first
+// result; Plain goes to review. Applied exactly once.
+func TestCallLeftUnreceiptedByACrashedClaim(t *testing.T) {
+	for _, tc := range []effectCase{
+		{worker.Dedup, model.Completed, model.NoReason, func(op string) []string { return []string{"call " + op + " 1", "call " + op + " 2"} }},
+		{worker.Fenced, model.Completed, model.NoReason, func(op string) []string { return []string{"call " + op + " 1", "status " + op + " 2"} }},
+		{worker.Queryable, model.Completed, model.NoReason, func(op string) []string { return []string{"call " + op + " 1", "status " + op + " 2"} }},
+		{worker.Plain, model.NeedsReview, model.UncertainEffect, func(op string) []string { return []string{"call " + op + " 1"} }},
+	} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			b := setup(t)
+			id := b.submit(effectPayload, 10, 5)
+			op := model.OperationID(id, 1)
+			fake := newFakeService(tc.kind)
+			svc := faults.NewService(fake)
+			svc.ArmLostResponse()
+			a := b.newWorker("w1", svc)
+			r := b.stepUntil(a, is(worker.ActionCall, ""))
+			require.Equal(t, "outcome unknown", r.Outcome)
+			require.True(t, r.Called)
+
+			b.expire(id)
+			bw := b.newWorker("w2", svc)
+			b.run(bw, stepsMax)
+			require.Equal(t, tc.log(op), fake.log)
+			require.Equal(t, 1, fake.applied(op), "applied exactly once")
+			requireSettled(t, b, id, tc, 2)
+		})
+	}
+}
+
+// A service that refuses a call before applying it is retried after a
+// backoff under the same claim; the effect is applied once.
+func TestServiceUnavailableIsRetried(t *testing.T) {
+	for _, kind := range worker.ServiceKinds() {
+		t.Run(string(kind), func(t *testing.T) {
+			b := setup(t)
+			id := b.submit(effectPayload, 10, 5)
+			op := model.OperationID(id, 1)
+			fake := newFakeService(kind)
+			svc := faults.NewService(fake)
+			svc.ArmUnavailable()
+			svc.ArmUnavailable()
+			reports := b.run(b.newWorker("w1", svc), stepsMax)
+
+			require.Equal(t, 2, svc.Counts().Unavailable)
+			var refused []string
+			for _, r := range reports {
+				if r.Action == worker.ActionCall && r.Err != nil {
+					require.ErrorIs(t, r.Err, worker.ErrUnavailable)
+					refused = append(refused, r.Outcome)
+				}
+			}
+			require.Equal(t, []string{"service unavailable; retry in 100ms", "service unavailable; retry in 200ms"}, refused,
+				"the retry backs off")
+			require.Equal(t, []string{fmt.Sprintf("call %s 1", op)}, fake.log, "refused calls never reach the service")
+			require.Equal(t, 1, fake.applied(op))
+			task := b.task(id)
+			require.Equal(t, model.Completed, task.State)
+			require.Equal(t, int64(1), task.Version)
+		})
+	}
+}
+
+// A Fenced service that refuses the claim's own call as stale means a newer
+// claim exists: the worker drops its claim without a receipt.
+func TestStaleFenceRefusalDropsTheClaim(t *testing.T) {
+	b := setup(t)
+	id := b.submit(effectPayload, 10, 5)
+	op := model.OperationID(id, 1)
+	fake := newFakeService(worker.Fenced)
+	fake.fences[op] = 7 // a newer claim asked about the operation
+	w := b.newWorker("w1", fake)
+	r := b.stepUntil(w, is(worker.ActionCall, ""))
+	require.ErrorIs(t, r.Err, worker.ErrStaleFence)
+	require.Equal(t, "refused: stale fence; claim dropped", r.Outcome)
+	require.Empty(t, w.Claims())
+	require.Zero(t, fake.applied(op))
+	effects, err := b.q.Effects(b.ctx, id)
+	require.NoError(t, err)
+	require.Len(t, effects, 1)
+	require.False(t, effects[0].Receipted())
+}
+
+// An earlier claim recorded the receipt and crashed before charging the
+// step. The next claim finds the operation receipted and never calls it
+// again, whatever the service can do.
+func TestReceiptedOperationIsNeverCalledAgain(t *testing.T) {
+	for _, kind := range worker.ServiceKinds() {
+		t.Run(string(kind), func(t *testing.T) {
+			b := setup(t)
+			id := b.submit(effectPayload, 10, 5)
+			op := model.OperationID(id, 1)
+			fake := newFakeService(kind)
+			a := b.newWorker("w1", fake)
+			b.stepUntil(a, is(worker.ActionReceipt, ""))
+
+			b.expire(id)
+			reports := b.run(b.newWorker("w2", fake), stepsMax)
+			require.Equal(t, 1, count(reports, is(worker.ActionIntent, string(model.IntentReceipted))))
+			require.Equal(t, []string{"call " + op + " 1"}, fake.log, "only the first claim called")
+			require.Equal(t, 1, fake.applied(op))
+
+			task := b.task(id)
+			require.Equal(t, model.Completed, task.State)
+			require.Equal(t, int64(8), task.CostUsed)
+			steps := b.eventsOf(id, model.EventStep)
+			require.Len(t, steps, 3)
+			require.Equal(t, "step 1 cost 5", steps[1].Detail)
+			require.Equal(t, int64(2), steps[1].Fence, "the second claim charged the effect's step")
+			require.Len(t, b.eventsOf(id, model.EventEffectReceipt), 1)
+		})
+	}
+}
+
+// shortClaimQueue reports every claim's lease as ending after short, as a
+// claim reply that arrived late would: the worker's own view of the lease
+// is then shorter than the queue's.
+type shortClaimQueue struct {
+	worker.Queue
+	short time.Duration
+}
+
+func (q shortClaimQueue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
+	cs, err := q.Queue.Claim(ctx, req)
+	for i := range cs {
+		cs[i].Claim.LeaseUntil = cs[i].Claim.LeaseUntil.Add(q.short - req.Lease)
+	}
+	return cs, err
+}
+
+// The worker checks its own view of the lease before calling: once that
+// has run out it drops the claim without calling, even though the queue
+// still accepted its intent.
+func TestLeaseExpiredLocallyBeforeTheCall(t *testing.T) {
+	b := setup(t)
+	id := b.submit(`{"steps":[{"cost":1,"duration_ms":300,"effect":"charge"}]}`, 10, 5)
+	fake := newFakeService(worker.Dedup)
+	w := b.newWorker("w1", fake, func(c *worker.Config) { c.Queue = shortClaimQueue{Queue: b.q, short: 200 * time.Millisecond} })
+	b.stepUntil(w, is(worker.ActionIntent, string(model.IntentRecorded)))
+	require.Equal(t, epoch.Add(300*time.Millisecond), b.clock.Now())
+
+	r := b.step(w)
+	require.Equal(t, worker.ActionCheckLease, r.Action)
+	require.Equal(t, "lease expired locally; claim dropped", r.Outcome)
+	require.Empty(t, w.Claims())
+	require.Empty(t, fake.calls)
+	require.Equal(t, model.Running, b.task(id).State, "the queue's lease has not run out yet")
+}

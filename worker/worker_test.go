@@ -1,0 +1,206 @@
+package worker_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// Shutdown between steps gives the claim back at once: the task is queued
+// again, no attempt is charged, and the next worker resumes from the
+// checkpoint.
+func TestShutdownBetweenStepsReleases(t *testing.T) {
+	b := setup(t)
+	id := b.submit(`{"steps":[{"cost":1},{"cost":2},{"cost":3}]}`, 10, 5)
+	a := b.newWorker("w1", newFakeService(worker.Dedup))
+	b.stepUntil(a, is(worker.ActionStep, "step 0 cost 1"))
+
+	a.Shutdown()
+	require.False(t, a.Drained(), "still holds its claim")
+	reports := b.run(a, stepsMax)
+	require.True(t, a.Drained())
+	require.Equal(t, 1, count(reports, is(worker.ActionRelease, "to queued")))
+	require.Zero(t, count(reports, func(r worker.Report) bool { return r.Action == worker.ActionStep }), "no step after the shutdown")
+
+	task := b.task(id)
+	require.Equal(t, model.Queued, task.State)
+	require.Zero(t, task.AttemptsCharged, "a graceful release is not charged")
+	require.Equal(t, 1, task.StepsUsed)
+	require.Equal(t, int64(1), task.CostUsed)
+	require.Equal(t, b.clock.Now(), task.RunAt, "due again at once")
+	require.Len(t, b.eventsOf(id, model.EventReleased), 1)
+
+	// A drained worker claims nothing, however long it is stepped.
+	b.clock.Advance(time.Minute)
+	for range 10 {
+		r := b.step(a)
+		require.Equal(t, worker.ActionIdle, r.Action)
+		require.Zero(t, r.Wait)
+	}
+	require.Equal(t, model.Queued, b.task(id).State)
+
+	b.run(b.newWorker("w2", newFakeService(worker.Dedup)), stepsMax)
+	task = b.task(id)
+	require.Equal(t, model.Completed, task.State)
+	require.Equal(t, int64(6), task.CostUsed)
+	require.Equal(t, 3, task.StepsUsed)
+	require.Zero(t, task.AttemptsCharged)
+	require.Len(t, b.eventsOf(id, model.EventStep), 3)
+}
+
+// Shutdown in the middle of a long step abandons the step's work without
+// charging it.
+func TestShutdownDuringAStepsDuration(t *testing.T) {
+	b := setup(t)
+	id := b.submit(`{"steps":[{"cost":1},{"cost":2,"duration_ms":5000}]}`, 10, 5)
+	a := b.newWorker("w1", newFakeService(worker.Dedup))
+	b.stepUntil(a, func(r worker.Report) bool { return r.Action == worker.ActionWait })
+	a.Shutdown()
+	r := b.step(a)
+	require.Equal(t, worker.ActionRelease, r.Action, "released without waiting out the step: %s", r)
+	require.True(t, a.Drained())
+	task := b.task(id)
+	require.Equal(t, model.Queued, task.State)
+	require.Equal(t, 1, task.StepsUsed)
+	require.Equal(t, epoch, b.clock.Now())
+}
+
+// Shutdown after the intent is recorded finishes the effect (call and
+// receipt) and its step before releasing, so the next worker never finds
+// the operation uncertain: even a Plain service is called exactly once.
+func TestShutdownFinishesAnEffectInFlight(t *testing.T) {
+	for _, after := range []string{worker.ActionIntent, worker.ActionCheckLease, worker.ActionCall} {
+		t.Run("after "+after, func(t *testing.T) {
+			b := setup(t)
+			id := b.submit(effectPayload, 10, 5)
+			op := model.OperationID(id, 1)
+			svc := newFakeService(worker.Plain)
+			a := b.newWorker("w1", svc)
+			b.stepUntil(a, is(after, ""))
+
+			a.Shutdown()
+			reports := b.run(a, stepsMax)
+			require.True(t, a.Drained())
+			require.Equal(t, 1, svc.applied(op))
+			require.Equal(t, 1, count(reports, is(worker.ActionStep, "step 1 cost 5")), "the effect's step is completed")
+			require.Equal(t, 1, count(reports, is(worker.ActionRelease, "to queued")))
+			require.Zero(t, count(reports, is(worker.ActionStep, "step 2 cost 1")), "no step after the effect's")
+
+			task := b.task(id)
+			require.Equal(t, model.Queued, task.State)
+			require.Equal(t, 2, task.StepsUsed)
+			require.Equal(t, int64(7), task.CostUsed)
+			require.Zero(t, task.AttemptsCharged)
+			effects, err := b.q.Effects(b.ctx, id)
+			require.NoError(t, err)
+			require.Len(t, effects, 1)
+			require.True(t, effects[0].Receipted())
+
+			b.run(b.newWorker("w2", svc), stepsMax)
+			task = b.task(id)
+			require.Equal(t, model.Completed, task.State)
+			require.Equal(t, int64(8), task.CostUsed)
+			require.Equal(t, 1, svc.applied(op))
+			require.Len(t, svc.calls, 1)
+		})
+	}
+}
+
+// A worker with concurrency 2 claims two tasks and advances them in turn:
+// both make progress before either finishes.
+func TestRoundRobinInterleavesTasks(t *testing.T) {
+	b := setup(t)
+	first := b.submit(`{"steps":[{"cost":1},{"cost":1},{"cost":1}]}`, 10, 5)
+	second := b.submit(`{"steps":[{"cost":1},{"cost":1},{"cost":1}]}`, 10, 5)
+	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Concurrency = 2 })
+	reports := b.run(w, stepsMax)
+
+	require.Len(t, reports[0].Claims, 2, "one claim takes a batch of two")
+	var order []string
+	for _, r := range reports {
+		if r.Action == worker.ActionStep || r.Action == worker.ActionComplete {
+			order = append(order, r.TaskID+" "+r.Action)
+		}
+	}
+	require.Equal(t, []string{
+		first + " step", second + " step", first + " step", second + " step", first + " step", second + " step",
+		first + " complete", second + " complete"}, order)
+	for _, id := range []string{first, second} {
+		task := b.task(id)
+		require.Equal(t, model.Completed, task.State)
+		require.Equal(t, int64(3), task.CostUsed)
+	}
+}
+
+// A slot that waits out a step's duration does not hold up the others.
+func TestALongStepDoesNotBlockTheOtherSlot(t *testing.T) {
+	b := setup(t)
+	slow := b.submit(`{"steps":[{"cost":1,"duration_ms":3000}]}`, 10, 5)
+	fast := b.submit(`{"steps":[{"cost":1},{"cost":1}]}`, 10, 5)
+	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Concurrency = 2 })
+	b.run(w, stepsMax)
+	completedAt := func(id string) time.Time {
+		evs := b.eventsOf(id, model.EventCompleted)
+		require.Len(t, evs, 1)
+		return evs[0].At
+	}
+	require.Equal(t, epoch, completedAt(fast))
+	require.Equal(t, epoch.Add(3*time.Second), completedAt(slow))
+}
+
+// CostCapacity: the worker claims nothing new while the unspent budget of
+// the tasks it holds reaches the capacity, and claims again once spending
+// brings it below.
+func TestCostCapacityLimitsClaims(t *testing.T) {
+	b := setup(t)
+	payload := `{"steps":[{"cost":4,"duration_ms":1000},{"cost":4}]}`
+	first := b.submit(payload, 10, 5)
+	second := b.submit(payload, 10, 5)
+	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) {
+		c.Concurrency, c.ClaimBatch, c.CostCapacity = 2, 1, 10
+	})
+	reports := b.run(w, stepsMax)
+
+	require.Equal(t, epoch, b.task(first).ClaimedAt)
+	// The first task's budget (10) fills the capacity until its first step
+	// spends 4 at 1s; only then is the second claimed.
+	var claimed []string
+	for _, r := range reports {
+		for _, c := range r.Claims {
+			claimed = append(claimed, c.TaskID)
+		}
+	}
+	require.Equal(t, []string{first, second}, claimed)
+	require.Equal(t, epoch.Add(time.Second), b.task(second).ClaimedAt)
+	for _, id := range []string{first, second} {
+		require.Equal(t, model.Completed, b.task(id).State)
+	}
+
+	// Without a capacity both are claimed at once.
+	b2 := setup(t)
+	first = b2.submit(payload, 10, 5)
+	second = b2.submit(payload, 10, 5)
+	b2.run(b2.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Concurrency, c.ClaimBatch = 2, 1 }), stepsMax)
+	require.Equal(t, epoch, b2.task(first).ClaimedAt)
+	require.Equal(t, epoch, b2.task(second).ClaimedAt)
+}
+
+// A worker whose concurrency is above the queue's claim batch limit (16 by
+// default) still claims: its batch is bounded by the queue's limit.
+func TestConcurrencyAboveTheClaimBatchLimit(t *testing.T) {
+	b := setup(t)
+	n := model.DefaultLimits.ClaimBatchMax + 4
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = b.submit(`{"steps":[{"cost":1}]}`, 10, 5)
+	}
+	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Concurrency = n })
+	b.run(w, stepsMax)
+	for _, id := range ids {
+		require.Equal(t, model.Completed, b.task(id).State)
+	}
+}
