@@ -22,9 +22,16 @@ test: ## Run the whole test suite (what CI runs)
 rapid: ## Run the property tests with RAPID_CHECKS=N checks (default 100)
 	RAPID_CHECKS=$(RAPID_CHECKS) $(GO) test -count=1 -timeout 60m -run 'Rapid' ./...
 
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILT := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+
 .PHONY: build
 build: ## Build bin/leasehold with its version stamped
-	$(GO) build -o bin/leasehold ./cmd/leasehold
+	$(GO) build -ldflags "-X main.commit=$(COMMIT) -X main.built=$(BUILT)" -o bin/leasehold ./cmd/leasehold
+
+.PHONY: demo
+demo: build ## The live portfolio run: two real worker processes, signals, the wall clock (out/demo)
+	bin/leasehold demo
 
 .PHONY: sim
 sim: build ## Reproduce one seed or sweep many: make sim SEED=n [SCENARIO=name] [SEEDS=count]

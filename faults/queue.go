@@ -27,6 +27,7 @@ type Queue struct {
 	counts  QueueCounts
 	last    Duplicate
 	hasLast bool
+	every   string      // a write always delivered twice
 	holds   int         // writes to keep for a late second delivery
 	held    []heldWrite // kept writes, oldest first
 }
@@ -87,6 +88,15 @@ func (q *Queue) ArmDuplicate() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.armed++
+}
+
+// DuplicateEvery makes every write named write ("complete", "step", ...)
+// be delivered twice from now on, as a client that always retries would;
+// an empty name stops it.
+func (q *Queue) DuplicateEvery(write string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.every = write
 }
 
 // ArmHold makes the next fenced write be delivered now and kept, to be
@@ -172,6 +182,12 @@ func (q *Queue) take() bool {
 	return true
 }
 
+func (q *Queue) always(write string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.every != "" && q.every == write
+}
+
 // hold keeps the write for a late delivery if a hold is armed.
 func (q *Queue) hold(write string, c model.Claim, call func() error) {
 	q.mu.Lock()
@@ -196,7 +212,7 @@ func (q *Queue) record(d Duplicate) {
 // deliver runs call once, or twice when a duplicate is armed, and returns
 // the first delivery's result.
 func deliver[T any](q *Queue, write string, c model.Claim, call func() (T, error)) (T, error) {
-	twice := q.take()
+	twice := q.take() || q.always(write)
 	q.hold(write, c, func() error { _, err := call(); return err })
 	res, err := call()
 	if twice {

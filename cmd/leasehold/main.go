@@ -86,19 +86,35 @@ func (u usageError) Error() string { return u.msg }
 
 func badUsage(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-// parse parses flags, turning flag errors into one-line usage errors.
-func parse(fs *flag.FlagSet, args []string) error {
+// parse parses flags (no positional arguments), turning flag errors into
+// one-line usage errors.
+func parse(fs *flag.FlagSet, args []string) error { return parseWithArgs(fs, args, 0) }
+
+// parseWithArgs parses flags and exactly n positional arguments, which may
+// come before or after the flags.
+func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return badUsage("usage: leasehold %s %s", fs.Name(), flagList(fs))
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return badUsage("usage: leasehold %s %s", fs.Name(), flagList(fs))
+			}
+			return usageError{strings.TrimSpace(err.Error())}
 		}
-		return usageError{strings.TrimSpace(err.Error())}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	if fs.NArg() > 0 {
-		return badUsage("unexpected argument %q", fs.Arg(0))
+	if len(positional) != n {
+		if n == 0 {
+			return badUsage("unexpected argument %q", positional[0])
+		}
+		return badUsage("expected %d argument(s), got %d", n, len(positional))
 	}
-	return nil
+	return fs.Parse(positional) // leaves fs.Args() holding the positional arguments
 }
 
 func flagList(fs *flag.FlagSet) string {

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+)
+
+func init() {
+	register("submit", "submit a task: --user U --key K --payload JSON|@FILE --cost-budget N --steps-max N", runSubmit)
+	register("status", "show a task: status TASK", runStatus)
+	register("list", "list tasks: list [--state S] [--user U] [--limit N]", runList)
+	register("cancel", "cancel a task (a running one stops before its next step): cancel TASK", runCancel)
+}
+
+// readPayload reads --payload: JSON, or @FILE.
+func readPayload(p string) (string, error) {
+	file, ok := strings.CutPrefix(p, "@")
+	if !ok {
+		return p, nil
+	}
+	if file == "" {
+		return "", badUsage("--payload: @ needs a file name")
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		return "", badUsage("--payload: %v", err)
+	}
+	if st.Size() > model.PayloadBytesMax {
+		return "", badUsage("--payload: %s is larger than %d bytes", file, model.PayloadBytesMax)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", badUsage("--payload: %v", err)
+	}
+	return string(b), nil
+}
+
+func runSubmit(e *env, args []string) int {
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	user := fs.String("user", "", "user ID")
+	key := fs.String("key", "", "idempotency key (unique per user)")
+	payload := fs.String("payload", "", "the task's payload: JSON, or @FILE")
+	costBudget := fs.Int64("cost-budget", 0, "cost budget")
+	stepsMax := fs.Int("steps-max", 0, "step limit")
+	priority := fs.Int("priority", 0, "priority (higher first)")
+	runAt := fs.String("run-at", "", "earliest start: RFC 3339 or +DURATION")
+	deadline := fs.String("deadline", "", "deadline: RFC 3339 or +DURATION")
+	if err := parse(fs, args); err != nil {
+		return fail(e, "submit", err)
+	}
+	body, err := readPayload(*payload)
+	if err != nil {
+		return fail(e, "submit", err)
+	}
+	req := model.SubmitRequest{User: *user, Key: *key, Payload: body, CostBudget: *costBudget, StepsMax: *stepsMax, Priority: *priority}
+	if req.RunAt, err = parseTime("run-at", *runAt); err != nil {
+		return fail(e, "submit", err)
+	}
+	if req.Deadline, err = parseTime("deadline", *deadline); err != nil {
+		return fail(e, "submit", err)
+	}
+	// Validate before opening (and creating) anything.
+	if _, err := model.Normalize(req); err != nil {
+		return fail(e, "submit", err)
+	}
+	q, err := openQueue(e.ctx, c, queue.MigrateNew)
+	if err != nil {
+		return fail(e, "submit", err)
+	}
+	defer q.Close()
+	res, err := q.Submit(e.ctx, req)
+	if err != nil {
+		return fail(e, "submit", err)
+	}
+	if *c.json {
+		printJSON(e.stdout, map[string]any{"task_id": res.TaskID, "replay": res.Replay})
+		return exitOK
+	}
+	fmt.Fprintln(e.stdout, res.TaskID)
+	return exitOK
+}
+
+// taskArg reads the one TASK argument after the flags.
+func taskArg(fs *flag.FlagSet, args []string) (string, error) {
+	if err := parseWithArgs(fs, args, 1); err != nil {
+		return "", err
+	}
+	id := fs.Arg(0)
+	if err := checkTaskID(id); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// checkTaskID refuses what cannot be a task ID before it reaches a query.
+func checkTaskID(id string) error {
+	if !strings.HasPrefix(id, model.TaskIDPrefix) || len(id) > 64 {
+		return badUsage("task %q: not a task ID (t_ followed by hex digits)", id)
+	}
+	for _, r := range id[len(model.TaskIDPrefix):] {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return badUsage("task %q: not a task ID (t_ followed by hex digits)", id)
+		}
+	}
+	return nil
+}
+
+func runStatus(e *env, args []string) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	id, err := taskArg(fs, args)
+	if err != nil {
+		return fail(e, "status", err)
+	}
+	q, err := openExisting(e.ctx, c)
+	if err != nil {
+		return fail(e, "status", err)
+	}
+	defer q.Close()
+	t, err := q.Task(e.ctx, id)
+	if err != nil {
+		return fail(e, "status", err)
+	}
+	if *c.json {
+		printJSON(e.stdout, recordOf(t))
+		return exitOK
+	}
+	printStatus(e.stdout, t)
+	return exitOK
+}
+
+func runList(e *env, args []string) int {
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	state := fs.String("state", "", "only tasks in this state")
+	user := fs.String("user", "", "only this user's tasks")
+	limit := fs.Int("limit", model.ListLimitDefault, "at most this many tasks")
+	if err := parse(fs, args); err != nil {
+		return fail(e, "list", err)
+	}
+	f := model.ListFilter{State: model.State(*state), User: *user, Limit: *limit}
+	if *state != "" {
+		if _, err := model.ParseState(*state); err != nil {
+			return fail(e, "list", badUsage("--state: %v", err))
+		}
+	}
+	if *user != "" {
+		if err := model.CheckName("user", *user); err != nil {
+			return fail(e, "list", err)
+		}
+	}
+	if _, err := f.CheckedLimit(); err != nil {
+		return fail(e, "list", err)
+	}
+	q, err := openExisting(e.ctx, c)
+	if err != nil {
+		return fail(e, "list", err)
+	}
+	defer q.Close()
+	tasks, err := q.List(e.ctx, f)
+	if err != nil {
+		return fail(e, "list", err)
+	}
+	if *c.json {
+		out := make([]taskRecord, 0, len(tasks))
+		for _, t := range tasks {
+			out = append(out, recordOf(t))
+		}
+		printJSON(e.stdout, out)
+		return exitOK
+	}
+	printTable(e.stdout, tasks)
+	return exitOK
+}
+
+func runCancel(e *env, args []string) int {
+	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	id, err := taskArg(fs, args)
+	if err != nil {
+		return fail(e, "cancel", err)
+	}
+	if err := model.CheckName("actor", *c.actor); err != nil {
+		return fail(e, "cancel", err)
+	}
+	q, err := openExisting(e.ctx, c)
+	if err != nil {
+		return fail(e, "cancel", err)
+	}
+	defer q.Close()
+	t, err := q.Cancel(e.ctx, id, *c.actor)
+	if err != nil {
+		return fail(e, "cancel", err)
+	}
+	if *c.json {
+		printJSON(e.stdout, recordOf(t))
+		return exitOK
+	}
+	if t.State == model.Running {
+		fmt.Fprintf(e.stdout, "task %s: cancellation requested by %s; its worker stops before the next step\n", t.ID, t.CancelledBy)
+	} else {
+		fmt.Fprintf(e.stdout, "task %s: %s by %s\n", t.ID, t.State, t.CancelledBy)
+	}
+	return exitOK
+}

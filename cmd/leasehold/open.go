@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+)
+
+// randomIDs hands out IDs from the operating system's randomness, so that
+// processes sharing a database never collide.
+type randomIDs struct{}
+
+// NewID returns prefix and 16 random hex digits.
+func (randomIDs) NewID(prefix string) string {
+	var b [8]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		panic("leasehold: no randomness for IDs: " + err.Error())
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// jitter returns a random source for backoff jitter, seeded from the
+// operating system.
+func jitter() *rand.Rand {
+	var b [16]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		panic("leasehold: no randomness for jitter: " + err.Error())
+	}
+	return rand.New(rand.NewPCG(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])))
+}
+
+// common holds the flags most commands share.
+type common struct {
+	db          *string
+	json        *bool
+	actor       *string
+	synchronous *string
+	busyTimeout *time.Duration
+}
+
+func commonFlags(fs *flag.FlagSet, actor bool) common {
+	c := common{
+		db:          fs.String("db", "leasehold.db", "database file"),
+		json:        fs.Bool("json", false, "print records as JSON"),
+		synchronous: fs.String("synchronous", queue.SynchronousFull, "SQLite synchronous setting: FULL, or NORMAL (can lose the last commits on power loss)"),
+		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long to wait for another process's lock before reporting storage busy"),
+	}
+	if actor {
+		c.actor = fs.String("actor", defaultActor(), "who acts (recorded in the audit trail)")
+	}
+	return c
+}
+
+// defaultActor is the operating system user, or "cli".
+func defaultActor() string {
+	if u := os.Getenv("USER"); model.CheckName("actor", u) == nil {
+		return u
+	}
+	return "cli"
+}
+
+// checkDBPath refuses a database path that names nothing usable.
+func checkDBPath(path string) error {
+	if strings.TrimSpace(path) == "" {
+		return badUsage("--db: path required")
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return badUsage("--db: %s is a directory", path)
+	}
+	return nil
+}
+
+// openQueue opens the database for a command with the real clock.
+func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Queue, error) {
+	if err := checkDBPath(*c.db); err != nil {
+		return nil, err
+	}
+	busy := *c.busyTimeout
+	switch {
+	case busy < 0 || busy > time.Hour:
+		return nil, badUsage("--busy-timeout: must be between 0 and 1h, got %s", busy)
+	case busy == 0:
+		busy = queue.NoBusyTimeout
+	}
+	return queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+		Synchronous: strings.ToUpper(*c.synchronous), Migrate: mode, BusyTimeout: busy})
+}
+
+// openExisting opens a database that must already exist (every command but
+// those that create one).
+func openExisting(ctx context.Context, c common) (*queue.Queue, error) {
+	if err := checkDBPath(*c.db); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(*c.db); err != nil {
+		return nil, fmt.Errorf("database %s: %w", *c.db, err)
+	}
+	return openQueue(ctx, c, queue.MigrateNew)
+}
+
+// parseTime reads an RFC 3339 time or "+DURATION" from now; empty is zero.
+func parseTime(field, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if rest, ok := strings.CutPrefix(s, "+"); ok {
+		d, err := time.ParseDuration(rest)
+		if err != nil || d < 0 {
+			return time.Time{}, badUsage("--%s: %q is not +DURATION (like +30s)", field, s)
+		}
+		return time.Now().Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, badUsage("--%s: %q is not an RFC 3339 time or +DURATION", field, s)
+	}
+	return t, nil
+}

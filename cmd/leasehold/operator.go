@@ -1,0 +1,332 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+)
+
+func init() {
+	register("approve", "approve a task waiting at its gate: approve TASK --version V", runApprove)
+	register("reject", "reject a task waiting at its gate: reject TASK", runReject)
+	register("requeue", "requeue a task from needs_review with a bounded grant: requeue TASK --grant-cost N --grant-steps N", runRequeue)
+	register("resolve", "settle a task in needs_review: resolve TASK --as completed|failed|cancelled", runResolve)
+	register("settle", "record what the provider says of an uncertain effect: settle OP --applied|--not-applied", runSettle)
+	register("inspect", "show stuck and uncertain tasks: lease age, last heartbeat, attempts, effects without receipts", runInspect)
+	register("events", "show a task's audit events: events TASK", runEvents)
+	register("metrics", "print the queue's metrics", runMetrics)
+}
+
+// withQueue opens an existing database for one command.
+func withQueue(e *env, name string, c common, fn func(q *queue.Queue) error) int {
+	q, err := openExisting(e.ctx, c)
+	if err != nil {
+		return fail(e, name, err)
+	}
+	defer q.Close()
+	if err := fn(q); err != nil {
+		return fail(e, name, err)
+	}
+	return exitOK
+}
+
+func runApprove(e *env, args []string) int {
+	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	version := fs.Int64("version", -1, "the version recorded when the task paused (status shows it)")
+	id, err := taskArg(fs, args)
+	if err == nil && *version < 0 {
+		err = badUsage("--version: required (the version status shows for the gate)")
+	}
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "approve", err)
+	}
+	return withQueue(e, "approve", c, func(q *queue.Queue) error {
+		if err := q.Approve(e.ctx, id, *version, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "task %s approved by %s at version %d; it resumes from its checkpoint\n", id, *c.actor, *version)
+		return nil
+	})
+}
+
+func runReject(e *env, args []string) int {
+	fs := flag.NewFlagSet("reject", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	id, err := taskArg(fs, args)
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "reject", err)
+	}
+	return withQueue(e, "reject", c, func(q *queue.Queue) error {
+		if err := q.Reject(e.ctx, id, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "task %s rejected by %s\n", id, *c.actor)
+		return nil
+	})
+}
+
+func runRequeue(e *env, args []string) int {
+	fs := flag.NewFlagSet("requeue", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	cost := fs.Int64("grant-cost", -1, "budget to add (bounded by the configured maximum)")
+	steps := fs.Int("grant-steps", -1, "steps to add (bounded by the configured maximum)")
+	id, err := taskArg(fs, args)
+	if err == nil && (*cost < 0 || *steps < 0) {
+		err = badUsage("--grant-cost and --grant-steps: both required (0 grants nothing)")
+	}
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "requeue", err)
+	}
+	return withQueue(e, "requeue", c, func(q *queue.Queue) error {
+		if err := q.Requeue(e.ctx, id, model.Grant{Cost: *cost, Steps: *steps}, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "task %s requeued by %s with a grant of cost %d and %d steps\n", id, *c.actor, *cost, *steps)
+		return nil
+	})
+}
+
+func runResolve(e *env, args []string) int {
+	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	as := fs.String("as", "", "completed, failed or cancelled")
+	id, err := taskArg(fs, args)
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	var to model.State
+	if err == nil {
+		to, err = model.ParseState(*as)
+		if err == nil && !to.Terminal() {
+			err = fmt.Errorf("%q is not terminal", *as)
+		}
+		if err != nil {
+			err = badUsage("--as: must be completed, failed or cancelled (%v)", err)
+		}
+	}
+	if err != nil {
+		return fail(e, "resolve", err)
+	}
+	return withQueue(e, "resolve", c, func(q *queue.Queue) error {
+		if err := q.Resolve(e.ctx, id, to, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "task %s resolved as %s by %s\n", id, to, *c.actor)
+		return nil
+	})
+}
+
+func runSettle(e *env, args []string) int {
+	fs := flag.NewFlagSet("settle", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	applied := fs.Bool("applied", false, "the provider applied the operation: record a receipt so it is never called again")
+	notApplied := fs.Bool("not-applied", false, "the provider did not apply it: remove the intent so the step makes it afresh")
+	err := parseWithArgs(fs, args, 1)
+	op := fs.Arg(0)
+	if err == nil && *applied == *notApplied {
+		err = badUsage("say exactly one of --applied and --not-applied")
+	}
+	if err == nil {
+		if task, _, ok := strings.Cut(op, ".s"); !ok || checkTaskID(task) != nil {
+			err = badUsage("operation %q: not an operation ID (TASK.sSTEP, as inspect shows)", op)
+		}
+	}
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "settle", err)
+	}
+	return withQueue(e, "settle", c, func(q *queue.Queue) error {
+		if err := q.SettleEffect(e.ctx, op, *applied, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "operation %s recorded as applied=%t by %s\n", op, *applied, *c.actor)
+		return nil
+	})
+}
+
+func runEvents(e *env, args []string) int {
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	id, err := taskArg(fs, args)
+	if err != nil {
+		return fail(e, "events", err)
+	}
+	return withQueue(e, "events", c, func(q *queue.Queue) error {
+		if _, err := q.Task(e.ctx, id); err != nil {
+			return err
+		}
+		events, err := q.Events(e.ctx, id)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			out := make([]eventRecord, 0, len(events))
+			for _, ev := range events {
+				out = append(out, eventRecordOf(ev))
+			}
+			return printJSON(e.stdout, out)
+		}
+		printEvents(e.stdout, events)
+		return nil
+	})
+}
+
+// inspection is one task inspect shows.
+type inspection struct {
+	Task           taskRecord `json:"task"`
+	LeaseAgeMs     int64      `json:"lease_age_ms,omitempty"`
+	HeartbeatAgeMs int64      `json:"heartbeat_age_ms,omitempty"`
+	LeaseExpired   bool       `json:"lease_expired,omitempty"`
+	Unreceipted    []string   `json:"effects_without_receipt,omitempty"`
+	QueuedForMs    int64      `json:"queued_for_ms,omitempty"`
+	Advice         string     `json:"advice"`
+}
+
+func runInspect(e *env, args []string) int {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	if err := parse(fs, args); err != nil {
+		return fail(e, "inspect", err)
+	}
+	return withQueue(e, "inspect", c, func(q *queue.Queue) error {
+		now := time.Now()
+		var out []inspection
+		for _, state := range []model.State{model.Running, model.NeedsReview, model.WaitingForApproval, model.Queued} {
+			tasks, err := q.List(e.ctx, model.ListFilter{State: state, Limit: model.ListLimitMax})
+			if err != nil {
+				return err
+			}
+			for _, t := range tasks {
+				in, show, err := inspectTask(e, q, t, now)
+				if err != nil {
+					return err
+				}
+				if show {
+					out = append(out, in)
+				}
+			}
+		}
+		if *c.json {
+			if out == nil {
+				out = []inspection{}
+			}
+			return printJSON(e.stdout, out)
+		}
+		if len(out) == 0 {
+			fmt.Fprintln(e.stdout, "nothing stuck, parked or uncertain")
+		}
+		for _, in := range out {
+			t := in.Task
+			fmt.Fprintf(e.stdout, "%s %s user=%s attempts=%d/%d cost=%d/%d steps=%d/%d", t.ID, t.State, t.User,
+				t.AttemptsCharged, t.AttemptsMax, t.CostUsed, t.CostBudget, t.StepsUsed, t.StepsMax)
+			if t.Reason != "" {
+				fmt.Fprintf(e.stdout, " reason=%s", t.Reason)
+			}
+			if t.Owner != "" {
+				fmt.Fprintf(e.stdout, " owner=%s last_heartbeat=%dms_ago lease_expired=%t", t.Owner, in.HeartbeatAgeMs, in.LeaseExpired)
+			}
+			if in.QueuedForMs > 0 {
+				fmt.Fprintf(e.stdout, " queued_for=%dms", in.QueuedForMs)
+			}
+			if len(in.Unreceipted) > 0 {
+				fmt.Fprintf(e.stdout, " effects_without_receipt=%s", strings.Join(in.Unreceipted, ","))
+			}
+			fmt.Fprintf(e.stdout, "\n    -> %s\n", in.Advice)
+		}
+		return nil
+	})
+}
+
+// pendingTooLong is how long a due task may wait before inspect shows it.
+const pendingTooLong = 30 * time.Second
+
+// inspectTask decides whether a task needs an operator's eye and what to
+// suggest.
+func inspectTask(e *env, q *queue.Queue, t model.Task, now time.Time) (inspection, bool, error) {
+	in := inspection{Task: recordOf(t)}
+	effects, err := q.Effects(e.ctx, t.ID)
+	if err != nil {
+		return in, false, err
+	}
+	for _, ef := range effects {
+		if !ef.Receipted() {
+			in.Unreceipted = append(in.Unreceipted, ef.OpID)
+		}
+	}
+	sort.Strings(in.Unreceipted)
+	switch t.State {
+	case model.Running:
+		in.LeaseAgeMs = now.Sub(t.ClaimedAt).Milliseconds()
+		in.HeartbeatAgeMs = now.Sub(t.HeartbeatAt).Milliseconds()
+		in.LeaseExpired = !now.Before(t.LeaseUntil)
+		if !in.LeaseExpired && len(in.Unreceipted) == 0 {
+			return in, false, nil
+		}
+		in.Advice = "lease expired: the reaper (any running worker) requeues it and charges an attempt; check the worker named as owner"
+		if !in.LeaseExpired {
+			in.Advice = "effect in flight: its worker records the receipt or the next claim reconciles it"
+		}
+	case model.NeedsReview:
+		switch {
+		case t.Reason == model.UncertainEffect || len(in.Unreceipted) > 0:
+			in.Advice = fmt.Sprintf("ask the provider about %s, then: leasehold settle OP --applied (or --not-applied), then leasehold requeue %s --grant-cost 0 --grant-steps 0",
+				strings.Join(in.Unreceipted, ","), t.ID)
+		default:
+			in.Advice = fmt.Sprintf("read leasehold events %s; if the cause is fixed: leasehold requeue %s --grant-cost 0 --grant-steps 0; otherwise leasehold resolve %s --as failed",
+				t.ID, t.ID, t.ID)
+		}
+	case model.WaitingForApproval:
+		in.Advice = fmt.Sprintf("waiting for approval at gate %s: leasehold approve %s --version %d (or reject)", t.ApprovalGate, t.ID, t.ApprovalVersion)
+	case model.Queued:
+		due := t.QueuedAt
+		if t.RunAt.After(due) {
+			due = t.RunAt
+		}
+		if now.Before(due) || now.Sub(due) < pendingTooLong {
+			return in, false, nil
+		}
+		in.QueuedForMs = now.Sub(due).Milliseconds()
+		in.Advice = fmt.Sprintf("due but not claimed: check that workers run (leasehold metrics) and the per-user limit of %s (leasehold limits)", t.User)
+	}
+	return in, true, nil
+}
+
+func runMetrics(e *env, args []string) int {
+	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	if err := parse(fs, args); err != nil {
+		return fail(e, "metrics", err)
+	}
+	return withQueue(e, "metrics", c, func(q *queue.Queue) error {
+		m, err := q.Metrics(e.ctx)
+		if err != nil {
+			return err
+		}
+		if !m.Reconciles() {
+			return errors.New("metrics do not reconcile: the depths by state do not add up to the tasks submitted")
+		}
+		if *c.json {
+			return printJSON(e.stdout, metricsRecordOf(m))
+		}
+		printMetrics(e, m)
+		return nil
+	})
+}

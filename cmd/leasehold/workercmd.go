@@ -1,0 +1,83 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
+)
+
+func init() {
+	register("worker", "run a worker process: worker --id NAME [--concurrency N] (graceful stop on SIGTERM)", runWorker)
+}
+
+func runWorker(e *env, args []string) int {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	id := fs.String("id", "", "worker name (in every claim, log line and event)")
+	concurrency := fs.Int("concurrency", 1, fmt.Sprintf("tasks held at once (1 to %d)", worker.ConcurrencyMax))
+	lease := fs.Duration("lease", 30*time.Second, "lease asked for per claim")
+	heartbeat := fs.Duration("heartbeat", 0, "heartbeat interval (default lease/3; at most lease/2)")
+	costCapacity := fs.Int64("cost-capacity", 0, "claim nothing new while the held tasks' unspent budget reaches this (0: no bound)")
+	serviceDB := fs.String("service-db", "", "the external service's ledger file (default: next to --db)")
+	serviceKind := fs.String("service-kind", string(worker.Dedup), "what the service can do: dedup, fenced, queryable or plain")
+	duplicate := fs.String("duplicate", "", "fault injection: deliver every write of this kind twice (e.g. complete), as a retrying network would")
+	if err := parse(fs, args); err != nil {
+		return fail(e, "worker", err)
+	}
+	kind, err := worker.ParseServiceKind(*serviceKind)
+	if err != nil {
+		return fail(e, "worker", badUsage("--service-kind: %v", err))
+	}
+	if *serviceDB == "" {
+		*serviceDB = filepath.Join(filepath.Dir(*c.db), "service.db")
+	}
+	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg := worker.Config{ID: *id, Handler: worker.Synthetic{}, Clock: clockwork.NewRealClock(), Logger: logger,
+		Concurrency: *concurrency, Lease: *lease, Heartbeat: *heartbeat, CostCapacity: *costCapacity}
+	// Validate every flag before touching a file.
+	probe := cfg
+	probe.Queue, probe.Service = nopQueue{}, nopService{}
+	if _, err := worker.New(probe); err != nil {
+		return fail(e, "worker", err)
+	}
+	q, err := openQueue(e.ctx, c, queue.MigrateNew)
+	if err != nil {
+		return fail(e, "worker", err)
+	}
+	defer q.Close()
+	svc, err := openLedger(*serviceDB, kind)
+	if err != nil {
+		return fail(e, "worker", err)
+	}
+	defer svc.Close()
+	cfg.Queue, cfg.Service = q, svc
+	if *duplicate != "" {
+		dup := faults.NewQueue(q)
+		dup.DuplicateEvery(*duplicate)
+		cfg.Queue = dup
+	}
+	r, err := worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q})
+	if err != nil {
+		return fail(e, "worker", err)
+	}
+	logger.Info("worker started", "worker", *id, "pid", os.Getpid(), "db", *c.db, "concurrency", *concurrency,
+		"lease_ms", lease.Milliseconds(), "service_kind", string(kind))
+	if err := r.Run(e.ctx); err != nil {
+		return fail(e, "worker", err)
+	}
+	return exitOK
+}
+
+// nopQueue and nopService let the worker's configuration be validated
+// before any file is opened.
+type nopQueue struct{ worker.Queue }
+type nopService struct{ worker.Service }

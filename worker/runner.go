@@ -1,0 +1,279 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// Housekeeper is the queue housekeeping a live worker also runs: the
+// reaper and the periodic scheduler. *queue.Queue implements it.
+type Housekeeper interface {
+	Reap(ctx context.Context) (model.ReapResult, error)
+	EnqueueDue(ctx context.Context) (model.EnqueueResult, error)
+}
+
+// RunOptions configures the live Runner beyond the worker's Config.
+type RunOptions struct {
+	// Housekeeper, when set, is run every HousekeepingEvery (default: the
+	// heartbeat interval): reaping expired leases and deadlines, and
+	// enqueueing due periodic runs.
+	Housekeeper       Housekeeper
+	HousekeepingEvery time.Duration
+	// OnReport, when set, receives every report (from several goroutines).
+	OnReport func(Report)
+}
+
+// Runner runs a worker live: one goroutine per slot, each stepping its own
+// claim in order and sleeping on the clock between steps, and one claimer
+// that hands claimed tasks to idle slots. Nothing is shared between slots
+// but the counters guarded here and the goroutine-safe queue.
+type Runner struct {
+	sh   *shared
+	opts RunOptions
+
+	mu        sync.Mutex
+	idle      int                    // slots without a claim
+	exposure  map[*Slot]int64        // unspent budget of each held claim
+	hbFailing map[*Slot]bool         // slots whose last heartbeat failed in storage
+	held      map[string]model.Claim // claims held, by task
+	wake      chan struct{}          // pokes the claimer when a slot frees
+}
+
+// NewRunner validates cfg and returns a runner.
+func NewRunner(cfg Config, opts RunOptions) (*Runner, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if opts.HousekeepingEvery == 0 {
+		opts.HousekeepingEvery = cfg.Heartbeat
+	}
+	return &Runner{sh: &shared{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}, opts: opts, idle: cfg.Concurrency,
+		exposure: map[*Slot]int64{}, hbFailing: map[*Slot]bool{}, held: map[string]model.Claim{},
+		wake: make(chan struct{}, 1)}, nil
+}
+
+// Claims returns the claims held now, in no particular order.
+func (r *Runner) Claims() []model.Claim {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]model.Claim, 0, len(r.held))
+	for _, c := range r.held {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Run runs until ctx is done, then shuts down gracefully: it claims nothing
+// new, lets every slot finish the effect it has in flight, and releases or
+// finishes each claim; it returns once every slot is done. Queue calls use
+// a context that is never cancelled, so a shutdown never abandons a write
+// half way (database/sql rolls back cancelled transactions asynchronously).
+func (r *Runner) Run(ctx context.Context) error {
+	work := make(chan model.Claimed)
+	drain := make(chan struct{})
+	var slots, helpers sync.WaitGroup
+	for i := 0; i < r.sh.cfg.Concurrency; i++ {
+		slots.Add(1)
+		go func() {
+			defer slots.Done()
+			r.slotLoop(work, drain)
+		}()
+	}
+	stopHelpers := make(chan struct{})
+	if r.opts.Housekeeper != nil {
+		helpers.Add(1)
+		go func() {
+			defer helpers.Done()
+			r.housekeep(stopHelpers)
+		}()
+	}
+	r.claimLoop(ctx, work)
+	r.sh.log.Info("worker shutting down", "worker", r.sh.cfg.ID, "claims", len(r.Claims()))
+	close(drain)
+	close(work)
+	slots.Wait()
+	close(stopHelpers)
+	helpers.Wait()
+	r.sh.log.Info("worker stopped", "worker", r.sh.cfg.ID)
+	return nil
+}
+
+func (r *Runner) report(rep Report) {
+	if r.opts.OnReport != nil {
+		r.opts.OnReport(rep)
+	}
+}
+
+// sleep waits for d on the runner's clock, or until stop closes; it
+// reports whether it slept the whole time.
+func (r *Runner) sleep(d time.Duration, stop <-chan struct{}) bool {
+	if d <= 0 {
+		return true
+	}
+	timer := r.sh.clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.Chan():
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// mayClaim reports whether the claimer may ask for work, and for how many.
+func (r *Runner) mayClaim() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, failing := range r.hbFailing {
+		if failing {
+			return 0
+		}
+	}
+	if capacity := r.sh.cfg.CostCapacity; capacity > 0 {
+		var sum int64
+		for _, e := range r.exposure {
+			sum += e
+		}
+		if sum >= capacity {
+			return 0
+		}
+	}
+	return min(r.idle, r.sh.cfg.ClaimBatch)
+}
+
+// claimLoop claims while ctx lives, polling with backoff when idle and
+// backing off while storage fails, and hands each claim to a slot.
+func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed) {
+	cfg := r.sh.cfg
+	var poll, storage time.Duration
+	batch := cfg.ClaimBatch
+	for ctx.Err() == nil {
+		n := min(r.mayClaim(), batch)
+		if n == 0 {
+			select {
+			case <-ctx.Done():
+			case <-r.wake:
+			case <-r.sh.clock.After(cfg.PollMax):
+			}
+			continue
+		}
+		claimed, err := cfg.Queue.Claim(context.Background(), model.ClaimRequest{Worker: cfg.ID, Max: n, Lease: cfg.Lease})
+		rep := Report{Worker: cfg.ID, Action: ActionClaim, Write: "claim", Err: err}
+		var wait time.Duration
+		switch {
+		case errors.Is(err, model.ErrInvalidInput) && batch > 1:
+			batch = max(1, batch/2) // the queue's batch limit is lower than ours
+			continue
+		case err != nil:
+			storage = nextBackoff(storage, cfg.StorageBackoffMin, cfg.StorageBackoffMax)
+			wait, rep.StorageError = storage, true
+			r.sh.log.Warn("claim failed", "worker", cfg.ID, "error", err.Error(), "retry_in", storage.String())
+		case len(claimed) == 0:
+			storage = 0
+			poll = nextBackoff(poll, cfg.PollMin, cfg.PollMax)
+			wait, rep.Outcome = poll, "nothing due"
+		default:
+			storage, poll = 0, 0
+			rep.Accepted = true
+			r.mu.Lock()
+			r.idle -= len(claimed)
+			r.mu.Unlock()
+			for _, c := range claimed {
+				rep.Claims = append(rep.Claims, c.Claim)
+				r.sh.log.Info("task claimed", "worker", cfg.ID, "task_id", c.Claim.TaskID, "attempt", c.Claim.Attempt,
+					"attempt_id", c.Claim.AttemptID(), "fence", c.Claim.Fence)
+				work <- c
+			}
+		}
+		r.report(rep)
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-r.wake:
+			case <-r.sh.clock.After(wait):
+			}
+		}
+	}
+}
+
+// slotLoop runs claims handed to it until the claimer stops.
+func (r *Runner) slotLoop(work <-chan model.Claimed, drain <-chan struct{}) {
+	for c := range work {
+		s := newSlot(r.sh, c, r.sh.clock.Now())
+		r.track(s, true)
+		r.drive(s, drain)
+		r.track(s, false)
+	}
+}
+
+// track records a slot taking or ending a claim.
+func (r *Runner) track(s *Slot, holding bool) {
+	r.mu.Lock()
+	if holding {
+		r.held[s.claim.TaskID] = s.claim
+		r.exposure[s] = s.task.CostBudget - s.task.CostUsed
+	} else {
+		delete(r.held, s.claim.TaskID)
+		delete(r.exposure, s)
+		delete(r.hbFailing, s)
+		r.idle++
+	}
+	r.mu.Unlock()
+	if !holding {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// drive steps one claim until it is over, sleeping until the slot is next
+// ready; when drain closes it asks the slot to finish its effect in flight
+// and give the claim back.
+func (r *Runner) drive(s *Slot, drain <-chan struct{}) {
+	ctx := context.Background()
+	for !s.Done() {
+		select {
+		case <-drain:
+			s.drain()
+			drain = nil
+		default:
+		}
+		if wait := s.ReadyAt().Sub(r.sh.clock.Now()); wait > 0 {
+			r.sleep(wait, drain)
+			continue
+		}
+		rep := s.Step(ctx)
+		r.mu.Lock()
+		r.hbFailing[s] = s.heartbeatFailing
+		r.exposure[s] = s.task.CostBudget - s.task.CostUsed
+		r.mu.Unlock()
+		if rep.Anomaly != "" {
+			r.sh.log.Error("worker anomaly", "worker", r.sh.cfg.ID, "task_id", rep.TaskID, "anomaly", rep.Anomaly)
+		}
+		r.report(rep)
+	}
+}
+
+// housekeep runs the reaper and the scheduler until stop closes.
+func (r *Runner) housekeep(stop <-chan struct{}) {
+	ctx := context.Background()
+	for r.sleep(r.opts.HousekeepingEvery, stop) {
+		if res, err := r.opts.Housekeeper.Reap(ctx); err != nil {
+			r.sh.log.Warn("reap failed", "worker", r.sh.cfg.ID, "error", err.Error())
+		} else if res.Expired+res.Deadlines > 0 {
+			r.sh.log.Info("reaped", "worker", r.sh.cfg.ID, "expired", res.Expired, "deadlines", res.Deadlines)
+		}
+		if res, err := r.opts.Housekeeper.EnqueueDue(ctx); err != nil {
+			r.sh.log.Warn("enqueue due runs failed", "worker", r.sh.cfg.ID, "error", err.Error())
+		} else if res.Enqueued > 0 || res.Collapsed > 0 {
+			r.sh.log.Info("periodic runs enqueued", "worker", r.sh.cfg.ID, "enqueued", res.Enqueued,
+				"collapsed", res.Collapsed, "refused", res.Refused)
+		}
+	}
+}
