@@ -12,8 +12,36 @@ import (
 
 func init() {
 	register("limits", "show or set limits: limits [--user U --running-max N --depth-max N] [--depth-max N ...]", runLimits)
-	register("schedule", "periodic schedules: schedule add|list|remove", runSchedule)
+	register("schedule", "periodic schedules: schedule add|list|run|remove", runSchedule)
 	register("version", "print the module version, commit and build settings", runVersion)
+	register("reap", "run the reaper once: requeue expired leases, fail passed deadlines", runReap)
+}
+
+func runReap(e *env, args []string) int {
+	fs := flag.NewFlagSet("reap", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	if err := parse(fs, args); err != nil {
+		return fail(e, "reap", err)
+	}
+	return withQueue(e, "reap", c, func(q *queue.Queue) error {
+		total := model.ReapResult{}
+		for {
+			res, err := q.Reap(e.ctx)
+			if err != nil {
+				return err
+			}
+			total.Expired += res.Expired
+			total.Deadlines += res.Deadlines
+			if !res.More {
+				break
+			}
+		}
+		if *c.json {
+			return printJSON(e.stdout, map[string]int{"expired": total.Expired, "deadlines": total.Deadlines})
+		}
+		fmt.Fprintf(e.stdout, "expired leases settled: %d; tasks failed for their deadline: %d\n", total.Expired, total.Deadlines)
+		return nil
+	})
 }
 
 // metricsRecord is the metrics snapshot as --json prints it.
@@ -171,7 +199,7 @@ func runLimits(e *env, args []string) int {
 
 func runSchedule(e *env, args []string) int {
 	if len(args) == 0 {
-		return fail(e, "schedule", badUsage("say add, list or remove"))
+		return fail(e, "schedule", badUsage("say add, list, run or remove"))
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("schedule "+sub, flag.ContinueOnError)
@@ -230,6 +258,22 @@ func runSchedule(e *env, args []string) int {
 			}
 			return nil
 		})
+	case "run":
+		if err := parse(fs, args); err != nil {
+			return fail(e, "schedule", err)
+		}
+		return withQueue(e, "schedule", c, func(q *queue.Queue) error {
+			res, err := q.EnqueueDue(e.ctx)
+			if err != nil {
+				return err
+			}
+			if *c.json {
+				return printJSON(e.stdout, res)
+			}
+			fmt.Fprintf(e.stdout, "enqueued %d due runs (%d missed runs collapsed, %d refused by admission)\n",
+				res.Enqueued, res.Collapsed, res.Refused)
+			return nil
+		})
 	case "remove":
 		if err := parseWithArgs(fs, args, 1); err != nil {
 			return fail(e, "schedule", err)
@@ -246,7 +290,7 @@ func runSchedule(e *env, args []string) int {
 			return nil
 		})
 	}
-	return fail(e, "schedule", badUsage("unknown schedule command %q (want add, list or remove)", sub))
+	return fail(e, "schedule", badUsage("unknown schedule command %q (want add, list, run or remove)", sub))
 }
 
 // Build information stamped with -ldflags "-X main.commit=... -X main.built=...".

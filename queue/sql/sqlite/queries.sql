@@ -248,3 +248,8 @@ RELEASE submit_one;
 -- name: events_after
 SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail
 FROM events WHERE seq > :after ORDER BY seq LIMIT :limit;
+
+-- name: health
+-- A write statement that changes nothing: it needs the write lock, so it
+-- fails while storage is unavailable to writers.
+UPDATE settings SET value = value WHERE key = 'depth_max';

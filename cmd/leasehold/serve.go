@@ -1,0 +1,657 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+)
+
+func init() {
+	register("serve", "the HTTP JSON API, /metrics and /healthz: serve --addr 127.0.0.1:PORT --tokens FILE", runServe)
+}
+
+// Scopes a token can carry.
+const (
+	scopeSubmit  = "submit"
+	scopeApprove = "approve"
+	scopeOperate = "operate"
+)
+
+// Request bounds.
+const (
+	requestBytesMax = model.PayloadBytesMax + 16<<10 // a payload and the fields around it
+	requestTimeout  = 10 * time.Second
+)
+
+// token is one credential: who it is (the actor in audit events) and what
+// it may do. The secret is kept only as its SHA-256.
+type token struct {
+	name   string
+	scopes map[string]bool
+	digest [32]byte
+}
+
+// parseTokens reads "NAME SCOPE[,SCOPE...] SECRET" lines ('#' comments).
+// Names must be valid actor names, scopes known, secrets at least 16
+// characters, and no two tokens may share a name or a secret.
+func parseTokens(text string) ([]token, error) {
+	var out []token
+	names, secrets := map[string]bool{}, map[[32]byte]bool{}
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 3 {
+			return nil, fmt.Errorf("tokens line %d: want NAME SCOPES SECRET", i+1)
+		}
+		if err := model.CheckName("token name", fields[0]); err != nil {
+			return nil, fmt.Errorf("tokens line %d: %w", i+1, err)
+		}
+		t := token{name: fields[0], scopes: map[string]bool{}, digest: sha256.Sum256([]byte(fields[2]))}
+		for _, s := range strings.Split(fields[1], ",") {
+			if s != scopeSubmit && s != scopeApprove && s != scopeOperate {
+				return nil, fmt.Errorf("tokens line %d: unknown scope %q (want submit, approve or operate)", i+1, s)
+			}
+			t.scopes[s] = true
+		}
+		if len(fields[2]) < 16 {
+			return nil, fmt.Errorf("tokens line %d: secret shorter than 16 characters", i+1)
+		}
+		if names[t.name] || secrets[t.digest] {
+			return nil, fmt.Errorf("tokens line %d: token name or secret used twice", i+1)
+		}
+		names[t.name], secrets[t.digest] = true, true
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no tokens configured")
+	}
+	return out, nil
+}
+
+// loadTokens reads the tokens from a file, or from LEASEHOLD_TOKENS.
+func loadTokens(file string) ([]token, error) {
+	if file != "" {
+		st, err := os.Stat(file)
+		if err != nil {
+			return nil, badUsage("--tokens: %v", err)
+		}
+		if st.Size() > 1<<20 {
+			return nil, badUsage("--tokens: %s is larger than 1 MiB", file)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, badUsage("--tokens: %v", err)
+		}
+		return parseTokens(string(b))
+	}
+	if env := os.Getenv("LEASEHOLD_TOKENS"); env != "" {
+		return parseTokens(strings.ReplaceAll(env, ";", "\n"))
+	}
+	return nil, badUsage("--tokens: required (a file of NAME SCOPES SECRET lines, or LEASEHOLD_TOKENS)")
+}
+
+// server is the HTTP face of one queue.
+type server struct {
+	q      *queue.Queue
+	tokens []token
+	log    *slog.Logger
+}
+
+// authenticate finds the token presented in the Authorization header. Each
+// configured secret's digest is compared in constant time, all of them
+// every time, so timing says nothing about which came close.
+func (s *server) authenticate(r *http.Request) (token, bool) {
+	h := r.Header.Get("Authorization")
+	secret, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || secret == "" {
+		return token{}, false
+	}
+	digest := sha256.Sum256([]byte(secret))
+	var found token
+	matched := 0
+	for _, t := range s.tokens {
+		if subtle.ConstantTimeCompare(digest[:], t.digest[:]) == 1 {
+			found, matched = t, matched+1
+		}
+	}
+	return found, matched == 1
+}
+
+// apiError is the JSON body of every refusal.
+type apiError struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+// statusOf maps an error to its HTTP status.
+func statusOf(err error) int {
+	var maxBytes *http.MaxBytesError
+	switch {
+	case errors.As(err, &maxBytes):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, model.ErrInvalidInput), errors.As(err, new(usageError)):
+		return http.StatusBadRequest
+	case errors.Is(err, model.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, model.ErrIdempotencyConflict), errors.Is(err, model.ErrVersionMismatch),
+		errors.Is(err, model.ErrInvalidTransition), errors.Is(err, model.ErrEffectReceipted):
+		return http.StatusConflict
+	case errors.Is(err, model.ErrQueueFull):
+		return http.StatusTooManyRequests
+	}
+	return http.StatusServiceUnavailable
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := statusOf(err)
+	body := apiError{Error: oneLine(err.Error())}
+	var v *model.ValidationError
+	if errors.As(err, &v) {
+		body.Field = v.Field
+	}
+	if status == http.StatusServiceUnavailable {
+		s.log.Warn("request failed in storage", "method", r.Method, "path", r.URL.Path, "error", body.Error)
+		body.Error = "storage unavailable; retry later"
+	}
+	writeJSON(w, status, body)
+}
+
+// handler is one route's work, given the caller's token.
+type handler func(w http.ResponseWriter, r *http.Request, who token) error
+
+// route wraps a handler with authentication, scope checks, the body limit
+// and request logging (which never includes the token).
+func (s *server) route(scopes []string, h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		actor := "-"
+		defer func() {
+			s.log.Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "actor", actor,
+				"duration_ms", time.Since(start).Milliseconds())
+		}()
+		who, ok := s.authenticate(r)
+		if !ok {
+			rec.Header().Set("WWW-Authenticate", `Bearer realm="leasehold"`)
+			writeJSON(rec, http.StatusUnauthorized, apiError{Error: "a valid bearer token is required"})
+			return
+		}
+		actor = who.name
+		allowed := false
+		for _, sc := range scopes {
+			allowed = allowed || who.scopes[sc]
+		}
+		if !allowed {
+			writeJSON(rec, http.StatusForbidden, apiError{Error: fmt.Sprintf("token %s lacks the %s scope", who.name, strings.Join(scopes, " or "))})
+			return
+		}
+		r.Body = http.MaxBytesReader(rec, r.Body, requestBytesMax)
+		// The queue's writes run to the end even if the client goes away:
+		// a cancelled transaction is rolled back asynchronously, and a
+		// caller must get a durable answer or an error, never a guess.
+		r = r.WithContext(context.WithoutCancel(r.Context()))
+		if err := h(rec, r, who); err != nil {
+			s.fail(rec, r, err)
+		}
+	}
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// decode reads a JSON body into v, refusing unknown fields and trailing
+// data with a 400 that names the problem (a too-large body is a 413).
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var maxBytes *http.MaxBytesError
+		if errors.As(err, &maxBytes) {
+			return err
+		}
+		return &model.ValidationError{Field: "body", Problem: err.Error()}
+	}
+	if dec.More() {
+		return &model.ValidationError{Field: "body", Problem: "trailing data after the JSON object"}
+	}
+	return nil
+}
+
+// taskID reads and checks the {id} path value.
+func taskID(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	if err := checkTaskID(id); err != nil {
+		return "", &model.ValidationError{Field: "id", Problem: err.Error()}
+	}
+	return id, nil
+}
+
+// submitBody is POST /v1/tasks.
+type submitBody struct {
+	User       string          `json:"user"`
+	Key        string          `json:"key"`
+	Payload    json.RawMessage `json:"payload"`
+	CostBudget int64           `json:"cost_budget"`
+	StepsMax   int             `json:"steps_max"`
+	Priority   int             `json:"priority"`
+	RunAt      string          `json:"run_at"`
+	Deadline   string          `json:"deadline"`
+}
+
+func parseAPITime(field, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, &model.ValidationError{Field: field, Problem: fmt.Sprintf("%q is not an RFC 3339 time", s)}
+	}
+	return t, nil
+}
+
+func (s *server) submit(w http.ResponseWriter, r *http.Request, _ token) error {
+	var b submitBody
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	req := model.SubmitRequest{User: b.User, Key: b.Key, Payload: string(b.Payload), CostBudget: b.CostBudget,
+		StepsMax: b.StepsMax, Priority: b.Priority}
+	var err error
+	if req.RunAt, err = parseAPITime("run_at", b.RunAt); err != nil {
+		return err
+	}
+	if req.Deadline, err = parseAPITime("deadline", b.Deadline); err != nil {
+		return err
+	}
+	res, err := s.q.Submit(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if res.Replay {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, map[string]any{"task_id": res.TaskID, "replay": res.Replay})
+	return nil
+}
+
+func (s *server) getTask(w http.ResponseWriter, r *http.Request, _ token) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	t, err := s.q.Task(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, recordOf(t))
+	return nil
+}
+
+func (s *server) taskEvents(w http.ResponseWriter, r *http.Request, _ token) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.q.Task(r.Context(), id); err != nil {
+		return err
+	}
+	events, err := s.q.Events(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	out := make([]eventRecord, 0, len(events))
+	for _, e := range events {
+		out = append(out, eventRecordOf(e))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) cancel(w http.ResponseWriter, r *http.Request, who token) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	t, err := s.q.Cancel(r.Context(), id, who.name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, recordOf(t))
+	return nil
+}
+
+func (s *server) approve(w http.ResponseWriter, r *http.Request, who token) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	var b struct {
+		Version *int64 `json:"version"`
+	}
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	if b.Version == nil {
+		return &model.ValidationError{Field: "version", Problem: "required: the version recorded at the gate"}
+	}
+	if err := s.q.Approve(r.Context(), id, *b.Version, who.name); err != nil {
+		return err
+	}
+	return s.getTask(w, r, who)
+}
+
+func (s *server) reject(w http.ResponseWriter, r *http.Request, who token) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.q.Reject(r.Context(), id, who.name); err != nil {
+		return err
+	}
+	return s.getTask(w, r, who)
+}
+
+func (s *server) requeue(w http.ResponseWriter, r *http.Request, who token) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	var b struct {
+		GrantCost  *int64 `json:"grant_cost"`
+		GrantSteps *int   `json:"grant_steps"`
+	}
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	if b.GrantCost == nil || b.GrantSteps == nil {
+		return &model.ValidationError{Field: "grant_cost", Problem: "grant_cost and grant_steps are required (0 grants nothing)"}
+	}
+	if err := s.q.Requeue(r.Context(), id, model.Grant{Cost: *b.GrantCost, Steps: *b.GrantSteps}, who.name); err != nil {
+		return err
+	}
+	return s.getTask(w, r, who)
+}
+
+func (s *server) resolve(w http.ResponseWriter, r *http.Request, who token) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	var b struct {
+		As string `json:"as"`
+	}
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	if err := s.q.Resolve(r.Context(), id, model.State(b.As), who.name); err != nil {
+		return err
+	}
+	return s.getTask(w, r, who)
+}
+
+func (s *server) settle(w http.ResponseWriter, r *http.Request, who token) error {
+	op := r.PathValue("op")
+	task, _, ok := strings.Cut(op, ".s")
+	if !ok || checkTaskID(task) != nil {
+		return &model.ValidationError{Field: "op", Problem: fmt.Sprintf("%q is not an operation ID", op)}
+	}
+	var b struct {
+		Applied *bool `json:"applied"`
+	}
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	if b.Applied == nil {
+		return &model.ValidationError{Field: "applied", Problem: "required: true or false, as the provider reports"}
+	}
+	if err := s.q.SettleEffect(r.Context(), op, *b.Applied, who.name); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"op_id": op, "applied": *b.Applied, "by": who.name})
+	return nil
+}
+
+func (s *server) inspect(w http.ResponseWriter, r *http.Request, _ token) error {
+	now := time.Now()
+	out := []inspection{}
+	for _, state := range []model.State{model.Running, model.NeedsReview, model.WaitingForApproval, model.Queued} {
+		tasks, err := s.q.List(r.Context(), model.ListFilter{State: state, Limit: model.ListLimitMax})
+		if err != nil {
+			return err
+		}
+		for _, t := range tasks {
+			in, show, err := inspectTask(&env{ctx: r.Context()}, s.q, t, now)
+			if err != nil {
+				return err
+			}
+			if show {
+				out = append(out, in)
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) getLimits(w http.ResponseWriter, r *http.Request, _ token) error {
+	limits, users, err := s.q.Limits(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"limits": limits, "users": users})
+	return nil
+}
+
+// setLimits replaces the limits (PUT /v1/limits) or one user's (PUT
+// /v1/limits/users/{user}).
+func (s *server) setLimits(w http.ResponseWriter, r *http.Request, who token) error {
+	var l model.Limits
+	if err := decode(r, &l); err != nil {
+		return err
+	}
+	if err := s.q.SetLimits(r.Context(), l, who.name); err != nil {
+		return err
+	}
+	return s.getLimits(w, r, who)
+}
+
+func (s *server) setUserLimit(w http.ResponseWriter, r *http.Request, who token) error {
+	var b struct {
+		RunningMax *int `json:"running_max"`
+		DepthMax   *int `json:"depth_max"`
+	}
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	u := model.UserLimit{User: r.PathValue("user"), RunningMax: model.Inherit, DepthMax: model.Inherit}
+	if b.RunningMax != nil {
+		u.RunningMax = *b.RunningMax
+	}
+	if b.DepthMax != nil {
+		u.DepthMax = *b.DepthMax
+	}
+	if err := s.q.SetUserLimit(r.Context(), u, who.name); err != nil {
+		return err
+	}
+	return s.getLimits(w, r, who)
+}
+
+func (s *server) listSchedules(w http.ResponseWriter, r *http.Request, _ token) error {
+	schedules, err := s.q.Schedules(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, schedules)
+	return nil
+}
+
+func (s *server) addSchedule(w http.ResponseWriter, r *http.Request, who token) error {
+	var b struct {
+		User       string          `json:"user"`
+		Payload    json.RawMessage `json:"payload"`
+		CostBudget int64           `json:"cost_budget"`
+		StepsMax   int             `json:"steps_max"`
+		Priority   int             `json:"priority"`
+		Origin     string          `json:"origin"`
+		PeriodMs   int64           `json:"period_ms"`
+	}
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	origin, err := parseAPITime("origin", b.Origin)
+	if err != nil {
+		return err
+	}
+	sch, err := s.q.AddSchedule(r.Context(), model.ScheduleSpec{User: b.User, Payload: string(b.Payload),
+		CostBudget: b.CostBudget, StepsMax: b.StepsMax, Priority: b.Priority, Origin: origin,
+		Period: time.Duration(b.PeriodMs) * time.Millisecond}, who.name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, sch)
+	return nil
+}
+
+func (s *server) removeSchedule(w http.ResponseWriter, r *http.Request, who token) error {
+	id := r.PathValue("id")
+	if err := model.CheckName("id", id); err != nil {
+		return err
+	}
+	if err := s.q.RemoveSchedule(r.Context(), id, who.name); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// healthz answers 200 while the queue takes writes and 503 while storage
+// is unavailable.
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.q.Health(ctx); err != nil {
+		s.log.Warn("health check failed", "error", oneLine(err.Error()))
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// mux builds the routes.
+func (s *server) mux() http.Handler {
+	reads := []string{scopeSubmit, scopeApprove, scopeOperate}
+	submit, approve, operate := []string{scopeSubmit}, []string{scopeApprove}, []string{scopeOperate}
+	m := http.NewServeMux()
+	m.Handle("POST /v1/tasks", s.route(submit, s.submit))
+	m.Handle("GET /v1/tasks/{id}", s.route(reads, s.getTask))
+	m.Handle("GET /v1/tasks/{id}/events", s.route(reads, s.taskEvents))
+	m.Handle("POST /v1/tasks/{id}/cancel", s.route([]string{scopeSubmit, scopeOperate}, s.cancel))
+	m.Handle("POST /v1/tasks/{id}/approve", s.route(approve, s.approve))
+	m.Handle("POST /v1/tasks/{id}/reject", s.route(approve, s.reject))
+	m.Handle("POST /v1/tasks/{id}/requeue", s.route(operate, s.requeue))
+	m.Handle("POST /v1/tasks/{id}/resolve", s.route(operate, s.resolve))
+	m.Handle("POST /v1/effects/{op}/settle", s.route(operate, s.settle))
+	m.Handle("GET /v1/inspect", s.route(operate, s.inspect))
+	m.Handle("GET /v1/limits", s.route(operate, s.getLimits))
+	m.Handle("PUT /v1/limits", s.route(operate, s.setLimits))
+	m.Handle("PUT /v1/limits/users/{user}", s.route(operate, s.setUserLimit))
+	m.Handle("GET /v1/schedules", s.route(operate, s.listSchedules))
+	m.Handle("POST /v1/schedules", s.route(operate, s.addSchedule))
+	m.Handle("DELETE /v1/schedules/{id}", s.route(operate, s.removeSchedule))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&queueCollector{q: s.q, log: s.log})
+	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	m.HandleFunc("GET /healthz", s.healthz)
+	return http.TimeoutHandler(m, requestTimeout, `{"error":"request timed out"}`)
+}
+
+func runServe(e *env, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
+	tokensFile := fs.String("tokens", "", "file of NAME SCOPES SECRET lines (or set LEASEHOLD_TOKENS)")
+	if err := parse(fs, args); err != nil {
+		return fail(e, "serve", err)
+	}
+	if _, _, err := net.SplitHostPort(*addr); err != nil {
+		return fail(e, "serve", badUsage("--addr: %v", err))
+	}
+	tokens, err := loadTokens(*tokensFile)
+	if err != nil {
+		return fail(e, "serve", badUsage("%v", err))
+	}
+	q, err := openQueue(e.ctx, c, queue.MigrateNew)
+	if err != nil {
+		return fail(e, "serve", err)
+	}
+	defer q.Close()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fail(e, "serve", err)
+	}
+	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
+	if err := serve(e.ctx, ln, &server{q: q, tokens: tokens, log: logger}); err != nil {
+		return fail(e, "serve", err)
+	}
+	return exitOK
+}
+
+// serve runs the server on ln until ctx is done, then shuts it down
+// gracefully.
+func serve(ctx context.Context, ln net.Listener, s *server) error {
+	srv := &http.Server{Handler: s.mux(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+		WriteTimeout: 20 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 16 << 10,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	s.log.Info("serving", "addr", ln.Addr().String(), "tokens", len(s.tokens))
+	errs := make(chan error, 1)
+	go func() { errs <- srv.Serve(ln) }()
+	select {
+	case err := <-errs:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		return err
+	}
+	if err := <-errs; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
