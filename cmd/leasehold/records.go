@@ -155,7 +155,11 @@ func printEvents(w io.Writer, events []model.Event) {
 			parts = append(parts, "op="+e.OpID)
 		}
 		if e.From != e.To {
-			parts = append(parts, fmt.Sprintf("%s->%s", dash(string(e.From)), e.To))
+			from := string(e.From)
+			if from == "" {
+				from = "new"
+			}
+			parts = append(parts, fmt.Sprintf("%s->%s", from, e.To))
 		}
 		if e.Reason != "" {
 			parts = append(parts, "reason="+string(e.Reason))
