@@ -37,6 +37,14 @@ demo: build ## The live portfolio run: two real worker processes, signals, the w
 sim: build ## Reproduce one seed or sweep many: make sim SEED=n [SCENARIO=name] [SEEDS=count]
 	bin/leasehold sim --seed $(SEED) --scenario $(SCENARIO) --seeds $(SEEDS)
 
+.PHONY: evidence
+evidence: build ## Simulated and live results into one report (out/evidence/index.html, .md, .json)
+	$(GO) build -tags leasehold_broken -o bin/leasehold-broken ./cmd/leasehold
+	bin/leasehold demo
+	mkdir -p out/evidence
+	$(GO) test -count=1 -run TestRunbook -json ./cmd/leasehold > out/evidence/runbook-test.json
+	bin/leasehold evidence --runbook out/evidence/runbook-test.json
+
 .PHONY: bench
 bench: ## Run the benchmarks and print their ratios
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./...

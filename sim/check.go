@@ -110,6 +110,7 @@ func (c *checker) check() *model.Violation {
 		if e.TaskID == "" {
 			continue
 		}
+		c.w.timelineEvent(e)
 		if v := c.event(e); v != nil {
 			return v
 		}

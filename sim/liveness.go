@@ -91,6 +91,7 @@ func (w *World) liveness(tr *tracer) (int, string, *model.Violation) {
 					break
 				}
 				w.checker.report(r)
+				w.timelineReport(r)
 				w.watchLate(i, r)
 				if r.Anomaly != "" {
 					w.anomalies = append(w.anomalies, r.String())

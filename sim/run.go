@@ -34,6 +34,8 @@ type Config struct {
 	Keep []int
 	// Trace keeps every trace line in the result.
 	Trace bool
+	// Timeline keeps a structured timeline of the run in the result.
+	Timeline bool
 }
 
 // Result is the outcome of one run.
@@ -58,6 +60,8 @@ type Result struct {
 	Trace        []string // every line, when Config.Trace
 	Tail         []string // the lines leading to the end (or the failure)
 	Stats        Stats
+	Timeline     []TimelineEntry // when Config.Timeline
+	Workers      int
 }
 
 // Stats counts what a run exercised.
@@ -68,6 +72,8 @@ type Stats struct {
 	LeaseExpiries int64
 	Retries       int64
 	Reviews       int64
+	// LateRefused counts stalled claimants whose late result was refused.
+	LateRefused int
 }
 
 // Broken returns the name of what failed: the invariant, "liveness",
@@ -143,9 +149,24 @@ func Run(cfg Config) (res Result) {
 		return res
 	}
 	defer w.close()
-	defer func() { res.Simulated = w.clock.Since(Epoch); res.Stats = w.stats() }()
+	w.recordTimeline = cfg.Timeline
+	res.Workers = sc.Workers
+	defer func() {
+		res.Simulated, res.Stats = w.clock.Since(Epoch), w.stats()
+		if res.Violation != nil {
+			w.timelineAdd(TimelineEntry{Kind: TimelineViolation, TaskID: res.Violation.TaskID, Detail: res.Violation.Error()})
+		}
+		res.Timeline = w.timeline
+	}()
 
 	for i, e := range events {
+		if e.Kind != EvStep && e.Kind != EvAdvance && e.Kind != EvReap && e.Kind != EvTick && e.Kind != EvScript {
+			entry := TimelineEntry{Kind: TimelineFault, Detail: e.String()}
+			if strings.HasSuffix(e.String(), fmt.Sprintf(" w%d", e.Worker)) {
+				entry.Worker = workerName(e.Worker)
+			}
+			w.timelineAdd(entry)
+		}
 		out := w.apply(e)
 		tr.line(fmt.Sprintf("%d +%dms %s: %s", i, w.clock.Since(Epoch).Milliseconds(), e, out))
 		res.Events++
@@ -188,6 +209,11 @@ func Run(cfg Config) (res Result) {
 // stats reads what the run exercised.
 func (w *World) stats() Stats {
 	s := Stats{Applied: len(w.service.AppliedOps()), Calls: w.service.Calls()}
+	for _, t := range w.tasks {
+		if t.lateSeen {
+			s.LateRefused++
+		}
+	}
 	var m model.Metrics
 	var err error
 	w.storage.Bypass(func() { m, err = w.q.Metrics(w.ctx) })

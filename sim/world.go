@@ -56,19 +56,21 @@ type taskState struct {
 // database behind a fault-injecting driver, real workers, the effect
 // service double, a fake clock, and the scenario's callers.
 type World struct {
-	ctx       context.Context
-	sc        scenarios.Scenario
-	seed      uint64
-	mix       FaultMix
-	clock     *clockwork.FakeClock
-	storage   *faults.Storage
-	q         *queue.Queue
-	service   *EffectService
-	svc       *faults.Service
-	workers   []*simWorker
-	tasks     []*taskState
-	checker   *checker
-	anomalies []string
+	ctx            context.Context
+	sc             scenarios.Scenario
+	seed           uint64
+	mix            FaultMix
+	clock          *clockwork.FakeClock
+	storage        *faults.Storage
+	q              *queue.Queue
+	service        *EffectService
+	svc            *faults.Service
+	workers        []*simWorker
+	tasks          []*taskState
+	checker        *checker
+	anomalies      []string
+	recordTimeline bool
+	timeline       []TimelineEntry
 	// schedDown counts the ticks each scheduler still misses after a
 	// restart; enqueued and collapsed sum what the schedulers did.
 	schedDown           []int
@@ -267,6 +269,7 @@ func (w *World) step(i int) string {
 	}
 	r := sw.w.Step(w.ctx)
 	w.checker.report(r)
+	w.timelineReport(r)
 	if r.Anomaly != "" {
 		w.anomalies = append(w.anomalies, r.String())
 	}

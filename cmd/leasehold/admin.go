@@ -185,7 +185,11 @@ func runLimits(e *env, args []string) int {
 			return err
 		}
 		if *c.json {
-			return printJSON(e.stdout, map[string]any{"limits": limits, "users": users})
+			out := make([]userLimitRecord, 0, len(users))
+			for _, u := range users {
+				out = append(out, userLimitRecord(u))
+			}
+			return printJSON(e.stdout, map[string]any{"limits": limitsRecord(limits), "users": out})
 		}
 		fmt.Fprintf(e.stdout, "depth_max=%d user_depth_max=%d user_running_max=%d attempts_max=%d grant_cost_max=%d grant_steps_max=%d claim_batch_max=%d\n",
 			limits.DepthMax, limits.UserDepthMax, limits.UserRunningMax, limits.AttemptsMax, limits.GrantCostMax,
@@ -250,7 +254,11 @@ func runSchedule(e *env, args []string) int {
 				return err
 			}
 			if *c.json {
-				return printJSON(e.stdout, schedules)
+				out := make([]scheduleRecord, 0, len(schedules))
+				for _, s := range schedules {
+					out = append(out, scheduleRecordOf(s))
+				}
+				return printJSON(e.stdout, out)
 			}
 			for _, s := range schedules {
 				fmt.Fprintf(e.stdout, "%s user=%s origin=%s period=%s last_run=%d next_due=%s\n", s.ID, s.User,

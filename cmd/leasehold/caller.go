@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
@@ -65,8 +67,17 @@ func runSubmit(e *env, args []string) int {
 	if req.Deadline, err = parseTime("deadline", *deadline); err != nil {
 		return fail(e, "submit", err)
 	}
-	// Validate before opening (and creating) anything.
-	if _, err := model.Normalize(req); err != nil {
+	// Validate before opening (and creating) anything: the queue's own
+	// checks too, the reserved key and, where no database exists yet (so
+	// this cannot be a replay, which is exempt), a deadline already passed.
+	n, err := model.Normalize(req)
+	if err == nil {
+		err = model.CheckCallerKey(n.Key)
+	}
+	if _, statErr := os.Stat(*c.db); err == nil && errors.Is(statErr, os.ErrNotExist) {
+		err = n.CheckTimely(time.Now())
+	}
+	if err != nil {
 		return fail(e, "submit", err)
 	}
 	q, err := openQueue(e.ctx, c, queue.MigrateNew)
@@ -100,7 +111,7 @@ func taskArg(fs *flag.FlagSet, args []string) (string, error) {
 
 // checkTaskID refuses what cannot be a task ID before it reaches a query.
 func checkTaskID(id string) error {
-	if !strings.HasPrefix(id, model.TaskIDPrefix) || len(id) > 64 {
+	if !strings.HasPrefix(id, model.TaskIDPrefix) || len(id) == len(model.TaskIDPrefix) || len(id) > 64 {
 		return badUsage("task %q: not a task ID (t_ followed by hex digits)", id)
 	}
 	for _, r := range id[len(model.TaskIDPrefix):] {

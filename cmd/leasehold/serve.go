@@ -243,6 +243,10 @@ func decode(r *http.Request, v any) error {
 		if errors.As(err, &maxBytes) {
 			return err
 		}
+		var wrongType *json.UnmarshalTypeError
+		if errors.As(err, &wrongType) && wrongType.Field != "" {
+			return &model.ValidationError{Field: wrongType.Field, Problem: "wrong type: got a JSON " + wrongType.Value}
+		}
 		return &model.ValidationError{Field: "body", Problem: err.Error()}
 	}
 	if dec.More() {
@@ -468,23 +472,46 @@ func (s *server) inspect(w http.ResponseWriter, r *http.Request, _ token) error 
 	return nil
 }
 
+// limitsRecord is model.Limits on the wire: snake_case, the names its
+// validation errors use.
+type limitsRecord struct {
+	DepthMax       int   `json:"depth_max"`
+	UserDepthMax   int   `json:"user_depth_max"`
+	UserRunningMax int   `json:"user_running_max"`
+	AttemptsMax    int   `json:"attempts_max"`
+	GrantCostMax   int64 `json:"grant_cost_max"`
+	GrantStepsMax  int   `json:"grant_steps_max"`
+	ClaimBatchMax  int   `json:"claim_batch_max"`
+}
+
+// userLimitRecord is model.UserLimit on the wire.
+type userLimitRecord struct {
+	User       string `json:"user"`
+	RunningMax int    `json:"running_max"`
+	DepthMax   int    `json:"depth_max"`
+}
+
 func (s *server) getLimits(w http.ResponseWriter, r *http.Request, _ token) error {
 	limits, users, err := s.q.Limits(r.Context())
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"limits": limits, "users": users})
+	out := make([]userLimitRecord, 0, len(users))
+	for _, u := range users {
+		out = append(out, userLimitRecord(u))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"limits": limitsRecord(limits), "users": out})
 	return nil
 }
 
 // setLimits replaces the limits (PUT /v1/limits) or one user's (PUT
 // /v1/limits/users/{user}).
 func (s *server) setLimits(w http.ResponseWriter, r *http.Request, who token) error {
-	var l model.Limits
+	var l limitsRecord
 	if err := decode(r, &l); err != nil {
 		return err
 	}
-	if err := s.q.SetLimits(r.Context(), l, who.name); err != nil {
+	if err := s.q.SetLimits(r.Context(), model.Limits(l), who.name); err != nil {
 		return err
 	}
 	return s.getLimits(w, r, who)
@@ -511,12 +538,37 @@ func (s *server) setUserLimit(w http.ResponseWriter, r *http.Request, who token)
 	return s.getLimits(w, r, who)
 }
 
+// scheduleRecord is a schedule on the wire, in the fields POST
+// /v1/schedules takes.
+type scheduleRecord struct {
+	ID         string          `json:"id"`
+	User       string          `json:"user"`
+	Payload    json.RawMessage `json:"payload"`
+	CostBudget int64           `json:"cost_budget"`
+	StepsMax   int             `json:"steps_max"`
+	Priority   int             `json:"priority"`
+	Origin     string          `json:"origin"`
+	PeriodMs   int64           `json:"period_ms"`
+	LastRun    int64           `json:"last_run"`
+	CreatedAt  string          `json:"created_at"`
+}
+
+func scheduleRecordOf(s model.Schedule) scheduleRecord {
+	return scheduleRecord{ID: s.ID, User: s.User, Payload: json.RawMessage(s.Payload), CostBudget: s.CostBudget,
+		StepsMax: s.StepsMax, Priority: s.Priority, Origin: rfc3339(s.Origin), PeriodMs: s.Period.Milliseconds(),
+		LastRun: s.LastRun, CreatedAt: rfc3339(s.CreatedAt)}
+}
+
 func (s *server) listSchedules(w http.ResponseWriter, r *http.Request, _ token) error {
 	schedules, err := s.q.Schedules(r.Context())
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, schedules)
+	out := make([]scheduleRecord, 0, len(schedules))
+	for _, sch := range schedules {
+		out = append(out, scheduleRecordOf(sch))
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -543,7 +595,7 @@ func (s *server) addSchedule(w http.ResponseWriter, r *http.Request, who token) 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, sch)
+	writeJSON(w, http.StatusCreated, scheduleRecordOf(sch))
 	return nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,6 +32,7 @@ func runSim(e *env, args []string) int {
 	keep := fs.String("events", "", "replay only these event indices of the seed's schedule (comma-separated, as --shrink prints)")
 	parallel := fs.Int("parallel", 0, "seeds run at once (default: all cores)")
 	trace := fs.Bool("trace", false, "print every trace line of a single seed")
+	timeline := fs.String("timeline", "", "write a single seed's structured timeline (the shrunk run's with --shrink) to this JSON file")
 	if err := parse(fs, args); err != nil {
 		return fail(e, "sim", err)
 	}
@@ -51,13 +53,13 @@ func runSim(e *env, args []string) int {
 	if indices != nil && *count != 1 {
 		return fail(e, "sim", badUsage("--events replays one seed; drop --seeds"))
 	}
-	if *trace && *count != 1 {
-		return fail(e, "sim", badUsage("--trace prints one seed; drop --seeds"))
+	if (*trace || *timeline != "") && *count != 1 {
+		return fail(e, "sim", badUsage("--trace and --timeline describe one seed; drop --seeds"))
 	}
 	if indices != nil || *shrink || *determinism || *count == 1 {
 		failed := 0
 		for s := *seed; s < *seed+uint64(*count); s++ {
-			if !simOne(e, sc, s, indices, *shrink, *determinism, *trace) {
+			if !simOne(e, sc, s, indices, *shrink, *determinism, *trace, *timeline) {
 				failed++
 			}
 		}
@@ -100,8 +102,8 @@ func runSim(e *env, args []string) int {
 
 // simOne runs one seed, optionally shrinking a failure or checking
 // determinism, and reports whether it passed.
-func simOne(e *env, sc scenarios.Scenario, seed uint64, keep []int, shrink, determinism, trace bool) bool {
-	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: keep, Trace: trace}
+func simOne(e *env, sc scenarios.Scenario, seed uint64, keep []int, shrink, determinism, trace bool, timeline string) bool {
+	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: keep, Trace: trace, Timeline: timeline != ""}
 	r := sim.Run(cfg)
 	for _, line := range r.Trace {
 		fmt.Fprintln(e.stdout, line)
@@ -124,8 +126,45 @@ func simOne(e *env, sc scenarios.Scenario, seed uint64, keep []int, shrink, dete
 			fmt.Fprintf(e.stdout, "  %d %s\n", s.Keep[i], ev)
 		}
 		fmt.Fprintf(e.stdout, "replay: leasehold sim --scenario %s --seed %d --events %s\n", sc.Name, seed, joinInts(s.Keep))
+		if timeline != "" {
+			r = sim.Run(sim.Config{Scenario: sc, Seed: seed, Keep: s.Keep, Timeline: true})
+		}
+	}
+	if timeline != "" {
+		if err := writeTimeline(timeline, r); err != nil {
+			fmt.Fprintf(e.stderr, "leasehold sim: %v\n", err)
+			return false
+		}
 	}
 	return ok
+}
+
+// timelineFile is what sim --timeline writes.
+type timelineFile struct {
+	Scenario    string              `json:"scenario"`
+	Seed        uint64              `json:"seed"`
+	Faults      string              `json:"faults"`
+	Fingerprint string              `json:"fingerprint"`
+	Pass        bool                `json:"pass"`
+	Broken      string              `json:"broken"`
+	Summary     string              `json:"summary"`
+	Workers     int                 `json:"workers"`
+	Events      []string            `json:"events"`
+	Entries     []sim.TimelineEntry `json:"entries"`
+}
+
+func writeTimeline(path string, r sim.Result) error {
+	events := make([]string, len(r.Schedule))
+	for i, ev := range r.Schedule {
+		events[i] = ev.String()
+	}
+	f := timelineFile{Scenario: r.Scenario, Seed: r.Seed, Faults: r.Mix.String(), Fingerprint: r.Fingerprint, Pass: r.Pass,
+		Broken: r.Broken(), Summary: r.Summary(), Workers: r.Workers, Events: events, Entries: r.Timeline}
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 func printResult(e *env, r sim.Result) {

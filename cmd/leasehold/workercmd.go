@@ -43,7 +43,11 @@ func runWorker(e *env, args []string) int {
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := worker.Config{ID: *id, Handler: worker.Synthetic{}, Clock: clockwork.NewRealClock(), Logger: logger,
 		Concurrency: *concurrency, Lease: *lease, Heartbeat: *heartbeat, CostCapacity: *costCapacity}
-	// Validate every flag before touching a file.
+	// Validate every flag before touching a file. worker.Config reads a
+	// zero concurrency as its default; the flag's zero is a mistake.
+	if *concurrency < 1 || *concurrency > worker.ConcurrencyMax {
+		return fail(e, "worker", badUsage("--concurrency: must be between 1 and %d, got %d", worker.ConcurrencyMax, *concurrency))
+	}
 	probe := cfg
 	probe.Queue, probe.Service = nopQueue{}, nopService{}
 	if _, err := worker.New(probe); err != nil {
