@@ -105,6 +105,8 @@ const (
 	EventScheduleAdded   EventKind = "schedule_added"
 	EventScheduleRemoved EventKind = "schedule_removed"
 	EventEffectSettled   EventKind = "effect_settled"
+	EventRestored        EventKind = "restored"
+	EventMigrated        EventKind = "migrated"
 )
 
 // Event is one row of the append-only audit trail. It never holds payload
@@ -122,6 +124,9 @@ type Event struct {
 	Actor   string
 	At      time.Time
 	Detail  string // short, non-sensitive explanation
+	// Scope is the authority the action was taken under (ScopeSubmit,
+	// ScopeApprove, ScopeOperate); empty for workers and the reaper.
+	Scope string
 }
 
 // Effect is one row of the effects ledger.

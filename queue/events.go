@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -20,4 +22,47 @@ func (q *Queue) EventsAfter(ctx context.Context, after int64, limit int) ([]mode
 		return nil, err
 	}
 	return scanEvents(rows)
+}
+
+// AuditFilter selects audit events. Zero values select everything; Until
+// is exclusive.
+type AuditFilter struct {
+	TaskID string
+	Actor  string
+	Since  time.Time
+	Until  time.Time
+	Limit  int // 0: model.ListLimitMax
+}
+
+// Audit returns the audit events a filter selects, in order.
+func (q *Queue) Audit(ctx context.Context, f AuditFilter) ([]model.Event, error) {
+	limit := f.Limit
+	if limit == 0 {
+		limit = model.ListLimitMax
+	}
+	if limit < 1 || limit > model.ListLimitMax {
+		return nil, &model.ValidationError{Field: "limit", Problem: fmt.Sprintf("must be between 1 and %d, got %d", model.ListLimitMax, limit)}
+	}
+	until := int64(math.MaxInt64)
+	if !f.Until.IsZero() {
+		until = model.Millis(f.Until)
+	}
+	rows, err := q.readRows(ctx, "audit", sql.Named("task_id", f.TaskID), sql.Named("actor", f.Actor),
+		sql.Named("since", model.Millis(f.Since)), sql.Named("until", until), sql.Named("limit", limit))
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// RecordOperatorEvent appends an operator action that concerns no task
+// (a restore, a migration) to the audit trail, with the actor and the
+// scope the context carries.
+func (q *Queue) RecordOperatorEvent(ctx context.Context, kind model.EventKind, actor, detail string) error {
+	if err := model.CheckName("actor", actor); err != nil {
+		return err
+	}
+	return q.write(ctx, string(kind), func(t *txn) error {
+		return t.emit(model.Event{Kind: kind, Actor: actor, Detail: detail})
+	})
 }

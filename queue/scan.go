@@ -61,7 +61,7 @@ func scanEvents(rows *sql.Rows) ([]model.Event, error) {
 		var kind, from, to, reason string
 		var at int64
 		if err := rows.Scan(&e.Seq, &e.TaskID, &kind, &e.Attempt, &e.Fence, &e.OpID, &from, &to,
-			&reason, &e.Actor, &at, &e.Detail); err != nil {
+			&reason, &e.Actor, &at, &e.Detail, &e.Scope); err != nil {
 			return nil, fmt.Errorf("queue: scan event: %w", err)
 		}
 		e.Kind, e.From, e.To, e.Reason = model.EventKind(kind), model.State(from), model.State(to), model.Reason(reason)

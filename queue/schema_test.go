@@ -20,6 +20,7 @@ import (
 var pinnedMigrations = map[string]string{
 	"0001_init.sql":      "41ebb14f7f7c18fb1e9ec3d9f917a9dd747c337ac262e86ddf5d431437cd23b9",
 	"0002_hot_paths.sql": "331809b20f48436ff5cc95bece2023843a90985554384eac5ccafa556fa82c65",
+	"0003_audit.sql":     "3376454d2d3cfd6abb17b2d1b37cbc2a6b5be3231ac359e26442a9c979ff10c3",
 }
 
 func TestMigrationsArePinned(t *testing.T) {

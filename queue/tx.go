@@ -146,7 +146,7 @@ func (t *txn) emit(e model.Event) error {
 		sql.Named("attempt", e.Attempt), sql.Named("fence", e.Fence), sql.Named("op_id", e.OpID),
 		sql.Named("from_state", string(e.From)), sql.Named("to_state", string(e.To)),
 		sql.Named("reason", string(e.Reason)), sql.Named("actor", e.Actor),
-		sql.Named("at", model.Millis(t.now)), sql.Named("detail", e.Detail))
+		sql.Named("at", model.Millis(t.now)), sql.Named("detail", e.Detail), sql.Named("scope", model.ScopeOf(t.ctx)))
 	return err
 }
 

@@ -17,6 +17,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/leasehold/leasehold/model"
 )
 
 // Exit codes.
@@ -64,6 +66,11 @@ func run(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "leasehold: unknown command %q (run leasehold help)\n", args[0])
 		return exitUsage
 	}
+	if scope := commandScopes[args[0]]; scope != "" {
+		scoped := *e
+		scoped.ctx = model.WithScope(e.ctx, scope)
+		e = &scoped
+	}
 	return cmd.run(e, args[1:])
 }
 
@@ -77,6 +84,17 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
+}
+
+// commandScopes is the scope each acting command's actions are recorded
+// under in the audit trail: what a token would need for the same action
+// over HTTP.
+var commandScopes = map[string]string{
+	"submit": model.ScopeSubmit, "cancel": model.ScopeSubmit,
+	"approve": model.ScopeApprove, "reject": model.ScopeApprove,
+	"requeue": model.ScopeOperate, "resolve": model.ScopeOperate, "settle": model.ScopeOperate,
+	"limits": model.ScopeOperate, "schedule": model.ScopeOperate, "reap": model.ScopeOperate,
+	"restore": model.ScopeOperate, "migrate": model.ScopeOperate, "snapshot": model.ScopeOperate,
 }
 
 // usageError is bad usage or input: exit 2 with one line.

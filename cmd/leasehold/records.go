@@ -75,12 +75,13 @@ type eventRecord struct {
 	Actor   string `json:"actor"`
 	At      string `json:"at"`
 	Detail  string `json:"detail"`
+	Scope   string `json:"scope"`
 }
 
 func eventRecordOf(e model.Event) eventRecord {
 	return eventRecord{Seq: e.Seq, TaskID: e.TaskID, Kind: string(e.Kind), Attempt: e.Attempt, Fence: e.Fence,
 		OpID: e.OpID, From: string(e.From), To: string(e.To), Reason: string(e.Reason), Actor: e.Actor,
-		At: rfc3339(e.At), Detail: e.Detail}
+		At: rfc3339(e.At), Detail: e.Detail, Scope: e.Scope}
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -165,6 +166,9 @@ func printEvents(w io.Writer, events []model.Event) {
 			parts = append(parts, "reason="+string(e.Reason))
 		}
 		parts = append(parts, "actor="+e.Actor)
+		if e.Scope != "" {
+			parts = append(parts, "scope="+e.Scope)
+		}
 		if e.Detail != "" {
 			parts = append(parts, fmt.Sprintf("(%s)", e.Detail))
 		}

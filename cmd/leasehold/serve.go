@@ -204,11 +204,13 @@ func (s *server) route(scopes []string, h handler) http.HandlerFunc {
 			return
 		}
 		actor = who.name
-		allowed := false
+		used := ""
 		for _, sc := range scopes {
-			allowed = allowed || who.scopes[sc]
+			if who.scopes[sc] && used == "" {
+				used = sc
+			}
 		}
-		if !allowed {
+		if used == "" {
 			writeJSON(rec, http.StatusForbidden, apiError{Error: fmt.Sprintf("token %s lacks the %s scope", who.name, strings.Join(scopes, " or "))})
 			return
 		}
@@ -216,7 +218,7 @@ func (s *server) route(scopes []string, h handler) http.HandlerFunc {
 		// The queue's writes run to the end even if the client goes away:
 		// a cancelled transaction is rolled back asynchronously, and a
 		// caller must get a durable answer or an error, never a guess.
-		r = r.WithContext(context.WithoutCancel(r.Context()))
+		r = r.WithContext(model.WithScope(context.WithoutCancel(r.Context()), used))
 		if err := h(rec, r, who); err != nil {
 			s.fail(rec, r, err)
 		}

@@ -41,8 +41,8 @@ VALUES (:id, :user, :key, :hash, :payload, 'queued', :priority, :run_at, :deadli
         :attempts_max, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :now, :now);
 
 -- name: event_insert
-INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail)
-VALUES (:task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail);
+INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+VALUES (:task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail, :scope);
 
 -- name: claim_next
 -- The next task in claim order, or none.
@@ -156,11 +156,11 @@ SELECT {task_columns} FROM tasks WHERE user = :user ORDER BY seq LIMIT :limit;
 SELECT {task_columns} FROM tasks WHERE user = :user AND state = :state ORDER BY seq LIMIT :limit;
 
 -- name: events_by_task
-SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
 FROM events WHERE task_id = :task_id ORDER BY seq;
 
 -- name: events_all
-SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
 FROM events ORDER BY seq;
 
 -- name: user_limits
@@ -246,10 +246,18 @@ ROLLBACK TO submit_one;
 RELEASE submit_one;
 
 -- name: events_after
-SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
 FROM events WHERE seq > :after ORDER BY seq LIMIT :limit;
 
 -- name: health
 -- A write statement that changes nothing: it needs the write lock, so it
 -- fails while storage is unavailable to writers.
 UPDATE settings SET value = value WHERE key = 'depth_max';
+
+-- name: audit
+-- The audit trail filtered by task, actor and time (at in [since, until)).
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
+FROM events
+WHERE (:task_id = '' OR task_id = :task_id) AND (:actor = '' OR actor = :actor) AND at >= :since AND at < :until
+ORDER BY seq
+LIMIT :limit;

@@ -1,0 +1,335 @@
+package queue
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"sort"
+	"time"
+
+	"modernc.org/sqlite"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// Snapshot errors: a snapshot that fails verification is refused with the
+// reason, wrapped around one of these.
+var (
+	// ErrSnapshotCorrupt: the file fails SQLite's integrity check, cannot
+	// be opened, or breaks the model's invariants.
+	ErrSnapshotCorrupt = errors.New("snapshot corrupt")
+	// ErrSnapshotMismatch: the file does not match its manifest (checksum,
+	// size, schema version or counts).
+	ErrSnapshotMismatch = errors.New("snapshot does not match its manifest")
+)
+
+// Manifest describes a snapshot, written next to it as FILE.manifest.json.
+type Manifest struct {
+	Format        string           `json:"format"` // "leasehold-snapshot-1"
+	Source        string           `json:"source"`
+	SchemaVersion int              `json:"schema_version"`
+	Migrations    []string         `json:"migrations"` // applied migration checksums, in order
+	Tasks         int64            `json:"tasks"`
+	Events        int64            `json:"events"`
+	States        map[string]int64 `json:"states"`
+	SHA256        string           `json:"sha256"`
+	Bytes         int64            `json:"bytes"`
+	CreatedAt     string           `json:"created_at"` // RFC 3339 UTC, from the caller's clock
+}
+
+// manifestFormat names the manifest's layout.
+const manifestFormat = "leasehold-snapshot-1"
+
+// ManifestPath is where a snapshot's manifest lives.
+func ManifestPath(snapshot string) string { return snapshot + ".manifest.json" }
+
+// openRaw opens a database file with the queue's PRAGMAs (read-only when
+// readOnly), without checking or migrating its schema: snapshots and
+// upgrades work on databases of other versions.
+func openRaw(path string, readOnly bool) (*sql.DB, error) {
+	v := url.Values{}
+	v.Add("_pragma", "busy_timeout(5000)")
+	if readOnly {
+		v.Add("_pragma", "query_only(1)")
+	}
+	db := sql.OpenDB(connector{dsn: path + "?" + v.Encode(), drv: &sqlite.Driver{}})
+	db.SetMaxOpenConns(1)
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// CreateSnapshot writes a consistent copy of the database at src to out
+// (VACUUM INTO: a single read transaction, so workers may go on writing),
+// then its manifest. out must not exist. now stamps the manifest.
+func CreateSnapshot(ctx context.Context, src, out string, now time.Time) (Manifest, error) {
+	if _, err := os.Stat(out); err == nil {
+		return Manifest{}, &model.ValidationError{Field: "out", Problem: fmt.Sprintf("%s exists; a snapshot never overwrites", out)}
+	}
+	if _, err := os.Stat(src); err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: %w", err)
+	}
+	db, err := openRaw(src, false)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: open %s: %w", src, err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", out); err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: copy %s: %w", src, err)
+	}
+	m, err := describe(ctx, out)
+	if err != nil {
+		os.Remove(out)
+		return Manifest{}, err
+	}
+	m.Source, m.CreatedAt = src, now.UTC().Format(time.RFC3339Nano)
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return Manifest{}, err
+	}
+	if err := os.WriteFile(ManifestPath(out), append(b, '\n'), 0o644); err != nil {
+		os.Remove(out)
+		return Manifest{}, fmt.Errorf("snapshot: write manifest: %w", err)
+	}
+	return m, nil
+}
+
+// describe reads what a manifest records from a snapshot file.
+func describe(ctx context.Context, path string) (Manifest, error) {
+	m := Manifest{Format: manifestFormat, States: map[string]int64{}}
+	sum, size, err := fileDigest(path)
+	if err != nil {
+		return m, err
+	}
+	m.SHA256, m.Bytes = sum, size
+	db, err := openRaw(path, true)
+	if err != nil {
+		return m, fmt.Errorf("%s: %v: %w", path, err, ErrSnapshotCorrupt)
+	}
+	defer db.Close()
+	applied, err := readApplied(ctx, db)
+	if err != nil {
+		return m, fmt.Errorf("%s: %v: %w", path, err, ErrSnapshotCorrupt)
+	}
+	for _, a := range applied {
+		m.SchemaVersion = a.Version
+		m.Migrations = append(m.Migrations, a.Checksum)
+	}
+	rows, err := db.QueryContext(ctx, "SELECT state, COUNT(*) FROM tasks GROUP BY state")
+	if err != nil {
+		return m, fmt.Errorf("%s: count tasks: %v: %w", path, err, ErrSnapshotCorrupt)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state string
+		var n int64
+		if err := rows.Scan(&state, &n); err != nil {
+			return m, fmt.Errorf("%s: %v: %w", path, err, ErrSnapshotCorrupt)
+		}
+		m.States[state] = n
+		m.Tasks += n
+	}
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM events").Scan(&m.Events); err != nil {
+		return m, fmt.Errorf("%s: count events: %v: %w", path, err, ErrSnapshotCorrupt)
+	}
+	return m, rows.Err()
+}
+
+func fileDigest(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// ReadManifest reads a snapshot's manifest.
+func ReadManifest(snapshot string) (Manifest, error) {
+	var m Manifest
+	b, err := os.ReadFile(ManifestPath(snapshot))
+	if err != nil {
+		return m, fmt.Errorf("manifest of %s: %v: %w", snapshot, err, ErrSnapshotMismatch)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("manifest of %s: %v: %w", snapshot, err, ErrSnapshotMismatch)
+	}
+	if m.Format != manifestFormat {
+		return m, fmt.Errorf("manifest of %s: format %q, want %q: %w", snapshot, m.Format, manifestFormat, ErrSnapshotMismatch)
+	}
+	return m, nil
+}
+
+// Verification is what VerifySnapshot checked, each line a check passed.
+type Verification struct {
+	Manifest Manifest
+	Checks   []string
+}
+
+// VerifySnapshot checks a snapshot against its manifest before anyone
+// relies on it: the checksum and size, SQLite's integrity check, a schema
+// version this build supports with the migrations it knows, the model's
+// invariants over every task, the counters the triggers keep, and the
+// counts against the manifest. A failure says which check and why.
+func VerifySnapshot(ctx context.Context, snapshot string) (Verification, error) {
+	v := Verification{}
+	m, err := ReadManifest(snapshot)
+	if err != nil {
+		return v, err
+	}
+	v.Manifest = m
+	sum, size, err := fileDigest(snapshot)
+	if err != nil {
+		return v, fmt.Errorf("%s: %v: %w", snapshot, err, ErrSnapshotCorrupt)
+	}
+	if size != m.Bytes || sum != m.SHA256 {
+		return v, fmt.Errorf("%s: SHA-256 %s (%d bytes), manifest says %s (%d bytes): %w", snapshot, sum, size, m.SHA256, m.Bytes, ErrSnapshotMismatch)
+	}
+	v.Checks = append(v.Checks, "checksum: SHA-256 and size match the manifest")
+	db, err := openRaw(snapshot, true)
+	if err != nil {
+		return v, fmt.Errorf("%s: %v: %w", snapshot, err, ErrSnapshotCorrupt)
+	}
+	defer db.Close()
+	var integrity string
+	if err := db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&integrity); err != nil || integrity != "ok" {
+		return v, fmt.Errorf("%s: integrity check: %s %v: %w", snapshot, integrity, err, ErrSnapshotCorrupt)
+	}
+	v.Checks = append(v.Checks, "integrity: SQLite integrity_check ok")
+	if _, _, err := Plan(ctx, db); err != nil {
+		return v, fmt.Errorf("%s: %w", snapshot, err)
+	}
+	actual, err := describe(ctx, snapshot)
+	if err != nil {
+		return v, err
+	}
+	if actual.SchemaVersion != m.SchemaVersion || fmt.Sprint(actual.Migrations) != fmt.Sprint(m.Migrations) {
+		return v, fmt.Errorf("%s: schema version %d, manifest says %d: %w", snapshot, actual.SchemaVersion, m.SchemaVersion, ErrSnapshotMismatch)
+	}
+	v.Checks = append(v.Checks, fmt.Sprintf("schema: version %d, every applied migration known to this build (up to %d)", actual.SchemaVersion, SchemaVersion()))
+	if err := checkTaskInvariants(ctx, db); err != nil {
+		return v, fmt.Errorf("%s: %v: %w", snapshot, err, ErrSnapshotCorrupt)
+	}
+	v.Checks = append(v.Checks, fmt.Sprintf("invariants: all %d tasks satisfy the model's invariants; counters agree with the tasks", actual.Tasks))
+	if actual.Tasks != m.Tasks || actual.Events != m.Events || fmt.Sprint(sortedCounts(actual.States)) != fmt.Sprint(sortedCounts(m.States)) {
+		return v, fmt.Errorf("%s: %d tasks %v and %d events, manifest says %d tasks %v and %d events: %w", snapshot,
+			actual.Tasks, sortedCounts(actual.States), actual.Events, m.Tasks, sortedCounts(m.States), m.Events, ErrSnapshotMismatch)
+	}
+	v.Checks = append(v.Checks, fmt.Sprintf("counts: %d tasks by state and %d events match the manifest", m.Tasks, m.Events))
+	return v, nil
+}
+
+func sortedCounts(m map[string]int64) []string {
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkTaskInvariants reads every task and checks the model's per-task
+// invariants, and the counters the triggers keep.
+func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
+	queries, err := queries()
+	if err != nil {
+		return err
+	}
+	rows, err := db.QueryContext(ctx, "SELECT "+queries["task_columns"]+" FROM tasks ORDER BY seq")
+	if err != nil {
+		return err
+	}
+	tasks, err := scanTasks(rows)
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		if vs := model.CheckTask(t); len(vs) > 0 {
+			return vs[0]
+		}
+	}
+	var states, users, blocked int
+	if err := db.QueryRowContext(ctx, queries["counters_check"]).Scan(&states, &users, &blocked); err != nil {
+		return fmt.Errorf("recount: %w", err)
+	}
+	if states+users+blocked != 0 {
+		return fmt.Errorf("counters disagree with the tasks: %d state counts, %d users, %d blocked flags", states, users, blocked)
+	}
+	return nil
+}
+
+// Restore copies a verified snapshot to a new database file at to. It
+// never writes over an existing file (a live database or not), and
+// refuses a snapshot that fails verification.
+func Restore(ctx context.Context, snapshot, to string) (Verification, error) {
+	for _, p := range []string{to, to + "-wal", to + "-shm"} {
+		if _, err := os.Stat(p); err == nil {
+			return Verification{}, &model.ValidationError{Field: "to", Problem: fmt.Sprintf("%s exists; restore never writes over a database", p)}
+		}
+	}
+	v, err := VerifySnapshot(ctx, snapshot)
+	if err != nil {
+		return v, err
+	}
+	if err := copyFile(snapshot, to); err != nil {
+		return v, fmt.Errorf("restore to %s: %w", to, err)
+	}
+	sum, _, err := fileDigest(to)
+	if err != nil || sum != v.Manifest.SHA256 {
+		os.Remove(to)
+		return v, fmt.Errorf("restore to %s: the copy's SHA-256 differs from the snapshot's: %w", to, ErrSnapshotMismatch)
+	}
+	return v, nil
+}
+
+// copyFile copies src to a new file dst and syncs it.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		os.Remove(dst)
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		os.Remove(dst)
+		return err
+	}
+	return out.Close()
+}
+
+// Inspect reports a database file's applied and pending migrations without
+// changing it.
+func Inspect(ctx context.Context, path string) ([]AppliedMigration, []Migration, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, nil, err
+	}
+	db, err := openRaw(path, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer db.Close()
+	return Plan(ctx, db)
+}

@@ -1,0 +1,108 @@
+package queue
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// TestUpgradeFromSchemaV2 upgrades a database written at schema version 2
+// (testdata/schema-v2.db: a task in every state) and proves that nothing
+// was lost and that the paused and running tasks resume.
+func TestUpgradeFromSchemaV2(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "prod.db")
+	b, err := os.ReadFile(filepath.Join("testdata", "schema-v2.db"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+
+	applied, pending, err := Inspect(ctx, path)
+	require.NoError(t, err)
+	require.Len(t, applied, 2)
+	require.NotEmpty(t, pending)
+
+	// What the old database holds, read before the upgrade.
+	raw, err := openRaw(path, true)
+	require.NoError(t, err)
+	texts, err := queries()
+	require.NoError(t, err)
+	rows, err := raw.Query("SELECT " + texts["task_columns"] + " FROM tasks ORDER BY seq")
+	require.NoError(t, err)
+	before, err := scanTasks(rows)
+	require.NoError(t, err)
+	var eventsBefore int
+	require.NoError(t, raw.QueryRow("SELECT COUNT(*) FROM events").Scan(&eventsBefore))
+	require.NoError(t, raw.Close())
+	states := map[model.State]model.Task{}
+	for _, task := range before {
+		states[task.State] = task
+	}
+	require.Len(t, states, len(model.States()), "the fixture holds a task in every state")
+
+	// A build at this version refuses the old schema until it is migrated.
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)) // the fixture's leases (an hour from 12:00) have run out
+	_, err = Open(ctx, Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(9)})
+	require.ErrorIs(t, err, ErrSchemaOutdated)
+	q, err := Open(ctx, Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(9), Migrate: MigrateAll})
+	require.NoError(t, err)
+	defer q.Close()
+	require.NoError(t, q.CheckCounters(ctx))
+
+	after, err := q.List(ctx, model.ListFilter{Limit: model.ListLimitMax})
+	require.NoError(t, err)
+	require.Equal(t, before, after, "every task, field by field, survives the upgrade")
+	events, err := q.Events(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, events, eventsBefore)
+	effects, err := q.Effects(ctx, states[model.NeedsReview].ID)
+	require.NoError(t, err)
+	require.Len(t, effects, 1, "the uncertain effect's intent survives")
+	require.False(t, effects[0].Receipted())
+
+	// The paused task resumes after approval, from its checkpoint.
+	waiting := states[model.WaitingForApproval]
+	require.NoError(t, q.Approve(ctx, waiting.ID, waiting.ApprovalVersion, "approver"))
+	// The running task's lease expired during the upgrade: reaped, it resumes too.
+	res, err := q.Reap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Expired)
+	clock.Advance(time.Hour) // past the backoff
+	resumed := map[string]int{}
+	for range 3 {
+		cs, err := q.Claim(ctx, model.ClaimRequest{Worker: "w-new", Max: 1, Lease: time.Minute})
+		require.NoError(t, err)
+		if len(cs) == 0 {
+			break
+		}
+		c := cs[0]
+		resumed[c.Task.ID] = c.Task.StepsUsed
+		_, err = q.CompleteStep(ctx, model.StepWrite{Claim: c.Claim, Index: c.Task.StepsUsed, Cost: 1})
+		require.NoError(t, err)
+		require.NoError(t, q.Complete(ctx, c.Claim))
+	}
+	require.Equal(t, waiting.StepsUsed, resumed[waiting.ID], "the paused task resumes after its gate")
+	require.Equal(t, states[model.Running].StepsUsed, resumed[states[model.Running].ID], "the running task resumes at its checkpoint")
+	require.Equal(t, 0, resumed[states[model.Queued].ID], "the queued task starts")
+	for _, id := range []string{waiting.ID, states[model.Running].ID} {
+		task, err := q.Task(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, model.Completed, task.State)
+	}
+	// New events carry the scope column the upgrade added.
+	_, err = q.Cancel(model.WithScope(ctx, model.ScopeSubmit), states[model.Queued].ID, "caller")
+	require.Error(t, err, "the queued task has completed by now")
+	require.NoError(t, q.RecordOperatorEvent(model.WithScope(ctx, model.ScopeOperate), model.EventMigrated, "ops", "test"))
+	audit, err := q.Audit(ctx, AuditFilter{Actor: "ops"})
+	require.NoError(t, err)
+	require.Len(t, audit, 1)
+	require.Equal(t, model.ScopeOperate, audit[0].Scope)
+	require.NoError(t, q.CheckCounters(ctx))
+}
