@@ -45,6 +45,10 @@ evidence: build ## Simulated and live results into one report (out/evidence/inde
 	$(GO) test -count=1 -run TestRunbook -json ./cmd/leasehold > out/evidence/runbook-test.json
 	bin/leasehold evidence --runbook out/evidence/runbook-test.json
 
+.PHONY: rehearse
+rehearse: ## Release rehearsal: verify the artifact, snapshot, migrate a copy, run it, sweep; a gate checklist
+	scripts/rehearse.sh
+
 .PHONY: bench
 bench: ## Run the benchmarks and print their ratios
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./...

@@ -199,7 +199,7 @@ func runMigrate(e *env, args []string) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	c := commonFlags(fs, true)
 	dryRun := fs.Bool("dry-run", false, "show the plan and change nothing")
-	snapshots := fs.String("snapshot-dir", "snapshots", "where the pre-migration snapshot goes")
+	snapshots := fs.String("snapshot-dir", "", "where the pre-migration snapshot goes (default: snapshots next to the database)")
 	if err := parse(fs, args); err != nil {
 		return fail(e, "migrate", err)
 	}
@@ -229,6 +229,9 @@ func runMigrate(e *env, args []string) int {
 	if *dryRun {
 		fmt.Fprintln(e.stdout, "dry run: nothing changed")
 		return exitOK
+	}
+	if *snapshots == "" {
+		*snapshots = filepath.Join(filepath.Dir(db), "snapshots")
 	}
 	dir, err := safePath("snapshot-dir", *snapshots)
 	if err == nil {
