@@ -70,7 +70,8 @@ func openRaw(path string, readOnly bool) (*sql.DB, error) {
 
 // CreateSnapshot writes a consistent copy of the database at src to out
 // (VACUUM INTO: a single read transaction, so workers may go on writing),
-// then its manifest. out must not exist. now stamps the manifest.
+// then its manifest. out must not exist. now stamps the manifest. A
+// database at a schema version newer than this build's is refused.
 func CreateSnapshot(ctx context.Context, src, out string, now time.Time) (Manifest, error) {
 	if _, err := os.Stat(out); err == nil {
 		return Manifest{}, &model.ValidationError{Field: "out", Problem: fmt.Sprintf("%s exists; a snapshot never overwrites", out)}
@@ -83,6 +84,11 @@ func CreateSnapshot(ctx context.Context, src, out string, now time.Time) (Manife
 		return Manifest{}, fmt.Errorf("snapshot: open %s: %w", src, err)
 	}
 	defer db.Close()
+	// A database at a schema this build does not know (a newer one) is
+	// refused: this build could not verify the copy.
+	if _, _, err := Plan(ctx, db); err != nil {
+		return Manifest{}, fmt.Errorf("snapshot %s: %w", src, err)
+	}
 	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", out); err != nil {
 		return Manifest{}, fmt.Errorf("snapshot: copy %s: %w", src, err)
 	}

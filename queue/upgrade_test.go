@@ -48,7 +48,7 @@ func TestUpgradeFromSchemaV2(t *testing.T) {
 	require.Len(t, states, len(model.States()), "the fixture holds a task in every state")
 
 	// A build at this version refuses the old schema until it is migrated.
-	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)) // the fixture's leases (an hour from 12:00) have run out
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 14, 0, 0, 0, time.UTC)) // the fixture's leases (an hour from 12:00) have run out
 	_, err = Open(ctx, Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(9)})
 	require.ErrorIs(t, err, ErrSchemaOutdated)
 	q, err := Open(ctx, Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(9), Migrate: MigrateAll})

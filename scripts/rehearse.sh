@@ -116,8 +116,9 @@ lh approve "$WAITING" --version "$VERSION" --db "$DB" --actor release-approver >
 	lh requeue "$REVIEW" --grant-cost 0 --grant-steps 0 --db "$DB" --actor release-operator >>"$OUT/operate.log" 2>&1
 OPERATED=$?
 for w in r1 r2; do
-	verify_artifact && "$BIN" worker --db "$DB" --id "$w" --concurrency 2 --lease 2s --heartbeat 500ms \
-		--service-db "$OUT/service.db" --service-kind fenced 2>"$OUT/$w.log" &
+	verify_artifact || break
+	"$BIN" worker --db "$DB" --id "$w" --concurrency 2 --lease 2s --heartbeat 500ms \
+		--service-db "$OUT/service.db" --service-kind fenced >/dev/null 2>"$OUT/$w.log" &
 	WORKERS+=($!)
 done
 SETTLED=1

@@ -207,6 +207,15 @@ func runMigrate(e *env, args []string) int {
 	if err == nil {
 		err = model.CheckName("actor", *c.actor)
 	}
+	// The snapshot directory is checked before the database is opened,
+	// like every other path.
+	var dir string
+	if err == nil && !*dryRun {
+		if *snapshots == "" {
+			*snapshots = filepath.Join(filepath.Dir(db), "snapshots")
+		}
+		dir, err = safePath("snapshot-dir", *snapshots)
+	}
 	if err != nil {
 		return fail(e, "migrate", err)
 	}
@@ -230,14 +239,7 @@ func runMigrate(e *env, args []string) int {
 		fmt.Fprintln(e.stdout, "dry run: nothing changed")
 		return exitOK
 	}
-	if *snapshots == "" {
-		*snapshots = filepath.Join(filepath.Dir(db), "snapshots")
-	}
-	dir, err := safePath("snapshot-dir", *snapshots)
-	if err == nil {
-		err = os.MkdirAll(dir, 0o755)
-	}
-	if err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail(e, "migrate", err)
 	}
 	snap := filepath.Join(dir, fmt.Sprintf("%s-v%d-%s.db", strings.TrimSuffix(filepath.Base(db), filepath.Ext(db)), current, time.Now().UTC().Format("20060102T150405Z")))
