@@ -99,7 +99,7 @@ lh list --db "$OUT/upgrade.db" --json --limit 1000 >"$OUT/upgraded-tasks.json" 2
 COUNTS_BEFORE=$(json "$OUT/prod-before.json" "sorted(d['states'].items())")
 COUNTS_AFTER=$(json "$OUT/upgraded-tasks.json" "sorted(__import__('collections').Counter(t['state'] for t in d).items())")
 if [ $MIGRATED -eq 0 ] && [ "$COUNTS_BEFORE" = "$COUNTS_AFTER" ] && ls "$OUT"/snapshots/*.manifest.json >/dev/null 2>&1; then
-	gate "copy migrated" pass "schema $(grep -o 'schema version [0-9]*' "$OUT/migrate.log" | tail -1); verified snapshot taken first; tasks by state unchanged $COUNTS_AFTER"
+	gate "copy migrated" pass "$(grep -o 'schema version [0-9]*' "$OUT/migrate.log" | tail -1); verified snapshot taken first; tasks by state unchanged $COUNTS_AFTER"
 else
 	gate "copy migrated" fail "exit $MIGRATED; before $COUNTS_BEFORE after $COUNTS_AFTER; see $OUT/migrate.log"
 fi

@@ -367,12 +367,63 @@ func TestRunbookScheduleDidNotFire(t *testing.T) {
 	require.GreaterOrEqual(t, runs[0].ScheduleRun, int64(5))
 }
 
+// TestRunbookSnapshotRestoreUpgrade runs the snapshot, restore and upgrade
+// procedures against a copy of the previous schema's database.
+func TestRunbookSnapshotRestoreUpgrade(t *testing.T) {
+	blocks := runbookBlocks(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	t.Setenv("LEASEHOLD_DATA_DIR", dir)
+	db := filepath.Join(dir, "prod.db")
+	fixture, err := os.ReadFile(filepath.Join("..", "..", "queue", "testdata", "schema-v2.db"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(db, fixture, 0o644))
+	vars := map[string]string{"DB": db, "ACTOR": "ops-oncall", "SNAPSHOT": filepath.Join(dir, "prod-snap.db"),
+		"RESTORED": filepath.Join(dir, "restored.db")}
+
+	// Upgrade the previous schema's database.
+	before := sha256File(t, db)
+	outs := runbook(t, blocks, "upgrade", vars, exitOK)
+	require.Contains(t, outs[0], "dry run: nothing changed")
+	require.Contains(t, outs[1], "verified snapshot")
+	require.Contains(t, outs[2], "migrated", "the migration is in the audit trail")
+	require.NotEqual(t, before, sha256File(t, db))
+	snaps, err := filepath.Glob(filepath.Join(dir, "snapshots", "*.db"))
+	require.NoError(t, err)
+	require.Len(t, snaps, 1, "the migration snapshotted first")
+
+	// Snapshot the upgraded database, then restore it to a new file.
+	runbook(t, blocks, "snapshot", vars, exitOK)
+	outs = runbook(t, blocks, "restore", vars, exitOK)
+	require.Contains(t, outs[3], `"kind":"restored"`)
+	live, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewFakeClockAt(time.Now()), IDs: randomIDs{}})
+	require.NoError(t, err)
+	defer live.Close()
+	restored, err := queue.Open(ctx, queue.Options{Path: vars["RESTORED"], Clock: clockwork.NewFakeClockAt(time.Now()), IDs: randomIDs{}})
+	require.NoError(t, err)
+	defer restored.Close()
+	want, err := live.List(ctx, model.ListFilter{Limit: model.ListLimitMax})
+	require.NoError(t, err)
+	got, err := restored.List(ctx, model.ListFilter{Limit: model.ListLimitMax})
+	require.NoError(t, err)
+	require.Len(t, got, len(want))
+	for i := range want {
+		require.Equal(t, want[i].ID, got[i].ID)
+		require.Equal(t, want[i].StepsUsed, got[i].StepsUsed)
+	}
+	// Restoring again is refused: it would write over a database.
+	var stdout, stderr bytes.Buffer
+	code := run(&env{ctx: ctx, stdout: &stdout, stderr: &stderr}, []string{"restore", vars["SNAPSHOT"], "--to", vars["RESTORED"]})
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr.String(), "restore never writes over a database")
+}
+
 // TestRunbookBlocksAllRun fails when RUNBOOK.md gains a block no test runs.
 func TestRunbookBlocksAllRun(t *testing.T) {
 	tested := []string{"pending-see", "pending-raise-user-limit", "queue-full-raise-cap", "stuck-see", "stuck-reap",
 		"stuck-cancel", "failed-see", "failed-resubmit", "uncertain-see", "uncertain-applied", "uncertain-not-applied",
 		"uncertain-give-up", "dead-letter-see", "dead-letter-requeue", "dead-letter-give-up", "storage-check",
-		"crash-loop-see", "crash-loop-cancel", "schedule-see", "schedule-run"}
+		"crash-loop-see", "crash-loop-cancel", "schedule-see", "schedule-run", "snapshot", "restore", "upgrade"}
 	blocks := runbookBlocks(t)
 	for name := range blocks {
 		require.Contains(t, tested, name, "RUNBOOK.md block %s is run by no test", name)
