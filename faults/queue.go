@@ -90,6 +90,10 @@ func (q *Queue) ArmDuplicate() {
 	q.armed++
 }
 
+// Writes names the fenced writes the Queue can duplicate, as DuplicateEvery
+// and Duplicate.Write spell them.
+var Writes = []string{"heartbeat", "step", "effect_intent", "effect_receipt", "pause", "complete", "fail", "release", "cancel_ack"}
+
 // DuplicateEvery makes every write named write ("complete", "step", ...)
 // be delivered twice from now on, as a client that always retries would;
 // an empty name stops it.

@@ -412,6 +412,8 @@ func badInputs() []badCase {
 		{"worker zero concurrency", w("worker"), workerArgs("--concurrency", "0"), []string{"concurrency"}, false},
 		{"worker negative concurrency", w("worker"), workerArgs("--concurrency", "-2"), []string{"concurrency"}, false},
 		{"worker concurrency too high", w("worker"), workerArgs("--concurrency", "65"), []string{"concurrency"}, false},
+		{"worker zero lease", w("worker"), workerArgs("--lease", "0"), []string{"lease", "positive"}, false},
+		{"worker unknown duplicate", w("worker"), workerArgs("--duplicate", "compleet"), []string{"duplicate", "compleet"}, false},
 		{"worker lease too short", w("worker"), workerArgs("--lease", "50ms"), []string{"lease"}, false},
 		{"worker lease too long", w("worker"), workerArgs("--lease", "2h"), []string{"lease"}, false},
 		{"worker lease not whole milliseconds", w("worker"), workerArgs("--lease", "1500us"), []string{"lease"}, false},
@@ -990,6 +992,22 @@ func TestMetricsJSONReconciles(t *testing.T) {
 }
 
 // version prints the module and the schema version, as text and JSON.
+func TestHelpPrintsEveryFlagAndExitsZero(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"submit", "--help"}, {"worker", "-h"}, {"schedule", "add", "--help"}, {"snapshot", "create", "--help"}} {
+		r := lh(t, args...)
+		requireOK(t, r)
+		require.Contains(t, r.stdout, "usage: leasehold "+strings.Join(args[:len(args)-1], " ")+" [flags]", args)
+		require.Contains(t, r.stdout, "-db string", args)
+		require.Empty(t, r.stderr, args)
+	}
+	r := lh(t, "submit", "--help")
+	require.Contains(t, r.stdout, "idempotency key")
+	require.Contains(t, r.stdout, "submit a task")
+	// Asking for help does nothing: no database is created.
+	require.NoFileExists(t, "leasehold.db")
+}
+
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	r := lh(t, "version")

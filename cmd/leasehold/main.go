@@ -116,7 +116,7 @@ func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return badUsage("usage: leasehold %s %s", fs.Name(), flagList(fs))
+				return helpRequested{helpText(fs)}
 			}
 			return usageError{strings.TrimSpace(err.Error())}
 		}
@@ -135,15 +135,35 @@ func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 	return fs.Parse(positional) // leaves fs.Args() holding the positional arguments
 }
 
-func flagList(fs *flag.FlagSet) string {
-	var parts []string
-	fs.VisitAll(func(f *flag.Flag) { parts = append(parts, "--"+f.Name) })
-	return strings.Join(parts, " ")
+// helpRequested carries a command's help, asked for with -h or --help: it
+// goes to stdout and the command exits 0 without doing anything.
+type helpRequested struct{ text string }
+
+func (h helpRequested) Error() string { return h.text }
+
+// helpText is the command's summary and every flag with its default.
+func helpText(fs *flag.FlagSet) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: leasehold %s [flags]\n", fs.Name())
+	if c, ok := commands[fs.Name()]; ok && c.summary != "" {
+		fmt.Fprintf(&b, "\n%s\n", c.summary)
+	}
+	b.WriteString("\nflags:\n")
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	return b.String()
 }
+
 
 // fail prints err on one line and returns its exit code: 2 for bad usage
 // or input, 1 otherwise.
 func fail(e *env, name string, err error) int {
+	var help helpRequested
+	if errors.As(err, &help) {
+		fmt.Fprint(e.stdout, help.text)
+		return exitOK
+	}
 	fmt.Fprintf(e.stderr, "leasehold %s: %s\n", name, oneLine(err.Error()))
 	var u usageError
 	if errors.As(err, &u) || isInvalidInput(err) {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -47,6 +49,12 @@ func runWorker(e *env, args []string) int {
 	// zero concurrency as its default; the flag's zero is a mistake.
 	if *concurrency < 1 || *concurrency > worker.ConcurrencyMax {
 		return fail(e, "worker", badUsage("--concurrency: must be between 1 and %d, got %d", worker.ConcurrencyMax, *concurrency))
+	}
+	if *lease <= 0 {
+		return fail(e, "worker", badUsage("--lease: must be positive, got %s", *lease))
+	}
+	if *duplicate != "" && !slices.Contains(faults.Writes, *duplicate) {
+		return fail(e, "worker", badUsage("--duplicate: unknown write %q (one of %s)", *duplicate, strings.Join(faults.Writes, ", ")))
 	}
 	probe := cfg
 	probe.Queue, probe.Service = nopQueue{}, nopService{}
