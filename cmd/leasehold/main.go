@@ -155,7 +155,6 @@ func helpText(fs *flag.FlagSet) string {
 	return b.String()
 }
 
-
 // fail prints err on one line and returns its exit code: 2 for bad usage
 // or input, 1 otherwise.
 func fail(e *env, name string, err error) int {
