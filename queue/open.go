@@ -181,8 +181,16 @@ type connector struct {
 	drv driver.Driver
 }
 
-func (c connector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
-func (c connector) Driver() driver.Driver                        { return c.drv }
+// Connect opens a connection with a statement cache (see cacheConn).
+func (c connector) Connect(context.Context) (driver.Conn, error) {
+	dc, err := c.drv.Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	return newCacheConn(dc), nil
+}
+
+func (c connector) Driver() driver.Driver { return c.drv }
 
 // Pragmas returns the PRAGMAs every connection is opened with, for
 // evidence reports.

@@ -1,0 +1,152 @@
+package sim
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/scenarios"
+)
+
+// The simulator's speed, as `make bench` reports it: seeds per second of
+// the portfolio with every fault kind on (DefaultMix, under the service
+// kind each seed draws), on one core and as a sweep split over two
+// processes, and simulated seconds per wall second. Wall time is read here,
+// in a benchmark, never inside the simulator.
+
+const (
+	// benchSeeds is how many seeds each figure runs.
+	benchSeeds = 400
+	// sweepTarget is the issue's target: 10,000 portfolio seeds in 120 s on
+	// two cores.
+	sweepTarget = 10000.0 / 120
+	// benchChildEnv makes the test binary run seeds FROM,COUNT and print
+	// how many passed and the simulated time, as one process of a sweep.
+	benchChildEnv = "LEASEHOLD_SIM_BENCH_CHILD"
+)
+
+// benchConfig is seed's run with every fault on.
+func benchConfig(sc scenarios.Scenario, seed uint64) Config {
+	mix := DefaultMix(MixFor(sc, seed).ServiceKind)
+	return Config{Scenario: sc, Seed: seed, Mix: &mix}
+}
+
+// runSeeds runs count seeds from from and returns how many passed and the
+// simulated time they covered.
+func runSeeds(sc scenarios.Scenario, from uint64, count int) (passed int, simulated time.Duration) {
+	for seed := from; seed < from+uint64(count); seed++ {
+		r := Run(benchConfig(sc, seed))
+		if r.Pass {
+			passed++
+		}
+		simulated += r.Simulated
+	}
+	return passed, simulated
+}
+
+// TestMain runs a sweep process's share when the benchmark asks for one.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(benchChildEnv); spec != "" {
+		os.Exit(benchChild(spec))
+	}
+	os.Exit(m.Run())
+}
+
+func benchChild(spec string) int {
+	from, count, ok := strings.Cut(spec, ",")
+	f, err1 := strconv.ParseUint(from, 10, 64)
+	n, err2 := strconv.Atoi(count)
+	if !ok || err1 != nil || err2 != nil {
+		fmt.Fprintf(os.Stderr, "%s: want FROM,COUNT, got %q\n", benchChildEnv, spec)
+		return 2
+	}
+	sc, err := scenarios.Get("portfolio")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	passed, simulated := runSeeds(sc, f, n)
+	fmt.Printf("%d %d\n", passed, simulated)
+	return 0
+}
+
+// BenchmarkSimPortfolio reports the simulator's speed. It fails when a
+// seed fails; the sweep target is printed with the figures, met or not,
+// since it depends on the machine as well as on the code.
+func BenchmarkSimPortfolio(b *testing.B) {
+	sc, err := scenarios.Get("portfolio")
+	if err != nil {
+		b.Fatal(err)
+	}
+	runSeeds(sc, 1_000_000, 20) // warm up: the template image, code paths
+
+	b.Run("one-core", func(b *testing.B) {
+		start := time.Now()
+		passed, simulated := runSeeds(sc, 1, benchSeeds)
+		wall := time.Since(start)
+		if passed != benchSeeds {
+			b.Errorf("%d of %d seeds failed", benchSeeds-passed, benchSeeds)
+		}
+		rate := float64(benchSeeds) / wall.Seconds()
+		b.ReportMetric(rate, "seeds/s")
+		b.ReportMetric(simulated.Seconds()/wall.Seconds(), "sim-s/s")
+		b.Logf("portfolio, all faults on, one core: %d seeds in %.2fs = %.1f seeds/s (%.1f ms/seed); %.0f simulated seconds per wall second",
+			benchSeeds, wall.Seconds(), rate, 1000*wall.Seconds()/benchSeeds, simulated.Seconds()/wall.Seconds())
+	})
+
+	b.Run("two-process-sweep", func(b *testing.B) {
+		self, err := os.Executable()
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		const procs = 2
+		var cmds []*exec.Cmd
+		var outs []*strings.Builder
+		for i := range procs {
+			n := benchSeeds / procs
+			cmd := exec.Command(self)
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d", benchChildEnv, 1+i*n, n))
+			out := &strings.Builder{}
+			cmd.Stdout, cmd.Stderr = out, os.Stderr
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			cmds, outs = append(cmds, cmd), append(outs, out)
+		}
+		passed, simulated := 0, time.Duration(0)
+		for i, cmd := range cmds {
+			if err := cmd.Wait(); err != nil {
+				b.Fatalf("sweep process %d: %v", i, err)
+			}
+			sc := bufio.NewScanner(strings.NewReader(outs[i].String()))
+			var p int
+			var s int64
+			if !sc.Scan() {
+				b.Fatalf("sweep process %d printed nothing", i)
+			}
+			if _, err := fmt.Sscanf(sc.Text(), "%d %d", &p, &s); err != nil {
+				b.Fatalf("sweep process %d: %q: %v", i, sc.Text(), err)
+			}
+			passed, simulated = passed+p, simulated+time.Duration(s)
+		}
+		wall := time.Since(start)
+		if passed != benchSeeds {
+			b.Errorf("%d of %d seeds failed", benchSeeds-passed, benchSeeds)
+		}
+		rate := float64(benchSeeds) / wall.Seconds()
+		b.ReportMetric(rate, "seeds/s")
+		b.ReportMetric(simulated.Seconds()/wall.Seconds(), "sim-s/s")
+		met := "met"
+		if rate < sweepTarget {
+			met = "NOT met"
+		}
+		b.Logf("portfolio, all faults on, %d processes: %d seeds in %.2fs = %.1f seeds/s; 10,000 seeds would take %.0fs (target 120s, %.1f seeds/s: %s); %.0f simulated seconds per wall second",
+			procs, benchSeeds, wall.Seconds(), rate, 10000/rate, sweepTarget, met, simulated.Seconds()/wall.Seconds())
+	})
+}
