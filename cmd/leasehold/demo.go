@@ -68,6 +68,7 @@ var demoTasks = []demoTask{
 	{"duplicate", "gus", "duplicate-1", `{"steps":[{"cost":1},{"cost":1,"effect":"email"}]}`, 10, 5},
 	{"crash", "ivy", "crash-1", `{"steps":[{"cost":1,"duration_ms":700},{"cost":2,"effect":"ship"},{"cost":1,"duration_ms":700},{"cost":1,"duration_ms":700},{"cost":1,"duration_ms":700}]}`, 20, 8},
 	{"late", "jo", "late-1", repeatSteps(8, `{"cost":1,"duration_ms":600}`), 20, 10},
+	{"twice", "gus", "twice-1", `{"steps":[{"cost":1,"duration_ms":100}]}`, 5, 2},
 }
 
 // demoOutcome is one expected outcome and what was observed.
@@ -128,6 +129,7 @@ type demo struct {
 
 	mu       sync.Mutex
 	procs    map[string]*demoProc
+	flags    map[string][]string // each worker's extra flags, kept across restarts
 	res      demoResult
 	ids      map[string]string
 	sampling chan struct{}
@@ -270,6 +272,12 @@ func (d *demo) startWorker(name string, extra ...string) error {
 	if err != nil {
 		return err
 	}
+	d.mu.Lock()
+	if d.flags == nil {
+		d.flags = map[string][]string{}
+	}
+	d.flags[name] = extra
+	d.mu.Unlock()
 	args := append([]string{"worker", "--db", d.db, "--id", name, "--concurrency", "4", "--lease", demoLease.String(),
 		"--heartbeat", demoHeartbeat.String(), "--busy-timeout", "300ms", "--service-kind", "fenced",
 		"--service-db", filepath.Join(d.dir, "service.db")}, extra...)
@@ -534,7 +542,14 @@ func (d *demo) storyKill() error {
 	d.outcome("worker killed with SIGKILL mid-task", "its lease expires, the other worker takes the task over and completes it",
 		fmt.Sprintf("killed %s holding fence %d; lease_expired=%t; taken over by %s; %s", victim, t.Version, expired, dash(takenBy), done.State),
 		expired && takenBy != "" && takenBy != victim && done.State == "completed")
-	return d.startWorker(victim)
+	return d.startWorker(victim, d.workerFlags(victim)...)
+}
+
+// workerFlags returns the extra flags a worker was last started with.
+func (d *demo) workerFlags(name string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.flags[name]
 }
 
 func (d *demo) storyStop() error {
@@ -700,6 +715,27 @@ func (d *demo) settle() error {
 	if err := d.checkLimit(); err != nil {
 		return err
 	}
+	return d.storyCompleteTwice()
+}
+
+// storyCompleteTwice makes sure w2, which delivers every completion twice,
+// completes a task: with every other task ended, w1 is stopped (it holds
+// nothing), a one-step task is submitted and w2 alone can claim it. The
+// second delivery of its completion must be refused as a stale write.
+func (d *demo) storyCompleteTwice() error {
+	if err := d.signal("w1", syscall.SIGSTOP); err != nil {
+		return err
+	}
+	if err := d.submit(task("twice")); err != nil {
+		return err
+	}
+	_, werr := d.waitState("twice", "completed", "failed", "needs_review")
+	if err := d.signal("w1", syscall.SIGCONT); err != nil {
+		return err
+	}
+	if werr != nil {
+		return werr
+	}
 	return d.checkDuplicateCompletion()
 }
 
@@ -754,7 +790,7 @@ func (d *demo) checkLimit() error {
 
 func (d *demo) checkDuplicateCompletion() error {
 	var all []eventRecord
-	for _, name := range []string{"approval", "transient", "limit-a", "limit-b", "duplicate", "crash", "late", "outage", "steady"} {
+	for _, name := range []string{"approval", "transient", "limit-a", "limit-b", "duplicate", "crash", "late", "outage", "steady", "twice"} {
 		evs, err := d.events(name)
 		if err != nil {
 			return err
