@@ -116,13 +116,13 @@ type server struct {
 	log    *slog.Logger
 }
 
-// authenticate finds the token presented in the Authorization header. Each
-// configured secret's digest is compared in constant time, all of them
-// every time, so timing says nothing about which came close.
+// authenticate finds the token presented in the Authorization header
+// ("Bearer SECRET"; the scheme's name is case-insensitive, as HTTP says).
+// Each configured secret's digest is compared in constant time, all of
+// them every time, so timing says nothing about which came close.
 func (s *server) authenticate(r *http.Request) (token, bool) {
-	h := r.Header.Get("Authorization")
-	secret, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || secret == "" {
+	scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
 		return token{}, false
 	}
 	digest := sha256.Sum256([]byte(secret))

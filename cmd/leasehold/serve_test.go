@@ -766,6 +766,18 @@ func TestServeAuthentication(t *testing.T) {
 	a.call(t, http.MethodGet, "/v1/limits", secretRoot, "", http.StatusOK)
 	a.call(t, http.MethodPost, "/v1/tasks/"+id+"/cancel", secretRoot, "", http.StatusOK)
 
+	// The scheme's name is case-insensitive; the secret is not.
+	for _, scheme := range []string{"bearer", "BEARER", "bEaReR"} {
+		h := http.Header{}
+		h.Set("Authorization", scheme+" "+secretRoot)
+		status, _, b := a.doHeader(t, http.MethodGet, "/v1/tasks/"+id, h, "")
+		require.Equal(t, http.StatusOK, status, "%s: %s", scheme, b)
+	}
+	h0 := http.Header{}
+	h0.Set("Authorization", "Bearer "+strings.ToUpper(secretRoot))
+	status0, _, _ := a.doHeader(t, http.MethodGet, "/v1/tasks/"+id, h0, "")
+	require.Equal(t, http.StatusUnauthorized, status0, "the secret is compared exactly")
+
 	// Headers beyond the server's bound are refused before any handler.
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+secretRoot)
