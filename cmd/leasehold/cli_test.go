@@ -435,6 +435,7 @@ func badInputs() []badCase {
 		{"sim bad events", w("sim"), []string{"--events", "1,x"}, []string{"--events"}, true},
 		{"sim events with a sweep", w("sim"), []string{"--events", "1,2", "--seeds", "2"}, []string{"--events"}, true},
 		{"sim trace with a sweep", w("sim"), []string{"--trace", "--seeds", "2"}, []string{"--trace"}, true},
+		{"sim report outside the allowed directory", w("sim"), []string{"--report", "/etc/leasehold-report"}, []string{"--report", "outside"}, true},
 		{"sim unexpected argument", w("sim"), []string{"extra"}, []string{"extra"}, true},
 		// version, demo, and the command itself
 		{"version unknown flag", w("version"), []string{"--bogus"}, []string{"bogus"}, true},

@@ -31,6 +31,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/reports"
 )
 
 // dataFixture is a fixture whose directory is the allowed directory
@@ -779,4 +780,58 @@ func TestServeRecordsTheTokensScope(t *testing.T) {
 
 	// The request log names the tokens, never their secrets.
 	a.requireNoSecrets(t)
+}
+
+// sim --report writes the run's report: the fingerprints and verdicts the
+// run printed, labelled fixture, with a timeline, in all three formats.
+func TestSimReport(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LEASEHOLD_DATA_DIR", dir)
+	out := filepath.Join(dir, "reports", "late")
+	r := lh(t, "sim", "--scenario", "late-result", "--seed", "4", "--seeds", "3", "--parallel", "1", "--report", out)
+	requireOK(t, r)
+	printed := parseSeedRecords([]byte(r.stdout))
+	require.Len(t, printed, 3)
+	require.Contains(t, r.stdout, "report: "+out)
+
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	require.NoError(t, err)
+	var rep reports.Report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.NoError(t, rep.Validate())
+	require.True(t, rep.Pass)
+	require.Len(t, rep.Fixture.Sweeps, 1)
+	sw := rep.Fixture.Sweeps[0]
+	require.Equal(t, "late-result", sw.Scenario)
+	require.Equal(t, uint64(4), sw.From)
+	require.Equal(t, 3, sw.Passed)
+	require.Zero(t, sw.Failed)
+	require.Len(t, sw.Fingerprints, 3)
+	for i, fp := range sw.Fingerprints {
+		require.Equal(t, printed[i].seed, fp.Seed)
+		require.Equal(t, printed[i].fingerprint, fp.Fingerprint, "the report lists what the run printed")
+	}
+	require.Empty(t, rep.Live.Sweeps)
+	require.Empty(t, rep.Live.Outcomes)
+	require.Len(t, rep.Fixture.Timelines, 1)
+	require.Contains(t, rep.Fixture.Timelines[0].Caption, printed[0].fingerprint)
+	require.Len(t, rep.Checks, 1)
+	require.Equal(t, reports.Fixture, rep.Checks[0].Results[0].Kind)
+
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "# leasehold sim: late-result, seeds 4..6")
+	page, err := os.ReadFile(filepath.Join(out, "index.html"))
+	require.NoError(t, err)
+	require.Contains(t, string(page), "<svg")
+}
+
+func TestParseSeedRecordsReadsEveryMode(t *testing.T) {
+	out := "seed: 7\nscenario: quota\nfaults: service=plain\nfingerprint: aa\nverdict: pass\n" +
+		"seed: 8\nscenario: quota\nfaults: service=dedup\nfingerprint: bb\nverdict: fail\nbroken: invariant x broken\nevents leading to it:\n  1 step w0\n" +
+		"summary: scenario quota seeds 7..8: 1 passed, 1 failed\n"
+	require.Equal(t, []seedRecord{
+		{seed: 7, faults: "service=plain", fingerprint: "aa", pass: true},
+		{seed: 8, faults: "service=dedup", fingerprint: "bb", broken: "invariant x broken"},
+	}, parseSeedRecords([]byte(out)))
 }

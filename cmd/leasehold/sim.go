@@ -33,6 +33,7 @@ func runSim(e *env, args []string) int {
 	parallel := fs.Int("parallel", 0, "seeds run at once (default: all cores)")
 	trace := fs.Bool("trace", false, "print every trace line of a single seed")
 	timeline := fs.String("timeline", "", "write a single seed's structured timeline (the shrunk run's with --shrink) to this JSON file")
+	report := fs.String("report", "", "also write a report of the run (index.html, report.md, report.json: fingerprints, verdicts, a timeline) into this directory")
 	if err := parse(fs, args); err != nil {
 		return fail(e, "sim", err)
 	}
@@ -56,48 +57,72 @@ func runSim(e *env, args []string) int {
 	if (*trace || *timeline != "") && *count != 1 {
 		return fail(e, "sim", badUsage("--trace and --timeline describe one seed; drop --seeds"))
 	}
-	if indices != nil || *shrink || *determinism || *count == 1 {
-		failed := 0
-		for s := *seed; s < *seed+uint64(*count); s++ {
-			if !simOne(e, sc, s, indices, *shrink, *determinism, *trace, *timeline) {
-				failed++
+	var captured bytes.Buffer
+	dir := ""
+	if *report != "" {
+		if dir, err = reportDir(*report); err != nil {
+			return fail(e, "sim", err)
+		}
+		teed := *e
+		teed.stdout = io.MultiWriter(e.stdout, &captured)
+		e = &teed
+	}
+	code := func() int {
+		if indices != nil || *shrink || *determinism || *count == 1 {
+			failed := 0
+			for s := *seed; s < *seed+uint64(*count); s++ {
+				if !simOne(e, sc, s, indices, *shrink, *determinism, *trace, *timeline) {
+					failed++
+				}
 			}
+			if *count > 1 {
+				fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed\n", sc.Name, *seed, *seed+uint64(*count)-1, *count-failed, failed)
+			}
+			if failed > 0 {
+				return exitFail
+			}
+			return exitOK
 		}
-		if *count > 1 {
-			fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed\n", sc.Name, *seed, *seed+uint64(*count)-1, *count-failed, failed)
+		start := time.Now()
+		failed, firstFailed := 0, uint64(0)
+		if *parallel != 1 {
+			var err error
+			failed, firstFailed, err = sweepProcesses(e, sc.Name, *seed, *count, *parallel)
+			if err != nil {
+				return fail(e, "sim", err)
+			}
+		} else {
+			sim.Sweep(sim.SweepConfig{Scenario: sc, From: *seed, Count: *count, Parallel: 1}, func(r sim.Result) {
+				printResult(e, r)
+				if !r.Pass {
+					if failed == 0 {
+						firstFailed = r.Seed
+					}
+					failed++
+				}
+			})
 		}
+		elapsed := time.Since(start)
+		fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed in %.1fs (%.0f seeds/s)\n",
+			sc.Name, *seed, *seed+uint64(*count)-1, *count-failed, failed, elapsed.Seconds(), float64(*count)/elapsed.Seconds())
 		if failed > 0 {
+			fmt.Fprintf(e.stdout, "first failure: make sim SEED=%d SCENARIO=%s\n", firstFailed, sc.Name)
 			return exitFail
 		}
 		return exitOK
-	}
-	start := time.Now()
-	failed, firstFailed := 0, uint64(0)
-	if *parallel != 1 {
-		var err error
-		failed, firstFailed, err = sweepProcesses(e, sc.Name, *seed, *count, *parallel)
-		if err != nil {
-			return fail(e, "sim", err)
+	}()
+	if dir != "" {
+		r, err := simReport(sc, *seed, *count, indices, captured.Bytes())
+		if err == nil {
+			err = writeReport(dir, r)
 		}
-	} else {
-		sim.Sweep(sim.SweepConfig{Scenario: sc, From: *seed, Count: *count, Parallel: 1}, func(r sim.Result) {
-			printResult(e, r)
-			if !r.Pass {
-				if failed == 0 {
-					firstFailed = r.Seed
-				}
-				failed++
-			}
-		})
+		if err != nil {
+			fmt.Fprintf(e.stderr, "leasehold sim: report: %v\n", err)
+			return exitFail
+		}
+		fmt.Fprintf(e.stdout, "report: %s (index.html, report.md, report.json)\n", dir)
 	}
-	elapsed := time.Since(start)
-	fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed in %.1fs (%.0f seeds/s)\n",
-		sc.Name, *seed, *seed+uint64(*count)-1, *count-failed, failed, elapsed.Seconds(), float64(*count)/elapsed.Seconds())
-	if failed > 0 {
-		fmt.Fprintf(e.stdout, "first failure: make sim SEED=%d SCENARIO=%s\n", firstFailed, sc.Name)
-		return exitFail
-	}
-	return exitOK
+	return code
 }
 
 // simOne runs one seed, optionally shrinking a failure or checking

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/reports"
+	"github.com/leasehold/leasehold/scenarios"
+	"github.com/leasehold/leasehold/sim"
+)
+
+// seedRecord is what a run printed about one seed.
+type seedRecord struct {
+	seed                        uint64
+	faults, fingerprint, broken string
+	pass                        bool
+}
+
+// parseSeedRecords reads the per-seed blocks sim prints (seed:, faults:,
+// fingerprint:, verdict:, broken:), whichever mode ran them.
+func parseSeedRecords(out []byte) []seedRecord {
+	var recs []seedRecord
+	var cur *seedRecord
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		key, value, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		switch key {
+		case "seed":
+			n, err := strconv.ParseUint(value, 10, 64)
+			if err != nil {
+				continue
+			}
+			recs = append(recs, seedRecord{seed: n})
+			cur = &recs[len(recs)-1]
+		case "faults":
+			if cur != nil {
+				cur.faults = value
+			}
+		case "fingerprint":
+			if cur != nil {
+				cur.fingerprint = value
+			}
+		case "verdict":
+			if cur != nil {
+				cur.pass = value == "pass"
+			}
+		case "broken":
+			if cur != nil {
+				cur.broken = value
+			}
+		}
+	}
+	return recs
+}
+
+// reportFingerprintsMax bounds the fingerprints a sim report lists: the
+// first seeds and every failed one, up to this many.
+const reportFingerprintsMax = 50
+
+// simReport builds the report of a simulator run from what it printed,
+// with the timeline of its first failed seed (or of its first seed).
+func simReport(sc scenarios.Scenario, from uint64, count int, keep []int, out []byte) (reports.Report, error) {
+	recs := parseSeedRecords(out)
+	if len(recs) == 0 {
+		return reports.Report{}, errors.New("the run printed no seed results")
+	}
+	r := reports.Report{Title: fmt.Sprintf("leasehold sim: %s, seeds %d..%d", sc.Name, from, from+uint64(count)-1),
+		Generated: time.Now().UTC().Format(time.RFC3339),
+		Fixture:   reports.Section{Kind: reports.Fixture}, Live: reports.Section{Kind: reports.Live,
+			About: []string{"No live figures: this report is a simulator run (make demo and make evidence measure real processes)."}}}
+	v := buildVersion()
+	sqliteVersion, pragmas, err := sqliteFacts()
+	if err != nil {
+		return r, err
+	}
+	r.Versions = reports.Versions{Module: v.Module, Commit: dash(v.Commit), Go: v.Go, SQLite: sqliteVersion, Schema: v.Schema}
+	r.Pragmas = pragmas
+
+	sweepCmd := fmt.Sprintf("make sim SEED=%d SEEDS=%d SCENARIO=%s", from, count, sc.Name)
+	if keep != nil {
+		sweepCmd = fmt.Sprintf("leasehold sim --scenario %s --seed %d --events %s", sc.Name, from, joinInts(keep))
+	}
+	sweep := reports.Sweep{Scenario: sc.Name, From: from, Seeds: len(recs), Faults: "swarm per seed" + floors(sc), Command: sweepCmd}
+	var firstFailed *seedRecord
+	for i := range recs {
+		rec := &recs[i]
+		if rec.pass {
+			sweep.Passed++
+		} else {
+			sweep.Failed++
+			if firstFailed == nil {
+				firstFailed = rec
+			}
+		}
+		if len(sweep.Fingerprints) < reportFingerprintsMax && (i < 10 || !rec.pass) {
+			sweep.Fingerprints = append(sweep.Fingerprints, reports.Fingerprint{Seed: rec.seed, Fingerprint: rec.fingerprint})
+		}
+	}
+	r.Fixture.Sweeps = []reports.Sweep{sweep}
+	r.Fixture.About = []string{
+		"Fixture: the real queue (SQLite, in memory) driven by seeded schedules under a fake clock that starts at " + sim.Epoch.Format(time.RFC3339) + ".",
+		"Each seed draws its own fault mix (swarm), printed per seed; invariants are checked after every event, then faults heal and every task must settle, then the scenario's expected outcomes are checked.",
+		fmt.Sprintf("Listed fingerprints: the first %d seeds and every failed seed, at most %d.", min(10, len(recs)), reportFingerprintsMax),
+	}
+
+	observed := fmt.Sprintf("%d of %d seeds passed", sweep.Passed, len(recs))
+	shown := recs[0]
+	if firstFailed != nil {
+		observed += fmt.Sprintf("; first failure: seed %d: %s", firstFailed.seed, firstFailed.broken)
+		shown = *firstFailed
+	}
+	seedCmd := fmt.Sprintf("make sim SEED=%d SCENARIO=%s", shown.seed, sc.Name)
+	r.Checks = []reports.Check{{ID: "sim", Title: "Invariants after every event, liveness once faults heal, and the scenario's expected outcomes",
+		Results: []reports.Result{{Kind: reports.Fixture, Inputs: fmt.Sprintf("scenario %s, %d seeds from %d, %s", sc.Name, len(recs), from, sweep.Faults),
+			Observed: observed, Pass: sweep.Failed == 0, Command: sweepCmd}}}}
+
+	res := sim.Run(sim.Config{Scenario: sc, Seed: shown.seed, Keep: keep, Timeline: true})
+	if res.Fingerprint != shown.fingerprint {
+		return r, fmt.Errorf("seed %d ran again with fingerprint %s, not %s: the run is not deterministic", shown.seed, res.Fingerprint, shown.fingerprint)
+	}
+	verdict := "passed"
+	if !res.Pass {
+		verdict = "failed: " + res.Summary()
+	}
+	t := simTimeline(fmt.Sprintf("%s seed %d (%s)", sc.Name, shown.seed, verdict), res.Timeline, res.Workers)
+	t.Caption = fmt.Sprintf("Fixture, simulated time. Faults: %s. Reproduce: %s (fingerprint %s).", res.Mix, seedCmd, res.Fingerprint)
+	r.Fixture.Timelines = []reports.Timeline{t}
+
+	r.Commands = []reports.Command{
+		{What: "this run", Command: sweepCmd + " (add --report DIR for this report)"},
+		{What: "the seed drawn in the timeline", Command: seedCmd},
+	}
+	if firstFailed != nil {
+		r.Commands = append(r.Commands, reports.Command{What: "the failure, shrunk to its fewest events",
+			Command: fmt.Sprintf("leasehold sim --scenario %s --seed %d --shrink", sc.Name, firstFailed.seed)})
+	}
+	r.Pass = sweep.Failed == 0
+	return r, r.Validate()
+}
+
+// writeReport writes index.html, report.md and report.json into dir.
+func writeReport(dir string, r reports.Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name   string
+		render func(*bytes.Buffer, reports.Report) error
+	}{
+		{"report.json", func(b *bytes.Buffer, r reports.Report) error { return reports.JSON(b, r) }},
+		{"report.md", func(b *bytes.Buffer, r reports.Report) error { return reports.Markdown(b, r) }},
+		{"index.html", func(b *bytes.Buffer, r reports.Report) error { return reports.HTML(b, r) }},
+	} {
+		var b bytes.Buffer
+		if err := f.render(&b, r); err != nil {
+			return fmt.Errorf("render %s: %w", f.name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.name), b.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reportDir checks a report directory before anything runs: inside the
+// allowed directory (LEASEHOLD_DATA_DIR, or the working directory), not a
+// file, and resolved through its nearest existing ancestor so a symbolic
+// link cannot lead outside.
+func reportDir(p string) (string, error) {
+	if strings.TrimSpace(p) == "" {
+		return "", badUsage("--report: directory required")
+	}
+	root, err := allowedRoot()
+	if err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", badUsage("--report: %v", err)
+	}
+	existing, rest := abs, ""
+	for {
+		if _, err := os.Lstat(existing); err == nil {
+			break
+		}
+		parent := filepath.Dir(existing)
+		if parent == existing {
+			break
+		}
+		rest = filepath.Join(filepath.Base(existing), rest)
+		existing = parent
+	}
+	resolved, err := filepath.EvalSymlinks(existing)
+	if err != nil {
+		return "", badUsage("--report: %s: %v", p, err)
+	}
+	resolved = filepath.Join(resolved, rest)
+	rel, err := filepath.Rel(root, resolved)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", badUsage("--report: %s is outside the allowed directory %s (set LEASEHOLD_DATA_DIR)", p, root)
+	}
+	if fi, err := os.Stat(resolved); err == nil && !fi.IsDir() {
+		return "", badUsage("--report: %s is a file, not a directory", p)
+	}
+	return resolved, nil
+}
