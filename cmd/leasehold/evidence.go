@@ -64,7 +64,7 @@ func runEvidence(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "evidence", err)
 	}
-	if err := writeEvidence(*out, r); err != nil {
+	if err := writeReport(*out, "evidence", r); err != nil {
 		return fail(e, "evidence", err)
 	}
 	failed := 0
@@ -82,29 +82,6 @@ func runEvidence(e *env, args []string) int {
 		return exitFail
 	}
 	return exitOK
-}
-
-func writeEvidence(dir string, r reports.Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, f := range []struct {
-		name   string
-		render func(*bytes.Buffer, reports.Report) error
-	}{
-		{"evidence.json", func(b *bytes.Buffer, r reports.Report) error { return reports.JSON(b, r) }},
-		{"evidence.md", func(b *bytes.Buffer, r reports.Report) error { return reports.Markdown(b, r) }},
-		{"index.html", func(b *bytes.Buffer, r reports.Report) error { return reports.HTML(b, r) }},
-	} {
-		var b bytes.Buffer
-		if err := f.render(&b, r); err != nil {
-			return fmt.Errorf("render %s: %w", f.name, err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f.name), b.Bytes(), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func buildEvidence(e *env, seeds int, demoPath, brokenBin, runbookJSON string) (reports.Report, error) {

@@ -114,7 +114,7 @@ func runSim(e *env, args []string) int {
 	if dir != "" {
 		r, err := simReport(sc, *seed, *count, indices, captured.Bytes())
 		if err == nil {
-			err = writeReport(dir, r)
+			err = writeReport(dir, "report", r)
 		}
 		if err != nil {
 			fmt.Fprintf(e.stderr, "leasehold sim: report: %v\n", err)

@@ -150,8 +150,8 @@ func simReport(sc scenarios.Scenario, from uint64, count int, keep []int, out []
 	return r, r.Validate()
 }
 
-// writeReport writes index.html, report.md and report.json into dir.
-func writeReport(dir string, r reports.Report) error {
+// writeReport writes index.html, NAME.md and NAME.json into dir.
+func writeReport(dir, name string, r reports.Report) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -159,8 +159,8 @@ func writeReport(dir string, r reports.Report) error {
 		name   string
 		render func(*bytes.Buffer, reports.Report) error
 	}{
-		{"report.json", func(b *bytes.Buffer, r reports.Report) error { return reports.JSON(b, r) }},
-		{"report.md", func(b *bytes.Buffer, r reports.Report) error { return reports.Markdown(b, r) }},
+		{name + ".json", func(b *bytes.Buffer, r reports.Report) error { return reports.JSON(b, r) }},
+		{name + ".md", func(b *bytes.Buffer, r reports.Report) error { return reports.Markdown(b, r) }},
 		{"index.html", func(b *bytes.Buffer, r reports.Report) error { return reports.HTML(b, r) }},
 	} {
 		var b bytes.Buffer
