@@ -40,6 +40,14 @@ func benchOpen(b *testing.B, path, synchronous string, clock clockwork.Clock, id
 	return q
 }
 
+// lap returns how long fn took by the benchmark's own timer (b.Elapsed),
+// which must be running: the package reads no wall clock of its own.
+func lap(b *testing.B, fn func()) time.Duration {
+	before := b.Elapsed()
+	fn()
+	return b.Elapsed() - before
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -95,27 +103,27 @@ func benchClaimComplete(b *testing.B, synchronous string, batch int, enforce boo
 		require.NoError(b, err)
 	}
 	baseline := func(n int) time.Duration {
-		start := time.Now()
-		for range n {
-			_, err := update.ExecContext(ctx, 1)
-			require.NoError(b, err)
-		}
-		return time.Since(start)
+		return lap(b, func() {
+			for range n {
+				_, err := update.ExecContext(ctx, 1)
+				require.NoError(b, err)
+			}
+		})
 	}
 	// run claims in batches of batch (one commit per claim) and completes
 	// each task (one commit each).
 	run := func(n int) time.Duration {
-		start := time.Now()
-		for done := 0; done < n; {
-			claimed, err := q.Claim(ctx, model.ClaimRequest{Worker: "w1", Max: min(batch, n-done), Lease: 30 * time.Second})
-			require.NoError(b, err)
-			require.NotEmpty(b, claimed)
-			for _, c := range claimed {
-				require.NoError(b, q.Complete(ctx, c.Claim))
+		return lap(b, func() {
+			for done := 0; done < n; {
+				claimed, err := q.Claim(ctx, model.ClaimRequest{Worker: "w1", Max: min(batch, n-done), Lease: 30 * time.Second})
+				require.NoError(b, err)
+				require.NotEmpty(b, claimed)
+				for _, c := range claimed {
+					require.NoError(b, q.Complete(ctx, c.Claim))
+				}
+				done += len(claimed)
 			}
-			done += len(claimed)
-		}
-		return time.Since(start)
+		})
 	}
 	// Warm up both paths (statement caches, the pages they touch).
 	baseline(commits / benchRounds)
@@ -212,9 +220,9 @@ func benchContention(b *testing.B, contendedPath, uncontendedPath string) {
 	claims := func(q *queue.Queue, contended bool, n int) time.Duration {
 		var total time.Duration
 		for range n {
-			start := time.Now()
-			claimed, err := q.Claim(ctx, model.ClaimRequest{Worker: "w1", Max: 1, Lease: time.Hour})
-			total += time.Since(start)
+			var claimed []model.Claimed
+			var err error
+			total += lap(b, func() { claimed, err = q.Claim(ctx, model.ClaimRequest{Worker: "w1", Max: 1, Lease: time.Hour}) })
 			require.NoError(b, err)
 			require.Len(b, claimed, 1)
 			task := claimed[0].Task

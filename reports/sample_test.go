@@ -7,13 +7,16 @@ import (
 // sampleReport builds a representative report with every section filled:
 // checks with fixture and live results (one failing), sweeps, outcomes, a
 // few series, a fixture and a live timeline, and the failed attempt with
-// its violation. Generated is the wall clock, as the real generator's is;
-// stable zeroes it for golden comparisons.
+// its violation. Generated is a fixed instant; stable zeroes it for
+// golden comparisons, as it would the real generator's wall-clock time.
+// sampleGenerated is when the sample report claims to have been written.
+var sampleGenerated = time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC).Format(time.RFC3339)
+
 func sampleReport() Report {
 	fixtureCmd := "make sim SEED=1 SEEDS=2000 SCENARIO=portfolio"
 	return Report{
 		Title:     "leasehold evidence",
-		Generated: time.Now().UTC().Format(time.RFC3339),
+		Generated: sampleGenerated,
 		Pass:      false,
 		Versions: Versions{
 			Module: "github.com/leasehold/leasehold",
