@@ -17,6 +17,10 @@ test: ## Run the whole test suite (what CI runs)
 	$(GO) vet -tags leasehold_broken ./...
 	$(GO) test -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -timeout 10m -tags leasehold_broken -run 'Broken|Shrink|NoVariant' ./sim
+	# The concurrent parts under the race detector: the worker and its live
+	# runner, the fault injectors, the HTTP server, and the claim races.
+	$(GO) test -count=1 -race -timeout 10m ./worker ./faults
+	$(GO) test -count=1 -race -timeout 10m -run 'TestServe|TestTwoProcess|TestConcurrent' ./cmd/leasehold ./queue
 
 .PHONY: rapid
 rapid: ## Run the property tests with RAPID_CHECKS=N checks (default 100)
