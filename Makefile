@@ -11,14 +11,15 @@ RAPID_CHECKS ?= 100
 help: ## List the targets
 	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
+# test ends with the concurrent parts under the race detector: the worker
+# and its live runner, the fault injectors, the HTTP server, and the claim
+# races.
 .PHONY: test
 test: ## Run the whole test suite (what CI runs)
 	$(GO) vet ./...
 	$(GO) vet -tags leasehold_broken ./...
 	$(GO) test -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -timeout 10m -tags leasehold_broken -run 'Broken|Shrink|NoVariant' ./sim
-	# The concurrent parts under the race detector: the worker and its live
-	# runner, the fault injectors, the HTTP server, and the claim races.
 	$(GO) test -count=1 -race -timeout 10m ./worker ./faults
 	$(GO) test -count=1 -race -timeout 10m -run 'TestServe|TestTwoProcess|TestConcurrent' ./cmd/leasehold ./queue
 
