@@ -63,11 +63,20 @@ func safePath(field, p string) (string, error) {
 	if fi, err := os.Lstat(resolved); err == nil && fi.Mode()&os.ModeSymlink != 0 {
 		return "", badUsage("--%s: %s is a symbolic link", field, p)
 	}
-	rel, err := filepath.Rel(root, resolved)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return "", badUsage("--%s: %s is outside the allowed directory %s (set LEASEHOLD_DATA_DIR)", field, p, root)
+	if err := inside(field, p, root, resolved); err != nil {
+		return "", err
 	}
 	return resolved, nil
+}
+
+// inside refuses resolved (what the flag's value p resolved to) unless it
+// lies in root.
+func inside(field, p, root, resolved string) error {
+	rel, err := filepath.Rel(root, resolved)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return badUsage("--%s: %s is outside the allowed directory %s (set LEASEHOLD_DATA_DIR)", field, p, root)
+	}
+	return nil
 }
 
 // notTheDatabase refuses an output path that is a database file or one of

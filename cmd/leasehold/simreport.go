@@ -207,9 +207,8 @@ func reportDir(p string) (string, error) {
 		return "", badUsage("--report: %s: %v", p, err)
 	}
 	resolved = filepath.Join(resolved, rest)
-	rel, err := filepath.Rel(root, resolved)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return "", badUsage("--report: %s is outside the allowed directory %s (set LEASEHOLD_DATA_DIR)", p, root)
+	if err := inside("report", p, root, resolved); err != nil {
+		return "", err
 	}
 	if fi, err := os.Stat(resolved); err == nil && !fi.IsDir() {
 		return "", badUsage("--report: %s is a file, not a directory", p)
