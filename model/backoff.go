@@ -3,8 +3,11 @@ package model
 import "time"
 
 // Backoff is the capped exponential retry delay with jitter. The n-th
-// charged attempt waits between half and all of min(Max, Base·2^(n-1)),
-// the point drawn from an injected random source in integer milliseconds.
+// charged attempt waits between half and all of min(cap, Base·2^(n-1)),
+// where cap is Max, or Base when Max is below Base (Max never cuts the
+// span below Base), the point drawn from an injected random source in
+// integer milliseconds. Base and Max count in whole milliseconds, Base as
+// at least one.
 type Backoff struct {
 	Base time.Duration
 	Max  time.Duration

@@ -92,10 +92,40 @@ func FuzzCanonicalJSON(f *testing.F) {
 		again, err := CanonicalJSON([]byte(canon))
 		require.NoError(t, err)
 		require.Equal(t, canon, again)
-		third, err := CanonicalJSON(raw)
-		require.NoError(t, err)
-		require.Equal(t, sha256.Sum256([]byte(canon)), sha256.Sum256([]byte(third)))
+		// The same value spaced differently has the same canonical form.
+		var spaced bytes.Buffer
+		require.NoError(t, json.Indent(&spaced, raw, "\t", "  "))
+		spaced.WriteString("\n ")
+		other, err := CanonicalJSON(spaced.Bytes())
+		require.NoError(t, err, "respaced %q", spaced.Bytes())
+		require.Equal(t, sha256.Sum256([]byte(canon)), sha256.Sum256([]byte(other)), "%q and %q", raw, spaced.Bytes())
 	})
+}
+
+// TestCanonicalJSONHashesEqual: inputs that differ only in key order and
+// spacing have one canonical form, so requests carrying them hash alike;
+// a different value does not.
+func TestCanonicalJSONHashesEqual(t *testing.T) {
+	for _, pair := range [][2]string{
+		{`{"b":1,"a":[1,2]}`, " {\n\t\"a\" : [ 1 ,2 ] ,  \"b\":1 }\r\n"},
+		{`{"x":{"d":null,"c":true},"é":"\u00e9"}`, `{"\u00e9":"é", "x":{"c":true, "d":null}}`},
+	} {
+		a, err := CanonicalJSON([]byte(pair[0]))
+		require.NoError(t, err)
+		b, err := CanonicalJSON([]byte(pair[1]))
+		require.NoError(t, err)
+		require.Equal(t, sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b)), "%s and %s", pair[0], pair[1])
+		na, err := Normalize(SubmitRequest{User: "ana", Key: "k", Payload: pair[0], CostBudget: 1, StepsMax: 1})
+		require.NoError(t, err)
+		nb, err := Normalize(SubmitRequest{User: "ana", Key: "k", Payload: pair[1], CostBudget: 1, StepsMax: 1})
+		require.NoError(t, err)
+		require.Equal(t, na.Hash, nb.Hash, "a replay with the payload reordered is the same request")
+	}
+	a, err := CanonicalJSON([]byte(`{"a":1,"b":2}`))
+	require.NoError(t, err)
+	b, err := CanonicalJSON([]byte(`{"a":2,"b":1}`))
+	require.NoError(t, err)
+	require.NotEqual(t, sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b)))
 }
 
 func decodeJSON(t *testing.T, raw []byte) any {

@@ -28,10 +28,9 @@ func DetailPause(gate string, version int64) string {
 	return fmt.Sprintf("gate %s version %d", gate, version)
 }
 
-// DetailSchedule describes a periodic run's enqueue.
-func DetailSchedule(scheduleID string, k, collapsed int64) string {
-	return fmt.Sprintf("schedule %s run %d (collapsed %d)", scheduleID, k, collapsed)
-}
+// DetailSchedule names the schedule an added or removed schedule event
+// concerns.
+func DetailSchedule(scheduleID string) string { return "schedule " + scheduleID }
 
 // DetailLimits describes a change of limits.
 func DetailLimits(l Limits) string {

@@ -193,8 +193,8 @@ type AcceptedWrite struct {
 
 // claimSpan is what History keeps of one claim.
 type claimSpan struct {
-	first, last time.Time
-	owner       string
+	last  time.Time // the claim's latest accepted write
+	owner string
 	// leaseUntil is the lease accepted claims and heartbeats surely set;
 	// leaseMaybe also counts heartbeats that may have been applied.
 	leaseUntil, leaseMaybe time.Time
@@ -239,7 +239,7 @@ func (h *History) Accept(w AcceptedWrite) *Violation {
 	span, ok := spans[w.Fence]
 	switch {
 	case !ok:
-		span = claimSpan{first: w.At, owner: w.Owner}
+		span = claimSpan{owner: w.Owner}
 	case w.Owner != "" && span.owner != "" && w.Owner != span.owner:
 		return bad("%s under fence %d accepted from %s, but %s holds that claim", w.Kind, w.Fence, w.Owner, span.owner)
 	case !span.leaseMaybe.IsZero() && !w.At.Before(span.leaseMaybe):
@@ -274,12 +274,6 @@ func (h *History) MayExtend(taskID string, fence int64, leaseUntil time.Time) {
 func (h *History) LeaseUntil(taskID string, fence int64) (time.Time, bool) {
 	span, ok := h.spans[taskID][fence]
 	return span.leaseUntil, ok && !span.leaseUntil.IsZero()
-}
-
-// Interval returns the first and last accepted write of a task's claim.
-func (h *History) Interval(taskID string, fence int64) (first, last time.Time, ok bool) {
-	span, ok := h.spans[taskID][fence]
-	return span.first, span.last, ok
 }
 
 // CheckEvents checks the audit trail of one task: no step index is charged

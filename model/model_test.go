@@ -1,8 +1,13 @@
 package model
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -44,9 +49,6 @@ func TestBackoffDelayExact(t *testing.T) {
 	require.Equal(t, time.Second, b.Delay(5, 500))
 	require.Equal(t, b.Delay(1, 0), b.Delay(0, 0), "charged below 1 counts as 1")
 	require.Equal(t, b.Delay(1, 7), b.Delay(-5, 7))
-	for _, draw := range []uint64{0, 3, 99} {
-		require.Equal(t, b.Delay(3, draw), b.Delay(3, draw), "deterministic")
-	}
 }
 
 func TestBackoffNoOverflow(t *testing.T) {
@@ -81,8 +83,6 @@ func TestTransitionTable(t *testing.T) {
 		require.True(t, tr.From.Valid() && tr.To.Valid(), "%+v", tr)
 		require.False(t, tr.From.Terminal(), "terminal state %s has an outgoing transition", tr.From)
 		require.NotEqual(t, tr.From, tr.To, "%+v", tr)
-		require.True(t, Allows(tr.From, tr.Action, tr.To))
-		require.True(t, AllowedMove(tr.From, tr.To))
 		require.Equal(t, tr.Action == ActRetry || tr.Action == ActDeadLetter, tr.Charged, "%+v", tr)
 		from[tr.From], to[tr.To], actions[tr.Action] = true, true, true
 	}
@@ -90,7 +90,11 @@ func TestTransitionTable(t *testing.T) {
 		require.Equal(t, !s.Terminal(), from[s], "state %s: outgoing transitions", s)
 		require.True(t, to[s] || s == Queued, "state %s is never reached", s)
 	}
-	require.Len(t, actions, 15, "every action has a row")
+	declared := declaredActions(t)
+	require.Len(t, declared, 15, "the Action constants transition.go declares")
+	for _, a := range declared {
+		require.True(t, actions[a], "action %s has no row in Transitions()", a)
+	}
 	for _, s := range States() {
 		require.True(t, AllowedMove(s, s), "staying is allowed")
 		if s.Terminal() {
@@ -99,13 +103,81 @@ func TestTransitionTable(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTransitionTableRows checks rows of DESIGN.md's state table by name,
+// allowed and refused, so a row dropped from or added to Transitions() is
+// noticed.
+func TestTransitionTableRows(t *testing.T) {
+	for _, tc := range []struct {
+		from   State
+		action Action
+		to     State
+	}{
+		{Queued, ActClaim, Running},
+		{Queued, ActCancel, Cancelled},
+		{Running, ActComplete, Completed},
+		{Running, ActRetry, Queued},
+		{Running, ActDeadLetter, NeedsReview},
+		{Running, ActUncertain, NeedsReview},
+		{Running, ActPause, WaitingForApproval},
+		{Running, ActRelease, Queued},
+		{Running, ActObserveCancel, Cancelled},
+		{WaitingForApproval, ActApprove, Queued},
+		{WaitingForApproval, ActReject, Cancelled},
+		{WaitingForApproval, ActCancel, Cancelled},
+		{Queued, ActDeadline, Failed},
+		{Running, ActDeadline, Failed},
+		{WaitingForApproval, ActDeadline, Failed},
+		{NeedsReview, ActRequeue, Queued},
+		{NeedsReview, ActResolve, Completed},
+		{NeedsReview, ActResolve, Cancelled},
+	} {
+		require.True(t, Allows(tc.from, tc.action, tc.to), "%s --%s--> %s", tc.from, tc.action, tc.to)
+		require.True(t, AllowedMove(tc.from, tc.to), "%s -> %s", tc.from, tc.to)
+	}
 	require.False(t, Allows(Queued, ActComplete, Completed))
 	require.False(t, Allows(WaitingForApproval, ActClaim, Running))
-	require.False(t, Allows(NeedsReview, ActResolve, Queued))
+	require.False(t, Allows(NeedsReview, ActResolve, Queued), "resolve settles; requeue is its own action")
 	require.False(t, Allows(Running, ActCancel, Cancelled), "a running task is cancelled only when the worker observes it")
+	require.False(t, Allows(Running, ActRelease, NeedsReview))
+	require.False(t, Allows(WaitingForApproval, ActApprove, Running), "an approved task is queued again, not running")
+	require.False(t, Allows(Completed, ActRequeue, Queued), "terminal states never change")
 	require.False(t, AllowedMove(Queued, Completed))
+	require.False(t, AllowedMove(Queued, NeedsReview))
 	require.False(t, AllowedMove(NeedsReview, Running))
 	require.False(t, AllowedMove(WaitingForApproval, Running))
+	require.False(t, AllowedMove(Failed, Queued))
+}
+
+// declaredActions returns the constants of type Action declared in
+// transition.go, read from its source so a constant added without a row
+// in Transitions() is noticed.
+func declaredActions(t *testing.T) []Action {
+	t.Helper()
+	file, err := parser.ParseFile(token.NewFileSet(), "transition.go", nil, 0)
+	require.NoError(t, err)
+	var out []Action
+	for _, decl := range file.Decls {
+		gen, ok := decl.(*ast.GenDecl)
+		if !ok || gen.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gen.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if typ, ok := vs.Type.(*ast.Ident); !ok || typ.Name != "Action" {
+				continue
+			}
+			for _, v := range vs.Values {
+				lit, ok := v.(*ast.BasicLit)
+				require.True(t, ok && lit.Kind == token.STRING, "Action constant %s is not a string literal", vs.Names[0].Name)
+				value, err := strconv.Unquote(lit.Value)
+				require.NoError(t, err)
+				out = append(out, Action(value))
+			}
+		}
+	}
+	return out
 }
 
 func TestStatesAndReasons(t *testing.T) {
@@ -225,16 +297,68 @@ func TestHistoryRefusesOlderFenceAfterNewer(t *testing.T) {
 	require.Equal(t, "t", v.TaskID)
 	require.Contains(t, v.Detail, "complete under fence 1")
 
-	first, last, ok := h.Interval("t", 1)
+	// The refused write changed nothing: claim 2's last write is still at
+	// 6 s, so claim 3 may not begin before it, and may at it.
+	v = h.Accept(AcceptedWrite{TaskID: "t", Fence: 3, Kind: "claim", At: at(5)})
+	require.NotNil(t, v)
+	require.Equal(t, InvSingleClaim, v.Invariant)
+	require.Contains(t, v.Detail, "claim 3 began")
+	require.Contains(t, v.Detail, "before claim 2's last write")
+	require.Nil(t, h.Accept(AcceptedWrite{TaskID: "t", Fence: 3, Kind: "claim", At: at(6)}))
+}
+
+func TestHistoryRefusesAnotherOwnersWrite(t *testing.T) {
+	h := NewHistory()
+	require.Nil(t, h.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "claim", At: testEpoch, Owner: "w1"}))
+	require.Nil(t, h.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "step", At: testEpoch, Owner: "w1"}))
+	require.Nil(t, h.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "step", At: testEpoch}), "an unknown owner is not judged")
+	v := h.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "complete", At: testEpoch, Owner: "w2"})
+	require.Equal(t, &Violation{Invariant: InvSingleClaim, TaskID: "t",
+		Detail: "complete under fence 1 accepted from w2, but w1 holds that claim"}, v)
+}
+
+func TestHistoryRefusesWriteAfterLease(t *testing.T) {
+	h := NewHistory()
+	lease := testEpoch.Add(30 * time.Second)
+	require.Nil(t, h.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "claim", At: testEpoch, Owner: "w1", LeaseUntil: lease}))
+	require.Nil(t, h.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "step", At: lease.Add(-time.Millisecond), Owner: "w1"}))
+	v := h.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "complete", At: lease, Owner: "w1"})
+	require.NotNil(t, v, "a write at the end of the lease is too late")
+	require.Equal(t, InvSingleClaim, v.Invariant)
+	require.Equal(t, "t", v.TaskID)
+	require.Equal(t, fmt.Sprintf("complete under fence 1 accepted at %v, after its lease ran out at %v", lease, lease), v.Detail)
+	got, ok := h.LeaseUntil("t", 1)
 	require.True(t, ok)
-	require.Equal(t, at(0), first)
-	require.Equal(t, at(1), last)
-	first, last, ok = h.Interval("t", 2)
+	require.Equal(t, lease, got)
+}
+
+func TestHistoryMayExtend(t *testing.T) {
+	h := NewHistory()
+	lease := testEpoch.Add(30 * time.Second)
+	extended := lease.Add(30 * time.Second)
+	require.Nil(t, h.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "claim", At: testEpoch, Owner: "w1", LeaseUntil: lease}))
+	h.MayExtend("t", 1, extended)
+	h.MayExtend("t", 1, lease.Add(time.Second)) // an earlier maybe does not shorten it
+	h.MayExtend("t", 2, extended)               // no such claim: ignored
+	h.MayExtend("u", 1, extended)
+
+	require.Nil(t, h.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "step", At: lease.Add(10 * time.Second), Owner: "w1"}),
+		"a heartbeat that may have been applied lets the claim write past its sure lease")
+	got, ok := h.LeaseUntil("t", 1)
 	require.True(t, ok)
-	require.Equal(t, at(5), first)
-	require.Equal(t, at(6), last)
-	_, _, ok = h.Interval("t", 3)
-	require.False(t, ok)
+	require.Equal(t, lease, got, "the sure lease is unchanged: the reaper may not count on the maybe")
+	_, ok = h.LeaseUntil("t", 2)
+	require.False(t, ok, "MayExtend made no claim")
+
+	v := h.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "complete", At: extended, Owner: "w1"})
+	require.NotNil(t, v)
+	require.Equal(t, InvSingleClaim, v.Invariant)
+	require.Equal(t, fmt.Sprintf("complete under fence 1 accepted at %v, after its lease ran out at %v", extended, extended), v.Detail)
+
+	// Without the maybe, the same write is refused at the sure lease.
+	plain := NewHistory()
+	require.Nil(t, plain.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "claim", At: testEpoch, Owner: "w1", LeaseUntil: lease}))
+	require.NotNil(t, plain.Accept(AcceptedWrite{TaskID: "t", Fence: 1, Kind: "step", At: lease.Add(10 * time.Second), Owner: "w1"}))
 }
 
 func TestHistoryRefusesOverlappingClaims(t *testing.T) {
@@ -323,6 +447,20 @@ func TestHistogram(t *testing.T) {
 	require.Equal(t, int64(1), h.Counts[1])
 	require.Equal(t, int64(1), h.Counts[len(HistogramBounds)])
 	require.Equal(t, len(HistogramBounds), BucketOf(math.MaxInt64))
+}
+
+func TestCheckStepIndex(t *testing.T) {
+	for _, step := range []int{0, 1, StepsMaxLimit - 1} {
+		require.NoError(t, CheckStepIndex(step), "step %d", step)
+		require.NoError(t, StepWrite{Index: step}.Validate(), "index %d", step)
+	}
+	for _, step := range []int{-1, StepsMaxLimit, StepsMaxLimit + 1} {
+		var ve *ValidationError
+		require.ErrorAs(t, CheckStepIndex(step), &ve, "step %d", step)
+		require.Equal(t, "step", ve.Field)
+		require.ErrorAs(t, StepWrite{Index: step}.Validate(), &ve, "index %d", step)
+		require.Equal(t, "index", ve.Field, "a step write names its own field")
+	}
 }
 
 func TestLimitsValidate(t *testing.T) {

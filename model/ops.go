@@ -37,21 +37,18 @@ func (r ClaimRequest) Validate(batchMax int) error {
 	if r.Max < 1 || r.Max > batchMax {
 		return invalid("max", "must be between 1 and %d, got %d", batchMax, r.Max)
 	}
-	return checkLease(r.Lease)
+	return CheckLease(r.Lease)
 }
 
-// checkLease bounds a lease and requires whole milliseconds, the precision
-// lease_until is stored at: a finer lease would be reported to the worker
-// later than the queue enforces it.
-func checkLease(lease time.Duration) error {
+// CheckLease validates a lease duration: bounded, and in whole
+// milliseconds, the precision lease_until is stored at (a finer lease would
+// be reported to the worker later than the queue enforces it).
+func CheckLease(lease time.Duration) error {
 	if lease < LeaseMin || lease > LeaseMax || lease%time.Millisecond != 0 {
 		return invalid("lease", "must be whole milliseconds between %s and %s, got %s", LeaseMin, LeaseMax, lease)
 	}
 	return nil
 }
-
-// CheckLease validates a lease duration.
-func CheckLease(lease time.Duration) error { return checkLease(lease) }
 
 // HeartbeatResult is what a heartbeat tells the worker.
 type HeartbeatResult struct {
@@ -71,8 +68,8 @@ type StepWrite struct {
 
 // Validate checks the write's own fields.
 func (w StepWrite) Validate() error {
-	if w.Index < 0 || w.Index >= StepsMaxLimit {
-		return invalid("index", "must be between 0 and %d, got %d", StepsMaxLimit-1, w.Index)
+	if err := checkStepIndex("index", w.Index); err != nil {
+		return err
 	}
 	if w.Cost < 0 || w.Cost > CostBudgetMax {
 		return invalid("cost", "must be between 0 and %d, got %d", CostBudgetMax, w.Cost)

@@ -177,24 +177,24 @@ func claimOrder(ts []*Task) {
 	})
 }
 
-// Claim claims up to req.Max eligible queued tasks.
+// Claim claims up to req.Max eligible queued tasks. As in the queue, the
+// batch is checked against ClaimBatchLimit first and against the stored
+// ClaimBatchMax only when some task is claimable: an idle poll is answered
+// without reading the limits.
 func (r *Reference) Claim(_ context.Context, req ClaimRequest) ([]Claimed, error) {
-	if err := req.Validate(r.limits.ClaimBatchMax); err != nil {
+	if err := req.Validate(ClaimBatchLimit); err != nil {
 		return nil, err
 	}
 	now := r.now()
+	if len(r.claimable(now)) == 0 {
+		return nil, nil
+	}
+	if err := req.Validate(r.limits.ClaimBatchMax); err != nil {
+		return nil, err
+	}
 	var out []Claimed
 	for len(out) < req.Max {
-		var candidates []*Task
-		for _, t := range r.tasks {
-			if t.State != Queued || t.RunAt.After(now) || pastDeadline(t, now) {
-				continue
-			}
-			if limit, _ := r.userLimit(t.User); limit > 0 && r.running(t.User) >= limit {
-				continue
-			}
-			candidates = append(candidates, t)
-		}
+		candidates := r.claimable(now)
 		if len(candidates) == 0 {
 			break
 		}
@@ -210,6 +210,22 @@ func (r *Reference) Claim(_ context.Context, req ClaimRequest) ([]Claimed, error
 	return out, nil
 }
 
+// claimable returns the queued tasks a claim at now may take: due, within
+// their deadline, and of a user below its running limit.
+func (r *Reference) claimable(now time.Time) []*Task {
+	var out []*Task
+	for _, t := range r.tasks {
+		if t.State != Queued || t.RunAt.After(now) || t.PastDeadline(now) {
+			continue
+		}
+		if limit, _ := r.userLimit(t.User); limit > 0 && r.running(t.User) >= limit {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
 func claimOf(t *Task) Claim {
 	return Claim{TaskID: t.ID, Fence: t.Version, Owner: t.Owner, Attempt: t.Attempt, LeaseUntil: t.LeaseUntil}
 }
@@ -219,11 +235,6 @@ func eligibleAt(t *Task) time.Time {
 		return t.RunAt
 	}
 	return t.QueuedAt
-}
-
-// pastDeadline: a deadline has passed once the clock is beyond it.
-func pastDeadline(t *Task, now time.Time) bool {
-	return !t.Deadline.IsZero() && now.After(t.Deadline)
 }
 
 // fenced checks a worker write. A stale write is recorded as an event and
@@ -240,7 +251,7 @@ func (r *Reference) fenced(c Claim, write string, checkDeadline bool) (*Task, er
 			From: t.State, To: t.State, Actor: c.Owner, Detail: DetailStale(write, why)})
 		return nil, fmt.Errorf("%s task %s fence %d: %s: %w", write, t.ID, c.Fence, why, ErrStaleClaim)
 	}
-	if checkDeadline && pastDeadline(t, now) {
+	if checkDeadline && t.PastDeadline(now) {
 		r.settle(t, Failed, DeadlineExceeded, EventDeadline, c.Owner, "")
 		return nil, fmt.Errorf("%s task %s: %w", write, t.ID, ErrDeadlineExceeded)
 	}
@@ -279,7 +290,7 @@ func (r *Reference) settle(t *Task, to State, reason Reason, kind EventKind, act
 
 // Heartbeat extends the claim's lease and reports requested cancellation.
 func (r *Reference) Heartbeat(_ context.Context, c Claim, lease time.Duration) (HeartbeatResult, error) {
-	if err := checkLease(lease); err != nil {
+	if err := CheckLease(lease); err != nil {
 		return HeartbeatResult{}, err
 	}
 	t, err := r.fenced(c, "heartbeat", true)
@@ -324,8 +335,8 @@ func (r *Reference) CompleteStep(_ context.Context, w StepWrite) (StepResult, er
 // RecordIntent records the intent to make the effect of a step, or reports
 // that the operation already has a receipt or an uncertain outcome.
 func (r *Reference) RecordIntent(_ context.Context, c Claim, step int) (IntentResult, error) {
-	if step < 0 || step >= StepsMaxLimit {
-		return IntentResult{}, invalid("step", "must be between 0 and %d, got %d", StepsMaxLimit-1, step)
+	if err := CheckStepIndex(step); err != nil {
+		return IntentResult{}, err
 	}
 	t, err := r.fenced(c, "effect_intent", true)
 	if err != nil {
@@ -419,6 +430,18 @@ func CheckGate(gate string) error {
 		if !isKeyByte(gate[i]) {
 			return invalid("gate", "character %q at offset %d is not allowed", gate[i], i)
 		}
+	}
+	return nil
+}
+
+// CheckStepIndex validates the step an effect intent names: an index a
+// task could reach, 0 to StepsMaxLimit-1.
+func CheckStepIndex(step int) error { return checkStepIndex("step", step) }
+
+// checkStepIndex bounds a step index reported under field.
+func checkStepIndex(field string, index int) error {
+	if index < 0 || index >= StepsMaxLimit {
+		return invalid(field, "must be between 0 and %d, got %d", StepsMaxLimit-1, index)
 	}
 	return nil
 }
@@ -600,7 +623,7 @@ func (r *Reference) Reap(_ context.Context) (ReapResult, error) {
 	var res ReapResult
 	for _, id := range r.order {
 		t := r.tasks[id]
-		if t.State.Active() && pastDeadline(t, now) {
+		if t.State.Active() && t.PastDeadline(now) {
 			if res.Deadlines == ReapBatchMax {
 				res.More = true
 				break
@@ -852,7 +875,7 @@ func (r *Reference) AddSchedule(_ context.Context, spec ScheduleSpec, actor stri
 	}
 	s := &Schedule{ID: r.ids.NewID(ScheduleIDPrefix), ScheduleSpec: spec, LastRun: -1, CreatedAt: r.now()}
 	r.schedules[s.ID] = s
-	r.emit(Event{Kind: EventScheduleAdded, Actor: actor, Detail: "schedule " + s.ID})
+	r.emit(Event{Kind: EventScheduleAdded, Actor: actor, Detail: DetailSchedule(s.ID)})
 	return *s, nil
 }
 
@@ -875,7 +898,7 @@ func (r *Reference) RemoveSchedule(_ context.Context, id, actor string) error {
 		return fmt.Errorf("schedule %s: %w", id, ErrNotFound)
 	}
 	delete(r.schedules, id)
-	r.emit(Event{Kind: EventScheduleRemoved, Actor: actor, Detail: "schedule " + id})
+	r.emit(Event{Kind: EventScheduleRemoved, Actor: actor, Detail: DetailSchedule(id)})
 	return nil
 }
 

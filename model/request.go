@@ -100,9 +100,11 @@ func Normalize(r SubmitRequest) (Normalized, error) {
 }
 
 // CheckTimely refuses a new request whose deadline has already passed at
-// now. It is not applied to exact replays.
+// now (truncated to the stored millisecond), by the rule Task.PastDeadline
+// states: a deadline equal to now has not passed, so such a task is
+// accepted and claimable at once. It is not applied to exact replays.
 func (n Normalized) CheckTimely(now time.Time) error {
-	if !n.Deadline.IsZero() && !n.Deadline.After(Truncate(now)) {
+	if deadlinePassed(n.Deadline, Truncate(now)) {
 		return invalid("deadline", "%s has already passed", n.Deadline.Format(time.RFC3339Nano))
 	}
 	return nil

@@ -126,9 +126,22 @@ func TestCheckTimely(t *testing.T) {
 	n, err := Normalize(r)
 	require.NoError(t, err)
 	require.NoError(t, n.CheckTimely(testEpoch.Add(-time.Millisecond)))
-	require.ErrorIs(t, n.CheckTimely(testEpoch), ErrInvalidInput, "a deadline at now has passed")
-	require.ErrorIs(t, n.CheckTimely(testEpoch.Add(999*time.Microsecond)), ErrInvalidInput, "now is truncated to milliseconds")
+	require.NoError(t, n.CheckTimely(testEpoch), "a deadline at now has not passed (claim and reaper agree)")
+	require.NoError(t, n.CheckTimely(testEpoch.Add(999*time.Microsecond)), "now is truncated to milliseconds")
+	err = n.CheckTimely(testEpoch.Add(time.Millisecond))
+	require.ErrorIs(t, err, ErrInvalidInput, "a deadline before now has passed")
+	var ve *ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "deadline", ve.Field)
 	require.NoError(t, n.CheckTimely(testEpoch.Add(-time.Microsecond)), "truncated to the millisecond before")
+
+	task := Task{Deadline: testEpoch}
+	require.False(t, task.PastDeadline(testEpoch), "at the deadline")
+	require.True(t, task.PastDeadline(testEpoch.Add(time.Millisecond)))
+	require.False(t, Task{}.PastDeadline(testEpoch.Add(1000*time.Hour)), "no deadline never passes")
+	for _, now := range []time.Time{testEpoch.Add(-time.Millisecond), testEpoch, testEpoch.Add(time.Millisecond)} {
+		require.Equal(t, task.PastDeadline(now), n.CheckTimely(now) != nil, "submit and task agree at %v", now)
+	}
 	r.Deadline = time.Time{}
 	n, err = Normalize(r)
 	require.NoError(t, err)

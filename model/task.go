@@ -54,6 +54,19 @@ type Task struct {
 	UpdatedAt       time.Time
 }
 
+// PastDeadline reports whether the task's deadline has passed at now: only
+// once the clock is beyond it, so a task is still claimable and may still
+// be written at its deadline. A task without a deadline never passes it.
+// The claim query (deadline >= :now) and the reaper's (deadline < :now)
+// state the same rule in SQL.
+func (t Task) PastDeadline(now time.Time) bool { return deadlinePassed(t.Deadline, now) }
+
+// deadlinePassed is the one deadline rule: a zero deadline never passes; a
+// set one has passed once now is after it.
+func deadlinePassed(deadline, now time.Time) bool {
+	return !deadline.IsZero() && now.After(deadline)
+}
+
 // Claim is a worker's hold on a running task. Every worker write names it;
 // the queue accepts the write only while Fence is the task's version, the
 // task is running and the lease has not expired at the queue's clock.

@@ -8,4 +8,4 @@ package queue
 func broken(string) bool { return false }
 
 // brokenQueries adds no queries without the leasehold_broken build tag.
-func brokenQueries(map[string]string) {}
+func brokenQueries(map[string]string) error { return nil }

@@ -4,6 +4,7 @@ package queue
 
 import (
 	_ "embed"
+	"fmt"
 	"os"
 	"strings"
 )
@@ -26,6 +27,9 @@ func broken(name string) bool {
 var brokenSQL string
 
 // brokenQueries adds the broken variants' queries.
-func brokenQueries(queries map[string]string) {
-	parseQueries(brokenSQL, queries)
+func brokenQueries(queries map[string]string) error {
+	if err := parseQueries(brokenSQL, queries); err != nil {
+		return fmt.Errorf("broken.sql: %w", err)
+	}
+	return nil
 }

@@ -17,21 +17,13 @@ import (
 // per-user limit is enforced inside the same transaction.
 //
 // An idle poll costs one read: when no task is claimable the queue answers
-// without taking the write lock.
+// without taking the write lock. So the request is checked first against
+// the absolute bound model.ClaimBatchLimit, which needs no I/O, and against
+// the stored limit (Limits.ClaimBatchMax) only inside the transaction: a
+// batch above the stored limit is refused only when there is a task to
+// claim.
 func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
-	if req.Max != 1 {
-		rows, err := q.readRows(ctx, "settings_all")
-		if err != nil {
-			return nil, err
-		}
-		limits, err := readLimits(rows)
-		if err != nil {
-			return nil, err
-		}
-		if err := req.Validate(limits.ClaimBatchMax); err != nil {
-			return nil, err
-		}
-	} else if err := req.Validate(1); err != nil {
+	if err := req.Validate(model.ClaimBatchLimit); err != nil {
 		return nil, err
 	}
 	var found int
@@ -44,20 +36,17 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 	}
 	var out []model.Claimed
 	err = q.write(ctx, "claim", func(t *txn) error {
-		// A batch of one is within every batch limit (ClaimBatchMax is at
-		// least 1), so it needs no read of the limits to validate.
-		batchMax := 1
+		// A batch of one is within every stored limit (ClaimBatchMax is at
+		// least 1), so it needs no read of the limits.
 		if req.Max != 1 {
 			limits, err := t.limits()
 			if err != nil {
 				return err
 			}
-			batchMax = limits.ClaimBatchMax
+			if err := req.Validate(limits.ClaimBatchMax); err != nil {
+				return err
+			}
 		}
-		if err := req.Validate(batchMax); err != nil {
-			return err
-		}
-		out = out[:0]
 		for len(out) < req.Max {
 			c, ok, err := t.claimNext(req)
 			if err != nil {

@@ -31,6 +31,7 @@ var (
 	// ErrSchemaMismatch: an applied migration differs from this build's
 	// copy of it.
 	ErrSchemaMismatch = errors.New("applied migration differs from this build's")
-	// ErrClosed: the queue has been closed.
+	// ErrClosed: the queue has been closed; every operation after Close
+	// fails with it.
 	ErrClosed = errors.New("queue closed")
 )

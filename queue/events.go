@@ -47,12 +47,34 @@ func (q *Queue) Audit(ctx context.Context, f AuditFilter) ([]model.Event, error)
 	if !f.Until.IsZero() {
 		until = model.Millis(f.Until)
 	}
-	rows, err := q.readRows(ctx, "audit", sql.Named("task_id", f.TaskID), sql.Named("actor", f.Actor),
-		sql.Named("since", model.Millis(f.Since)), sql.Named("until", until), sql.Named("limit", limit))
+	args := []any{sql.Named("since", model.Millis(f.Since)), sql.Named("until", until), sql.Named("limit", limit)}
+	name := auditQuery(f)
+	switch name {
+	case "audit_by_task":
+		args = append(args, sql.Named("task_id", f.TaskID), sql.Named("actor", f.Actor))
+	case "audit_by_actor":
+		args = append(args, sql.Named("actor", f.Actor))
+	}
+	rows, err := q.readRows(ctx, name, args...)
 	if err != nil {
 		return nil, err
 	}
 	return scanEvents(rows)
+}
+
+// auditQuery names the form of the audit query that serves f from an
+// index: by task (the narrowest, the actor then a filter), by actor, by
+// time window, or the whole trail.
+func auditQuery(f AuditFilter) string {
+	switch {
+	case f.TaskID != "":
+		return "audit_by_task"
+	case f.Actor != "":
+		return "audit_by_actor"
+	case !f.Since.IsZero() || !f.Until.IsZero():
+		return "audit_by_time"
+	}
+	return "audit_all"
 }
 
 // RecordOperatorEvent appends an operator action that concerns no task

@@ -172,7 +172,6 @@ func invalidRequests(valid model.SubmitRequest) []struct {
 		}},
 		{"deadline at run_at", "deadline", func(r *model.SubmitRequest) { r.RunAt, r.Deadline = epoch.Add(time.Hour), epoch.Add(time.Hour) }},
 		{"deadline passed", "deadline", func(r *model.SubmitRequest) { r.Deadline = epoch.Add(-time.Millisecond) }},
-		{"deadline now", "deadline", func(r *model.SubmitRequest) { r.Deadline = epoch }},
 		{"schedule_id from a caller", "schedule_id", func(r *model.SubmitRequest) { r.ScheduleID = "s_x" }},
 		{"schedule_run from a caller", "schedule_id", func(r *model.SubmitRequest) { r.ScheduleRun = 3 }},
 	}

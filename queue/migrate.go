@@ -23,19 +23,19 @@ type querier interface {
 
 // readApplied returns the migrations recorded in db, in order.
 func readApplied(ctx context.Context, db querier) ([]AppliedMigration, error) {
-	queries, err := loadQueries()
+	texts, err := queries()
 	if err != nil {
 		return nil, err
 	}
 	var exists int
-	err = db.QueryRowContext(ctx, queries["migrations_table_exists"]).Scan(&exists)
+	err = db.QueryRowContext(ctx, texts["migrations_table_exists"]).Scan(&exists)
 	if err != nil {
 		return nil, fmt.Errorf("queue: read schema version: %w", err)
 	}
 	if exists == 0 {
 		return nil, nil
 	}
-	rows, err := db.QueryContext(ctx, queries["migrations_applied"])
+	rows, err := db.QueryContext(ctx, texts["migrations_applied"])
 	if err != nil {
 		return nil, fmt.Errorf("queue: read schema version: %w", err)
 	}
@@ -104,7 +104,7 @@ func outdated(applied []AppliedMigration, pending []Migration) error {
 // have migrated the database since the first look (two workers starting on
 // a new file), and no process may see a schema migrated only in part.
 func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
-	queries, err := loadQueries()
+	texts, err := queries()
 	if err != nil {
 		return err
 	}
@@ -123,14 +123,14 @@ func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 	if len(applied) > 0 && mode != MigrateAll {
 		return outdated(applied, pending)
 	}
-	if _, err := tx.ExecContext(ctx, queries["migrations_table"]); err != nil {
+	if _, err := tx.ExecContext(ctx, texts["migrations_table"]); err != nil {
 		return fmt.Errorf("queue: migrate: %w", err)
 	}
 	for _, m := range pending {
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return fmt.Errorf("queue: migration %d (%s): %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.ExecContext(ctx, queries["migration_record"], sql.Named("version", m.Version),
+		if _, err := tx.ExecContext(ctx, texts["migration_record"], sql.Named("version", m.Version),
 			sql.Named("name", m.Name), sql.Named("checksum", m.Checksum), sql.Named("now", model.Millis(q.now()))); err != nil {
 			return fmt.Errorf("queue: migration %d: record: %w", m.Version, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -86,15 +87,25 @@ type Queue struct {
 
 	mu   sync.Mutex // guards rand and ids, which need not be goroutine-safe
 	rand model.Rand
+
+	// closed is set by Close before the database is closed, so that every
+	// operation after it fails with ErrClosed (database/sql's own error for
+	// a closed database is no sentinel).
+	closed atomic.Bool
 }
 
-// Open opens (creating if needed) the database at o.Path, checks its
-// schema version and prepares the queue's statements.
+// Open opens (creating if needed) the database at o.Path and checks its
+// schema version, creating or migrating the schema as o.Migrate allows.
+// The queue's statements are prepared on first use, not here.
 func Open(ctx context.Context, o Options) (*Queue, error) {
 	if o.Clock == nil || o.IDs == nil {
 		return nil, errors.New("queue: open: Options.Clock and Options.IDs are required")
 	}
 	dsn, pragmas, err := buildDSN(o)
+	if err != nil {
+		return nil, err
+	}
+	texts, err := queries()
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +127,8 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 		db.SetMaxOpenConns(conns)
 		db.SetMaxIdleConns(conns)
 	}
-	q := &Queue{db: db, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: o.Path, pragmas: pragmas}
+	q := &Queue{db: db, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: o.Path, pragmas: pragmas,
+		queries: texts, stmts: map[string]*sql.Stmt{}}
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff
 	}
@@ -130,10 +142,6 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 		}
 	}
 	if err := q.migrate(ctx, o.Migrate); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := q.prepare(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -202,8 +210,11 @@ func (q *Queue) Path() string { return q.path }
 // DB returns the underlying database handle, for snapshots and tests.
 func (q *Queue) DB() *sql.DB { return q.db }
 
-// Close closes the database.
+// Close closes the database. Every operation begun after it fails with
+// ErrClosed (one already running when Close is called may fail with
+// database/sql's error instead).
 func (q *Queue) Close() error {
+	q.closed.Store(true)
 	q.stmtMu.Lock()
 	for _, s := range q.stmts {
 		s.Close()
@@ -213,17 +224,9 @@ func (q *Queue) Close() error {
 	return q.db.Close()
 }
 
-// queries parses queries.sql once per process.
+// queries parses queries.sql once per process; every queue shares the
+// map, which nobody writes after it is built.
 var queries = sync.OnceValues(loadQueries)
-
-func (q *Queue) prepare(context.Context) error {
-	texts, err := queries()
-	if err != nil {
-		return err
-	}
-	q.queries, q.stmts = texts, map[string]*sql.Stmt{}
-	return nil
-}
 
 // queryText returns a named query's SQL; an unknown name is a programming
 // error.
@@ -257,6 +260,9 @@ func (q *Queue) cachedStmt(name string) *sql.Stmt {
 // it on first use. It must not be called while this goroutine holds the
 // only connection of an in-memory database in a transaction.
 func (q *Queue) prepared(ctx context.Context, name string) (*sql.Stmt, error) {
+	if err := q.checkOpen(name); err != nil {
+		return nil, err
+	}
 	if s := q.cachedStmt(name); s != nil {
 		return s, nil
 	}
@@ -272,6 +278,15 @@ func (q *Queue) prepared(ctx context.Context, name string) (*sql.Stmt, error) {
 	}
 	q.stmts[name] = s
 	return s, nil
+}
+
+// checkOpen refuses an operation on a closed queue with ErrClosed, naming the
+// operation.
+func (q *Queue) checkOpen(op string) error {
+	if q.closed.Load() {
+		return fmt.Errorf("queue: %s: %w", op, ErrClosed)
+	}
+	return nil
 }
 
 // prepareLater prepares on the database, once t is over, the statements t
@@ -332,6 +347,9 @@ func (q *Queue) load(ctx context.Context, image []byte) error {
 func (q *Queue) Image(ctx context.Context) ([]byte, error) {
 	if q.path != Memory {
 		return nil, &model.ValidationError{Field: "image", Problem: "only an in-memory database has an image"}
+	}
+	if err := q.checkOpen("image"); err != nil {
+		return nil, err
 	}
 	conn, err := q.db.Conn(ctx)
 	if err != nil {

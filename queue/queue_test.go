@@ -300,16 +300,39 @@ func TestSetupBundle(t *testing.T) {
 	}
 }
 
+// livePragmas reads the PRAGMAs of count connections of b's pool at once
+// (so each is a different connection), as "name=value" lines.
+func livePragmas(t *testing.T, b *bundle, count int) [][]string {
+	t.Helper()
+	var out [][]string
+	for range count {
+		conn, err := b.q.DB().Conn(b.ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		var lines []string
+		for _, name := range []string{"busy_timeout", "journal_mode", "synchronous", "foreign_keys"} {
+			var value string
+			require.NoError(t, conn.QueryRowContext(b.ctx, "PRAGMA "+name).Scan(&value))
+			lines = append(lines, name+"="+value)
+		}
+		out = append(out, lines)
+	}
+	return out
+}
+
 func TestFilePragmas(t *testing.T) {
 	b := setupFile(t)
 	require.Equal(t, []string{"busy_timeout(5000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(1)"}, b.q.Pragmas())
-	var mode string
-	require.NoError(t, b.q.DB().QueryRowContext(b.ctx, "PRAGMA journal_mode").Scan(&mode))
-	require.Equal(t, "wal", mode)
-	var busy int
-	require.NoError(t, b.q.DB().QueryRowContext(b.ctx, "PRAGMA busy_timeout").Scan(&busy))
-	require.Equal(t, 5000, busy)
+	// Every pooled connection has them (synchronous FULL is 2).
+	for _, conn := range livePragmas(t, b, 4) {
+		require.Equal(t, []string{"busy_timeout=5000", "journal_mode=wal", "synchronous=2", "foreign_keys=1"}, conn)
+	}
+
+	normal := setupFile(t, func(o *Options) { o.Synchronous = SynchronousNormal })
+	require.Equal(t, []string{"busy_timeout(5000)", "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(1)"}, normal.q.Pragmas())
+	require.Equal(t, [][]string{{"busy_timeout=5000", "journal_mode=wal", "synchronous=1", "foreign_keys=1"}}, livePragmas(t, normal, 1))
 
 	m := setup(t)
 	require.Equal(t, []string{"busy_timeout(5000)", "synchronous(FULL)", "foreign_keys(1)"}, m.q.Pragmas())
+	require.Equal(t, [][]string{{"busy_timeout=5000", "journal_mode=memory", "synchronous=2", "foreign_keys=1"}}, livePragmas(t, m, 1))
 }

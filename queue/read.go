@@ -86,6 +86,9 @@ func (q *Queue) Effects(ctx context.Context, taskID string) ([]model.Effect, err
 // agree with each other.
 func (q *Queue) Metrics(ctx context.Context) (model.Metrics, error) {
 	m := model.Metrics{Depth: map[model.State]int64{}, QueueWait: model.NewHistogram(), RunTime: model.NewHistogram()}
+	if err := q.checkOpen("metrics"); err != nil {
+		return m, err
+	}
 	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return m, fmt.Errorf("queue: metrics: begin: %w", err)
@@ -160,12 +163,22 @@ func addTally(m *model.Metrics, name string, n, sum int64) error {
 // queued tasks) with a recount of the tasks, and returns an error
 // describing any disagreement.
 func (q *Queue) CheckCounters(ctx context.Context) error {
+	if err := checkCounters(q.readRow(ctx, "counters_check")); err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	return nil
+}
+
+// checkCounters reads the row of counters_check (counts of disagreements,
+// each zero when the counters are right) and describes any disagreement.
+// Queue.CheckCounters and snapshot verification both use it.
+func checkCounters(r interface{ Scan(...any) error }) error {
 	var states, users, blocked int
-	if err := q.readRow(ctx, "counters_check").Scan(&states, &users, &blocked); err != nil {
-		return fmt.Errorf("queue: check counters: %w", err)
+	if err := r.Scan(&states, &users, &blocked); err != nil {
+		return fmt.Errorf("check counters: %w", err)
 	}
 	if states != 0 || users != 0 || blocked != 0 {
-		return fmt.Errorf("queue: counters disagree with the tasks: %d state counts, %d users, %d queued tasks' blocked or limited flags", states, users, blocked)
+		return fmt.Errorf("counters disagree with the tasks: %d state counts, %d users, %d queued tasks' blocked or limited flags", states, users, blocked)
 	}
 	return nil
 }

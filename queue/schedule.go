@@ -36,7 +36,7 @@ func (q *Queue) AddSchedule(ctx context.Context, spec model.ScheduleSpec, actor 
 			sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
-		return t.emit(model.Event{Kind: model.EventScheduleAdded, Actor: actor, Detail: "schedule " + s.ID})
+		return t.emit(model.Event{Kind: model.EventScheduleAdded, Actor: actor, Detail: model.DetailSchedule(s.ID)})
 	})
 	return s, err
 }
@@ -79,7 +79,7 @@ func (q *Queue) RemoveSchedule(ctx context.Context, id, actor string) error {
 		if n == 0 {
 			return fmt.Errorf("schedule %s: %w", id, model.ErrNotFound)
 		}
-		return t.emit(model.Event{Kind: model.EventScheduleRemoved, Actor: actor, Detail: "schedule " + id})
+		return t.emit(model.Event{Kind: model.EventScheduleRemoved, Actor: actor, Detail: model.DetailSchedule(id)})
 	})
 }
 
@@ -90,10 +90,25 @@ func (q *Queue) RemoveSchedule(ctx context.Context, id, actor string) error {
 // the database, and the pass runs in one transaction, so two schedulers or
 // a restart never enqueue a run twice. A run refused by admission is tried
 // again on the next pass.
+//
+// Like Claim and Reap, a pass with nothing to do costs one read and takes
+// no write lock: the schedules are read first without a transaction, and
+// the write transaction, which reads them again under its lock, is begun
+// only when some schedule has a due run not yet enqueued.
 func (q *Queue) EnqueueDue(ctx context.Context) (model.EnqueueResult, error) {
+	rows, err := q.readRows(ctx, "schedules_all")
+	if err != nil {
+		return model.EnqueueResult{}, err
+	}
+	schedules, err := scanSchedules(rows)
+	if err != nil {
+		return model.EnqueueResult{}, err
+	}
+	if !anyDue(schedules, q.now()) {
+		return model.EnqueueResult{}, nil
+	}
 	var res model.EnqueueResult
-	err := q.write(ctx, "enqueue due", func(t *txn) error {
-		res = model.EnqueueResult{}
+	err = q.write(ctx, "enqueue due", func(t *txn) error {
 		rows, err := t.query("schedules_all")
 		if err != nil {
 			return err
@@ -132,6 +147,17 @@ func (q *Queue) EnqueueDue(ctx context.Context) (model.EnqueueResult, error) {
 		return nil
 	})
 	return res, err
+}
+
+// anyDue reports whether some schedule has a run due at now that it has
+// not enqueued yet.
+func anyDue(schedules []model.Schedule, now time.Time) bool {
+	for _, s := range schedules {
+		if s.DueRun(now) > s.LastRun {
+			return true
+		}
+	}
+	return false
 }
 
 // submitSavepoint submits inside a savepoint, so a refused run leaves no

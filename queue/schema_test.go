@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -43,6 +44,18 @@ func TestMigrationsArePinned(t *testing.T) {
 		require.True(t, seen[name], "pinned migration %s is gone", name)
 	}
 	require.Equal(t, len(migrations), SchemaVersion())
+}
+
+// TestMigrationsReturnsACopy: the migrations are read once per process, and
+// a caller that changes the list it got changes nobody else's.
+func TestMigrationsReturnsACopy(t *testing.T) {
+	first, err := Migrations()
+	require.NoError(t, err)
+	want := first[0]
+	first[0].SQL, first[0].Checksum = "DROP TABLE tasks;", "forged"
+	again, err := Migrations()
+	require.NoError(t, err)
+	require.Equal(t, want, again[0])
 }
 
 // checkList returns the quoted values of the CHECK (column IN (...)) list
@@ -83,7 +96,7 @@ func TestSchemaStatesMatchModel(t *testing.T) {
 	}
 	require.Equal(t, reasons, checkList(t, text, "reason"))
 
-	// state_counts starts with one row per state.
+	// tallies starts with a state:STATE row for every state.
 	m := b.metrics()
 	require.Len(t, m.Depth, len(model.States()))
 	for _, s := range model.States() {
@@ -158,18 +171,15 @@ func TestReopenKeepsEverything(t *testing.T) {
 	require.NoError(t, again.q.Complete(again.ctx, c), "the claim survives a restart of the queue")
 }
 
-// TestClaimQueryUsesIndex checks the plan of the claim query: a search on
-// the claim index in claim order, with no temporary B-tree for sorting.
-func TestClaimQueryUsesIndex(t *testing.T) {
-	b := setupFile(t)
-	for range 20 {
-		b.submit(func(r *model.SubmitRequest) { r.Priority = int(b.keys % 3) })
-	}
-	queries, err := loadQueries()
+// queryPlan returns the steps of the plan SQLite chooses for the named
+// query, bound to args.
+func queryPlan(t *testing.T, b *bundle, name string, args ...any) []string {
+	t.Helper()
+	texts, err := queries()
 	require.NoError(t, err)
-	text, ok := queries["claim_next"]
-	require.True(t, ok)
-	rows, err := b.q.DB().QueryContext(b.ctx, "EXPLAIN QUERY PLAN "+text, sql.Named("now", model.Millis(b.now())))
+	text, ok := texts[name]
+	require.True(t, ok, "no query %s", name)
+	rows, err := b.q.DB().QueryContext(b.ctx, "EXPLAIN QUERY PLAN "+text, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var steps []string
@@ -180,10 +190,72 @@ func TestClaimQueryUsesIndex(t *testing.T) {
 		steps = append(steps, detail)
 	}
 	require.NoError(t, rows.Err())
+	require.NotEmpty(t, steps)
+	return steps
+}
+
+// TestClaimQueryUsesIndex checks the plan of the claim query: a search on
+// the claim index in claim order, with no temporary B-tree for sorting.
+func TestClaimQueryUsesIndex(t *testing.T) {
+	b := setupFile(t)
+	for range 20 {
+		b.submit(func(r *model.SubmitRequest) { r.Priority = int(b.keys % 3) })
+	}
+	steps := queryPlan(t, b, "claim_next", sql.Named("now", model.Millis(b.now())))
 	plan := strings.Join(steps, " | ")
 	require.Regexp(t, `^SEARCH tasks USING (COVERING )?INDEX tasks_claim\w* \(`, steps[0], "plan: %s", plan)
 	require.NotContains(t, plan, "TEMP B-TREE", "plan: %s", plan)
 	require.NotContains(t, plan, "SCAN tasks", "plan: %s", plan)
+}
+
+// TestAuditQueriesUseIndexes checks the plan of each form of the audit
+// query: a search on the index of its filter, in seq order, with no
+// temporary B-tree for sorting; the whole trail is read in primary-key
+// order. It checks again after ANALYZE, whose statistics change the
+// planner's estimates, over a trail of a few thousand events (on a tiny
+// one a scan is cheapest).
+func TestAuditQueriesUseIndexes(t *testing.T) {
+	b := setup(t)
+	for i := range 5 {
+		id := b.submit()
+		_, err := b.q.Cancel(b.ctx, id, fmt.Sprintf("caller%d", i%3))
+		require.NoError(t, err)
+	}
+	_, err := b.q.DB().ExecContext(b.ctx, `
+		INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
+		SELECT 't_' || (i / 4), 'step', 1, 1, '', 'running', 'running', '', 'w' || (i % 7), ? + i * 1000, '', '' FROM n`,
+		model.Millis(b.now()))
+	require.NoError(t, err)
+	b.clock.Advance(3000 * time.Second)
+	now := model.Millis(b.now())
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			_, err := b.q.DB().ExecContext(b.ctx, "ANALYZE")
+			require.NoError(t, err)
+		}
+		for _, tc := range []struct {
+			name  string
+			args  []any
+			first string // the first step of the plan
+			index string // the index a step must search
+		}{
+			{"audit_by_task", []any{sql.Named("task_id", "t_x"), sql.Named("actor", "caller1")},
+				`^SEARCH events USING INDEX events_task \(task_id=\?\)$`, "events_task"},
+			{"audit_by_actor", []any{sql.Named("actor", "caller1")},
+				`^SEARCH events USING INDEX events_actor \(actor=\?\)$`, "events_actor"},
+			{"audit_by_time", nil,
+				`^SEARCH events USING INTEGER PRIMARY KEY \(rowid=\?\)$`, "COVERING INDEX events_at (at>? AND at<?)"},
+			{"audit_all", nil, `^SCAN events$`, ""},
+		} {
+			args := append([]any{sql.Named("since", now-10_000), sql.Named("until", now), sql.Named("limit", 5)}, tc.args...)
+			steps := queryPlan(t, b, tc.name, args...)
+			plan := strings.Join(steps, " | ")
+			require.Regexp(t, tc.first, steps[0], "%s (analyzed %v): %s", tc.name, analyzed, plan)
+			require.Contains(t, plan, tc.index, "%s (analyzed %v)", tc.name, analyzed)
+			require.NotContains(t, plan, "TEMP B-TREE", "%s (analyzed %v): %s", tc.name, analyzed, plan)
+		}
+	}
 }
 
 func TestEventsAreAppendOnly(t *testing.T) {

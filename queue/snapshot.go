@@ -111,17 +111,22 @@ func CreateSnapshot(ctx context.Context, src, out string, now time.Time) (Manife
 
 // describe reads what a manifest records from a snapshot file.
 func describe(ctx context.Context, path string) (Manifest, error) {
-	m := Manifest{Format: manifestFormat, States: map[string]int64{}}
 	sum, size, err := fileDigest(path)
 	if err != nil {
-		return m, err
+		return Manifest{}, err
 	}
-	m.SHA256, m.Bytes = sum, size
 	db, err := openRaw(path, true)
 	if err != nil {
-		return m, fmt.Errorf("%s: %v: %w", path, err, ErrSnapshotCorrupt)
+		return Manifest{}, fmt.Errorf("%s: %v: %w", path, err, ErrSnapshotCorrupt)
 	}
 	defer db.Close()
+	return describeDB(ctx, db, path, sum, size)
+}
+
+// describeDB reads what a manifest records from the open snapshot at path,
+// whose SHA-256 and size the caller has taken.
+func describeDB(ctx context.Context, db *sql.DB, path, sum string, size int64) (Manifest, error) {
+	m := Manifest{Format: manifestFormat, States: map[string]int64{}, SHA256: sum, Bytes: size}
 	applied, err := readApplied(ctx, db)
 	if err != nil {
 		return m, fmt.Errorf("%s: %v: %w", path, err, ErrSnapshotCorrupt)
@@ -219,7 +224,7 @@ func VerifySnapshot(ctx context.Context, snapshot string) (Verification, error) 
 	if _, _, err := Plan(ctx, db); err != nil {
 		return v, fmt.Errorf("%s: %w", snapshot, err)
 	}
-	actual, err := describe(ctx, snapshot)
+	actual, err := describeDB(ctx, db, snapshot, sum, size)
 	if err != nil {
 		return v, err
 	}
@@ -268,14 +273,7 @@ func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
 			return vs[0]
 		}
 	}
-	var states, users, blocked int
-	if err := db.QueryRowContext(ctx, queries["counters_check"]).Scan(&states, &users, &blocked); err != nil {
-		return fmt.Errorf("recount: %w", err)
-	}
-	if states+users+blocked != 0 {
-		return fmt.Errorf("counters disagree with the tasks: %d state counts, %d users, %d blocked flags", states, users, blocked)
-	}
-	return nil
+	return checkCounters(db.QueryRowContext(ctx, queries["counters_check"]))
 }
 
 // Restore copies a verified snapshot to a new database file at to. It

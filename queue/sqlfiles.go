@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 //go:embed sql/sqlite/migrations/*.sql sql/sqlite/queries.sql
@@ -24,7 +26,17 @@ type Migration struct {
 }
 
 // Migrations returns the SQLite migrations this build carries, in order.
+// They are embedded, so they are read and hashed once per process; each
+// call returns its own copy of the list.
 func Migrations() ([]Migration, error) {
+	ms, err := migrations()
+	return slices.Clone(ms), err
+}
+
+// migrations reads and hashes the embedded migration files once.
+var migrations = sync.OnceValues(loadMigrations)
+
+func loadMigrations() ([]Migration, error) {
 	entries, err := fs.ReadDir(sqliteFiles, "sql/sqlite/migrations")
 	if err != nil {
 		return nil, fmt.Errorf("read migrations: %w", err)
@@ -73,7 +85,9 @@ func loadQueries() (map[string]string, error) {
 	if err := parseQueries(string(body), queries); err != nil {
 		return nil, err
 	}
-	brokenQueries(queries)
+	if err := brokenQueries(queries); err != nil {
+		return nil, err
+	}
 	columns := queries["task_columns"]
 	for n, q := range queries {
 		queries[n] = strings.ReplaceAll(q, "{task_columns}", columns)

@@ -37,6 +37,9 @@ func commitThen(err error) error { return committed{err} }
 // the operation's name; a commit error is always returned, never a false
 // success.
 func (q *Queue) write(ctx context.Context, op string, fn func(t *txn) error) error {
+	if err := q.checkOpen(op); err != nil {
+		return err
+	}
 	tx, err := q.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("queue: %s: begin: %w", op, err)

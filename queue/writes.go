@@ -44,7 +44,7 @@ func (t *txn) fenced(c model.Claim, write string, checkDeadline bool) (model.Tas
 		}
 		return model.Task{}, commitThen(fmt.Errorf("%s task %s fence %d: %s: %w", write, task.ID, c.Fence, why, model.ErrStaleClaim))
 	}
-	if checkDeadline && !task.Deadline.IsZero() && t.now.After(task.Deadline) {
+	if checkDeadline && task.PastDeadline(t.now) {
 		if err := t.settle(task, model.Failed, model.DeadlineExceeded, model.EventDeadline, c.Owner, ""); err != nil {
 			return model.Task{}, err
 		}
@@ -151,9 +151,8 @@ func (t *txn) exhaust(task model.Task, reason model.Reason, w model.StepWrite, s
 // the task to review). A repeat under the same claim reports
 // IntentRecorded again.
 func (q *Queue) RecordIntent(ctx context.Context, c model.Claim, step int) (model.IntentResult, error) {
-	if step < 0 || step >= model.StepsMaxLimit {
-		return model.IntentResult{}, &model.ValidationError{Field: "step",
-			Problem: fmt.Sprintf("must be between 0 and %d, got %d", model.StepsMaxLimit-1, step)}
+	if err := model.CheckStepIndex(step); err != nil {
+		return model.IntentResult{}, err
 	}
 	var res model.IntentResult
 	err := q.write(ctx, "effect intent", func(t *txn) error {
@@ -285,6 +284,11 @@ func (q *Queue) Complete(ctx context.Context, c model.Claim) error {
 				Fence: c.Fence, From: model.Running, To: model.Completed, Actor: c.Owner})
 		}
 		// complete_fenced refused the claim: fenced says why and records it.
+		// It makes the same checks as complete_fenced, so in a normal build
+		// it always refuses here. Only a broken variant that forges its
+		// checks (complete-without-fence, write-after-lease-expiry; see
+		// broken_on.go) gets past it, and the settle below is reachable
+		// only in that build.
 		task, err := t.fenced(c, "complete", false)
 		if err != nil {
 			return err

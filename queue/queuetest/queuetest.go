@@ -63,6 +63,7 @@ var cases = []struct {
 	{"ClaimOrder", testClaimOrder},
 	{"ClaimRunAtInclusive", testClaimRunAtInclusive},
 	{"ClaimBatch", testClaimBatch},
+	{"ClaimBatchIdle", testClaimBatchIdle},
 	{"FencingStaleFence", testFencingStaleFence},
 	{"FencingExpiredLease", testFencingExpiredLease},
 	{"FencingNotRunning", testFencingNotRunning},
@@ -86,6 +87,7 @@ var cases = []struct {
 	{"ReapLeaseExpiry", testReapLeaseExpiry},
 	{"ReapLastAttempt", testReapLastAttempt},
 	{"ReapCancelRequested", testReapCancelRequested},
+	{"DeadlineAtSubmit", testDeadlineAtSubmit},
 	{"DeadlineQueued", testDeadlineQueued},
 	{"DeadlineRunning", testDeadlineRunning},
 	{"DeadlineWaiting", testDeadlineWaiting},
@@ -471,6 +473,22 @@ func testClaimBatch(s *suite) {
 	require.Len(t, s.claimN("w1", limits.ClaimBatchMax, lease), limits.ClaimBatchMax)
 	require.Len(t, s.claimN("w2", limits.ClaimBatchMax, lease), 1, "a batch takes what there is")
 	require.Empty(t, s.claimN("w3", limits.ClaimBatchMax, lease))
+}
+
+// testClaimBatchIdle: the batch is checked against model.ClaimBatchLimit
+// on every poll, but against the stored limit only when there is a task to
+// claim, so that an idle poll need not read the limits.
+func testClaimBatchIdle(s *suite) {
+	t := s.t
+	s.setLimits(func(l *model.Limits) { l.ClaimBatchMax = 2 })
+	_, err := s.store.Claim(s.ctx, model.ClaimRequest{Worker: "w1", Max: model.ClaimBatchLimit + 1, Lease: lease})
+	s.requireInvalid(err, "max")
+	require.Empty(t, s.claimN("w1", 3, lease), "idle: answered without the stored limit")
+	id := s.submit()
+	_, err = s.store.Claim(s.ctx, model.ClaimRequest{Worker: "w1", Max: 3, Lease: lease})
+	s.requireInvalid(err, "max")
+	require.Equal(t, model.Queued, s.task(id).State, "a refused batch claims nothing")
+	require.Len(t, s.claimN("w1", 2, lease), 1)
 }
 
 // Fencing.
@@ -1069,6 +1087,21 @@ func testReapCancelRequested(s *suite) {
 }
 
 // Deadlines.
+
+// testDeadlineAtSubmit: a deadline passes only once the clock is beyond
+// it, at submit as at claim: a task whose deadline is now is accepted and
+// claimable; one whose deadline is a millisecond ago is refused.
+func testDeadlineAtSubmit(s *suite) {
+	t := s.t
+	_, err := s.store.Submit(s.ctx, s.request(func(r *model.SubmitRequest) { r.Deadline = s.now().Add(-time.Millisecond) }))
+	s.requireInvalid(err, "deadline")
+	id := s.submit(func(r *model.SubmitRequest) { r.Deadline = s.now() })
+	require.Equal(t, s.now(), s.task(id).Deadline)
+	res, err := s.store.Reap(s.ctx)
+	require.NoError(t, err)
+	require.Equal(t, model.ReapResult{}, res, "not past its deadline yet")
+	require.Equal(t, id, s.claim("w1").Claim.TaskID)
+}
 
 func testDeadlineQueued(s *suite) {
 	t := s.t
