@@ -3,7 +3,8 @@
 // unavailable, busy, I/O error on a statement, a commit that fails, a
 // commit that succeeds but reports failure), the worker's external service
 // (a lost response, an outage), the worker's queue (a write delivered
-// twice) and a worker process (crash and restart, stall and resume).
+// twice, at once or late) and a worker process (crash and restart, stall
+// and resume).
 //
 // Nothing here decides when a fault happens. There is no internal
 // randomness and no wall clock: the simulator (or a test) arms a fault
@@ -25,8 +26,11 @@
 //
 //	wq := faults.NewQueue(q)       // hand wq to worker.Config.Queue
 //	wq.ArmDuplicate()              // the next fenced write is delivered twice
+//	wq.DuplicateEvery("complete")  // every completion is delivered twice
+//	wq.ArmHold()                   // the next fenced write is kept ...
+//	wq.Redeliver()                 // ... and delivered again, late
 //	svc := faults.NewService(real) // hand svc to worker.Config.Service
-//	svc.ArmLostResponse()          // the next call applies; its reply is lost
+//	svc.ArmLostResponse()          // the next call's reply is lost
 //
 //	p := faults.NewProcess("w1")   // crash, restart, stall and resume bookkeeping
 //

@@ -12,24 +12,24 @@ import (
 
 // Queue is a worker.Queue that wraps another (the real queue) and
 // delivers a fenced write twice on command, as a network or a retrying
-// client might: it simulates duplicate delivery. The caller receives the
-// first delivery's result; the second delivery's error (usually the
+// client might: it simulates duplicate delivery, at once (ArmDuplicate,
+// DuplicateEvery) or late (ArmHold, then Redeliver). The caller receives
+// the first delivery's result; the second delivery's error (usually the
 // queue's stale-claim rejection, model.ErrStaleClaim, or nil for a write
-// the queue recognises as a replay) is recorded for LastDuplicate. Queue
-// makes up no errors of its own. Claims are never duplicated. With
-// nothing armed every call is forwarded once, unchanged. Queue is safe
-// for concurrent use.
+// the queue recognises as a replay) is recorded for Last. Queue makes up
+// no errors of its own. Claims are never duplicated. With nothing armed
+// every call is forwarded once, unchanged. Queue is safe for concurrent
+// use.
 type Queue struct {
 	inner worker.Queue
 
-	mu      sync.Mutex
-	armed   int
-	counts  QueueCounts
-	last    Duplicate
-	hasLast bool
-	every   string      // a write always delivered twice
-	holds   int         // writes to keep for a late second delivery
-	held    []heldWrite // kept writes, oldest first
+	mu     sync.Mutex
+	armed  int // writes to deliver twice at once
+	counts QueueCounts
+	last   Duplicate   // the latest duplicate; Write is "" until one
+	every  string      // a write always delivered twice ("": none)
+	holds  int         // writes to keep for a late second delivery
+	held   []heldWrite // kept writes, oldest first
 }
 
 // heldWrite is a write kept for a late second delivery.
@@ -105,7 +105,9 @@ func (q *Queue) DuplicateEvery(write string) {
 
 // ArmHold makes the next fenced write be delivered now and kept, to be
 // delivered again by Redeliver: a late duplicate, as when a network
-// replays a request long after its claim expired.
+// replays a request long after its claim expired. Arming again keeps that
+// many more writes, one each. At most HeldMax writes are kept at once; a
+// hold armed while that many are kept waits until Redeliver makes room.
 func (q *Queue) ArmHold() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -128,11 +130,12 @@ func (q *Queue) Redeliver() (write string, claim model.Claim, err error, ok bool
 	return h.write, h.claim, err, true
 }
 
-// Disarm cancels every armed duplicate and hold and drops kept writes.
+// Disarm cancels every armed duplicate and hold, stops DuplicateEvery and
+// drops kept writes. Counts and Last are kept.
 func (q *Queue) Disarm() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.armed, q.holds, q.held = 0, 0, nil
+	q.armed, q.every, q.holds, q.held = 0, "", 0, nil
 }
 
 // Armed returns the number of duplicates armed and not yet fired.
@@ -149,58 +152,31 @@ func (q *Queue) Counts() QueueCounts {
 	return q.counts
 }
 
-// LastDuplicate returns the write most recently duplicated and its second
-// delivery's error; write is "" if none has been.
-func (q *Queue) LastDuplicate() (write string, err error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.last.Write, q.last.Err
-}
-
-// Last returns the most recent duplicate in full; ok is false if none.
+// Last returns the most recent duplicate (delivered at once or late by
+// Redeliver) and its second delivery's error; ok is false if none.
 func (q *Queue) Last() (d Duplicate, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.last, q.hasLast
+	return q.last, q.last.Write != ""
 }
 
-// String describes the armed duplicates, the counts and the last
-// duplicate.
+// String describes everything armed (duplicates, holds, DuplicateEvery's
+// write or "-"), the writes kept for Redeliver, the counts and the last
+// duplicate, e.g. "queue: armed duplicate=1 hold=0 every=complete; kept 0;
+// fired duplicated=2 second_refused=2; last complete task=t1 fence=1
+// second=...".
 func (q *Queue) String() string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	s := fmt.Sprintf("queue: armed duplicate=%d; fired %s", q.armed, q.counts)
-	if q.hasLast {
+	every := q.every
+	if every == "" {
+		every = "-"
+	}
+	s := fmt.Sprintf("queue: armed duplicate=%d hold=%d every=%s; kept %d; fired %s", q.armed, q.holds, every, len(q.held), q.counts)
+	if q.last.Write != "" {
 		s += "; last " + q.last.String()
 	}
 	return s
-}
-
-func (q *Queue) take() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.armed == 0 {
-		return false
-	}
-	q.armed--
-	return true
-}
-
-func (q *Queue) always(write string) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.every != "" && q.every == write
-}
-
-// hold keeps the write for a late delivery if a hold is armed.
-func (q *Queue) hold(write string, c model.Claim, call func() error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.holds == 0 || len(q.held) >= HeldMax {
-		return
-	}
-	q.holds--
-	q.held = append(q.held, heldWrite{write: write, claim: c, call: call})
 }
 
 func (q *Queue) record(d Duplicate) {
@@ -210,14 +186,25 @@ func (q *Queue) record(d Duplicate) {
 	if d.Err != nil {
 		q.counts.SecondRefused++
 	}
-	q.last, q.hasLast = d, true
+	q.last = d
 }
 
-// deliver runs call once, or twice when a duplicate is armed, and returns
-// the first delivery's result.
+// deliver runs call once, or twice when a duplicate is armed (an armed
+// one is spent first) or DuplicateEvery names the write, and returns the
+// first delivery's result. An armed hold, while fewer than HeldMax writes
+// are kept, keeps the write for Redeliver. What to do is decided under one
+// lock; the kept write's closure is made only when one is kept.
 func deliver[T any](q *Queue, write string, c model.Claim, call func() (T, error)) (T, error) {
-	twice := q.take() || q.always(write)
-	q.hold(write, c, func() error { _, err := call(); return err })
+	q.mu.Lock()
+	twice := q.armed > 0 || (q.every != "" && q.every == write)
+	if q.armed > 0 {
+		q.armed--
+	}
+	if q.holds > 0 && len(q.held) < HeldMax {
+		q.holds--
+		q.held = append(q.held, heldWrite{write: write, claim: c, call: func() error { _, err := call(); return err }})
+	}
+	q.mu.Unlock()
 	res, err := call()
 	if twice {
 		_, second := call()

@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,11 +16,12 @@ import (
 
 // dupBundle is a real in-memory queue wrapped in a faults.Queue.
 type dupBundle struct {
-	ctx context.Context
-	raw *queue.Queue
-	wq  *faults.Queue
-	id  string
-	c   model.Claim
+	ctx   context.Context
+	clock *clockwork.FakeClock
+	raw   *queue.Queue
+	wq    *faults.Queue
+	id    string
+	c     model.Claim
 }
 
 // setupDuplicate opens a queue, submits one task and claims it through the
@@ -28,7 +30,8 @@ type dupBundle struct {
 func setupDuplicate(t *testing.T) *dupBundle {
 	t.Helper()
 	ctx := context.Background()
-	raw, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clockwork.NewFakeClockAt(epoch),
+	clock := clockwork.NewFakeClockAt(epoch)
+	raw, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clock,
 		IDs: model.NewSeededIDs(1), BusyTimeout: queue.NoBusyTimeout})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -44,16 +47,18 @@ func setupDuplicate(t *testing.T) *dupBundle {
 	require.Len(t, cs, 1)
 	require.Equal(t, 1, wq.Armed(), "a claim is never duplicated")
 	require.Equal(t, faults.QueueCounts{}, wq.Counts())
-	return &dupBundle{ctx: ctx, raw: raw, wq: wq, id: res.TaskID, c: cs[0].Claim}
+	return &dupBundle{ctx: ctx, clock: clock, raw: raw, wq: wq, id: res.TaskID, c: cs[0].Claim}
 }
 
 func TestQueueDuplicateCompleteChangesNothing(t *testing.T) {
 	b := setupDuplicate(t)
 	require.NoError(t, b.wq.Complete(b.ctx, b.c))
-	write, err := b.wq.LastDuplicate()
-	require.Equal(t, "complete", write)
-	require.ErrorIs(t, err, queue.ErrStaleClaim)
-	require.NotErrorIs(t, err, faults.ErrInjected, "the second delivery's error is the queue's own")
+	d, ok := b.wq.Last()
+	require.True(t, ok)
+	require.Equal(t, "complete", d.Write)
+	require.Equal(t, b.id, d.TaskID)
+	require.ErrorIs(t, d.Err, queue.ErrStaleClaim)
+	require.NotErrorIs(t, d.Err, faults.ErrInjected, "the second delivery's error is the queue's own")
 
 	task, err := b.raw.Task(b.ctx, b.id)
 	require.NoError(t, err)
@@ -74,10 +79,7 @@ func TestQueueDuplicateCompleteChangesNothing(t *testing.T) {
 
 	require.Equal(t, faults.QueueCounts{Duplicated: 1, SecondRefused: 1}, b.wq.Counts())
 	require.Zero(t, b.wq.Armed())
-	d, ok := b.wq.Last()
-	require.True(t, ok)
-	require.Equal(t, b.id, d.TaskID)
-	require.Contains(t, b.wq.String(), "queue: armed duplicate=0; fired duplicated=1 second_refused=1; last complete task="+b.id+" fence=1 second=")
+	require.Contains(t, b.wq.String(), "queue: armed duplicate=0 hold=0 every=-; kept 0; fired duplicated=1 second_refused=1; last complete task="+b.id+" fence=1 second=")
 }
 
 func TestQueueDuplicateStepChargedOnce(t *testing.T) {
@@ -85,9 +87,10 @@ func TestQueueDuplicateStepChargedOnce(t *testing.T) {
 	res, err := b.wq.CompleteStep(b.ctx, model.StepWrite{Claim: b.c, Index: 0, Cost: 3})
 	require.NoError(t, err)
 	require.False(t, res.Replayed, "the caller gets the first delivery's result")
-	write, err := b.wq.LastDuplicate()
-	require.Equal(t, "step", write)
-	require.NoError(t, err, "the second delivery is recognised as a replay")
+	d, ok := b.wq.Last()
+	require.True(t, ok)
+	require.Equal(t, "step", d.Write)
+	require.NoError(t, d.Err, "the second delivery is recognised as a replay")
 
 	task, err := b.raw.Task(b.ctx, b.id)
 	require.NoError(t, err)
@@ -95,7 +98,7 @@ func TestQueueDuplicateStepChargedOnce(t *testing.T) {
 	require.Equal(t, 1, task.StepsUsed)
 	require.Equal(t, 1, countEvents(t, b.raw, b.id, model.EventStep))
 	require.Equal(t, faults.QueueCounts{Duplicated: 1}, b.wq.Counts())
-	require.Equal(t, "queue: armed duplicate=0; fired duplicated=1 second_refused=0; last step task="+b.id+" fence=1 second=accepted", b.wq.String())
+	require.Equal(t, "queue: armed duplicate=0 hold=0 every=-; kept 0; fired duplicated=1 second_refused=0; last step task="+b.id+" fence=1 second=accepted", b.wq.String())
 
 	// Unarmed, the next write is delivered once.
 	_, err = b.wq.CompleteStep(b.ctx, model.StepWrite{Claim: b.c, Index: 1, Cost: 2})
@@ -177,9 +180,6 @@ func TestQueueDuplicatesEveryFencedWrite(t *testing.T) {
 			q.Claim(ctx, model.ClaimRequest{})
 			write(q)
 			require.Equal(t, map[string]int{name: 3, "claim": 1}, inner.calls)
-			got, err := q.LastDuplicate()
-			require.Equal(t, name, got)
-			require.NoError(t, err)
 			d, ok := q.Last()
 			require.True(t, ok)
 			require.Equal(t, faults.Duplicate{Write: name, TaskID: "t1", Fence: 7}, d)
@@ -187,19 +187,189 @@ func TestQueueDuplicatesEveryFencedWrite(t *testing.T) {
 	}
 }
 
+// Disarm cancels everything armed: duplicates, holds and DuplicateEvery,
+// and drops kept writes.
 func TestQueueDisarm(t *testing.T) {
+	ctx := context.Background()
 	inner := &countingQueue{calls: map[string]int{}}
 	q := faults.NewQueue(inner)
 	q.ArmDuplicate()
 	q.ArmDuplicate()
+	q.ArmHold()
+	q.DuplicateEvery("complete")
 	require.Equal(t, 2, q.Armed())
-	require.Equal(t, "queue: armed duplicate=2; fired duplicated=0 second_refused=0", q.String())
+	require.Equal(t, "queue: armed duplicate=2 hold=1 every=complete; kept 0; fired duplicated=0 second_refused=0", q.String())
+	require.NoError(t, q.AcknowledgeCancel(ctx, model.Claim{TaskID: "t0"}))
+	require.Equal(t, "queue: armed duplicate=1 hold=0 every=complete; kept 1; fired duplicated=1 second_refused=0; "+
+		"last cancel_ack task=t0 fence=0 second=accepted", q.String())
+
 	q.Disarm()
+	require.Zero(t, q.Armed())
+	require.Equal(t, "queue: armed duplicate=0 hold=0 every=-; kept 0; fired duplicated=1 second_refused=0; "+
+		"last cancel_ack task=t0 fence=0 second=accepted", q.String(), "counts and the last duplicate are kept")
+	require.NoError(t, q.Complete(ctx, model.Claim{TaskID: "t1"}))
+	require.Equal(t, 1, inner.calls["complete"], "DuplicateEvery stopped too")
+	_, _, _, ok := q.Redeliver()
+	require.False(t, ok, "the kept write was dropped")
+	require.Equal(t, map[string]int{"cancel_ack": 2, "complete": 1}, inner.calls)
+	require.Equal(t, 1, q.Counts().Duplicated)
+}
+
+func TestQueueLastIsEmptyUntilADuplicate(t *testing.T) {
+	q := faults.NewQueue(&countingQueue{calls: map[string]int{}})
 	require.NoError(t, q.Complete(context.Background(), model.Claim{TaskID: "t1"}))
-	require.Equal(t, 1, inner.calls["complete"])
-	write, err := q.LastDuplicate()
-	require.Empty(t, write)
-	require.NoError(t, err)
-	_, ok := q.Last()
+	d, ok := q.Last()
 	require.False(t, ok)
+	require.Equal(t, faults.Duplicate{}, d)
+	require.Equal(t, "queue: armed duplicate=0 hold=0 every=-; kept 0; fired duplicated=0 second_refused=0", q.String())
+}
+
+// DuplicateEvery delivers every write it names twice, as a client that
+// always retries would, and only that write; claims never; an empty name
+// stops it. An armed duplicate hitting the same write is spent, and the
+// write is still delivered only twice.
+func TestQueueDuplicateEvery(t *testing.T) {
+	ctx := context.Background()
+	c := model.Claim{TaskID: "t1", Fence: 3}
+	inner := &countingQueue{calls: map[string]int{}}
+	q := faults.NewQueue(inner)
+	q.DuplicateEvery("complete")
+	for range 3 {
+		require.NoError(t, q.Complete(ctx, c))
+	}
+	_, err := q.Heartbeat(ctx, c, testLease)
+	require.NoError(t, err)
+	_, err = q.Claim(ctx, model.ClaimRequest{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"complete": 6, "heartbeat": 1, "claim": 1}, inner.calls)
+	require.Equal(t, faults.QueueCounts{Duplicated: 3}, q.Counts())
+	require.Contains(t, q.String(), "every=complete")
+
+	q.ArmDuplicate()
+	require.NoError(t, q.Complete(ctx, c))
+	require.Equal(t, 8, inner.calls["complete"], "delivered twice, not three times")
+	require.Zero(t, q.Armed(), "the armed duplicate was spent on it")
+
+	q.DuplicateEvery("")
+	require.NoError(t, q.Complete(ctx, c))
+	require.Equal(t, 9, inner.calls["complete"])
+	require.Equal(t, faults.QueueCounts{Duplicated: 4}, q.Counts())
+	require.Contains(t, q.String(), "every=-")
+}
+
+// DuplicateEvery against the real queue: each completion's second delivery
+// is refused as stale and recorded; the task completes once.
+func TestQueueDuplicateEveryOnTheQueue(t *testing.T) {
+	b := setupDuplicate(t)
+	b.wq.Disarm()
+	b.wq.DuplicateEvery("complete")
+	require.NoError(t, b.wq.Complete(b.ctx, b.c))
+	require.Equal(t, faults.QueueCounts{Duplicated: 1, SecondRefused: 1}, b.wq.Counts())
+	d, ok := b.wq.Last()
+	require.True(t, ok)
+	require.Equal(t, "complete", d.Write)
+	require.ErrorIs(t, d.Err, queue.ErrStaleClaim)
+	require.Equal(t, 1, countEvents(t, b.raw, b.id, model.EventCompleted))
+	require.Equal(t, 1, countEvents(t, b.raw, b.id, model.EventStaleWrite))
+}
+
+// ArmHold keeps the next fenced write (delivered now, once) for Redeliver,
+// which delivers it again later and records the queue's answer: a late
+// heartbeat from a claim that has since expired is refused as stale and
+// extends nothing.
+func TestQueueHoldAndRedeliver(t *testing.T) {
+	b := setupDuplicate(t)
+	b.wq.Disarm()
+	_, _, _, ok := b.wq.Redeliver()
+	require.False(t, ok, "nothing kept yet")
+
+	b.wq.ArmHold()
+	_, err := b.wq.Claim(b.ctx, model.ClaimRequest{Worker: "w1", Max: 1, Lease: testLease})
+	require.NoError(t, err)
+	require.Contains(t, b.wq.String(), "hold=1 every=-; kept 0", "a claim is never kept")
+	hb, err := b.wq.Heartbeat(b.ctx, b.c, testLease)
+	require.NoError(t, err)
+	require.Contains(t, b.wq.String(), "hold=0 every=-; kept 1")
+	require.Equal(t, faults.QueueCounts{}, b.wq.Counts(), "kept, not yet delivered twice")
+	_, ok = b.wq.Last()
+	require.False(t, ok)
+
+	// The claim expires and is taken over; the kept heartbeat arrives late.
+	clock := b.clock
+	clock.Advance(testLease + time.Second)
+	_, err = b.raw.Reap(b.ctx)
+	require.NoError(t, err)
+	task, err := b.raw.Task(b.ctx, b.id)
+	require.NoError(t, err)
+	clock.Advance(task.RunAt.Sub(clock.Now()))
+	next, err := b.raw.Claim(b.ctx, model.ClaimRequest{Worker: "w2", Max: 1, Lease: testLease})
+	require.NoError(t, err)
+	require.Len(t, next, 1)
+
+	write, claim, err, ok := b.wq.Redeliver()
+	require.True(t, ok)
+	require.Equal(t, "heartbeat", write)
+	require.Equal(t, b.c, claim)
+	require.ErrorIs(t, err, queue.ErrStaleClaim)
+	d, ok := b.wq.Last()
+	require.True(t, ok)
+	require.Equal(t, faults.Duplicate{Write: "heartbeat", TaskID: b.id, Fence: b.c.Fence, Err: err}, d)
+	require.Equal(t, faults.QueueCounts{Duplicated: 1, SecondRefused: 1}, b.wq.Counts())
+	task, err = b.raw.Task(b.ctx, b.id)
+	require.NoError(t, err)
+	require.Equal(t, next[0].Claim.LeaseUntil, task.LeaseUntil, "the late heartbeat extended nothing")
+	require.True(t, hb.LeaseUntil.Before(task.LeaseUntil))
+
+	_, _, _, ok = b.wq.Redeliver()
+	require.False(t, ok, "a kept write is delivered again once")
+}
+
+// Holds keep writes oldest first, at most HeldMax at once; a hold armed
+// while HeldMax are kept waits for Redeliver to make room.
+func TestQueueHoldBound(t *testing.T) {
+	ctx := context.Background()
+	inner := &countingQueue{calls: map[string]int{}}
+	q := faults.NewQueue(inner)
+	for range faults.HeldMax + 1 {
+		q.ArmHold()
+	}
+	for i := range faults.HeldMax + 1 {
+		_, err := q.Heartbeat(ctx, model.Claim{TaskID: fmt.Sprintf("t%d", i), Fence: 1}, testLease)
+		require.NoError(t, err)
+	}
+	require.Equal(t, faults.HeldMax+1, inner.calls["heartbeat"], "each delivered once now")
+	require.Contains(t, q.String(), fmt.Sprintf("hold=1 every=-; kept %d", faults.HeldMax))
+
+	_, claim, err, ok := q.Redeliver()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, "t0", claim.TaskID, "oldest first")
+	require.NoError(t, q.Complete(ctx, model.Claim{TaskID: "late", Fence: 1}))
+	require.Contains(t, q.String(), fmt.Sprintf("hold=0 every=-; kept %d", faults.HeldMax), "the waiting hold took the freed room")
+	var order []string
+	for {
+		write, claim, _, ok := q.Redeliver()
+		if !ok {
+			break
+		}
+		order = append(order, write+" "+claim.TaskID)
+	}
+	require.Len(t, order, faults.HeldMax)
+	require.Equal(t, "heartbeat t1", order[0])
+	require.Equal(t, "complete late", order[len(order)-1])
+	require.Equal(t, 2*faults.HeldMax+1, inner.calls["heartbeat"], "HeldMax+1 first deliveries, HeldMax late ones")
+	require.Equal(t, 2, inner.calls["complete"])
+	require.Equal(t, faults.HeldMax+1, q.Counts().Duplicated)
+}
+
+// With nothing armed a write is forwarded once and allocates nothing of
+// the Queue's own beyond the forwarding closure (no kept-write closure).
+func TestQueueUnarmedDeliveryAllocations(t *testing.T) {
+	ctx := context.Background()
+	inner := &countingQueue{calls: map[string]int{}}
+	q := faults.NewQueue(inner)
+	c := model.Claim{TaskID: "t1", Fence: 1}
+	base := testing.AllocsPerRun(100, func() { _ = inner.Complete(ctx, c) })
+	wrapped := testing.AllocsPerRun(100, func() { _ = q.Complete(ctx, c) })
+	require.LessOrEqual(t, wrapped-base, 1.0, "at most the forwarding closure")
 }

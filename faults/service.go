@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,9 +15,12 @@ type ServiceFault string
 
 // The service faults.
 const (
-	// LostResponse: the call is forwarded and applied, but its reply is
-	// lost; the caller gets an error that reads as a timeout, so the
-	// outcome is unknown.
+	// LostResponse: the call is forwarded and its reply is lost; the
+	// caller gets an error that reads as a timeout, so the outcome is
+	// unknown. If the service refused the call instead (an error wrapping
+	// worker.ErrUnavailable or worker.ErrStaleFence: not applied), there is
+	// no application to hide: the refusal is returned as it is, and the
+	// fault is spent without firing (counted as LostResponseRefused).
 	LostResponse ServiceFault = "lost_response"
 	// ServiceUnavailable: the call is not forwarded; the caller gets an
 	// error wrapping worker.ErrUnavailable (not applied).
@@ -28,21 +32,28 @@ func (f ServiceFault) String() string { return string(f) }
 
 // ServiceCounts counts the service faults that have fired.
 type ServiceCounts struct {
+	// LostResponse counts replies lost.
 	LostResponse int
-	Unavailable  int
+	// Unavailable counts calls refused without being forwarded.
+	Unavailable int
+	// LostResponseRefused counts LostResponse faults spent on a call the
+	// service refused: its refusal was returned, not lost.
+	LostResponseRefused int
 }
 
 // String lists the counts in a fixed order.
 func (c ServiceCounts) String() string {
-	return fmt.Sprintf("lost_response=%d service_unavailable=%d", c.LostResponse, c.Unavailable)
+	return fmt.Sprintf("lost_response=%d service_unavailable=%d lost_response_refused=%d",
+		c.LostResponse, c.Unavailable, c.LostResponseRefused)
 }
 
 // Service is a worker.Service that wraps another (the external effect
 // service) and fails its calls on command. It simulates a lost response
-// (the service applies the call, the caller gets an *Error wrapping
+// (the service decides the call, the caller gets an *Error wrapping
 // ErrInjected whose Timeout() is true: neither worker.ErrUnavailable nor
-// worker.ErrStaleFence, so the outcome reads as unknown) and an outage
-// (the call is not forwarded; the *Error wraps ErrInjected and
+// worker.ErrStaleFence, so the outcome reads as unknown; a call the
+// service refused returns its refusal instead, see LostResponse) and an
+// outage (the call is not forwarded; the *Error wraps ErrInjected and
 // worker.ErrUnavailable). Armed faults are one-shot and hit Calls in
 // arming order; Status and Kind are always forwarded. Service is safe for
 // concurrent use.
@@ -64,7 +75,7 @@ func NewService(inner worker.Service) *Service {
 	return &Service{inner: inner}
 }
 
-// ArmLostResponse makes the next Call apply but lose its reply.
+// ArmLostResponse makes the next Call lose its reply (see LostResponse).
 func (s *Service) ArmLostResponse() { s.arm(LostResponse) }
 
 // ArmUnavailable makes the next Call fail without being forwarded.
@@ -108,7 +119,7 @@ func (s *Service) String() string {
 	return fmt.Sprintf("service(%s): armed [%s]; fired %s", s.inner.Kind(), strings.Join(names, " "), s.counts)
 }
 
-// take removes and counts the first armed fault.
+// take removes the first armed fault.
 func (s *Service) take() (ServiceFault, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -117,13 +128,14 @@ func (s *Service) take() (ServiceFault, bool) {
 	}
 	f := s.armed[0]
 	s.armed = s.armed[1:]
-	switch f {
-	case LostResponse:
-		s.counts.LostResponse++
-	case ServiceUnavailable:
-		s.counts.Unavailable++
-	}
 	return f, true
+}
+
+// count adds one to a count under the lock.
+func (s *Service) count(n *int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*n++
 }
 
 // Kind is the inner service's.
@@ -137,10 +149,18 @@ func (s *Service) Call(ctx context.Context, c worker.Call) (string, error) {
 	}
 	op := "call " + c.OpID
 	if f == ServiceUnavailable {
+		s.count(&s.counts.Unavailable)
 		return "", &Error{Fault: string(f), Op: op, Description: "service unavailable", also: worker.ErrUnavailable}
 	}
-	// The service decides the call; whatever it answered is lost.
-	_, _ = s.inner.Call(ctx, c)
+	// The service decides the call. A refusal (not applied) is passed on:
+	// reading it as unknown would pretend an application might have
+	// happened. Any other answer is lost.
+	_, err := s.inner.Call(ctx, c)
+	if errors.Is(err, worker.ErrUnavailable) || errors.Is(err, worker.ErrStaleFence) {
+		s.count(&s.counts.LostResponseRefused)
+		return "", err
+	}
+	s.count(&s.counts.LostResponse)
 	return "", &Error{Fault: string(f), Op: op, Description: "timed out waiting for the response", timeout: true}
 }
 

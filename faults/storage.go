@@ -89,37 +89,35 @@ type StorageCounts struct {
 	Busy            int
 }
 
-// Fired returns the count of armed fault f that has fired.
-func (c StorageCounts) Fired(f StorageFault) int {
+// counter returns the field of c that counts armed fault f, or nil for a
+// fault that is not one of StorageFaults.
+func (c *StorageCounts) counter(f StorageFault) *int {
 	switch f {
 	case FailBegin:
-		return c.FailBegin
+		return &c.FailBegin
 	case FailStatement:
-		return c.FailStatement
+		return &c.FailStatement
 	case FailCommit:
-		return c.FailCommit
+		return &c.FailCommit
 	case AmbiguousCommit:
-		return c.AmbiguousCommit
+		return &c.AmbiguousCommit
 	case Busy:
-		return c.Busy
+		return &c.Busy
+	}
+	return nil
+}
+
+// Fired returns the count of armed fault f that has fired (0 for a fault
+// that is not one of StorageFaults).
+func (c StorageCounts) Fired(f StorageFault) int {
+	if n := c.counter(f); n != nil {
+		return *n
 	}
 	return 0
 }
 
-func (c *StorageCounts) add(f StorageFault) {
-	switch f {
-	case FailBegin:
-		c.FailBegin++
-	case FailStatement:
-		c.FailStatement++
-	case FailCommit:
-		c.FailCommit++
-	case AmbiguousCommit:
-		c.AmbiguousCommit++
-	case Busy:
-		c.Busy++
-	}
-}
+// add counts f, which Arm has checked is one of StorageFaults.
+func (c *StorageCounts) add(f StorageFault) { *c.counter(f)++ }
 
 // Total is the number of faults fired, refusals included.
 func (c StorageCounts) Total() int {
@@ -143,7 +141,10 @@ func (c StorageCounts) String() string {
 // optional interface database/sql uses, to the wrapped driver unchanged:
 // connections, transactions and statements behave exactly like the raw
 // driver's. Rows and results are the wrapped driver's own. Rollback is
-// never refused, so a failed transaction can always be cleaned up.
+// never refused, so a failed transaction can always be cleaned up. The
+// wrapped driver's connections and statements must have the context-aware
+// interfaces (as modernc.org/sqlite's do); others are refused with
+// ErrDriverUnsupported.
 //
 // Armed faults are one-shot and fire in the order they were armed, each
 // on the next operation of its kind (begin, statement, commit). Inside an
@@ -292,7 +293,8 @@ func (s *Storage) String() string {
 }
 
 // Open opens a connection through the wrapped driver, unless storage is
-// unavailable.
+// unavailable. A connection without the context-aware interfaces the
+// wrapper forwards to is closed and refused with ErrDriverUnsupported.
 func (s *Storage) Open(name string) (driver.Conn, error) {
 	if err := s.check(opOpen); err != nil {
 		return nil, err
@@ -301,7 +303,7 @@ func (s *Storage) Open(name string) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{s: s, inner: c}, nil
+	return wrapConn(s, c)
 }
 
 // check decides whether an operation of kind op fails: inside an outage

@@ -556,3 +556,110 @@ func TestStorageBypass(t *testing.T) {
 	requireInjected(t, err, "fail_statement")
 	require.Len(t, b.tasks(), 2)
 }
+
+// driverFunc is a driver.Driver whose Open is a function.
+type driverFunc func(name string) (driver.Conn, error)
+
+func (f driverFunc) Open(name string) (driver.Conn, error) { return f(name) }
+
+// bareConn hides every optional interface of the connection it embeds
+// (it has only driver.Conn's methods) and records that it was closed.
+type bareConn struct {
+	driver.Conn
+	closed bool
+}
+
+func (c *bareConn) Close() error {
+	c.closed = true
+	return c.Conn.Close()
+}
+
+// fullConn is a connection with every interface Storage needs.
+type fullConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.SessionResetter
+	driver.Validator
+	driver.Pinger
+}
+
+// bareStmtConn is a full connection whose statements have only
+// driver.Stmt's methods; it keeps the last one it prepared.
+type bareStmtConn struct {
+	fullConn
+	last *bareStmt
+}
+
+type bareStmt struct {
+	driver.Stmt
+	closed bool
+}
+
+func (s *bareStmt) Close() error {
+	s.closed = true
+	return s.Stmt.Close()
+}
+
+func (c *bareStmtConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	s, err := c.fullConn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	c.last = &bareStmt{Stmt: s}
+	return c.last, nil
+}
+
+// Storage wraps only drivers whose connections and statements have the
+// context-aware interfaces it forwards to: it refuses (and closes) any
+// other at Open or Prepare rather than emulate database/sql's fallbacks.
+func TestStorageRefusesADriverWithoutContextInterfaces(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(epoch)
+	raw := &sqlite.Driver{}
+
+	var bare *bareConn
+	storage := faults.NewStorage(driverFunc(func(name string) (driver.Conn, error) {
+		c, err := raw.Open(name)
+		bare = &bareConn{Conn: c}
+		return bare, err
+	}), clock)
+	c, err := storage.Open(":memory:")
+	require.Nil(t, c)
+	require.ErrorIs(t, err, faults.ErrDriverUnsupported)
+	require.ErrorContains(t, err, "connection *faults_test.bareConn needs ConnBeginTx")
+	require.True(t, bare.closed, "the refused connection is closed")
+
+	var conn *bareStmtConn
+	storage = faults.NewStorage(driverFunc(func(name string) (driver.Conn, error) {
+		c, err := raw.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		conn = &bareStmtConn{fullConn: c.(fullConn)}
+		return conn, nil
+	}), clock)
+	c, err = storage.Open(":memory:")
+	require.NoError(t, err, "the connection has every interface")
+	defer c.Close()
+	s, err := c.Prepare("SELECT 1")
+	require.Nil(t, s)
+	require.ErrorIs(t, err, faults.ErrDriverUnsupported)
+	require.ErrorContains(t, err, "statement *faults_test.bareStmt needs StmtExecContext and StmtQueryContext")
+	require.True(t, conn.last.closed, "the refused statement is closed")
+	require.Equal(t, faults.StorageCounts{}, storage.Counts(), "a refusal is not an injected fault")
+
+	// The SQLite driver itself is accepted, and its connection unwraps.
+	storage = faults.NewStorage(raw, clock)
+	c, err = storage.Open(":memory:")
+	require.NoError(t, err)
+	defer c.Close()
+	s, err = c.Prepare("SELECT 1")
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	u, ok := c.(interface{ Unwrap() driver.Conn })
+	require.True(t, ok)
+	_, ok = u.Unwrap().(fullConn)
+	require.True(t, ok)
+}

@@ -288,3 +288,107 @@ func TestLeaseExpiredLocallyBeforeTheCall(t *testing.T) {
 	require.Empty(t, fake.calls)
 	require.Equal(t, model.Running, b.task(id).State, "the queue's lease has not run out yet")
 }
+
+// While the service stays unavailable across several heartbeats, the call's
+// retry delays keep doubling up to the cap: the heartbeats the queue
+// accepts in between reset the storage backoff, not the service's.
+func TestServiceBackoffGrowsAcrossHeartbeats(t *testing.T) {
+	b := setup(t)
+	id := b.submit(effectPayload, 10, 5)
+	op := model.OperationID(id, 1)
+	fake := newFakeService(worker.Dedup)
+	svc := faults.NewService(fake)
+	const refusals = 6
+	for range refusals {
+		svc.ArmUnavailable()
+	}
+	w := b.newWorker("w1", svc, func(c *worker.Config) { c.StorageBackoffMax = 800 * time.Millisecond })
+	reports := b.run(w, stepsMax)
+
+	var refused []string
+	beatsBetween := 0
+	for _, r := range reports {
+		switch {
+		case r.Action == worker.ActionCall && r.Err != nil:
+			require.ErrorIs(t, r.Err, worker.ErrUnavailable)
+			refused = append(refused, r.Outcome)
+		case r.Action == worker.ActionHeartbeat && r.Accepted && len(refused) > 0 && len(refused) < refusals:
+			beatsBetween++
+		}
+	}
+	require.Equal(t, []string{"service unavailable; retry in 100ms", "service unavailable; retry in 200ms",
+		"service unavailable; retry in 400ms", "service unavailable; retry in 800ms",
+		"service unavailable; retry in 800ms", "service unavailable; retry in 800ms"}, refused)
+	require.GreaterOrEqual(t, beatsBetween, 2, "heartbeats were accepted while the service was down")
+	require.Equal(t, 1, fake.applied(op))
+	task := b.task(id)
+	require.Equal(t, model.Completed, task.State)
+	require.Equal(t, int64(1), task.Version, "the heartbeats kept the claim throughout")
+}
+
+// Every call to the service follows the local lease check, including a
+// call made again after reconciliation or after the service was
+// unavailable: once the worker's own view of the lease has run out, it
+// drops the claim instead of calling.
+func TestEveryCallFollowsTheLeaseCheck(t *testing.T) {
+	// shortLease makes the worker believe its claims end after 200ms (the
+	// queue's lease is the usual 2s; heartbeats are due at 500ms).
+	shortLease := func(b *bundle) func(*worker.Config) {
+		return func(c *worker.Config) { c.Queue = shortClaimQueue{Queue: b.q, short: 200 * time.Millisecond} }
+	}
+	expired := is(worker.ActionCheckLease, "lease expired locally; claim dropped")
+
+	t.Run("dedup resend after a lost response", func(t *testing.T) {
+		b := setup(t)
+		id := b.submit(effectPayload, 10, 5)
+		op := model.OperationID(id, 1)
+		fake := newFakeService(worker.Dedup)
+		svc := faults.NewService(fake)
+		svc.ArmLostResponse()
+		w := b.newWorker("w1", svc, shortLease(b))
+		b.stepUntil(w, is(worker.ActionCall, "outcome unknown"))
+
+		b.clock.Advance(250 * time.Millisecond) // a stall before reconciling
+		r := b.step(w)
+		require.True(t, expired(r), "reconciling a dedup service checks the lease before calling again: %s", r)
+		require.Empty(t, w.Claims())
+		require.Equal(t, []string{"call " + op + " 1"}, fake.log, "not called again")
+	})
+
+	t.Run("fenced resend after the status query", func(t *testing.T) {
+		b := setup(t)
+		id := b.submit(effectPayload, 10, 5)
+		op := model.OperationID(id, 1)
+		fake := newFakeService(worker.Fenced)
+		a := b.newWorker("w1", fake)
+		b.stepUntil(a, is(worker.ActionIntent, string(model.IntentRecorded)))
+		b.expire(id) // a crashes before calling
+
+		w := b.newWorker("w2", fake, shortLease(b))
+		b.stepUntil(w, is(worker.ActionReconcile, "not applied; call again"))
+		b.clock.Advance(250 * time.Millisecond) // a stall after the query
+		r := b.step(w)
+		require.True(t, expired(r), "the resend checks the lease first: %s", r)
+		require.Empty(t, w.Claims())
+		require.Equal(t, []string{"status " + op + " 2"}, fake.log, "not called")
+		require.Zero(t, fake.applied(op))
+	})
+
+	t.Run("retry after the service was unavailable", func(t *testing.T) {
+		b := setup(t)
+		id := b.submit(effectPayload, 10, 5)
+		fake := newFakeService(worker.Dedup)
+		svc := faults.NewService(fake)
+		svc.ArmUnavailable()
+		w := b.newWorker("w1", svc, shortLease(b), func(c *worker.Config) { c.StorageBackoffMin = 300 * time.Millisecond })
+		r := b.stepUntil(w, is(worker.ActionCall, "service unavailable; retry in 300ms"))
+		require.ErrorIs(t, r.Err, worker.ErrUnavailable)
+
+		r = b.stepUntil(w, func(r worker.Report) bool { return r.Action != worker.ActionIdle && r.Action != worker.ActionWait })
+		require.True(t, expired(r), "the retry after the backoff checks the lease first: %s", r)
+		require.Equal(t, epoch.Add(300*time.Millisecond), b.clock.Now())
+		require.Empty(t, w.Claims())
+		require.Empty(t, fake.calls, "the refused call never reached the service, and there was no other")
+		require.Equal(t, model.Running, b.task(id).State, "the queue's lease has not run out yet")
+	})
+}

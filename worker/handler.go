@@ -19,15 +19,20 @@ type StepSpec struct {
 	Effect   string        // non-empty: the step makes this customer-visible call
 	Approval string        // non-empty: the step is an approval gate
 	Duration time.Duration // how long the step's own work takes
+	// Data is the handler's own description of the step, handed back to
+	// Run unchanged; the slot never reads it.
+	Data any
 }
 
 // Handler knows a kind of task: its steps and how to run each one.
 type Handler interface {
-	// Plan returns the task's steps. An error fails the task permanently.
+	// Plan returns the task's steps. It is called once per claim. An error
+	// fails the task permanently.
 	Plan(task model.Task) ([]StepSpec, error)
 	// Run performs step index's own work (not its effect call) and returns
-	// the checkpoint to save with it. Errors are classified with Classify.
-	Run(ctx context.Context, task model.Task, index int) (checkpoint string, err error)
+	// the checkpoint to save with it; step is what Plan returned for that
+	// index in this claim. Errors are classified with Classify.
+	Run(ctx context.Context, task model.Task, index int, step StepSpec) (checkpoint string, err error)
 }
 
 // Handler error classes: wrap a step's error with one of these so Classify
@@ -106,7 +111,8 @@ func ParseSynthetic(payload string) ([]SyntheticStep, error) {
 	return p.Steps, nil
 }
 
-// Plan returns the payload's steps.
+// Plan parses the payload once and returns its steps, each carrying its
+// SyntheticStep as Data for Run.
 func (Synthetic) Plan(task model.Task) ([]StepSpec, error) {
 	steps, err := ParseSynthetic(task.Payload)
 	if err != nil {
@@ -115,22 +121,20 @@ func (Synthetic) Plan(task model.Task) ([]StepSpec, error) {
 	out := make([]StepSpec, len(steps))
 	for i, s := range steps {
 		out[i] = StepSpec{Cost: s.Cost, Effect: s.Effect, Approval: s.Approval,
-			Duration: time.Duration(s.DurationMs) * time.Millisecond}
+			Duration: time.Duration(s.DurationMs) * time.Millisecond, Data: s}
 	}
 	return out, nil
 }
 
-// Run fails the step as its payload says and otherwise succeeds with no
-// checkpoint of its own (the step index is the resume point).
-func (Synthetic) Run(_ context.Context, task model.Task, index int) (string, error) {
-	steps, err := ParseSynthetic(task.Payload)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrPermanent, err)
+// Run fails the step as its plan says and otherwise succeeds with no
+// checkpoint of its own (the step index is the resume point). It reads the
+// step's SyntheticStep from step.Data, without parsing the payload again; a
+// step Plan did not make is a permanent error.
+func (Synthetic) Run(_ context.Context, task model.Task, index int, step StepSpec) (string, error) {
+	s, ok := step.Data.(SyntheticStep)
+	if !ok {
+		return "", fmt.Errorf("%w: step %d of task %s was not planned by the synthetic handler", ErrPermanent, index, task.ID)
 	}
-	if index >= len(steps) {
-		return "", fmt.Errorf("%w: step %d of %d", ErrPermanent, index, len(steps))
-	}
-	s := steps[index]
 	switch {
 	case s.Fail == "permanent":
 		return "", fmt.Errorf("%w: step %d fails permanently", ErrPermanent, index)

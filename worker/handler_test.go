@@ -55,8 +55,9 @@ func TestParseSyntheticAcceptsTheDesignExample(t *testing.T) {
 
 	plan, err := worker.Synthetic{}.Plan(model.Task{ID: "t1", Payload: payload})
 	require.NoError(t, err)
-	require.Equal(t, []worker.StepSpec{{Cost: 2}, {Cost: 5, Effect: "charge"}, {Approval: "manager"},
-		{Cost: 1}, {Cost: 1, Duration: 1500 * time.Millisecond}}, plan)
+	require.Equal(t, []worker.StepSpec{{Cost: 2, Data: steps[0]}, {Cost: 5, Effect: "charge", Data: steps[1]},
+		{Approval: "manager", Data: steps[2]}, {Cost: 1, Data: steps[3]},
+		{Cost: 1, Duration: 1500 * time.Millisecond, Data: steps[4]}}, plan)
 
 	exact := `{"steps":[` + strings.TrimSuffix(strings.Repeat(`{"cost":1},`, worker.SyntheticStepsMax), ",") + `]}`
 	steps, err = worker.ParseSynthetic(exact)
@@ -74,31 +75,50 @@ func TestSyntheticRun(t *testing.T) {
 	ctx := context.Background()
 	task := model.Task{ID: "t1", Payload: `{"steps":[{"cost":1},{"cost":1,"fail":"transient","times":2},{"fail":"permanent"}]}`}
 	h := worker.Synthetic{}
+	plan, err := h.Plan(task)
+	require.NoError(t, err)
+	require.Len(t, plan, 3)
 
-	checkpoint, err := h.Run(ctx, task, 0)
+	checkpoint, err := h.Run(ctx, task, 0, plan[0])
 	require.NoError(t, err)
 	require.Empty(t, checkpoint, "the step index is the resume point; no checkpoint of its own")
 
 	for charged := range 2 {
 		task.AttemptsCharged = charged
-		_, err = h.Run(ctx, task, 1)
+		_, err = h.Run(ctx, task, 1, plan[1])
 		require.ErrorIs(t, err, worker.ErrTransient, "attempt %d", charged+1)
 		require.Equal(t, model.Transient, worker.Classify(err))
 		require.ErrorContains(t, err, fmt.Sprintf("fails on attempt %d", charged+1))
 	}
 	task.AttemptsCharged = 2
-	_, err = h.Run(ctx, task, 1)
+	_, err = h.Run(ctx, task, 1, plan[1])
 	require.NoError(t, err, "a transient failure stops once times attempts have been charged")
 
-	_, err = h.Run(ctx, task, 2)
+	_, err = h.Run(ctx, task, 2, plan[2])
 	require.ErrorIs(t, err, worker.ErrPermanent)
 	require.Equal(t, model.Permanent, worker.Classify(err))
 
-	_, err = h.Run(ctx, task, 3)
-	require.ErrorIs(t, err, worker.ErrPermanent, "a step past the plan is a permanent error")
+	_, err = h.Run(ctx, task, 3, worker.StepSpec{Cost: 1})
+	require.ErrorIs(t, err, worker.ErrPermanent, "a step the handler did not plan is a permanent error")
+	require.ErrorContains(t, err, "not planned by the synthetic handler")
+}
 
-	_, err = h.Run(ctx, model.Task{ID: "t2", Payload: `{"steps":[{"bogus":1}]}`}, 0)
-	require.ErrorIs(t, err, worker.ErrPermanent, "an unparsable payload cannot succeed on retry")
+// Run works from the plan made at claim time and does not parse the
+// payload again: with the payload gone, each step still runs as planned.
+func TestSyntheticRunUsesThePlanNotThePayload(t *testing.T) {
+	ctx := context.Background()
+	task := model.Task{ID: "t1", Payload: `{"steps":[{"cost":1},{"cost":1,"fail":"permanent"}]}`}
+	h := worker.Synthetic{}
+	plan, err := h.Plan(task)
+	require.NoError(t, err)
+	require.Equal(t, worker.SyntheticStep{Cost: 1, Fail: "permanent"}, plan[1].Data, "the plan carries each step for Run")
+
+	task.Payload = "not json: a re-parse would fail every step"
+	_, err = h.Run(ctx, task, 0, plan[0])
+	require.NoError(t, err)
+	_, err = h.Run(ctx, task, 1, plan[1])
+	require.ErrorIs(t, err, worker.ErrPermanent)
+	require.ErrorContains(t, err, "step 1 fails permanently")
 }
 
 func TestClassifyDefaultsToTransient(t *testing.T) {

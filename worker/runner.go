@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -32,8 +31,9 @@ type RunOptions struct {
 // that hands claimed tasks to idle slots. Nothing is shared between slots
 // but the counters guarded here and the goroutine-safe queue.
 type Runner struct {
-	sh   *shared
-	opts RunOptions
+	cfg     *Config // shared with the slots
+	opts    RunOptions
+	claimer claimer // used by the claimer goroutine only
 
 	mu        sync.Mutex
 	idle      int                    // slots without a claim
@@ -52,9 +52,11 @@ func NewRunner(cfg Config, opts RunOptions) (*Runner, error) {
 	if opts.HousekeepingEvery == 0 {
 		opts.HousekeepingEvery = cfg.Heartbeat
 	}
-	return &Runner{sh: &shared{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}, opts: opts, idle: cfg.Concurrency,
+	r := &Runner{cfg: &cfg, opts: opts, idle: cfg.Concurrency,
 		exposure: map[*Slot]int64{}, hbFailing: map[*Slot]bool{}, held: map[string]model.Claim{},
-		wake: make(chan struct{}, 1)}, nil
+		wake: make(chan struct{}, 1)}
+	r.claimer.cfg = r.cfg
+	return r, nil
 }
 
 // Claims returns the claims held now, in no particular order.
@@ -77,7 +79,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	work := make(chan model.Claimed)
 	drain := make(chan struct{})
 	var slots, helpers sync.WaitGroup
-	for i := 0; i < r.sh.cfg.Concurrency; i++ {
+	for i := 0; i < r.cfg.Concurrency; i++ {
 		slots.Add(1)
 		go func() {
 			defer slots.Done()
@@ -93,13 +95,13 @@ func (r *Runner) Run(ctx context.Context) error {
 		}()
 	}
 	r.claimLoop(ctx, work)
-	r.sh.log.Info("worker shutting down", "worker", r.sh.cfg.ID, "claims", len(r.Claims()))
+	r.cfg.Logger.Info("worker shutting down", "worker", r.cfg.ID, "claims", len(r.Claims()))
 	close(drain)
 	close(work)
 	slots.Wait()
 	close(stopHelpers)
 	helpers.Wait()
-	r.sh.log.Info("worker stopped", "worker", r.sh.cfg.ID)
+	r.cfg.Logger.Info("worker stopped", "worker", r.cfg.ID)
 	return nil
 }
 
@@ -115,7 +117,7 @@ func (r *Runner) sleep(d time.Duration, stop <-chan struct{}) bool {
 	if d <= 0 {
 		return true
 	}
-	timer := r.sh.clock.NewTimer(d)
+	timer := r.cfg.Clock.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.Chan():
@@ -125,77 +127,46 @@ func (r *Runner) sleep(d time.Duration, stop <-chan struct{}) bool {
 	}
 }
 
-// mayClaim reports whether the claimer may ask for work, and for how many.
-func (r *Runner) mayClaim() int {
+// room returns how many tasks the claimer may ask for now (see
+// claimer.room).
+func (r *Runner) room() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, failing := range r.hbFailing {
-		if failing {
-			return 0
-		}
+	failing := false
+	for _, f := range r.hbFailing {
+		failing = failing || f
 	}
-	if capacity := r.sh.cfg.CostCapacity; capacity > 0 {
-		var sum int64
-		for _, e := range r.exposure {
-			sum += e
-		}
-		if sum >= capacity {
-			return 0
-		}
+	var exposure int64
+	for _, e := range r.exposure {
+		exposure += e
 	}
-	return min(r.idle, r.sh.cfg.ClaimBatch)
+	return r.claimer.room(r.idle, failing, exposure)
 }
 
-// claimLoop claims while ctx lives, polling with backoff when idle and
-// backing off while storage fails, and hands each claim to a slot.
+// claimLoop claims while ctx lives and hands each claim to a slot. It
+// sleeps while there is no room (until a slot frees, or PollMax) and for
+// the wait the claimer asks for (polling backoff, storage backoff), woken
+// early when a slot frees.
 func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed) {
-	cfg := r.sh.cfg
-	var poll, storage time.Duration
-	batch := cfg.ClaimBatch
 	for ctx.Err() == nil {
-		n := min(r.mayClaim(), batch)
-		if n == 0 {
-			select {
-			case <-ctx.Done():
-			case <-r.wake:
-			case <-r.sh.clock.After(cfg.PollMax):
-			}
-			continue
-		}
-		claimed, err := cfg.Queue.Claim(context.Background(), model.ClaimRequest{Worker: cfg.ID, Max: n, Lease: cfg.Lease})
-		rep := Report{Worker: cfg.ID, Action: ActionClaim, Write: "claim", Err: err}
-		var wait time.Duration
-		switch {
-		case errors.Is(err, model.ErrInvalidInput) && batch > 1:
-			batch = max(1, batch/2) // the queue's batch limit is lower than ours
-			continue
-		case err != nil:
-			storage = nextBackoff(storage, cfg.StorageBackoffMin, cfg.StorageBackoffMax)
-			wait, rep.StorageError = storage, true
-			r.sh.log.Warn("claim failed", "worker", cfg.ID, "error", err.Error(), "retry_in", storage.String())
-		case len(claimed) == 0:
-			storage = 0
-			poll = nextBackoff(poll, cfg.PollMin, cfg.PollMax)
-			wait, rep.Outcome = poll, "nothing due"
-		default:
-			storage, poll = 0, 0
-			rep.Accepted = true
+		wait := r.cfg.PollMax
+		if room := r.room(); room > 0 {
+			var rep Report
+			var claimed []model.Claimed
+			rep, claimed, wait = r.claimer.claim(context.Background(), room)
+			r.report(rep)
 			r.mu.Lock()
 			r.idle -= len(claimed)
 			r.mu.Unlock()
 			for _, c := range claimed {
-				rep.Claims = append(rep.Claims, c.Claim)
-				r.sh.log.Info("task claimed", "worker", cfg.ID, "task_id", c.Claim.TaskID, "attempt", c.Claim.Attempt,
-					"attempt_id", c.Claim.AttemptID(), "fence", c.Claim.Fence)
 				work <- c
 			}
 		}
-		r.report(rep)
 		if wait > 0 {
 			select {
 			case <-ctx.Done():
 			case <-r.wake:
-			case <-r.sh.clock.After(wait):
+			case <-r.cfg.Clock.After(wait):
 			}
 		}
 	}
@@ -204,7 +175,7 @@ func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed) {
 // slotLoop runs claims handed to it until the claimer stops.
 func (r *Runner) slotLoop(work <-chan model.Claimed, drain <-chan struct{}) {
 	for c := range work {
-		s := newSlot(r.sh, c, r.sh.clock.Now())
+		s := newSlot(r.cfg, c, r.cfg.Clock.Now())
 		r.track(s, true)
 		r.drive(s, drain)
 		r.track(s, false)
@@ -244,7 +215,7 @@ func (r *Runner) drive(s *Slot, drain <-chan struct{}) {
 			drain = nil
 		default:
 		}
-		if wait := s.ReadyAt().Sub(r.sh.clock.Now()); wait > 0 {
+		if wait := s.ReadyAt().Sub(r.cfg.Clock.Now()); wait > 0 {
 			r.sleep(wait, drain)
 			continue
 		}
@@ -254,7 +225,7 @@ func (r *Runner) drive(s *Slot, drain <-chan struct{}) {
 		r.exposure[s] = s.task.CostBudget - s.task.CostUsed
 		r.mu.Unlock()
 		if rep.Anomaly != "" {
-			r.sh.log.Error("worker anomaly", "worker", r.sh.cfg.ID, "task_id", rep.TaskID, "anomaly", rep.Anomaly)
+			r.cfg.Logger.Error("worker anomaly", "worker", r.cfg.ID, "task_id", rep.TaskID, "anomaly", rep.Anomaly)
 		}
 		r.report(rep)
 	}
@@ -265,14 +236,14 @@ func (r *Runner) housekeep(stop <-chan struct{}) {
 	ctx := context.Background()
 	for r.sleep(r.opts.HousekeepingEvery, stop) {
 		if res, err := r.opts.Housekeeper.Reap(ctx); err != nil {
-			r.sh.log.Warn("reap failed", "worker", r.sh.cfg.ID, "error", err.Error())
+			r.cfg.Logger.Warn("reap failed", "worker", r.cfg.ID, "error", err.Error())
 		} else if res.Expired+res.Deadlines > 0 {
-			r.sh.log.Info("reaped", "worker", r.sh.cfg.ID, "expired", res.Expired, "deadlines", res.Deadlines)
+			r.cfg.Logger.Info("reaped", "worker", r.cfg.ID, "expired", res.Expired, "deadlines", res.Deadlines)
 		}
 		if res, err := r.opts.Housekeeper.EnqueueDue(ctx); err != nil {
-			r.sh.log.Warn("enqueue due runs failed", "worker", r.sh.cfg.ID, "error", err.Error())
+			r.cfg.Logger.Warn("enqueue due runs failed", "worker", r.cfg.ID, "error", err.Error())
 		} else if res.Enqueued > 0 || res.Collapsed > 0 {
-			r.sh.log.Info("periodic runs enqueued", "worker", r.sh.cfg.ID, "enqueued", res.Enqueued,
+			r.cfg.Logger.Info("periodic runs enqueued", "worker", r.cfg.ID, "enqueued", res.Enqueued,
 				"collapsed", res.Collapsed, "refused", res.Refused)
 		}
 	}

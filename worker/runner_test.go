@@ -41,6 +41,7 @@ type claimCall struct {
 	at      time.Time
 	max     int
 	claimed int
+	refused bool // the queue returned an error
 }
 
 // recordingQueue passes every call to the queue and records, under one
@@ -68,7 +69,7 @@ func (q *recordingQueue) Claim(ctx context.Context, req model.ClaimRequest) ([]m
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	claimed, err := q.inner.Claim(ctx, req)
-	q.claims = append(q.claims, claimCall{at: q.clock.Now(), max: req.Max, claimed: len(claimed)})
+	q.claims = append(q.claims, claimCall{at: q.clock.Now(), max: req.Max, claimed: len(claimed), refused: err != nil})
 	for _, c := range claimed {
 		q.record(err, "claim", c.Claim)
 	}
@@ -794,4 +795,82 @@ func TestRunnerTakeoverOfAStalledEffectCall(t *testing.T) {
 			})
 		})
 	}
+}
+
+// When the queue refuses a batch above its claim_batch_max, the runner
+// halves the batch it asked for (not its configured batch) and asks again
+// at once; it never asks for more than that from then on.
+func TestRunnerHalvesTheBatchItAskedFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t)
+		l := newLive(b)
+		long := `{"steps":[{"cost":1,"duration_ms":3000}]}`
+		held := []string{b.submit(long, 10, 5), b.submit(long, 10, 5)}
+		lr := l.start("w1", newLiveService(worker.Dedup, nil), func(c *worker.Config, _ *worker.RunOptions) { c.Concurrency = 4 })
+		synctest.Wait()
+		require.Equal(t, []claimCall{{at: epoch, max: 4, claimed: 2}, {at: epoch, max: 2}}, l.q.claimCalls(),
+			"two claimed, then a poll for the two free slots")
+
+		limits := model.DefaultLimits
+		limits.ClaimBatchMax = 1
+		require.NoError(t, b.q.SetLimits(b.ctx, limits, "ops"))
+		id := b.submit(`{"steps":[{"cost":1}]}`, 10, 5)
+		l.drive(100, nil, func() bool { return l.all(append(held, id), model.Completed) })
+		lr.stop(t)
+
+		calls := l.q.claimCalls()[2:]
+		require.Equal(t, []claimCall{{at: epoch.Add(tick), max: 2, refused: true}, {at: epoch.Add(tick), max: 1, claimed: 1}}, calls[:2],
+			"the refused batch of 2 (capped by the free slots, not the configured 4) is halved to 1")
+		for _, c := range calls[1:] {
+			require.Equal(t, 1, c.max, "never above the learnt limit again: %+v", c)
+			require.False(t, c.refused)
+		}
+		halved := 0
+		for _, r := range l.allReports() {
+			if r.Action == worker.ActionClaim && r.Outcome == "batch of 2 above the queue's limit; now 1" {
+				requireField(t, r.Err, "max")
+				halved++
+			}
+		}
+		require.Equal(t, 1, halved, "the refusal is reported")
+		l.checkReports()
+	})
+}
+
+// refusingQueue refuses the first claim with err and forwards the rest.
+type refusingQueue struct {
+	worker.Queue
+	err     error
+	refused bool
+}
+
+func (q *refusingQueue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
+	if !q.refused {
+		q.refused = true
+		return nil, q.err
+	}
+	return q.Queue.Claim(ctx, req)
+}
+
+// A claim refused as invalid input for another reason than the batch size
+// is an anomaly: the runner reports it, keeps its batch and waits PollMax
+// before asking again.
+func TestRunnerDoesNotHalveOnOtherInvalidInput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t)
+		l := newLive(b)
+		refusal := &model.ValidationError{Field: "lease", Problem: "out of range"}
+		l.q.inner = &refusingQueue{Queue: b.q, err: refusal}
+		id := b.submit(`{"steps":[{"cost":1}]}`, 10, 5)
+		lr := l.start("w1", newLiveService(worker.Dedup, nil), func(c *worker.Config, _ *worker.RunOptions) { c.Concurrency = 2 })
+		l.drive(100, nil, func() bool { return b.task(id).State == model.Completed })
+		lr.stop(t)
+
+		calls := l.q.claimCalls()
+		require.Equal(t, []claimCall{{at: epoch, max: 2, refused: true}, {at: epoch.Add(time.Second), max: 2, claimed: 1}}, calls[:2],
+			"the same batch again, after PollMax")
+		reports := l.allReports()
+		require.Equal(t, worker.ActionClaim, reports[0].Action)
+		require.Equal(t, refusal.Error(), reports[0].Anomaly)
+	})
 }

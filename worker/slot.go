@@ -36,7 +36,7 @@ func (p phase) String() string { return phaseNames[p] }
 // Slot runs one claimed task, one Step at a time. It is not safe for
 // concurrent use; the live runner gives each slot its own goroutine.
 type Slot struct {
-	w     *shared
+	cfg   *Config // the worker's, shared by its slots
 	claim model.Claim
 	task  model.Task // as claimed, with StepsUsed, CostUsed and CancelRequested kept current
 	plan  []StepSpec
@@ -52,15 +52,21 @@ type Slot struct {
 
 	leaseUntil       time.Time
 	heartbeatDue     time.Time
-	heartbeatFailing bool // the last heartbeat failed in storage
-	retryAt          time.Time
-	backoff          time.Duration
+	heartbeatFailing bool      // the last heartbeat failed in storage
+	retryAt          time.Time // backing off until then
+	// storageBackoff grows while queue writes fail in storage and resets
+	// when the queue accepts one. serviceBackoff grows while the service is
+	// unavailable or cannot answer a status query and resets only when a
+	// call or a status query succeeds, so heartbeats accepted meanwhile do
+	// not cut it short.
+	storageBackoff time.Duration
+	serviceBackoff time.Duration
 }
 
-func newSlot(w *shared, c model.Claimed, now time.Time) *Slot {
-	s := &Slot{w: w, claim: c.Claim, task: c.Task, leaseUntil: c.Claim.LeaseUntil,
-		heartbeatDue: now.Add(w.cfg.Heartbeat)}
-	plan, err := w.cfg.Handler.Plan(c.Task)
+func newSlot(cfg *Config, c model.Claimed, now time.Time) *Slot {
+	s := &Slot{cfg: cfg, claim: c.Claim, task: c.Task, leaseUntil: c.Claim.LeaseUntil,
+		heartbeatDue: now.Add(cfg.Heartbeat)}
+	plan, err := cfg.Handler.Plan(c.Task)
 	if err != nil {
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.PermanentError, Message: err.Error()})
 		return s
@@ -105,11 +111,11 @@ func (s *Slot) fail(f model.Failure) {
 }
 
 func (s *Slot) report(action string) Report {
-	return Report{Worker: s.w.cfg.ID, Action: action, TaskID: s.claim.TaskID, Attempt: s.claim.Attempt, Fence: s.claim.Fence}
+	return Report{Worker: s.cfg.ID, Action: action, TaskID: s.claim.TaskID, Attempt: s.claim.Attempt, Fence: s.claim.Fence}
 }
 
 func (s *Slot) log(level slog.Level, msg string, r Report) {
-	attrs := []any{"worker", s.w.cfg.ID, "task_id", s.claim.TaskID, "attempt", s.claim.Attempt,
+	attrs := []any{"worker", s.cfg.ID, "task_id", s.claim.TaskID, "attempt", s.claim.Attempt,
 		"attempt_id", s.claim.AttemptID(), "fence", s.claim.Fence, "action", r.Action}
 	if r.OpID != "" {
 		attrs = append(attrs, "op_id", r.OpID)
@@ -120,13 +126,13 @@ func (s *Slot) log(level slog.Level, msg string, r Report) {
 	if r.Err != nil {
 		attrs = append(attrs, "error", r.Err.Error())
 	}
-	s.w.log.Log(context.Background(), level, msg, attrs...)
+	s.cfg.Logger.Log(context.Background(), level, msg, attrs...)
 }
 
 // Step performs the slot's next action: at most one queue transaction and
 // at most one external call.
 func (s *Slot) Step(ctx context.Context) Report {
-	now := s.w.clock.Now()
+	now := s.cfg.Clock.Now()
 	if s.phase == phaseDone {
 		return s.report(ActionIdle)
 	}
@@ -154,23 +160,23 @@ func (s *Slot) Step(ctx context.Context) Report {
 	case phaseWork:
 		return s.work(ctx, now)
 	case phaseIntent:
-		return s.intent(ctx)
+		return s.intent(ctx, now)
 	case phaseCall:
 		return s.checkLease(now)
 	case phaseSend:
-		return s.send(ctx)
+		return s.send(ctx, now)
 	case phaseReconcile:
-		return s.reconcile(ctx)
+		return s.reconcile(ctx, now)
 	case phaseReceipt:
-		return s.receipt(ctx)
+		return s.receipt(ctx, now)
 	case phaseCommit:
-		return s.commit(ctx)
+		return s.commit(ctx, now)
 	case phaseUncertain:
-		return s.park(ctx)
+		return s.park(ctx, now)
 	case phaseFail:
-		return s.failTask(ctx)
+		return s.failTask(ctx, now)
 	case phaseRelease:
-		return s.release(ctx)
+		return s.release(ctx, now)
 	}
 	panic(fmt.Sprintf("worker: slot in unknown phase %d", s.phase))
 }
@@ -182,22 +188,22 @@ func (s *Slot) next(ctx context.Context, now time.Time) Report {
 	index := s.task.StepsUsed
 	switch {
 	case s.task.CancelRequested:
-		return s.cancelAck(ctx)
-	case !s.task.Deadline.IsZero() && now.After(s.task.Deadline):
+		return s.cancelAck(ctx, now)
+	case s.task.PastDeadline(now):
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.DeadlineExceeded, Message: "deadline passed before the next step"})
-		return s.failTask(ctx)
+		return s.failTask(ctx, now)
 	case index >= len(s.plan):
-		return s.complete(ctx)
+		return s.complete(ctx, now)
 	case s.task.StepsUsed+1 > s.task.StepsMax:
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.StepsExhausted,
 			Message: fmt.Sprintf("step %d would pass the step limit %d", index, s.task.StepsMax)})
-		return s.failTask(ctx)
+		return s.failTask(ctx, now)
 	case s.task.CostUsed+s.plan[index].Cost > s.task.CostBudget && !broken("no-budget-check"):
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.BudgetExhausted,
 			Message: fmt.Sprintf("step %d costs %d; %d of %d used", index, s.plan[index].Cost, s.task.CostUsed, s.task.CostBudget)})
-		return s.failTask(ctx)
+		return s.failTask(ctx, now)
 	case s.plan[index].Approval != "":
-		return s.pause(ctx)
+		return s.pause(ctx, now)
 	}
 	s.phase, s.workStart = phaseWork, now
 	return s.work(ctx, now)
@@ -211,29 +217,29 @@ func (s *Slot) work(ctx context.Context, now time.Time) Report {
 		r.Wait = end.Sub(now)
 		return r
 	}
-	checkpoint, err := s.w.cfg.Handler.Run(ctx, s.task, s.task.StepsUsed)
+	checkpoint, err := s.cfg.Handler.Run(ctx, s.task, s.task.StepsUsed, spec)
 	if err != nil {
 		s.fail(model.Failure{Class: Classify(err), Message: err.Error()})
-		return s.failTask(ctx)
+		return s.failTask(ctx, now)
 	}
 	s.checkpoint = checkpoint
 	if spec.Effect != "" {
 		s.phase = phaseIntent
-		return s.intent(ctx)
+		return s.intent(ctx, now)
 	}
 	s.phase = phaseCommit
-	return s.commit(ctx)
+	return s.commit(ctx, now)
 }
 
 // outcome routes a queue error: nil means carry on. A stale claim is
 // dropped; a write the queue refused after settling the task (a limit or
 // deadline reached) ends the claim; a storage error keeps the phase and
 // backs off; anything else is an anomaly and ends the claim.
-func (s *Slot) outcome(r *Report, err error) bool {
+func (s *Slot) outcome(r *Report, err error, now time.Time) bool {
 	r.Err = err
 	switch {
 	case err == nil:
-		s.backoff = 0
+		s.storageBackoff = 0
 		r.Accepted = true
 		return true
 	case errors.Is(err, model.ErrStaleClaim):
@@ -249,9 +255,7 @@ func (s *Slot) outcome(r *Report, err error) bool {
 		r.Outcome = "claim abandoned"
 		s.phase = phaseDone
 	default:
-		s.backoff = nextBackoff(s.backoff, s.w.cfg.StorageBackoffMin, s.w.cfg.StorageBackoffMax)
-		s.retryAt = s.w.clock.Now().Add(s.backoff)
-		r.Outcome = "storage error; retry in " + s.backoff.String()
+		r.Outcome = "storage error; retry in " + s.backOff(&s.storageBackoff, now).String()
 		r.StorageError = true
 	}
 	level := slog.LevelInfo
@@ -262,6 +266,16 @@ func (s *Slot) outcome(r *Report, err error) bool {
 	return false
 }
 
+// backOff advances backoff (the storage or the service one) to its next
+// delay, between StorageBackoffMin and StorageBackoffMax, makes the slot
+// wait that long from now, and returns the delay.
+func (s *Slot) backOff(backoff *time.Duration, now time.Time) time.Duration {
+	*backoff = nextBackoff(*backoff, s.cfg.StorageBackoffMin, s.cfg.StorageBackoffMax)
+	s.retryAt = now.Add(*backoff)
+	return *backoff
+}
+
+// nextBackoff doubles current within [least, most].
 func nextBackoff(current, least, most time.Duration) time.Duration {
 	if current < least {
 		return least
@@ -275,13 +289,13 @@ func nextBackoff(current, least, most time.Duration) time.Duration {
 func (s *Slot) heartbeat(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionHeartbeat)
 	r.Write = "heartbeat"
-	res, err := s.w.cfg.Queue.Heartbeat(ctx, s.claim, s.w.cfg.Lease)
-	if !s.outcome(&r, err) {
+	res, err := s.cfg.Queue.Heartbeat(ctx, s.claim, s.cfg.Lease)
+	if !s.outcome(&r, err, now) {
 		s.heartbeatFailing = r.StorageError
 		return r
 	}
 	s.heartbeatFailing = false
-	s.leaseUntil, s.heartbeatDue = res.LeaseUntil, now.Add(s.w.cfg.Heartbeat)
+	s.leaseUntil, s.heartbeatDue = res.LeaseUntil, now.Add(s.cfg.Heartbeat)
 	r.LeaseUntil = res.LeaseUntil
 	if res.CancelRequested && !s.task.CancelRequested {
 		s.task.CancelRequested = true
@@ -290,11 +304,11 @@ func (s *Slot) heartbeat(ctx context.Context, now time.Time) Report {
 	return r
 }
 
-func (s *Slot) intent(ctx context.Context) Report {
+func (s *Slot) intent(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionIntent)
 	r.Write = "effect_intent"
-	res, err := s.w.cfg.Queue.RecordIntent(ctx, s.claim, s.task.StepsUsed)
-	if !s.outcome(&r, err) {
+	res, err := s.cfg.Queue.RecordIntent(ctx, s.claim, s.task.StepsUsed)
+	if !s.outcome(&r, err, now) {
 		return r
 	}
 	s.opID, r.OpID = res.OpID, res.OpID
@@ -333,23 +347,26 @@ func (s *Slot) checkLease(now time.Time) Report {
 	return r
 }
 
-func (s *Slot) send(ctx context.Context) Report {
+// send calls the service. Only checkLease leads here, so every call
+// (a first call, a retry after the service was unavailable, a resend after
+// reconciliation) follows a check of the lease.
+func (s *Slot) send(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionCall)
 	r.OpID, r.Called = s.opID, true
-	result, err := s.w.cfg.Service.Call(ctx, Call{OpID: s.opID, TaskID: s.claim.TaskID,
+	result, err := s.cfg.Service.Call(ctx, Call{OpID: s.opID, TaskID: s.claim.TaskID,
 		Effect: s.plan[s.task.StepsUsed].Effect, Fence: s.claim.Fence})
 	r.Err = err
 	switch {
 	case err == nil:
+		s.serviceBackoff = 0
 		s.result, s.phase = result, phaseReceipt
 		r.Outcome = "applied"
 	case errors.Is(err, ErrStaleFence):
 		s.phase = phaseDone
 		r.Outcome = "refused: stale fence; claim dropped"
 	case errors.Is(err, ErrUnavailable):
-		s.backoff = nextBackoff(s.backoff, s.w.cfg.StorageBackoffMin, s.w.cfg.StorageBackoffMax)
-		s.retryAt = s.w.clock.Now().Add(s.backoff)
-		r.Outcome = "service unavailable; retry in " + s.backoff.String()
+		s.phase = phaseCall // the retry checks the lease again after the backoff
+		r.Outcome = "service unavailable; retry in " + s.backOff(&s.serviceBackoff, now).String()
 	default:
 		s.phase = phaseReconcile
 		r.Outcome = "outcome unknown"
@@ -359,11 +376,13 @@ func (s *Slot) send(ctx context.Context) Report {
 }
 
 // reconcile settles an operation whose outcome is unknown according to
-// what the service can do (see ServiceKind).
-func (s *Slot) reconcile(ctx context.Context) Report {
-	kind := s.w.cfg.Service.Kind()
+// what the service can do (see ServiceKind). An operation to be called
+// again goes back through checkLease, as a first call does.
+func (s *Slot) reconcile(ctx context.Context, now time.Time) Report {
+	kind := s.cfg.Service.Kind()
 	if kind == Dedup {
-		return s.send(ctx)
+		s.phase = phaseCall // calling again is safe; the lease check is still due
+		return s.checkLease(now)
 	}
 	r := s.report(ActionReconcile)
 	r.OpID = s.opID
@@ -373,18 +392,19 @@ func (s *Slot) reconcile(ctx context.Context) Report {
 		return r
 	}
 	r.Called = true
-	applied, result, err := s.w.cfg.Service.Status(ctx, s.opID, s.claim.Fence)
+	applied, result, err := s.cfg.Service.Status(ctx, s.opID, s.claim.Fence)
 	r.Err = err
+	if err == nil {
+		s.serviceBackoff = 0
+	}
 	switch {
 	case err != nil:
-		s.backoff = nextBackoff(s.backoff, s.w.cfg.StorageBackoffMin, s.w.cfg.StorageBackoffMax)
-		s.retryAt = s.w.clock.Now().Add(s.backoff)
-		r.Outcome = "status unknown; retry in " + s.backoff.String()
+		r.Outcome = "status unknown; retry in " + s.backOff(&s.serviceBackoff, now).String()
 	case applied:
 		s.result, s.phase = result, phaseReceipt
 		r.Outcome = "applied"
 	case kind == Fenced || s.ownIntent:
-		s.phase = phaseSend
+		s.phase = phaseCall
 		r.Outcome = "not applied; call again"
 	default:
 		s.phase = phaseUncertain
@@ -394,22 +414,22 @@ func (s *Slot) reconcile(ctx context.Context) Report {
 	return r
 }
 
-func (s *Slot) receipt(ctx context.Context) Report {
+func (s *Slot) receipt(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionReceipt)
 	r.OpID, r.Write = s.opID, "effect_receipt"
-	if !s.outcome(&r, s.w.cfg.Queue.RecordReceipt(ctx, s.claim, s.opID, s.result)) {
+	if !s.outcome(&r, s.cfg.Queue.RecordReceipt(ctx, s.claim, s.opID, s.result), now) {
 		return r
 	}
 	s.phase = phaseCommit
 	return r
 }
 
-func (s *Slot) commit(ctx context.Context) Report {
+func (s *Slot) commit(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionStep)
 	r.Write = "step"
 	index, cost := s.task.StepsUsed, s.plan[s.task.StepsUsed].Cost
-	res, err := s.w.cfg.Queue.CompleteStep(ctx, model.StepWrite{Claim: s.claim, Index: index, Cost: cost, Checkpoint: s.checkpoint})
-	if !s.outcome(&r, err) {
+	res, err := s.cfg.Queue.CompleteStep(ctx, model.StepWrite{Claim: s.claim, Index: index, Cost: cost, Checkpoint: s.checkpoint})
+	if !s.outcome(&r, err, now) {
 		return r
 	}
 	s.task.StepsUsed, s.task.CostUsed, s.task.Checkpoint = index+1, s.task.CostUsed+cost, s.checkpoint
@@ -423,12 +443,12 @@ func (s *Slot) commit(ctx context.Context) Report {
 	return r
 }
 
-func (s *Slot) pause(ctx context.Context) Report {
+func (s *Slot) pause(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionPause)
 	r.Write = "pause"
 	gate := s.plan[s.task.StepsUsed].Approval
-	to, err := s.w.cfg.Queue.Pause(ctx, s.claim, s.task.StepsUsed, gate)
-	if !s.outcome(&r, err) {
+	to, err := s.cfg.Queue.Pause(ctx, s.claim, s.task.StepsUsed, gate)
+	if !s.outcome(&r, err, now) {
 		return r
 	}
 	s.phase = phaseDone
@@ -437,10 +457,10 @@ func (s *Slot) pause(ctx context.Context) Report {
 	return r
 }
 
-func (s *Slot) complete(ctx context.Context) Report {
+func (s *Slot) complete(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionComplete)
 	r.Write = "complete"
-	if !s.outcome(&r, s.w.cfg.Queue.Complete(ctx, s.claim)) {
+	if !s.outcome(&r, s.cfg.Queue.Complete(ctx, s.claim), now) {
 		return r
 	}
 	s.phase = phaseDone
@@ -449,11 +469,11 @@ func (s *Slot) complete(ctx context.Context) Report {
 	return r
 }
 
-func (s *Slot) failTask(ctx context.Context) Report {
+func (s *Slot) failTask(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionFail)
 	r.Write = "fail"
-	to, err := s.w.cfg.Queue.Fail(ctx, s.claim, s.failure)
-	if !s.outcome(&r, err) {
+	to, err := s.cfg.Queue.Fail(ctx, s.claim, s.failure)
+	if !s.outcome(&r, err, now) {
 		return r
 	}
 	s.phase = phaseDone
@@ -462,17 +482,17 @@ func (s *Slot) failTask(ctx context.Context) Report {
 	return r
 }
 
-func (s *Slot) park(ctx context.Context) Report {
+func (s *Slot) park(ctx context.Context, now time.Time) Report {
 	s.failure = model.Failure{Class: model.Uncertain, OpID: s.opID, Message: "effect outcome unknown: " + s.opID}
-	r := s.failTask(ctx)
+	r := s.failTask(ctx, now)
 	r.OpID = s.opID
 	return r
 }
 
-func (s *Slot) cancelAck(ctx context.Context) Report {
+func (s *Slot) cancelAck(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionCancel)
 	r.Write = "cancel_ack"
-	if !s.outcome(&r, s.w.cfg.Queue.AcknowledgeCancel(ctx, s.claim)) {
+	if !s.outcome(&r, s.cfg.Queue.AcknowledgeCancel(ctx, s.claim), now) {
 		return r
 	}
 	s.phase = phaseDone
@@ -481,11 +501,11 @@ func (s *Slot) cancelAck(ctx context.Context) Report {
 	return r
 }
 
-func (s *Slot) release(ctx context.Context) Report {
+func (s *Slot) release(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionRelease)
 	r.Write = "release"
-	to, err := s.w.cfg.Queue.Release(ctx, s.claim)
-	if !s.outcome(&r, err) {
+	to, err := s.cfg.Queue.Release(ctx, s.claim)
+	if !s.outcome(&r, err, now) {
 		return r
 	}
 	s.phase = phaseDone

@@ -52,8 +52,12 @@ type Config struct {
 	// worker claims nothing new while it is reached. Zero: no bound.
 	CostCapacity int64
 
-	PollMin, PollMax                     time.Duration // idle polling backoff (100ms to 2s)
-	StorageBackoffMin, StorageBackoffMax time.Duration // backoff while storage fails (100ms to 5s)
+	PollMin, PollMax time.Duration // idle polling backoff (100ms to 2s)
+	// StorageBackoffMin and StorageBackoffMax bound the backoff while
+	// storage fails (100ms to 5s). A slot's calls to the service back off
+	// between the same bounds while it is unavailable, on a backoff of their
+	// own that queue writes (heartbeats included) do not reset.
+	StorageBackoffMin, StorageBackoffMax time.Duration
 }
 
 // withDefaults fills zero fields and validates the rest.
@@ -106,13 +110,6 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return c, nil
-}
-
-// shared is what a worker's slots share.
-type shared struct {
-	cfg   Config
-	clock clockwork.Clock
-	log   *slog.Logger
 }
 
 // Actions a Report names.
@@ -198,16 +195,12 @@ func (r Report) String() string {
 // time. It is not safe for concurrent use (the live Runner drives slots
 // from goroutines of its own).
 type Worker struct {
-	sh    *shared
-	slots []*Slot // nil: free
-	next  int     // round-robin cursor over slots and then the claimer
-
-	pollAt, retryAt         time.Time
-	pollBackoff, storageOff time.Duration
-	draining                bool
-	// batchMax caps the claim batch once the queue has refused a larger
-	// one (its claim_batch_max limit); zero until then.
-	batchMax int
+	cfg      *Config // shared with the slots
+	slots    []*Slot // nil: free
+	next     int     // round-robin cursor over slots and then the claimer
+	claimer  claimer
+	claimAt  time.Time // the claimer is due again (polling or backing off)
+	draining bool
 }
 
 // New returns a worker with no claims.
@@ -216,15 +209,16 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	sh := &shared{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}
-	return &Worker{sh: sh, slots: make([]*Slot, cfg.Concurrency)}, nil
+	w := &Worker{cfg: &cfg, slots: make([]*Slot, cfg.Concurrency)}
+	w.claimer.cfg = w.cfg
+	return w, nil
 }
 
 // ID returns the worker's name.
-func (w *Worker) ID() string { return w.sh.cfg.ID }
+func (w *Worker) ID() string { return w.cfg.ID }
 
 // Config returns the worker's configuration with its defaults filled in.
-func (w *Worker) Config() Config { return w.sh.cfg }
+func (w *Worker) Config() Config { return *w.cfg }
 
 // Claims returns the claims the worker holds, in slot order.
 func (w *Worker) Claims() []model.Claim {
@@ -249,20 +243,20 @@ func (w *Worker) Shutdown() {
 }
 
 // Drained reports whether a shut-down worker holds no claims.
-func (w *Worker) Drained() bool { return w.draining && len(w.Claims()) == 0 }
+func (w *Worker) Drained() bool { return w.draining && w.free() == len(w.slots) }
 
 // Step performs the next action of the first slot (round robin) that has
 // one, or claims when a slot is free and polling is due. When nothing is
 // due it returns an idle report whose Wait says for how long.
 func (w *Worker) Step(ctx context.Context) Report {
-	now := w.sh.clock.Now()
+	now := w.cfg.Clock.Now()
 	n := len(w.slots) + 1
 	for i := 0; i < n; i++ {
 		at := (w.next + i) % n
 		if at == len(w.slots) {
-			if w.canClaim(now) {
+			if room := w.room(); room > 0 && !now.Before(w.claimAt) {
 				w.next = (at + 1) % n
-				return w.claim(ctx, now)
+				return w.claim(ctx, now, room)
 			}
 			continue
 		}
@@ -277,7 +271,7 @@ func (w *Worker) Step(ctx context.Context) Report {
 		}
 		return r
 	}
-	r := Report{Worker: w.sh.cfg.ID, Action: ActionIdle}
+	r := Report{Worker: w.cfg.ID, Action: ActionIdle}
 	if wake := w.wakeAt(); !wake.IsZero() {
 		r.Wait = wake.Sub(now)
 	}
@@ -298,12 +292,8 @@ func (w *Worker) wakeAt() time.Time {
 			earlier(s.ReadyAt())
 		}
 	}
-	if w.mayClaim() {
-		due := w.pollAt
-		if w.retryAt.After(due) {
-			due = w.retryAt
-		}
-		earlier(due)
+	if w.room() > 0 {
+		earlier(w.claimAt)
 	}
 	return at
 }
@@ -318,91 +308,36 @@ func (w *Worker) free() int {
 	return n
 }
 
-// heartbeatsFailing reports whether any held claim's last heartbeat failed
-// in storage.
-func (w *Worker) heartbeatsFailing() bool {
-	for _, s := range w.slots {
-		if s != nil && s.heartbeatFailing {
-			return true
-		}
+// room returns how many tasks the worker may claim now (see claimer.room):
+// none while shutting down. Only a slot's step changes it, so while it is
+// zero the claimer has no wake-up time of its own.
+func (w *Worker) room() int {
+	if w.draining {
+		return 0
 	}
-	return false
-}
-
-// exposure is the unspent budget of the tasks held.
-func (w *Worker) exposure() int64 {
-	var sum int64
+	failing := false
+	var exposure int64
 	for _, s := range w.slots {
 		if s != nil {
-			sum += s.task.CostBudget - s.task.CostUsed
+			failing = failing || s.heartbeatFailing
+			exposure += s.task.CostBudget - s.task.CostUsed
 		}
 	}
-	return sum
+	return w.claimer.room(w.free(), failing, exposure)
 }
 
-// mayClaim: a free slot, heartbeats healthy, cost capacity left, not
-// shutting down. Only a slot's step changes these, so while one fails the
-// claimer has no wake-up time of its own.
-func (w *Worker) mayClaim() bool {
-	capacity := w.sh.cfg.CostCapacity
-	return !w.draining && w.free() > 0 && !w.heartbeatsFailing() && (capacity == 0 || w.exposure() < capacity)
-}
-
-// canClaim: mayClaim, polling due and storage not backing off.
-func (w *Worker) canClaim(now time.Time) bool {
-	return w.mayClaim() && !now.Before(w.pollAt) && !now.Before(w.retryAt)
-}
-
-func (w *Worker) claim(ctx context.Context, now time.Time) Report {
-	r := Report{Worker: w.sh.cfg.ID, Action: ActionClaim, Write: "claim"}
-	batch := min(w.free(), w.sh.cfg.ClaimBatch)
-	if w.batchMax > 0 {
-		batch = min(batch, w.batchMax)
-	}
-	claimed, err := w.sh.cfg.Queue.Claim(ctx, model.ClaimRequest{Worker: w.sh.cfg.ID, Max: batch, Lease: w.sh.cfg.Lease})
-	r.Err = err
-	var invalid *model.ValidationError
-	switch {
-	case err == nil:
-		w.storageOff = 0
-		r.Accepted = true
-	case batch > 1 && errors.As(err, &invalid) && invalid.Field == "max":
-		// The queue's claim_batch_max is below the batch (a batch of one
-		// is within every limit): halve it and claim again at once.
-		w.batchMax = batch / 2
-		r.Outcome = fmt.Sprintf("batch of %d above the queue's limit; now %d", batch, w.batchMax)
-		return r
-	case errors.Is(err, model.ErrInvalidInput):
-		r.Anomaly = err.Error()
-		w.pollBackoff = w.sh.cfg.PollMax
-		w.pollAt = now.Add(w.pollBackoff)
-		return r
-	default:
-		w.storageOff = nextBackoff(w.storageOff, w.sh.cfg.StorageBackoffMin, w.sh.cfg.StorageBackoffMax)
-		w.retryAt = now.Add(w.storageOff)
-		r.StorageError = true
-		r.Outcome = "storage error; retry in " + w.storageOff.String()
-		w.sh.log.Warn("claim failed", "worker", w.sh.cfg.ID, "error", err.Error())
-		return r
-	}
-	if len(claimed) == 0 {
-		w.pollBackoff = nextBackoff(w.pollBackoff, w.sh.cfg.PollMin, w.sh.cfg.PollMax)
-		w.pollAt = now.Add(w.pollBackoff)
-		r.Outcome = "nothing due"
-		return r
-	}
-	w.pollBackoff, w.pollAt = 0, now
+// claim claims up to room tasks into free slots and schedules the next
+// claim.
+func (w *Worker) claim(ctx context.Context, now time.Time, room int) Report {
+	r, claimed, wait := w.claimer.claim(ctx, room)
+	w.claimAt = now.Add(wait)
 	for _, c := range claimed {
-		r.Claims = append(r.Claims, c.Claim)
 		for i, s := range w.slots {
 			if s == nil {
-				w.slots[i] = newSlot(w.sh, c, now)
+				w.slots[i] = newSlot(w.cfg, c, now)
 				break
 			}
 		}
-		w.sh.log.Info("task claimed", "worker", w.sh.cfg.ID, "task_id", c.Claim.TaskID, "attempt", c.Claim.Attempt,
-			"attempt_id", c.Claim.AttemptID(), "fence", c.Claim.Fence)
 	}
-	r.Outcome = fmt.Sprintf("%d claimed", len(claimed))
 	return r
 }
