@@ -7,6 +7,7 @@ package scenarios
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/model"
@@ -97,11 +98,12 @@ type Task struct {
 	EffectStep int
 }
 
-// Schedule is a periodic schedule the scenario adds, and how many of its
-// runs must have been enqueued (exactly once each) by the end.
+// Schedule is a periodic schedule the scenario adds; the simulator checks
+// that every run due by the end was enqueued exactly once or collapsed.
 type Schedule struct {
-	Spec model.ScheduleSpec // Origin is an offset from the simulation's start
-	// OriginOffset is added to the simulation's start time.
+	Spec model.ScheduleSpec // Spec.Origin is ignored: OriginOffset sets it
+	// OriginOffset, added to the simulation's start time, is the
+	// schedule's origin.
 	OriginOffset time.Duration
 }
 
@@ -159,7 +161,7 @@ var registry = map[string]func() Scenario{
 
 // cancelPayload is thirty two-second steps: longer than the random part of
 // a run, so its caller always finds it running.
-var cancelPayload = `{"steps":[{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000},{"cost":1,"duration_ms":2000}]}`
+var cancelPayload = `{"steps":[` + strings.TrimSuffix(strings.Repeat(`{"cost":1,"duration_ms":2000},`, 30), ",") + `]}`
 
 // request builds a submit request for the scenario's tasks.
 func request(user, key, payload string, costBudget int64, stepsMax int) model.SubmitRequest {

@@ -32,7 +32,7 @@ type checker struct {
 	tasks     map[string]model.Task
 	accepted  []string
 	known     map[string]bool
-	steps     map[string]bool
+	steps     map[stepKey]bool
 	receipts  map[string]bool
 	history   *model.History
 	limits    model.Limits
@@ -45,8 +45,14 @@ type checker struct {
 	commits   int64             // storage commits when last checked
 }
 
+// stepKey names a task's step.
+type stepKey struct {
+	task  string
+	index int
+}
+
 func newChecker(w *World) *checker {
-	c := &checker{w: w, tasks: map[string]model.Task{}, known: map[string]bool{}, steps: map[string]bool{},
+	c := &checker{w: w, tasks: map[string]model.Task{}, known: map[string]bool{}, steps: map[stepKey]bool{},
 		receipts: map[string]bool{}, history: model.NewHistory(), charged: map[string]int{},
 		plans: map[string][]worker.SyntheticStep{}, runs: map[string]string{}}
 	c.limits, c.overrides, _ = w.q.Limits(w.ctx)
@@ -102,6 +108,9 @@ func (c *checker) check() *model.Violation {
 	if err != nil {
 		return &model.Violation{Invariant: InvReadable, Detail: err.Error()}
 	}
+	if len(events) == 0 {
+		return c.applications() // a commit with no event (an empty poll) changes no task
+	}
 	var touched []string
 	seen := map[string]bool{}
 	claimedUsers := map[string]bool{}
@@ -124,7 +133,7 @@ func (c *checker) check() *model.Violation {
 	}
 	for _, id := range touched {
 		var t model.Task
-		c.w.storage.Bypass(func() { t, err = c.w.q.Task(c.w.ctx, id) })
+		t, err = c.w.task(id)
 		if err != nil {
 			return &model.Violation{Invariant: model.InvTaskKept, TaskID: id, Detail: err.Error()}
 		}
@@ -157,19 +166,20 @@ func (c *checker) check() *model.Violation {
 	if v := c.userLimits(claimedUsers); v != nil {
 		return v
 	}
-	if twice := c.w.service.Twice(); len(twice) > 0 {
-		return &model.Violation{Invariant: InvAppliedOnce, Detail: fmt.Sprintf("operations applied more than once: %v", twice)}
-	}
 	return c.applications()
 }
 
-// applications checks each effect applied since the last check against its
-// task's budget: a customer-visible action must never be made for a step
-// the budget cannot pay for.
+// applications checks each effect applied since the last check: no
+// operation applied twice, and none made for a step the task's budget
+// cannot pay for. It runs after every event, whether or not the queue
+// changed: an effect can be applied in a step whose queue write failed.
 func (c *checker) applications() *model.Violation {
 	ops, total := c.w.service.ApplicationsSince(c.applied)
 	c.applied = total
 	for _, op := range ops {
+		if c.w.service.Applications(op) > 1 {
+			return &model.Violation{Invariant: InvAppliedOnce, Detail: fmt.Sprintf("operation %s applied more than once", op)}
+		}
 		taskID, stepText, ok := strings.Cut(op, ".s")
 		step, err := strconv.Atoi(stepText)
 		t, seen := c.tasks[taskID]
@@ -217,7 +227,7 @@ func (c *checker) event(e model.Event) *model.Violation {
 	}
 	switch e.Kind {
 	case model.EventStep:
-		if t, ok := c.tasks[e.TaskID]; ok && !t.Deadline.IsZero() && e.At.After(t.Deadline) {
+		if t, ok := c.tasks[e.TaskID]; ok && t.PastDeadline(e.At) {
 			return &model.Violation{Invariant: InvNoWorkAfterDeadline, TaskID: e.TaskID,
 				Detail: fmt.Sprintf("%s charged at %s, after the deadline %s", e.Detail, e.At.Format(time.RFC3339Nano), t.Deadline.Format(time.RFC3339Nano))}
 		}
@@ -225,7 +235,7 @@ func (c *checker) event(e model.Event) *model.Violation {
 		if _, err := fmt.Sscanf(e.Detail, "step %d", &index); err != nil {
 			return &model.Violation{Invariant: model.InvStepOnce, TaskID: e.TaskID, Detail: "unreadable step event " + e.Detail}
 		}
-		key := fmt.Sprintf("%s/%d", e.TaskID, index)
+		key := stepKey{e.TaskID, index}
 		if c.steps[key] {
 			return &model.Violation{Invariant: model.InvStepOnce, TaskID: e.TaskID, Detail: fmt.Sprintf("step %d charged twice", index)}
 		}

@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	"github.com/leasehold/leasehold/worker"
 )
@@ -14,7 +13,7 @@ import (
 // it can fail: no operation may be applied twice, whatever the kind.
 type EffectService struct {
 	kind         worker.ServiceKind
-	calls        []worker.Call
+	calls        int
 	applications map[string]int
 	results      map[string]string
 	fences       map[string]int64 // highest fence seen per operation (Fenced)
@@ -32,7 +31,7 @@ func (s *EffectService) Kind() worker.ServiceKind { return s.kind }
 
 // Call applies the operation unless the kind refuses or deduplicates it.
 func (s *EffectService) Call(_ context.Context, c worker.Call) (string, error) {
-	s.calls = append(s.calls, c)
+	s.calls++
 	switch s.kind {
 	case worker.Dedup:
 		if result, ok := s.results[c.OpID]; ok {
@@ -84,20 +83,8 @@ func (s *EffectService) ApplicationsSince(n int) ([]string, int) {
 }
 
 // Calls returns how many calls the double received.
-func (s *EffectService) Calls() int { return len(s.calls) }
+func (s *EffectService) Calls() int { return s.calls }
 
 // AppliedOps returns the operations applied at least once, in order of
 // first application.
 func (s *EffectService) AppliedOps() []string { return append([]string(nil), s.order...) }
-
-// Twice returns the operations applied more than once, sorted.
-func (s *EffectService) Twice() []string {
-	var out []string
-	for op, n := range s.applications {
-		if n > 1 {
-			out = append(out, op)
-		}
-	}
-	sort.Strings(out)
-	return out
-}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/faults"
 )
 
 // EventKind names what a schedule event does.
@@ -38,15 +40,25 @@ type Event struct {
 	Kind   EventKind
 	Worker int
 	Task   int
-	Delay  time.Duration // advance amount, or storage outage length
-	Fault  string        // storage fault kind
+	Delay  time.Duration       // advance amount, or storage outage length
+	Fault  faults.StorageFault // storage fault kind
+}
+
+// onWorker reports whether events of the kind name a worker (Event.Worker).
+func (k EventKind) onWorker() bool {
+	switch k {
+	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall, EvHold, EvRedeliver:
+		return true
+	}
+	return false
 }
 
 // String renders the event as it appears in traces and schedules.
 func (e Event) String() string {
-	switch e.Kind {
-	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall, EvHold, EvRedeliver:
+	if e.Kind.onWorker() {
 		return fmt.Sprintf("%s w%d", e.Kind, e.Worker)
+	}
+	switch e.Kind {
 	case EvAdvance, EvStorageDown:
 		return fmt.Sprintf("%s %dms", e.Kind, e.Delay.Milliseconds())
 	case EvScript:
@@ -76,25 +88,22 @@ func ParseEvent(s string) (Event, error) {
 	}
 	var n int64
 	var err error
-	switch e.Kind {
-	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall, EvHold, EvRedeliver:
+	switch k := e.Kind; {
+	case k.onWorker():
 		n, err = number("w", "")
 		e.Worker = int(n)
-	case EvRestartSched:
+	case k == EvRestartSched:
 		n, err = number("s", "")
 		e.Worker = int(n)
-	case EvAdvance, EvStorageDown:
+	case k == EvAdvance || k == EvStorageDown:
 		n, err = number("", "ms")
 		e.Delay = time.Duration(n) * time.Millisecond
-	case EvScript:
+	case k == EvScript:
 		n, err = number("t", "")
 		e.Task = int(n)
-	case EvStorageFault:
-		if arg == "" {
-			err = fmt.Errorf("event %q: fault kind required", s)
-		}
-		e.Fault = arg
-	case EvReap, EvTick, EvLoseResponse:
+	case k == EvStorageFault:
+		e.Fault, err = faults.ParseStorageFault(arg)
+	case k == EvReap || k == EvTick || k == EvLoseResponse:
 		if arg != "" {
 			err = fmt.Errorf("event %q takes no argument", s)
 		}

@@ -6,12 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/scenarios"
 	"github.com/leasehold/leasehold/worker"
 )
-
-// Storage fault kinds the generator arms (they match faults.StorageFault).
-var storageFaults = []string{"fail_begin", "fail_statement", "fail_commit", "ambiguous_commit", "busy"}
 
 // FaultMix says which faults a run injects and how often: each is the
 // chance, per thousand scheduled events, that a fault of that kind is
@@ -27,10 +25,28 @@ type FaultMix struct {
 	CrashAfterCall int
 }
 
+// rate is one fault kind's rate in a mix, by the name traces, String and
+// scenarios' floors use.
+type rate struct {
+	name string
+	per  *int
+}
+
+// rates lists the mix's rates in their fixed order.
+func (m *FaultMix) rates() []rate {
+	return []rate{{"crash", &m.Crash}, {"stall", &m.Stall}, {"storage_down", &m.StorageDown}, {"storage_fault", &m.StorageFault},
+		{"duplicate", &m.Duplicate}, {"lose_response", &m.LoseResponse}, {"crash_after_call", &m.CrashAfterCall}}
+}
+
 // String lists the service kind and every fault's rate, in a fixed order.
 func (m FaultMix) String() string {
-	return fmt.Sprintf("service=%s crash=%d stall=%d storage_down=%d storage_fault=%d duplicate=%d lose_response=%d crash_after_call=%d (per mille)",
-		m.ServiceKind, m.Crash, m.Stall, m.StorageDown, m.StorageFault, m.Duplicate, m.LoseResponse, m.CrashAfterCall)
+	var b strings.Builder
+	fmt.Fprintf(&b, "service=%s", m.ServiceKind)
+	for _, r := range m.rates() {
+		fmt.Fprintf(&b, " %s=%d", r.name, *r.per)
+	}
+	b.WriteString(" (per mille)")
+	return b.String()
 }
 
 // DefaultMix turns every fault on at a moderate rate.
@@ -39,16 +55,16 @@ func DefaultMix(kind worker.ServiceKind) FaultMix {
 		LoseResponse: 10, CrashAfterCall: 6}
 }
 
-// drawMix picks the run's fault mix from the faults stream (swarm
+// drawMix picks the run's fault mix from the mix stream (swarm
 // testing): the service kind, then each fault kind on or off with even
 // odds and, when on, a rate between 2 and 40 per mille. Different seeds
 // stress different combinations, and a rare fault is sometimes frequent.
 func drawMix(rng *rand.Rand) FaultMix {
 	kinds := worker.ServiceKinds()
 	m := FaultMix{ServiceKind: kinds[rng.IntN(len(kinds))]}
-	for _, rate := range []*int{&m.Crash, &m.Stall, &m.StorageDown, &m.StorageFault, &m.Duplicate, &m.LoseResponse, &m.CrashAfterCall} {
+	for _, r := range m.rates() {
 		if rng.IntN(2) == 1 {
-			*rate = 2 + rng.IntN(39)
+			*r.per = 2 + rng.IntN(39)
 		}
 	}
 	return m
@@ -57,15 +73,10 @@ func drawMix(rng *rand.Rand) FaultMix {
 // MixFor is the fault mix a seed draws for a scenario: its swarm mix with
 // the scenario's floors applied.
 func MixFor(sc scenarios.Scenario, seed uint64) FaultMix {
-	m := drawMix(source(seed, streamFaults))
-	floors := []struct {
-		name string
-		rate *int
-	}{{"crash", &m.Crash}, {"stall", &m.Stall}, {"storage_down", &m.StorageDown}, {"storage_fault", &m.StorageFault},
-		{"duplicate", &m.Duplicate}, {"lose_response", &m.LoseResponse}, {"crash_after_call", &m.CrashAfterCall}}
-	for _, f := range floors {
-		if floor := sc.FaultFloors[f.name]; *f.rate < floor {
-			*f.rate = floor
+	m := drawMix(source(seed, streamMix))
+	for _, r := range m.rates() {
+		if floor := sc.FaultFloors[r.name]; *r.per < floor {
+			*r.per = floor
 		}
 	}
 	return m
@@ -76,13 +87,12 @@ func MixFor(sc scenarios.Scenario, seed uint64) FaultMix {
 // periodic ticks from the scheduler stream, with faults inserted from the
 // faults stream according to mix.
 func Generate(sc scenarios.Scenario, seed uint64, mix FaultMix) []Event {
-	sched, faults := source(seed, streamScheduler), source(seed, streamFaults)
-	_ = faults.Uint64() // the mix's own draw
+	sched, faultRng := source(seed, streamScheduler), source(seed, streamFaults)
 	var events []Event
 	advances := []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
 		100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, sc.Lease + 100*time.Millisecond}
 	for len(events) < sc.Events {
-		if f, ok := drawFault(sc, mix, faults); ok {
+		if f, ok := drawFault(sc, mix, faultRng); ok {
 			events = append(events, f)
 		}
 		r := sched.IntN(1000)
@@ -121,7 +131,8 @@ func drawFault(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) (Event, bool
 			return Event{Kind: EvStorageDown, Delay: time.Duration(100+rng.IntN(3000)) * time.Millisecond}
 		}},
 		{mix.StorageFault, func() Event {
-			return Event{Kind: EvStorageFault, Fault: storageFaults[rng.IntN(len(storageFaults))]}
+			kinds := faults.StorageFaults()
+			return Event{Kind: EvStorageFault, Fault: kinds[rng.IntN(len(kinds))]}
 		}},
 		{mix.Duplicate, func() Event { return Event{Kind: EvDuplicate, Worker: rng.IntN(sc.Workers)} }},
 		{mix.Duplicate, func() Event { return Event{Kind: EvHold, Worker: rng.IntN(sc.Workers)} }},

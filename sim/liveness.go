@@ -34,9 +34,9 @@ func (w *World) heal(tr *tracer) {
 }
 
 // stopSchedules enqueues what is due one last time and removes the
-// schedules, so that the liveness phase has a finite amount of work; it
-// then checks that every run due so far was either enqueued exactly once
-// or collapsed.
+// schedules, so that the liveness phase has a finite amount of work (and no
+// scheduler to run); scheduleExpectations later checks that every run due
+// by then was either enqueued exactly once or collapsed.
 func (w *World) stopSchedules(tr *tracer) {
 	if len(w.sc.Schedules) == 0 {
 		return
@@ -70,7 +70,7 @@ func (w *World) scriptStalled(i int) bool {
 
 // liveness heals the faults and runs the world in rounds (workers step
 // until idle, callers act, the operator recovers parked tasks, the reaper
-// and schedulers run, the clock moves to the next wake-up) until every
+// runs, the clock moves to the next wake-up) until every
 // task settles or a bound is reached. It returns the rounds run, a
 // liveness failure, or a safety violation.
 func (w *World) liveness(tr *tracer) (int, string, *model.Violation) {
@@ -90,12 +90,7 @@ func (w *World) liveness(tr *tracer) (int, string, *model.Violation) {
 					}
 					break
 				}
-				w.checker.report(r)
-				w.timelineReport(r)
-				w.watchLate(i, r)
-				if r.Anomaly != "" {
-					w.anomalies = append(w.anomalies, r.String())
-				}
+				w.observe(i, r)
 				tr.line(fmt.Sprintf("L%d +%dms step w%d: %s", round, w.clock.Since(Epoch).Milliseconds(), i, r))
 				if v := w.checker.check(); v != nil {
 					return round, "", v
@@ -112,9 +107,6 @@ func (w *World) liveness(tr *tracer) (int, string, *model.Violation) {
 		}
 		if res, err := w.q.Reap(w.ctx); err == nil && res.Expired+res.Deadlines > 0 {
 			tr.line(fmt.Sprintf("L%d reap: expired %d deadlines %d", round, res.Expired, res.Deadlines))
-		}
-		if len(w.sc.Schedules) > 0 {
-			tr.line(fmt.Sprintf("L%d tick: %s", round, w.tick()))
 		}
 		if v := w.checker.check(); v != nil {
 			return round, "", v

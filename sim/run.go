@@ -125,16 +125,19 @@ func Run(cfg Config) (res Result) {
 	if events == nil {
 		events = Generate(sc, cfg.Seed, mix)
 	}
+	res = Result{Seed: cfg.Seed, Scenario: sc.Name, Mix: mix}
 	if cfg.Keep != nil {
 		kept := make([]Event, 0, len(cfg.Keep))
 		for _, i := range cfg.Keep {
-			if i >= 0 && i < len(events) {
-				kept = append(kept, events[i])
+			if i < 0 || i >= len(events) {
+				res.Anomalies = append(res.Anomalies, fmt.Sprintf("event index %d is outside the schedule (%d events)", i, len(events)))
+				return res
 			}
+			kept = append(kept, events[i])
 		}
 		events = kept
 	}
-	res = Result{Seed: cfg.Seed, Scenario: sc.Name, Mix: mix, Schedule: events}
+	res.Schedule = events
 	tr := &tracer{h: sha256.New(), keep: cfg.Trace}
 	defer func() {
 		res.Fingerprint = hex.EncodeToString(tr.h.Sum(nil))
@@ -160,9 +163,9 @@ func Run(cfg Config) (res Result) {
 	}()
 
 	for i, e := range events {
-		if e.Kind != EvStep && e.Kind != EvAdvance && e.Kind != EvReap && e.Kind != EvTick && e.Kind != EvScript {
+		if w.recordTimeline && e.Kind != EvStep && e.Kind != EvAdvance && e.Kind != EvReap && e.Kind != EvTick && e.Kind != EvScript {
 			entry := TimelineEntry{Kind: TimelineFault, Detail: e.String()}
-			if strings.HasSuffix(e.String(), fmt.Sprintf(" w%d", e.Worker)) {
+			if e.Kind.onWorker() {
 				entry.Worker = workerName(e.Worker)
 			}
 			w.timelineAdd(entry)

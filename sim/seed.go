@@ -10,8 +10,8 @@ import (
 // unchanged.
 const (
 	streamScheduler = "scheduler"
+	streamMix       = "mix" // which faults a run injects, and how often
 	streamFaults    = "faults"
-	streamWorkload  = "workload"
 	streamJitter    = "jitter"
 	streamIDs       = "ids"
 )

@@ -13,7 +13,9 @@ const shrinkRunsMax = 4000
 // Shrink removes events from a failing run's schedule, keeping a removal
 // whenever the same invariant (or the same kind of failure) still breaks:
 // first large chunks, then smaller ones, down to single events, until no
-// single event can go. The fault mix stays the seed's.
+// single event can go. The fault mix stays the seed's. It shrinks the
+// seed's generated schedule (or cfg.Keep's part of it); cfg.Events is not
+// used, and the tries record no trace or timeline.
 func Shrink(cfg Config, failed Result) Shrunk {
 	want := failed.Broken()
 	keep := make([]int, len(failed.Schedule))
@@ -28,6 +30,7 @@ func Shrink(cfg Config, failed Result) Shrunk {
 	try := func(candidate []int) (Result, bool) {
 		c := cfg
 		c.Keep, c.Mix, c.Events = candidate, &mix, nil
+		c.Trace, c.Timeline = false, false
 		r := Run(c)
 		return r, r.Broken() == want
 	}
@@ -50,10 +53,5 @@ func Shrink(cfg Config, failed Result) Shrunk {
 			chunk /= 2
 		}
 	}
-	events := make([]Event, len(keep))
-	all := Generate(cfg.Scenario, cfg.Seed, mix)
-	for i, k := range keep {
-		events[i] = all[k]
-	}
-	return Shrunk{Keep: keep, Events: events, Result: best}
+	return Shrunk{Keep: keep, Events: best.Schedule, Result: best}
 }

@@ -38,18 +38,15 @@ type simWorker struct {
 type taskState struct {
 	spec         scenarios.Task
 	request      model.SubmitRequest // as first submitted (deadline fixed then)
-	refusals     int                 // submits refused by admission
 	id           string              // empty until submitted
 	next         int                 // index of the next scripted act
-	observed     []string
-	failures     []string // expectation failures seen by the caller
-	stalledBy    int      // worker stalled by StallClaimant, -1 if none
-	stalledAt    int64    // fence of the stalled claim
-	resumed      bool     // the script resumed the stalled claimant with its memory
-	lateSeen     bool     // the stalled claimant's late result was refused
-	lateAccepted bool     // the stalled claimant's late result was accepted (wrong)
-	operator     int      // operator recoveries made
-	lateSubmit   bool     // refused because its deadline passed while the caller retried
+	failures     []string            // expectation failures seen by the caller
+	stalledBy    int                 // worker stalled by StallClaimant, -1 if none
+	stalledAt    int64               // fence of the stalled claim
+	resumed      bool                // the script resumed the stalled claimant with its memory
+	lateSeen     bool                // the stalled claimant's late result was refused
+	lateAccepted bool                // the stalled claimant's late result was accepted (wrong)
+	lateSubmit   bool                // refused because its deadline passed while the caller retried
 }
 
 // World is the simulated world: the real queue on an in-memory SQLite
@@ -72,9 +69,8 @@ type World struct {
 	recordTimeline bool
 	timeline       []TimelineEntry
 	// schedDown counts the ticks each scheduler still misses after a
-	// restart; enqueued and collapsed sum what the schedulers did.
-	schedDown           []int
-	enqueued, collapsed int64
+	// restart.
+	schedDown []int
 	// stopped holds the schedules as they were when the liveness phase
 	// stopped them, at stoppedAt.
 	stopped    []model.Schedule
@@ -120,18 +116,18 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix) (*World, error) 
 	return w, nil
 }
 
-// holds reports whether the worker (alive) holds a claim of the task under
-// fence.
-func (sw *simWorker) holds(taskID string, fence int64) bool {
+// claim returns the claim of the task under fence that the worker (alive)
+// holds, if it holds one.
+func (sw *simWorker) claim(taskID string, fence int64) (model.Claim, bool) {
 	if sw.w == nil {
-		return false
+		return model.Claim{}, false
 	}
 	for _, c := range sw.w.Claims() {
 		if c.TaskID == taskID && c.Fence == fence {
-			return true
+			return c, true
 		}
 	}
-	return false
+	return model.Claim{}, false
 }
 
 // migratedImage is an empty database at the current schema, made once per
@@ -230,11 +226,7 @@ func (w *World) apply(e Event) string {
 		w.storage.SetUnavailableUntil(w.clock.Now().Add(e.Delay))
 		return "storage unavailable until +" + fmt.Sprint(w.clock.Since(Epoch).Milliseconds()+e.Delay.Milliseconds()) + "ms"
 	case EvStorageFault:
-		f, ok := storageFaultOf[e.Fault]
-		if !ok {
-			return "no-op: unknown storage fault " + e.Fault
-		}
-		w.storage.Arm(f)
+		w.storage.Arm(e.Fault)
 		return "armed"
 	case EvDuplicate:
 		w.workers[e.Worker].queue.ArmDuplicate()
@@ -254,26 +246,13 @@ func (w *World) apply(e Event) string {
 	return "no-op: unknown event"
 }
 
-var storageFaultOf = map[string]faults.StorageFault{
-	"fail_begin":       faults.FailBegin,
-	"fail_statement":   faults.FailStatement,
-	"fail_commit":      faults.FailCommit,
-	"ambiguous_commit": faults.AmbiguousCommit,
-	"busy":             faults.Busy,
-}
-
 func (w *World) step(i int) string {
 	sw := w.workers[i]
 	if !sw.proc.Runnable() {
 		return "no-op: " + sw.proc.String()
 	}
 	r := sw.w.Step(w.ctx)
-	w.checker.report(r)
-	w.timelineReport(r)
-	if r.Anomaly != "" {
-		w.anomalies = append(w.anomalies, r.String())
-	}
-	w.watchLate(i, r)
+	w.observe(i, r)
 	out := r.String()
 	if r.Called && sw.crashAt {
 		sw.crashAt = false
@@ -346,11 +325,20 @@ func (w *World) tick() string {
 			out = append(out, fmt.Sprintf("s%d error: %v", s, err))
 			continue
 		}
-		w.enqueued += int64(res.Enqueued)
-		w.collapsed += res.Collapsed
 		out = append(out, fmt.Sprintf("s%d enqueued %d collapsed %d refused %d", s, res.Enqueued, res.Collapsed, res.Refused))
 	}
 	return fmt.Sprint(out)
+}
+
+// observe takes in what worker i's step reported: the claim history, the
+// timeline, anomalies and the late-result story.
+func (w *World) observe(i int, r worker.Report) {
+	w.checker.report(r)
+	w.timelineReport(r)
+	if r.Anomaly != "" {
+		w.anomalies = append(w.anomalies, r.String())
+	}
+	w.watchLate(i, r)
 }
 
 // watchLate notes when a stalled claimant, resumed, has its late result
@@ -395,13 +383,11 @@ func (w *World) script(t *taskState) string {
 	}
 	if cur.State.Terminal() && act != scenarios.Replay && act != scenarios.ChangePayload {
 		t.next++
-		t.observed = append(t.observed, "missed "+string(act))
 		return fmt.Sprintf("%s %s: missed, task is %s", t.spec.Name, act, cur.State)
 	}
 	out, done := w.act(t, act, cur)
 	if done {
 		t.next++
-		t.observed = append(t.observed, string(act))
 	}
 	return fmt.Sprintf("%s %s: %s", t.spec.Name, act, out)
 }
@@ -417,9 +403,6 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 			}
 		}
 		res, err := w.q.Submit(w.ctx, t.request)
-		if errors.Is(err, model.ErrQueueFull) {
-			t.refusals++
-		}
 		if errors.Is(err, model.ErrInvalidInput) && t.spec.Deadline > 0 {
 			t.lateSubmit = true
 			return "refused: the deadline passed before the submit got through: " + err.Error(), true
@@ -502,7 +485,10 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 			return "no-op: not running with a step done", false
 		}
 		for i, sw := range w.workers {
-			if workerName(i) == cur.Owner && sw.holds(t.id, cur.Version) && sw.proc.Stall() == nil {
+			if workerName(i) != cur.Owner {
+				continue
+			}
+			if _, held := sw.claim(t.id, cur.Version); held && sw.proc.Stall() == nil {
 				t.stalledBy, t.stalledAt = i, cur.Version
 				return fmt.Sprintf("stalled %s holding fence %d", cur.Owner, cur.Version), true
 			}
@@ -516,13 +502,8 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 			return "no-op: not running under a newer claim yet", false
 		}
 		sw := w.workers[t.stalledBy]
-		var old model.Claim
-		for _, c := range sw.w.Claims() {
-			if c.TaskID == t.id && c.Fence == t.stalledAt {
-				old = c
-			}
-		}
-		if old.TaskID == "" {
+		old, held := sw.claim(t.id, t.stalledAt)
+		if !held {
 			return "story interrupted: the claimant no longer holds the claim", true
 		}
 		err := sw.queue.Complete(w.ctx, old)
