@@ -198,13 +198,10 @@ func (md mdWriter) fixture(s Section) {
 	if len(s.Sweeps) > 0 {
 		md.line("### Sweeps")
 		md.blank()
-		md.table("Scenario", "Seeds", "Passed", "Failed", "Fault settings", "First fingerprints", "Command")
+		md.table("Scenario", "Seeds", "Passed", "Failed", "Fault settings", "Fingerprints", "Command")
 		for _, sw := range s.Sweeps {
 			var prints []string
-			for i, f := range sw.Fingerprints {
-				if i == 3 {
-					break
-				}
+			for _, f := range sw.Fingerprints {
 				prints = append(prints, fmt.Sprintf("%d: %s", f.Seed, code(shortHash(f.Fingerprint))))
 			}
 			md.row(cell(sw.Scenario), fmt.Sprintf("%s (%d)", seedRange(sw), sw.Seeds), strconv.Itoa(sw.Passed),

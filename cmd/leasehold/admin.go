@@ -118,7 +118,7 @@ func printMetrics(e *env, m model.Metrics) {
 func runLimits(e *env, args []string) int {
 	fs := flag.NewFlagSet("limits", flag.ContinueOnError)
 	c := commonFlags(fs, true)
-	user := fs.String("user", "", "set this user's limits (-1 inherits the default, 0 is unlimited)")
+	user := fs.String("user", "", "the user whose limits --running-max and --depth-max set (-1 inherits the default, 0 is unlimited); alone it only shows")
 	runningMax := fs.Int("running-max", -2, "running tasks (with --user: that user's; else the default per user)")
 	depthMax := fs.Int("depth-max", -2, "active tasks (with --user: that user's; else the overall cap)")
 	userDepthMax := fs.Int("user-depth-max", -2, "default active tasks per user")
@@ -135,6 +135,11 @@ func runLimits(e *env, args []string) int {
 	if *user != "" && (set(*userDepthMax) || set(*attemptsMax) || *grantCostMax != -2 || set(*grantStepsMax) || set(*batchMax)) {
 		return fail(e, "limits", badUsage("--user takes only --running-max and --depth-max"))
 	}
+	if *user != "" {
+		if err := model.CheckName("user", *user); err != nil {
+			return fail(e, "limits", err)
+		}
+	}
 	if changing {
 		if err := model.CheckName("actor", *c.actor); err != nil {
 			return fail(e, "limits", err)
@@ -146,7 +151,7 @@ func runLimits(e *env, args []string) int {
 			return err
 		}
 		switch {
-		case *user != "":
+		case *user != "" && changing: // a bare --user only shows
 			u := model.UserLimit{User: *user, RunningMax: model.Inherit, DepthMax: model.Inherit}
 			for _, existing := range users {
 				if existing.User == *user {
@@ -287,7 +292,11 @@ func runSchedule(e *env, args []string) int {
 			return fail(e, "schedule", err)
 		}
 		id := fs.Arg(0)
-		if err := model.CheckName("actor", *c.actor); err != nil {
+		err := checkScheduleID(id)
+		if err == nil {
+			err = model.CheckName("actor", *c.actor)
+		}
+		if err != nil {
 			return fail(e, "schedule", err)
 		}
 		return withQueue(e, "schedule", c, func(q *queue.Queue) error {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,6 +123,33 @@ func checkTaskID(id string) error {
 	return nil
 }
 
+// checkOperationID refuses what cannot be an operation ID (a task ID, ".s"
+// and a step number, as model.OperationID makes them) before it reaches a
+// query.
+func checkOperationID(op string) error {
+	task, step, ok := strings.Cut(op, ".s")
+	n, err := strconv.Atoi(step)
+	if !ok || checkTaskID(task) != nil || err != nil || n < 0 || model.OperationID(task, n) != op {
+		return badUsage("operation %q: not an operation ID (TASK.sSTEP, as inspect shows)", op)
+	}
+	return nil
+}
+
+// checkScheduleID refuses what cannot be a schedule ID before it reaches a
+// query.
+func checkScheduleID(id string) error {
+	err := model.CheckName("schedule", id)
+	if err == nil {
+		return nil
+	}
+	problem := err.Error()
+	var v *model.ValidationError
+	if errors.As(err, &v) {
+		problem = v.Problem
+	}
+	return badUsage("schedule %q: not a schedule ID (%s)", id, problem)
+}
+
 func runStatus(e *env, args []string) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	c := commonFlags(fs, false)
@@ -129,21 +157,17 @@ func runStatus(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "status", err)
 	}
-	q, err := openExisting(e.ctx, c)
-	if err != nil {
-		return fail(e, "status", err)
-	}
-	defer q.Close()
-	t, err := q.Task(e.ctx, id)
-	if err != nil {
-		return fail(e, "status", err)
-	}
-	if *c.json {
-		printJSON(e.stdout, recordOf(t))
-		return exitOK
-	}
-	printStatus(e.stdout, t)
-	return exitOK
+	return withQueue(e, "status", c, func(q *queue.Queue) error {
+		t, err := q.Task(e.ctx, id)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return printJSON(e.stdout, recordOf(t))
+		}
+		printStatus(e.stdout, t)
+		return nil
+	})
 }
 
 func runList(e *env, args []string) int {
@@ -169,54 +193,46 @@ func runList(e *env, args []string) int {
 	if _, err := f.CheckedLimit(); err != nil {
 		return fail(e, "list", err)
 	}
-	q, err := openExisting(e.ctx, c)
-	if err != nil {
-		return fail(e, "list", err)
-	}
-	defer q.Close()
-	tasks, err := q.List(e.ctx, f)
-	if err != nil {
-		return fail(e, "list", err)
-	}
-	if *c.json {
-		out := make([]taskRecord, 0, len(tasks))
-		for _, t := range tasks {
-			out = append(out, recordOf(t))
+	return withQueue(e, "list", c, func(q *queue.Queue) error {
+		tasks, err := q.List(e.ctx, f)
+		if err != nil {
+			return err
 		}
-		printJSON(e.stdout, out)
-		return exitOK
-	}
-	printTable(e.stdout, tasks)
-	return exitOK
+		if *c.json {
+			out := make([]taskRecord, 0, len(tasks))
+			for _, t := range tasks {
+				out = append(out, recordOf(t))
+			}
+			return printJSON(e.stdout, out)
+		}
+		printTable(e.stdout, tasks)
+		return nil
+	})
 }
 
 func runCancel(e *env, args []string) int {
 	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
 	c := commonFlags(fs, true)
 	id, err := taskArg(fs, args)
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
 	if err != nil {
 		return fail(e, "cancel", err)
 	}
-	if err := model.CheckName("actor", *c.actor); err != nil {
-		return fail(e, "cancel", err)
-	}
-	q, err := openExisting(e.ctx, c)
-	if err != nil {
-		return fail(e, "cancel", err)
-	}
-	defer q.Close()
-	t, err := q.Cancel(e.ctx, id, *c.actor)
-	if err != nil {
-		return fail(e, "cancel", err)
-	}
-	if *c.json {
-		printJSON(e.stdout, recordOf(t))
-		return exitOK
-	}
-	if t.State == model.Running {
-		fmt.Fprintf(e.stdout, "task %s: cancellation requested by %s; its worker stops before the next step\n", t.ID, t.CancelledBy)
-	} else {
-		fmt.Fprintf(e.stdout, "task %s: %s by %s\n", t.ID, t.State, t.CancelledBy)
-	}
-	return exitOK
+	return withQueue(e, "cancel", c, func(q *queue.Queue) error {
+		t, err := q.Cancel(e.ctx, id, *c.actor)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return printJSON(e.stdout, recordOf(t))
+		}
+		if t.State == model.Running {
+			fmt.Fprintf(e.stdout, "task %s: cancellation requested by %s; its worker stops before the next step\n", t.ID, t.CancelledBy)
+		} else {
+			fmt.Fprintf(e.stdout, "task %s: %s by %s\n", t.ID, t.State, t.CancelledBy)
+		}
+		return nil
+	})
 }

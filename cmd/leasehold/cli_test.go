@@ -14,6 +14,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -307,6 +308,8 @@ func badInputs() []badCase {
 		{"status bad task ID", w("status"), []string{"nope"}, []string{"task", "nope"}, false},
 		{"status task ID not hex", w("status"), []string{"t_XYZ"}, []string{"task", "t_XYZ"}, false},
 		{"status bad json value", w("status"), []string{"TASK", "--json=maybe"}, []string{"json"}, false},
+		{"status flag-like task after --", w("status"), []string{"--", "-x"}, []string{"task", `"-x"`}, false},
+		{"status flag after -- is an argument", w("status"), []string{"--", "TASK", "--json"}, []string{"argument"}, false},
 		// list
 		{"list unknown flag", w("list"), []string{"--bogus"}, []string{"bogus"}, false},
 		{"list bad state", w("list"), []string{"--state", "sleeping"}, []string{"--state", "sleeping"}, false},
@@ -358,6 +361,10 @@ func badInputs() []badCase {
 		{"settle bad operation", w("settle"), []string{"nope", "--applied"}, []string{"operation", "nope"}, false},
 		{"settle operation of a bad task ID", w("settle"), []string{"t_zz.s1", "--applied"}, []string{"operation", "t_zz.s1"}, false},
 		{"settle bad actor", w("settle"), []string{"TASK.s0", "--applied", "--actor", "a b"}, []string{"actor"}, false},
+		{"settle step not a number", w("settle"), []string{"TASK.sXYZ", "--applied", "--actor", "ops"}, []string{"operation", ".sXYZ"}, false},
+		{"settle negative step", w("settle"), []string{"TASK.s-1", "--applied", "--actor", "ops"}, []string{"operation", ".s-1"}, false},
+		{"settle step with a leading zero", w("settle"), []string{"TASK.s01", "--applied", "--actor", "ops"}, []string{"operation", ".s01"}, false},
+		{"settle missing step", w("settle"), []string{"TASK.s", "--applied", "--actor", "ops"}, []string{"operation"}, false},
 		// inspect, events, metrics
 		{"inspect unknown flag", w("inspect"), []string{"--bogus"}, []string{"bogus"}, false},
 		{"inspect unexpected argument", w("inspect"), []string{"TASK"}, []string{"unexpected argument"}, false},
@@ -379,6 +386,7 @@ func badInputs() []badCase {
 		{"limits user with a global limit", w("limits"), []string{"--user", "ana", "--attempts-max", "3", "--actor", "ops"}, []string{"--user"}, false},
 		{"limits user running max out of range", w("limits"), []string{"--user", "ana", "--running-max", "-7", "--actor", "ops"}, []string{"running_max"}, false},
 		{"limits bad actor", w("limits"), []string{"--depth-max", "5", "--actor", "a b"}, []string{"actor"}, false},
+		{"limits bad user to show", w("limits"), []string{"--user", "a b"}, []string{"user"}, false},
 		{"limits unexpected argument", w("limits"), []string{"extra"}, []string{"extra"}, false},
 		// schedule
 		{"schedule without subcommand", w("schedule"), nil, []string{"add", "list", "remove"}, true},
@@ -401,6 +409,8 @@ func badInputs() []badCase {
 		{"schedule remove unknown flag", w("schedule", "remove"), []string{"s_1", "--bogus"}, []string{"bogus"}, false},
 		{"schedule remove missing schedule", w("schedule", "remove"), nil, []string{"argument"}, false},
 		{"schedule remove bad actor", w("schedule", "remove"), []string{"s_1", "--actor", "a b"}, []string{"actor"}, false},
+		{"schedule remove bad schedule ID", w("schedule", "remove"), []string{"bad id!", "--actor", "ops"}, []string{"schedule", `"bad id!"`}, false},
+		{"schedule remove empty schedule ID", w("schedule", "remove"), []string{"", "--actor", "ops"}, []string{"schedule", "required"}, false},
 		{"schedule run unknown flag", w("schedule", "run"), []string{"--bogus"}, []string{"bogus"}, false},
 		{"schedule run unexpected argument", w("schedule", "run"), []string{"extra"}, []string{"extra"}, false},
 		{"reap unknown flag", w("reap"), []string{"--bogus"}, []string{"bogus"}, false},
@@ -437,11 +447,53 @@ func badInputs() []badCase {
 		{"sim trace with a sweep", w("sim"), []string{"--trace", "--seeds", "2"}, []string{"--trace"}, true},
 		{"sim report outside the allowed directory", w("sim"), []string{"--report", "/etc/leasehold-report"}, []string{"--report", "outside"}, true},
 		{"sim unexpected argument", w("sim"), []string{"extra"}, []string{"extra"}, true},
+		// audit
+		{"audit unknown flag", w("audit"), []string{"--bogus"}, []string{"bogus"}, false},
+		{"audit bad task ID", w("audit"), []string{"--task", "nope"}, []string{"task", "nope"}, false},
+		{"audit bad actor", w("audit"), []string{"--actor", "a b"}, []string{"actor"}, false},
+		{"audit bad format", w("audit"), []string{"--format", "xml"}, []string{"--format", "xml"}, false},
+		{"audit zero limit", w("audit"), []string{"--limit", "0"}, []string{"--limit"}, false},
+		{"audit since not a time", w("audit"), []string{"--since", "yesterday"}, []string{"--since"}, false},
+		{"audit until before since", w("audit"), []string{"--since", "2030-01-02T00:00:00Z", "--until", "2030-01-01T00:00:00Z"}, []string{"--until"}, false},
+		{"audit bad busy timeout", w("audit"), []string{"--busy-timeout", "2h"}, []string{"--busy-timeout"}, false},
+		{"audit unexpected argument", w("audit"), []string{"extra"}, []string{"extra"}, false},
+		// serve (every check before the database is opened or a port taken)
+		{"serve unknown flag", w("serve"), []string{"--bogus"}, []string{"bogus"}, false},
+		{"serve bad address", w("serve"), []string{"--addr", "localhost", "--tokens", "/nonexistent/tokens"}, []string{"--addr"}, false},
+		{"serve missing tokens file", w("serve"), []string{"--addr", "127.0.0.1:0", "--tokens", "/nonexistent/tokens"}, []string{"--tokens"}, false},
+		{"serve unexpected argument", w("serve"), []string{"extra"}, []string{"extra"}, false},
+		// snapshot, restore, migrate (paths are checked against the allowed
+		// directory, the working directory here: the fixture lies outside it)
+		{"snapshot without subcommand", w("snapshot"), nil, []string{"create or verify"}, true},
+		{"snapshot unknown subcommand", w("snapshot", "copy"), nil, []string{"copy"}, false},
+		{"snapshot create unknown flag", w("snapshot", "create"), []string{"--out", "s.db", "--bogus"}, []string{"bogus"}, false},
+		{"snapshot create busy timeout (not offered)", w("snapshot", "create"), []string{"--out", "s.db", "--busy-timeout", "1s"}, []string{"busy-timeout"}, false},
+		{"snapshot create database outside", w("snapshot", "create"), []string{"--out", "s.db"}, []string{"--db", "outside"}, false},
+		{"snapshot create unexpected argument", w("snapshot", "create"), []string{"--out", "s.db", "extra"}, []string{"extra"}, false},
+		{"snapshot verify unknown flag", w("snapshot", "verify"), []string{"s.db", "--bogus"}, []string{"bogus"}, true},
+		{"snapshot verify missing file", w("snapshot", "verify"), nil, []string{"argument"}, true},
+		{"snapshot verify outside", w("snapshot", "verify"), []string{"/etc/leasehold-snapshot.db"}, []string{"--snapshot", "outside"}, true},
+		{"restore unknown flag", w("restore"), []string{"s.db", "--to", "r.db", "--bogus"}, []string{"bogus"}, true},
+		{"restore missing snapshot", w("restore"), []string{"--to", "r.db"}, []string{"argument"}, true},
+		{"restore from outside", w("restore"), []string{"/etc/leasehold-snapshot.db", "--to", "r.db"}, []string{"--snapshot", "outside"}, true},
+		{"restore to outside", w("restore"), []string{"s.db", "--to", "/etc/leasehold-restored.db"}, []string{"--to", "outside"}, true},
+		{"restore bad actor", w("restore"), []string{"s.db", "--to", "r.db", "--actor", "a b"}, []string{"actor"}, true},
+		{"migrate unknown flag", w("migrate"), []string{"--bogus"}, []string{"bogus"}, false},
+		{"migrate bad busy timeout", w("migrate"), []string{"--busy-timeout", "-1s", "--actor", "ops"}, []string{"--busy-timeout"}, false},
+		{"migrate bad synchronous", w("migrate"), []string{"--synchronous", "OFF", "--actor", "ops"}, []string{"--synchronous", "OFF"}, false},
+		{"migrate database outside", w("migrate"), []string{"--actor", "ops"}, []string{"--db", "outside"}, false},
+		{"migrate unexpected argument", w("migrate"), []string{"extra"}, []string{"extra"}, false},
+		// evidence (checked before any sweep runs or file is written)
+		{"evidence unknown flag", w("evidence"), []string{"--bogus"}, []string{"bogus"}, true},
+		{"evidence zero seeds", w("evidence"), []string{"--seeds", "0"}, []string{"--seeds"}, true},
+		{"evidence too many seeds", w("evidence"), []string{"--seeds", "100001"}, []string{"--seeds"}, true},
+		{"evidence unexpected argument", w("evidence"), []string{"extra"}, []string{"extra"}, true},
 		// version, demo, and the command itself
 		{"version unknown flag", w("version"), []string{"--bogus"}, []string{"bogus"}, true},
 		{"version unexpected argument", w("version"), []string{"extra"}, []string{"extra"}, true},
 		{"demo unknown flag", w("demo"), []string{"--bogus"}, []string{"bogus"}, true},
 		{"demo unexpected argument", w("demo"), []string{"--dir", "DIR", "extra"}, []string{"extra"}, true},
+		{"demo dir outside", w("demo"), []string{"--dir", "DIR"}, []string{"--dir", "outside"}, true},
 		{"unknown command", w("frobnicate"), nil, []string{"frobnicate"}, true},
 	}
 }
@@ -501,20 +553,34 @@ func TestBadInputToACreatingCommandCreatesNoDatabase(t *testing.T) {
 	}
 }
 
-// Bad-input coverage: every subcommand that takes input appears in the
-// table with an unknown flag.
+// Bad-input coverage: every registered command, and every subcommand of
+// those that have them, appears in the table with an unknown flag (or,
+// taking no flags of its own, with some bad input), so a new command
+// without bad-input cases fails here.
 func TestBadInputsCoverEveryCommand(t *testing.T) {
-	unknownFlag := map[string]bool{}
+	subcommands := map[string][]string{
+		"schedule": {"add", "list", "run", "remove"},
+		"snapshot": {"create", "verify"},
+	}
+	unknownFlag, anyCase := map[string]bool{}, map[string]bool{}
 	for _, c := range badInputs() {
+		name := strings.Join(c.words, " ")
+		anyCase[name], anyCase[c.words[0]] = true, true
 		if strings.HasSuffix(c.name, "unknown flag") {
-			unknownFlag[strings.Join(c.words, " ")] = true
+			unknownFlag[name] = true
 		}
 	}
-	for _, name := range []string{"submit", "status", "list", "cancel", "approve", "reject", "requeue", "resolve",
-		"settle", "inspect", "events", "metrics", "limits", "schedule add", "schedule list", "schedule remove",
-		"schedule run", "reap", "worker", "sim", "version", "demo"} {
-		require.True(t, unknownFlag[name], "%s has an unknown-flag case", name)
-		require.Contains(t, commands, strings.Fields(name)[0], "%s is registered", name)
+	require.NotEmpty(t, commands)
+	for name := range commands {
+		require.True(t, anyCase[name], "%s has bad-input cases", name)
+		subs, ok := subcommands[name]
+		if !ok {
+			require.True(t, unknownFlag[name], "%s has an unknown-flag case", name)
+			continue
+		}
+		for _, sub := range subs {
+			require.True(t, unknownFlag[name+" "+sub], "%s %s has an unknown-flag case", name, sub)
+		}
 	}
 }
 
@@ -1024,4 +1090,98 @@ func TestVersion(t *testing.T) {
 	require.Equal(t, queue.SchemaVersion(), v.Schema)
 	require.Positive(t, v.Schema)
 	require.NotEmpty(t, v.Go)
+}
+
+// Positional arguments stay positional: after "--" nothing is a flag, and
+// an argument that looks like a flag is never parsed as one once it has
+// been taken as an argument.
+func TestParseWithArgsKeepsArgumentsPositional(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		args     []string
+		n        int
+		want     []string // fs.Args() after a successful parse
+		json     bool
+		actor    string
+		errorHas string // "" for success
+	}{
+		{"argument before flags", []string{"a", "--json"}, 1, []string{"a"}, true, "", ""},
+		{"argument after flags", []string{"--json", "--actor", "ops", "a"}, 1, []string{"a"}, true, "ops", ""},
+		{"arguments between flags", []string{"--actor", "ops", "a", "--json", "b"}, 2, []string{"a", "b"}, true, "ops", ""},
+		{"flag-like argument after --", []string{"--", "-json"}, 1, []string{"-json"}, false, "", ""},
+		{"flags then -- then a flag-like argument", []string{"--actor", "ops", "--", "--actor"}, 1, []string{"--actor"}, false, "ops", ""},
+		{"everything after -- is an argument", []string{"--", "a", "--json"}, 2, []string{"a", "--json"}, false, "", ""},
+		{"-- as a flag's value is not the end of flags", []string{"--actor", "--", "a", "--json"}, 1, []string{"a"}, true, "--", ""},
+		{"a bool flag before --", []string{"--json", "--", "-x"}, 1, []string{"-x"}, true, "", ""},
+		{"too many after --", []string{"--", "-x", "-y"}, 1, nil, false, "", "expected 1 argument(s), got 2"},
+		{"unexpected after --", []string{"--", "-x"}, 0, nil, false, "", `unexpected argument "-x"`},
+		{"unknown flag", []string{"a", "--bogus"}, 1, nil, false, "", "bogus"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			asJSON := fs.Bool("json", false, "")
+			actor := fs.String("actor", "", "")
+			err := parseWithArgs(fs, c.args, c.n)
+			if c.errorHas != "" {
+				require.ErrorContains(t, err, c.errorHas)
+				require.ErrorAs(t, err, new(usageError))
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, c.want, fs.Args())
+			require.Equal(t, c.json, *asJSON, "--json")
+			require.Equal(t, c.actor, *actor, "--actor")
+		})
+	}
+}
+
+// Through the CLI: "status -- -x" is a bad task ID (2), not a bad flag
+// (1), and "schedule remove -- -json" looks for a schedule named -json
+// instead of turning --json on.
+func TestArgumentsAfterDoubleDashStayArguments(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.submit("ana", "k1", onePayload)
+	requireUsage(t, f.do("status", "--", "-x"), "task", `"-x"`)
+	before := snapshot(t, f.dir)
+	r := f.lh([]string{"schedule", "remove"}, "--actor", "ops", "--", "-json")
+	requireFailed(t, r, "-json", "not found")
+	require.Equal(t, before, snapshot(t, f.dir))
+}
+
+// limits --user U without a change shows the limits and writes nothing:
+// no user-limit row, no audit event.
+func TestLimitsWithABareUserOnlyShows(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.submit("ana", "k1", onePayload)
+	before := snapshot(t, f.dir)
+	r := f.do("limits", "--user", "ana", "--actor", "ops", "--json")
+	requireOK(t, r)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+	require.Equal(t, []any{}, out["users"], "no user limit was written")
+	require.Equal(t, float64(model.DefaultLimits.DepthMax), out["limits"].(map[string]any)["depth_max"])
+	requireOK(t, f.do("limits", "--user", "ana"))
+	require.Equal(t, before, snapshot(t, f.dir), "showing limits changed the database")
+	f.withQueue(func(ctx context.Context, q *queue.Queue) {
+		events, err := q.Events(ctx, "")
+		require.NoError(t, err)
+		for _, e := range events {
+			require.NotEqual(t, model.EventLimitsSet, e.Kind, "%+v", e)
+		}
+		_, users, err := q.Limits(ctx)
+		require.NoError(t, err)
+		require.Empty(t, users)
+	})
+
+	// With a change it sets that user's limit, as before.
+	requireOK(t, f.do("limits", "--user", "ana", "--depth-max", "3", "--actor", "ops"))
+	f.withQueue(func(ctx context.Context, q *queue.Queue) {
+		_, users, err := q.Limits(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []model.UserLimit{{User: "ana", RunningMax: model.Inherit, DepthMax: 3}}, users)
+	})
 }

@@ -132,26 +132,31 @@ type demo struct {
 	flags    map[string][]string // each worker's extra flags, kept across restarts
 	res      demoResult
 	ids      map[string]string
-	sampling chan struct{}
+	sampling chan struct{}  // closed to stop the sampler
+	sampler  sync.WaitGroup // the sampler, waited for before the report reads res
 }
 
 func runDemo(e *env, args []string) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	dir := fs.String("dir", filepath.Join("out", "demo"), "working directory (emptied first)")
+	dirFlag := fs.String("dir", filepath.Join("out", "demo"), "working directory inside LEASEHOLD_DATA_DIR (or the working directory): emptied first, so it must be empty or hold a previous demo's result.json")
 	if err := parse(fs, args); err != nil {
+		return fail(e, "demo", err)
+	}
+	dir, err := demoDir(*dirFlag)
+	if err != nil {
 		return fail(e, "demo", err)
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return fail(e, "demo", fmt.Errorf("find this binary: %w", err))
 	}
-	if err := os.RemoveAll(*dir); err != nil {
+	if err := os.RemoveAll(dir); err != nil {
 		return fail(e, "demo", err)
 	}
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail(e, "demo", err)
 	}
-	d := &demo{e: e, dir: *dir, db: filepath.Join(*dir, "leasehold.db"), self: self, start: time.Now(),
+	d := &demo{e: e, dir: dir, db: filepath.Join(dir, "leasehold.db"), self: self, start: time.Now(),
 		procs: map[string]*demoProc{}, ids: map[string]string{}, sampling: make(chan struct{})}
 	d.res = demoResult{Kind: "live", Started: d.start.UTC().Format(time.RFC3339Nano), Version: buildVersion(),
 		Machine: machine(), IDs: d.ids, Settings: map[string]string{"lease": demoLease.String(),
@@ -159,7 +164,7 @@ func runDemo(e *env, args []string) int {
 			"duplicate": "w2 delivers every completion twice", "synchronous": queue.SynchronousFull}}
 	defer d.stopAll()
 	err = d.run()
-	close(d.sampling)
+	d.stopSampling()
 	d.res.DurationMs = time.Since(d.start).Milliseconds()
 	if err != nil {
 		d.outcome("demo ran to the end", "every story played out", err.Error(), false)
@@ -169,6 +174,37 @@ func runDemo(e *env, args []string) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// demoDir checks --dir before anything is removed: it must lie inside the
+// allowed directory (as sim --report's must) without being that directory,
+// and, if it exists, be a directory that is empty or holds a previous
+// demo's result.json. It returns the directory resolved.
+func demoDir(p string) (string, error) {
+	dir, err := checkedDir("dir", p)
+	if err != nil {
+		return "", err
+	}
+	root, err := allowedRoot()
+	if err != nil {
+		return "", err
+	}
+	if dir == root {
+		return "", badUsage("--dir: %s is the allowed directory itself; name a directory inside it", p)
+	}
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return dir, nil
+	case err != nil:
+		return "", badUsage("--dir: %v", err)
+	case len(entries) == 0:
+		return dir, nil
+	}
+	if _, err := readDemo(filepath.Join(dir, "result.json")); err != nil {
+		return "", badUsage("--dir: %s is not empty and holds no previous demo's result.json, so the demo will not empty it (remove it or name another directory)", p)
+	}
+	return dir, nil
 }
 
 func machine() map[string]string {
@@ -378,6 +414,23 @@ func task(name string) demoTask {
 	panic("demo: no task " + name)
 }
 
+// startSampling starts the sampler.
+func (d *demo) startSampling() {
+	d.sampler.Add(1)
+	go func() {
+		defer d.sampler.Done()
+		d.sample()
+	}()
+}
+
+// stopSampling stops the sampler and waits for it to return, so that what
+// reads d.res afterwards races with nothing. Stopping a sampler never
+// started returns at once.
+func (d *demo) stopSampling() {
+	close(d.sampling)
+	d.sampler.Wait()
+}
+
 // sample reads the metrics every half second until the run ends.
 func (d *demo) sample() {
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -410,7 +463,7 @@ func (d *demo) run() error {
 		return fmt.Errorf("set lena's limit: %s", errOut)
 	}
 	d.note("set user lena's running limit to 1")
-	go d.sample()
+	d.startSampling()
 	if err := d.startWorker("w1"); err != nil {
 		return err
 	}
@@ -775,17 +828,50 @@ func (d *demo) checkLimit() error {
 	if err != nil {
 		return err
 	}
-	overlap := false
-	for _, x := range runSpans(a) {
-		for _, y := range runSpans(b) {
-			if x[0] < y[1] && y[0] < x[1] {
-				overlap = true
+	spansA, spansB := runSpans(a), runSpans(b)
+	overlap, err := spansOverlap(spansA, spansB)
+	observed := fmt.Sprintf("running spans %v and %v; overlap=%t", spansA, spansB, overlap)
+	if err != nil {
+		observed = fmt.Sprintf("running spans %v and %v; %v", spansA, spansB, err)
+	}
+	d.outcome("per-user limit of 1 (lena's two tasks)", "never running at once",
+		observed, err == nil && !overlap && len(spansA) > 0 && len(spansB) > 0)
+	return nil
+}
+
+// spansOverlap reports whether any span of a overlaps any span of b. The
+// ends are RFC 3339 times, compared as times: as strings, a trimmed
+// fraction (".3Z") sorts after a longer one (".301Z").
+func spansOverlap(a, b [][2]string) (bool, error) {
+	parse := func(spans [][2]string) ([][2]time.Time, error) {
+		out := make([][2]time.Time, len(spans))
+		for i, s := range spans {
+			for j := range s {
+				t, err := time.Parse(time.RFC3339Nano, s[j])
+				if err != nil {
+					return nil, fmt.Errorf("running span %v: %w", s, err)
+				}
+				out[i][j] = t
+			}
+		}
+		return out, nil
+	}
+	x, err := parse(a)
+	if err != nil {
+		return false, err
+	}
+	y, err := parse(b)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range x {
+		for _, q := range y {
+			if p[0].Before(q[1]) && q[0].Before(p[1]) {
+				return true, nil
 			}
 		}
 	}
-	d.outcome("per-user limit of 1 (lena's two tasks)", "never running at once",
-		fmt.Sprintf("running spans %v and %v; overlap=%t", runSpans(a), runSpans(b), overlap), !overlap && len(runSpans(a)) > 0 && len(runSpans(b)) > 0)
-	return nil
+	return false, nil
 }
 
 func (d *demo) checkDuplicateCompletion() error {

@@ -109,7 +109,9 @@ func badUsage(format string, args ...any) error { return usageError{fmt.Sprintf(
 func parse(fs *flag.FlagSet, args []string) error { return parseWithArgs(fs, args, 0) }
 
 // parseWithArgs parses flags and exactly n positional arguments, which may
-// come before or after the flags.
+// come before or after the flags. A positional argument is never read as a
+// flag: after "--" everything is positional, and the positional arguments
+// are handed back to fs behind a "--" so that fs.Args() holds them as given.
 func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 	fs.SetOutput(io.Discard)
 	var positional []string
@@ -120,11 +122,16 @@ func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 			}
 			return usageError{strings.TrimSpace(err.Error())}
 		}
-		if fs.NArg() == 0 {
+		rest := fs.Args()
+		if len(rest) == 0 {
 			break
 		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+		if endedByTerminator(fs, args[:len(args)-len(rest)]) {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
 	}
 	if len(positional) != n {
 		if n == 0 {
@@ -132,7 +139,33 @@ func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 		}
 		return badUsage("expected %d argument(s), got %d", n, len(positional))
 	}
-	return fs.Parse(positional) // leaves fs.Args() holding the positional arguments
+	// Parsing "--" and the arguments sets no flag and leaves fs.Args()
+	// holding exactly the positional arguments.
+	return fs.Parse(append([]string{"--"}, positional...))
+}
+
+// endedByTerminator reports whether fs stopped parsing at a "--" rather
+// than at a positional argument. consumed is what fs parsed: flags, their
+// values, and at most one "--", which can only be the last (a "--" that is
+// a flag's value does not count).
+func endedByTerminator(fs *flag.FlagSet, consumed []string) bool {
+	for i := 0; i < len(consumed); i++ {
+		s := consumed[i]
+		if s == "--" {
+			return i == len(consumed)-1
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(s, "-"), "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+				continue
+			}
+			i++ // the flag's value
+		}
+	}
+	return false
 }
 
 // helpRequested carries a command's help, asked for with -h or --help: it

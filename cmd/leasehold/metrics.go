@@ -19,7 +19,14 @@ import (
 type queueCollector struct {
 	q   *queue.Queue
 	log *slog.Logger
+	// timeout bounds one scrape's read; zero means scrapeTimeout.
+	timeout time.Duration
 }
+
+// scrapeTimeout is how long a scrape waits for the queue's metrics before
+// it reports leasehold_metrics_up 0. The read is a read-only transaction,
+// so cancelling it at the deadline loses nothing.
+const scrapeTimeout = 5 * time.Second
 
 var (
 	descDepth  = prometheus.NewDesc("leasehold_tasks", "Tasks by state.", []string{"state"}, nil)
@@ -69,9 +76,13 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the snapshot and sends it.
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	timeout := c.timeout
+	if timeout <= 0 {
+		timeout = scrapeTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	m, err := c.q.Metrics(context.WithoutCancel(ctx))
+	m, err := c.q.Metrics(ctx)
 	if err != nil {
 		c.log.Warn("metrics unreadable", "error", oneLine(err.Error()))
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0)

@@ -63,6 +63,42 @@ func commonFlags(fs *flag.FlagSet, actor bool) common {
 	return c
 }
 
+// commonFor returns the shared flags at their defaults, for path: what a
+// command that opens a database it names some other way (restore's
+// target) opens it with.
+func commonFor(path string) common {
+	c := commonFlags(flag.NewFlagSet("", flag.ContinueOnError), false)
+	*c.db = path
+	return c
+}
+
+// withDB returns c naming path as the database (a path checked and
+// resolved by the command).
+func (c common) withDB(path string) common {
+	c.db = &path
+	return c
+}
+
+// settings checks --busy-timeout and --synchronous and returns what
+// queue.Options takes for them.
+func (c common) settings() (time.Duration, string, error) {
+	busy := *c.busyTimeout
+	switch {
+	case busy < 0 || busy > time.Hour:
+		return 0, "", badUsage("--busy-timeout: must be between 0 and 1h, got %s", busy)
+	case busy == 0:
+		busy = queue.NoBusyTimeout
+	}
+	sync := strings.ToUpper(*c.synchronous)
+	if sync == "" {
+		sync = queue.SynchronousFull
+	}
+	if sync != queue.SynchronousFull && sync != queue.SynchronousNormal {
+		return 0, "", badUsage("--synchronous: must be FULL or NORMAL, got %q", *c.synchronous)
+	}
+	return busy, sync, nil
+}
+
 // defaultActor is the operating system user, or "cli".
 func defaultActor() string {
 	if u := os.Getenv("USER"); model.CheckName("actor", u) == nil {
@@ -87,15 +123,12 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 	if err := checkDBPath(*c.db); err != nil {
 		return nil, err
 	}
-	busy := *c.busyTimeout
-	switch {
-	case busy < 0 || busy > time.Hour:
-		return nil, badUsage("--busy-timeout: must be between 0 and 1h, got %s", busy)
-	case busy == 0:
-		busy = queue.NoBusyTimeout
+	busy, sync, err := c.settings()
+	if err != nil {
+		return nil, err
 	}
 	return queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
-		Synchronous: strings.ToUpper(*c.synchronous), Migrate: mode, BusyTimeout: busy})
+		Synchronous: sync, Migrate: mode, BusyTimeout: busy})
 }
 
 // openExisting opens a database that must already exist (every command but

@@ -143,9 +143,7 @@ func runSettle(e *env, args []string) int {
 		err = badUsage("say exactly one of --applied and --not-applied")
 	}
 	if err == nil {
-		if task, _, ok := strings.Cut(op, ".s"); !ok || checkTaskID(task) != nil {
-			err = badUsage("operation %q: not an operation ID (TASK.sSTEP, as inspect shows)", op)
-		}
+		err = checkOperationID(op)
 	}
 	if err == nil {
 		err = model.CheckName("actor", *c.actor)

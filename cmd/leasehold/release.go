@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -105,12 +103,16 @@ func runSnapshot(e *env, args []string) int {
 	fs := flag.NewFlagSet("snapshot "+sub, flag.ContinueOnError)
 	switch sub {
 	case "create":
-		c := commonFlags(fs, false)
+		// Not commonFlags: the snapshot is read through a connection of its
+		// own (queue.CreateSnapshot), which --busy-timeout and --synchronous
+		// could not reach, so they are not offered.
+		dbFlag := fs.String("db", "leasehold.db", "database file")
+		asJSON := fs.Bool("json", false, "print the manifest as JSON")
 		out := fs.String("out", "", "the snapshot file to write (its manifest goes to FILE.manifest.json)")
 		if err := parse(fs, args); err != nil {
 			return fail(e, "snapshot", err)
 		}
-		db, err := safePath("db", *c.db)
+		db, err := safePath("db", *dbFlag)
 		if err == nil {
 			_, err = os.Stat(db)
 		}
@@ -128,7 +130,7 @@ func runSnapshot(e *env, args []string) int {
 		if err != nil {
 			return fail(e, "snapshot", err)
 		}
-		if *c.json {
+		if *asJSON {
 			printJSON(e.stdout, m)
 			return exitOK
 		}
@@ -184,7 +186,7 @@ func runRestore(e *env, args []string) int {
 		return fail(e, "restore", err)
 	}
 	// Record the restore in the restored database's own audit trail.
-	q, err := queue.Open(e.ctx, queue.Options{Path: target, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Migrate: queue.MigrateNew})
+	q, err := openQueue(e.ctx, commonFor(target), queue.MigrateNew)
 	if err == nil {
 		err = q.RecordOperatorEvent(e.ctx, model.EventRestored, *actor,
 			fmt.Sprintf("restored from snapshot sha256 %s (%d tasks)", v.Manifest.SHA256, v.Manifest.Tasks))
@@ -212,7 +214,14 @@ func runMigrate(e *env, args []string) int {
 	if err := parse(fs, args); err != nil {
 		return fail(e, "migrate", err)
 	}
-	db, err := safePath("db", *c.db)
+	// --busy-timeout and --synchronous apply to the migration's own
+	// connection (the snapshot and its verification open theirs at the
+	// queue's defaults); they are checked before anything is read.
+	_, _, err := c.settings()
+	var db string
+	if err == nil {
+		db, err = safePath("db", *c.db)
+	}
 	if err == nil {
 		err = model.CheckName("actor", *c.actor)
 	}
@@ -259,7 +268,7 @@ func runMigrate(e *env, args []string) int {
 		return fail(e, "migrate", fmt.Errorf("the pre-migration snapshot failed verification, nothing migrated: %w", err))
 	}
 	fmt.Fprintf(e.stdout, "verified snapshot %s\n", snap)
-	q, err := queue.Open(e.ctx, queue.Options{Path: db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Migrate: queue.MigrateAll})
+	q, err := openQueue(e.ctx, c.withDB(db), queue.MigrateAll)
 	if err != nil {
 		return fail(e, "migrate", fmt.Errorf("migrate (restore %s if needed): %w", snap, err))
 	}

@@ -788,10 +788,10 @@ func TestSimReport(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("LEASEHOLD_DATA_DIR", dir)
 	out := filepath.Join(dir, "reports", "late")
-	r := lh(t, "sim", "--scenario", "late-result", "--seed", "4", "--seeds", "3", "--parallel", "1", "--report", out)
+	r := lh(t, "sim", "--scenario", "late-result", "--seed", "4", "--seeds", "12", "--parallel", "1", "--report", out)
 	requireOK(t, r)
 	printed := parseSeedRecords([]byte(r.stdout))
-	require.Len(t, printed, 3)
+	require.Len(t, printed, 12)
 	require.Contains(t, r.stdout, "report: "+out)
 
 	b, err := os.ReadFile(filepath.Join(out, "report.json"))
@@ -804,9 +804,9 @@ func TestSimReport(t *testing.T) {
 	sw := rep.Fixture.Sweeps[0]
 	require.Equal(t, "late-result", sw.Scenario)
 	require.Equal(t, uint64(4), sw.From)
-	require.Equal(t, 3, sw.Passed)
+	require.Equal(t, 12, sw.Passed)
 	require.Zero(t, sw.Failed)
-	require.Len(t, sw.Fingerprints, 3)
+	require.Len(t, sw.Fingerprints, 10, "the first 10 seeds (none failed)")
 	for i, fp := range sw.Fingerprints {
 		require.Equal(t, printed[i].seed, fp.Seed)
 		require.Equal(t, printed[i].fingerprint, fp.Fingerprint, "the report lists what the run printed")
@@ -820,10 +820,17 @@ func TestSimReport(t *testing.T) {
 
 	md, err := os.ReadFile(filepath.Join(out, "report.md"))
 	require.NoError(t, err)
-	require.Contains(t, string(md), "# leasehold sim: late-result, seeds 4..6")
+	require.Contains(t, string(md), "# leasehold sim: late-result, seeds 4..15")
 	page, err := os.ReadFile(filepath.Join(out, "index.html"))
 	require.NoError(t, err)
 	require.Contains(t, string(page), "<svg")
+	// The report says which fingerprints it lists, and both renderings
+	// show every one of them.
+	require.Contains(t, strings.Join(rep.Fixture.About, " "), "Listed fingerprints: the first 10 seeds and every failed seed")
+	for _, fp := range sw.Fingerprints {
+		require.Contains(t, string(md), fmt.Sprintf("%d: `%s`", fp.Seed, fp.Fingerprint[:12]))
+		require.Contains(t, string(page), fmt.Sprintf(`<code title="%s">`, fp.Fingerprint))
+	}
 }
 
 func TestParseSeedRecordsReadsEveryMode(t *testing.T) {
@@ -831,7 +838,57 @@ func TestParseSeedRecordsReadsEveryMode(t *testing.T) {
 		"seed: 8\nscenario: quota\nfaults: service=dedup\nfingerprint: bb\nverdict: fail\nbroken: invariant x broken\nevents leading to it:\n  1 step w0\n" +
 		"summary: scenario quota seeds 7..8: 1 passed, 1 failed\n"
 	require.Equal(t, []seedRecord{
-		{seed: 7, faults: "service=plain", fingerprint: "aa", pass: true},
-		{seed: 8, faults: "service=dedup", fingerprint: "bb", broken: "invariant x broken"},
+		{seed: 7, faults: "service=plain", fingerprint: "aa", pass: true, judged: true},
+		{seed: 8, faults: "service=dedup", fingerprint: "bb", broken: "invariant x broken", judged: true},
 	}, parseSeedRecords([]byte(out)))
+}
+
+// A sweep process's seeds count only when it exited 0 or 1 (as its
+// verdicts say) and judged every seed of its range in order: a child that
+// panicked, was killed or stopped short is an error naming the range and
+// the command that reruns it, never a count of passes.
+func TestJudgeSweepChild(t *testing.T) {
+	t.Parallel()
+	block := func(seed uint64, verdict string) string {
+		return fmt.Sprintf("seed: %d\nscenario: quota\nfaults: service=plain\nfingerprint: f%d\nverdict: %s\n", seed, seed, verdict)
+	}
+	pass3 := block(10, "pass") + block(11, "pass") + block(12, "pass") + "summary: scenario quota seeds 10..12: 3 passed, 0 failed\n"
+	oneFailed := block(10, "pass") + block(11, "fail") + "broken: x\n" + block(12, "fail") + "broken: y\n"
+
+	failed, first, err := judgeSweepChild([]byte(pass3), exitOK, "exit status 0", "quota", 10, 3)
+	require.NoError(t, err)
+	require.Zero(t, failed)
+	require.Zero(t, first)
+	failed, first, err = judgeSweepChild([]byte(oneFailed), exitFail, "exit status 1", "quota", 10, 3)
+	require.NoError(t, err)
+	require.Equal(t, 2, failed)
+	require.Equal(t, uint64(11), first)
+
+	bad := []struct {
+		name string
+		out  string
+		code int
+		how  string
+		want []string
+	}{
+		{"a panic after every verdict", pass3 + "panic: boom\n", 2, "exit status 2", []string{"exit status 2", "3 of 3"}},
+		{"killed mid-range", block(10, "pass"), -1, "signal: killed", []string{"signal: killed", "1 of 3"}},
+		{"killed before printing", "", -1, "signal: killed", []string{"signal: killed", "0 of 3"}},
+		{"exit 0 with seeds missing", block(10, "pass") + block(11, "pass"), exitOK, "exit status 0", []string{"2 of its 3"}},
+		{"exit 1 with seeds missing", block(10, "pass"), exitFail, "exit status 1", []string{"1 of its 3"}},
+		{"a seed without a verdict", block(10, "pass") + "seed: 11\nscenario: quota\n" + block(12, "pass"), exitOK, "exit status 0", []string{"1 of its 3"}},
+		{"seeds out of range", block(10, "pass") + block(12, "pass") + block(13, "pass"), exitOK, "exit status 0", []string{"1 of its 3"}},
+		{"exit 0 with a failed seed", oneFailed, exitOK, "exit status 0", []string{"exited 0", "2 of its 3 seeds failed"}},
+		{"exit 1 with every seed passed", pass3, exitFail, "exit status 1", []string{"exited 1", "0 of its 3 seeds failed"}},
+	}
+	for _, c := range bad {
+		t.Run(c.name, func(t *testing.T) {
+			failed, _, err := judgeSweepChild([]byte(c.out), c.code, c.how, "quota", 10, 3)
+			require.Error(t, err)
+			require.Zero(t, failed)
+			for _, w := range append(c.want, "seeds 10..12", "leasehold sim --scenario quota --seed 10 --seeds 3 --parallel 1") {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
 }

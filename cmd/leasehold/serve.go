@@ -26,13 +26,6 @@ func init() {
 	register("serve", "the HTTP JSON API, /metrics and /healthz: serve --addr 127.0.0.1:PORT --tokens FILE", runServe)
 }
 
-// Scopes a token can carry.
-const (
-	scopeSubmit  = "submit"
-	scopeApprove = "approve"
-	scopeOperate = "operate"
-)
-
 // Request bounds.
 const (
 	requestBytesMax = model.PayloadBytesMax + 16<<10 // a payload and the fields around it
@@ -67,7 +60,7 @@ func parseTokens(text string) ([]token, error) {
 		}
 		t := token{name: fields[0], scopes: map[string]bool{}, digest: sha256.Sum256([]byte(fields[2]))}
 		for _, s := range strings.Split(fields[1], ",") {
-			if s != scopeSubmit && s != scopeApprove && s != scopeOperate {
+			if s != model.ScopeSubmit && s != model.ScopeApprove && s != model.ScopeOperate {
 				return nil, fmt.Errorf("tokens line %d: unknown scope %q (want submit, approve or operate)", i+1, s)
 			}
 			t.scopes[s] = true
@@ -432,9 +425,8 @@ func (s *server) resolve(w http.ResponseWriter, r *http.Request, who token) erro
 
 func (s *server) settle(w http.ResponseWriter, r *http.Request, who token) error {
 	op := r.PathValue("op")
-	task, _, ok := strings.Cut(op, ".s")
-	if !ok || checkTaskID(task) != nil {
-		return &model.ValidationError{Field: "op", Problem: fmt.Sprintf("%q is not an operation ID", op)}
+	if err := checkOperationID(op); err != nil {
+		return &model.ValidationError{Field: "op", Problem: err.Error()}
 	}
 	var b struct {
 		Applied *bool `json:"applied"`
@@ -603,8 +595,8 @@ func (s *server) addSchedule(w http.ResponseWriter, r *http.Request, who token) 
 
 func (s *server) removeSchedule(w http.ResponseWriter, r *http.Request, who token) error {
 	id := r.PathValue("id")
-	if err := model.CheckName("id", id); err != nil {
-		return err
+	if err := checkScheduleID(id); err != nil {
+		return &model.ValidationError{Field: "id", Problem: err.Error()}
 	}
 	if err := s.q.RemoveSchedule(r.Context(), id, who.name); err != nil {
 		return err
@@ -628,13 +620,13 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 
 // mux builds the routes.
 func (s *server) mux() http.Handler {
-	reads := []string{scopeSubmit, scopeApprove, scopeOperate}
-	submit, approve, operate := []string{scopeSubmit}, []string{scopeApprove}, []string{scopeOperate}
+	reads := []string{model.ScopeSubmit, model.ScopeApprove, model.ScopeOperate}
+	submit, approve, operate := []string{model.ScopeSubmit}, []string{model.ScopeApprove}, []string{model.ScopeOperate}
 	m := http.NewServeMux()
 	m.Handle("POST /v1/tasks", s.route(submit, s.submit))
 	m.Handle("GET /v1/tasks/{id}", s.route(reads, s.getTask))
 	m.Handle("GET /v1/tasks/{id}/events", s.route(reads, s.taskEvents))
-	m.Handle("POST /v1/tasks/{id}/cancel", s.route([]string{scopeSubmit, scopeOperate}, s.cancel))
+	m.Handle("POST /v1/tasks/{id}/cancel", s.route([]string{model.ScopeSubmit, model.ScopeOperate}, s.cancel))
 	m.Handle("POST /v1/tasks/{id}/approve", s.route(approve, s.approve))
 	m.Handle("POST /v1/tasks/{id}/reject", s.route(approve, s.reject))
 	m.Handle("POST /v1/tasks/{id}/requeue", s.route(operate, s.requeue))

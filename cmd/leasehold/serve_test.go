@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
 
@@ -575,6 +576,11 @@ func TestServeOperator(t *testing.T) {
 	// for an unknown operation, 200 once, then 409.
 	settle := "/v1/effects/" + intent.OpID + "/settle"
 	a.refused(t, http.MethodPost, "/v1/effects/nonsense/settle", secretOperate, `{"applied": true}`, http.StatusBadRequest, "op")
+	// A task ID with a step that is not a non-negative number is no
+	// operation ID either: 400, not a lookup that fails.
+	for _, bad := range []string{".sXYZ", ".s-1", ".s01", ".s"} {
+		a.refused(t, http.MethodPost, "/v1/effects/"+uncertain+bad+"/settle", secretOperate, `{"applied": true}`, http.StatusBadRequest, "op")
+	}
 	a.refused(t, http.MethodPost, settle, secretOperate, `{}`, http.StatusBadRequest, "applied")
 	a.refused(t, http.MethodPost, "/v1/effects/"+unknownTask+".s0/settle", secretOperate, `{"applied": true}`, http.StatusNotFound, "")
 	out := a.call(t, http.MethodPost, settle, secretOperate, `{"applied": true}`, http.StatusOK)
@@ -650,6 +656,7 @@ func TestServeOperator(t *testing.T) {
 	require.Empty(t, b)
 	a.refused(t, http.MethodDelete, "/v1/schedules/"+sid, secretOperate, "", http.StatusNotFound, "")
 	a.refused(t, http.MethodDelete, "/v1/schedules/s%20x", secretOperate, "", http.StatusBadRequest, "id")
+	a.refused(t, http.MethodDelete, "/v1/schedules/bad%20id%21", secretOperate, "", http.StatusBadRequest, "id")
 	require.Empty(t, a.list(t, "/v1/schedules", secretOperate))
 
 	// The actors of the events that concern no task.
@@ -893,7 +900,7 @@ func TestParseTokens(t *testing.T) {
 	require.Len(t, tokens, 4)
 	scopes := map[string][]string{}
 	for _, tok := range tokens {
-		for _, s := range []string{scopeSubmit, scopeApprove, scopeOperate} {
+		for _, s := range []string{model.ScopeSubmit, model.ScopeApprove, model.ScopeOperate} {
 			if tok.scopes[s] {
 				scopes[tok.name] = append(scopes[tok.name], s)
 			}
@@ -935,7 +942,7 @@ func TestLoadTokens(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, tokens, 2)
 	require.Equal(t, "alice", tokens[0].name)
-	require.True(t, tokens[1].scopes[scopeApprove] && tokens[1].scopes[scopeOperate])
+	require.True(t, tokens[1].scopes[model.ScopeApprove] && tokens[1].scopes[model.ScopeOperate])
 
 	// A file wins over the environment.
 	file := filepath.Join(t.TempDir(), "tokens")
@@ -955,4 +962,52 @@ func TestLoadTokens(t *testing.T) {
 	_, err = loadTokens("")
 	require.ErrorAs(t, err, new(usageError))
 	require.ErrorContains(t, err, "LEASEHOLD_TOKENS")
+}
+
+// A scrape whose read cannot get a connection gives up at the scrape
+// timeout and reports leasehold_metrics_up 0, instead of waiting for as
+// long as the connection is held.
+func TestScrapeGivesUpAtItsTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, err := queue.Open(ctx, queue.Options{Path: filepath.Join(t.TempDir(), "q.db"), Clock: clockwork.NewRealClock(), IDs: randomIDs{}})
+	require.NoError(t, err)
+	defer q.Close()
+	// Hold the pool's only connection: the scrape's read waits for one.
+	q.DB().SetMaxOpenConns(1)
+	conn, err := q.DB().Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+
+	logs := &syncBuffer{}
+	c := &queueCollector{q: q, log: slog.New(slog.NewJSONHandler(logs, nil)), timeout: 50 * time.Millisecond}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	type gathered struct {
+		names []string
+		up    float64
+		err   error
+	}
+	scraped := make(chan gathered, 1)
+	go func() {
+		families, err := reg.Gather()
+		g := gathered{err: err, up: -1}
+		for _, f := range families {
+			g.names = append(g.names, f.GetName())
+			if f.GetName() == "leasehold_metrics_up" {
+				g.up = f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		scraped <- g
+	}()
+	var g gathered
+	select {
+	case g = <-scraped:
+	case <-time.After(cliTimeout):
+		t.Fatal("the scrape did not give up at its timeout")
+	}
+	require.NoError(t, g.err)
+	require.Equal(t, []string{"leasehold_metrics_up"}, g.names, "nothing but leasehold_metrics_up")
+	require.Equal(t, 0.0, g.up)
+	require.Contains(t, logs.String(), "metrics unreadable")
 }

@@ -211,7 +211,9 @@ func printResult(e *env, r sim.Result) {
 // processes of this binary (one per core unless told otherwise: separate
 // processes share no locks, unlike goroutines over one SQLite library), and
 // prints their per-seed results in seed order. It returns how many seeds
-// failed and the first that did.
+// failed and the first that did. A child that dies (a panic, a signal) or
+// does not judge every seed of its range is an error naming the range:
+// its unjudged seeds are never counted as passes.
 func sweepProcesses(e *env, scenario string, from uint64, count, parallel int) (int, uint64, error) {
 	if parallel <= 0 {
 		parallel = runtime.NumCPU()
@@ -222,47 +224,94 @@ func sweepProcesses(e *env, scenario string, from uint64, count, parallel int) (
 		return 0, 0, fmt.Errorf("find this binary to run sweep processes: %w", err)
 	}
 	type child struct {
-		out bytes.Buffer
-		cmd *exec.Cmd
+		out  bytes.Buffer
+		cmd  *exec.Cmd
+		from uint64
+		n    int
 	}
-	children := make([]*child, parallel)
+	children := make([]*child, 0, parallel)
+	stop := func(rest []*child) {
+		for _, c := range rest {
+			_ = c.cmd.Process.Kill()
+			_ = c.cmd.Wait()
+		}
+	}
 	next := from
-	for i := range children {
+	for i := 0; i < parallel; i++ {
 		n := count / parallel
 		if i < count%parallel {
 			n++
 		}
-		c := &child{}
+		c := &child{from: next, n: n}
 		c.cmd = exec.Command(self, "sim", "--scenario", scenario, "--seed", strconv.FormatUint(next, 10),
 			"--seeds", strconv.Itoa(n), "--parallel", "1")
 		c.cmd.Stdout, c.cmd.Stderr = &c.out, e.stderr
 		if err := c.cmd.Start(); err != nil {
+			stop(children)
 			return 0, 0, fmt.Errorf("start sweep process: %w", err)
 		}
-		children[i], next = c, next+uint64(n)
+		children, next = append(children, c), next+uint64(n)
 	}
 	failed, first := 0, uint64(0)
-	for _, c := range children {
+	for i, c := range children {
 		werr := c.cmd.Wait()
-		var seed uint64
 		for _, line := range strings.SplitAfter(c.out.String(), "\n") {
-			switch {
-			case strings.HasPrefix(line, "summary: "), strings.HasPrefix(line, "first failure: "):
+			if strings.HasPrefix(line, "summary: ") || strings.HasPrefix(line, "first failure: ") {
 				continue
-			case strings.HasPrefix(line, "seed: "):
-				seed, _ = strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, "seed: ")), 10, 64)
-			case line == "verdict: fail\n":
-				if failed == 0 {
-					first = seed
-				}
-				failed++
 			}
 			io.WriteString(e.stdout, line)
 		}
 		var exit *exec.ExitError
 		if werr != nil && !errors.As(werr, &exit) {
-			return 0, 0, fmt.Errorf("sweep process: %w", werr)
+			stop(children[i+1:])
+			return 0, 0, fmt.Errorf("sweep process for seeds %d..%d: %w", c.from, c.from+uint64(c.n)-1, werr)
 		}
+		f, firstFailed, err := judgeSweepChild(c.out.Bytes(), c.cmd.ProcessState.ExitCode(), c.cmd.ProcessState.String(), scenario, c.from, c.n)
+		if err != nil {
+			stop(children[i+1:])
+			return 0, 0, err
+		}
+		if f > 0 && failed == 0 {
+			first = firstFailed
+		}
+		failed += f
+	}
+	return failed, first, nil
+}
+
+// judgeSweepChild reads what a sweep process printed for its n seeds from
+// from, and how it exited (code, and how as the process state says it),
+// and returns how many of them failed and the first that did. Exit 0 with
+// every seed passed and exit 1 with some failed are the only good ends:
+// any other exit (a panic exits 2, a signal -1), a seed missing, out of
+// order or without a verdict, or an exit that disagrees with the verdicts
+// is an error naming the range and the command that reruns it.
+func judgeSweepChild(out []byte, code int, how, scenario string, from uint64, n int) (int, uint64, error) {
+	last := from + uint64(n) - 1
+	rerun := fmt.Sprintf("rerun them: leasehold sim --scenario %s --seed %d --seeds %d --parallel 1", scenario, from, n)
+	recs := parseSeedRecords(out)
+	judged := 0
+	for judged < len(recs) && recs[judged].judged && recs[judged].seed == from+uint64(judged) {
+		judged++
+	}
+	if code != exitOK && code != exitFail {
+		return 0, 0, fmt.Errorf("sweep process for seeds %d..%d ended with %s after judging %d of %d seeds; %s", from, last, how, judged, n, rerun)
+	}
+	if judged != n || len(recs) != n {
+		return 0, 0, fmt.Errorf("sweep process for seeds %d..%d judged %d of its %d seeds in order (printed %d seed results) and exited %d; %s",
+			from, last, judged, n, len(recs), code, rerun)
+	}
+	failed, first := 0, uint64(0)
+	for _, rec := range recs {
+		if !rec.pass {
+			if failed == 0 {
+				first = rec.seed
+			}
+			failed++
+		}
+	}
+	if (failed > 0) != (code == exitFail) {
+		return 0, 0, fmt.Errorf("sweep process for seeds %d..%d exited %d with %d of its %d seeds failed; %s", from, last, code, failed, n, rerun)
 	}
 	return failed, first, nil
 }

@@ -21,6 +21,7 @@ type seedRecord struct {
 	seed                        uint64
 	faults, fingerprint, broken string
 	pass                        bool
+	judged                      bool // a verdict line was printed
 }
 
 // parseSeedRecords reads the per-seed blocks sim prints (seed:, faults:,
@@ -54,7 +55,7 @@ func parseSeedRecords(out []byte) []seedRecord {
 			}
 		case "verdict":
 			if cur != nil {
-				cur.pass = value == "pass"
+				cur.pass, cur.judged = value == "pass", true
 			}
 		case "broken":
 			if cur != nil {
@@ -178,9 +179,13 @@ func writeReport(dir, name string, r reports.Report) error {
 // allowed directory (LEASEHOLD_DATA_DIR, or the working directory), not a
 // file, and resolved through its nearest existing ancestor so a symbolic
 // link cannot lead outside.
-func reportDir(p string) (string, error) {
+func reportDir(p string) (string, error) { return checkedDir("report", p) }
+
+// checkedDir checks the directory flag --field names (p) as reportDir
+// describes and returns it resolved.
+func checkedDir(field, p string) (string, error) {
 	if strings.TrimSpace(p) == "" {
-		return "", badUsage("--report: directory required")
+		return "", badUsage("--%s: directory required", field)
 	}
 	root, err := allowedRoot()
 	if err != nil {
@@ -188,7 +193,7 @@ func reportDir(p string) (string, error) {
 	}
 	abs, err := filepath.Abs(p)
 	if err != nil {
-		return "", badUsage("--report: %v", err)
+		return "", badUsage("--%s: %v", field, err)
 	}
 	existing, rest := abs, ""
 	for {
@@ -204,14 +209,14 @@ func reportDir(p string) (string, error) {
 	}
 	resolved, err := filepath.EvalSymlinks(existing)
 	if err != nil {
-		return "", badUsage("--report: %s: %v", p, err)
+		return "", badUsage("--%s: %s: %v", field, p, err)
 	}
 	resolved = filepath.Join(resolved, rest)
-	if err := inside("report", p, root, resolved); err != nil {
+	if err := inside(field, p, root, resolved); err != nil {
 		return "", err
 	}
 	if fi, err := os.Stat(resolved); err == nil && !fi.IsDir() {
-		return "", badUsage("--report: %s is a file, not a directory", p)
+		return "", badUsage("--%s: %s is a file, not a directory", field, p)
 	}
 	return resolved, nil
 }
