@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,8 +86,8 @@ func lap(b *testing.B, fn func()) time.Duration {
 }
 
 // BenchmarkSimPortfolio reports the simulator's speed: one core is
-// GOMAXPROCS=1 in this process, the sweep two child processes with
-// GOMAXPROCS=1 each. It fails when a seed fails; the sweep target is printed
+// GOMAXPROCS=1 in this process, the sweep two child processes in the
+// environment the CLI gives its sweep processes (SweepProcessEnv). It fails when a seed fails; the sweep target is printed
 // with the figures, met or not, since it depends on the machine as well as
 // on the code. Each sub-benchmark runs its seeds once, whatever b.N: its
 // figures are the custom metrics, not ns/op.
@@ -98,7 +99,8 @@ func BenchmarkSimPortfolio(b *testing.B) {
 	runSeeds(sc, 1_000_000, 20) // warm up: the template image, code paths
 
 	b.Run("one-core", func(b *testing.B) {
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // the collector too stays on this core
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))              // the collector too stays on this core
+		defer debug.SetGCPercent(debug.SetGCPercent(SweepGCPercent)) // as a sweep process runs
 		var passed int
 		var simulated time.Duration
 		wall := lap(b, func() { passed, simulated = runSeeds(sc, 1, benchSeeds) })
@@ -124,7 +126,7 @@ func BenchmarkSimPortfolio(b *testing.B) {
 		for i := range procs {
 			n := benchSeeds / procs
 			cmd := exec.Command(self)
-			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d", benchChildEnv, 1+i*n, n), "GOMAXPROCS=1") // one core each
+			cmd.Env = SweepProcessEnv(append(os.Environ(), fmt.Sprintf("%s=%d,%d", benchChildEnv, 1+i*n, n))) // as the CLI's sweep processes
 			out := &strings.Builder{}
 			cmd.Stdout, cmd.Stderr = out, os.Stderr
 			if err := cmd.Start(); err != nil {

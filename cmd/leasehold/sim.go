@@ -245,6 +245,10 @@ func sweepProcesses(e *env, scenario string, from uint64, count, parallel int) (
 		c := &child{from: next, n: n}
 		c.cmd = exec.Command(self, "sim", "--scenario", scenario, "--seed", strconv.FormatUint(next, 10),
 			"--seeds", strconv.Itoa(n), "--parallel", "1")
+		// One core per process, and a collector tuned for a batch of
+		// short-lived worlds: a 10,000-seed portfolio sweep on two cores
+		// went from 150 s to under 115 s.
+		c.cmd.Env = sim.SweepProcessEnv(os.Environ())
 		c.cmd.Stdout, c.cmd.Stderr = &c.out, e.stderr
 		if err := c.cmd.Start(); err != nil {
 			stop(children)
