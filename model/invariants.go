@@ -276,50 +276,89 @@ func (h *History) LeaseUntil(taskID string, fence int64) (time.Time, bool) {
 	return span.leaseUntil, ok && !span.leaseUntil.IsZero()
 }
 
-// CheckEvents checks the audit trail of one task: no step index is charged
-// twice and no operation is receipted twice.
+// EventChecker checks an audit trail as it grows, one event at a time: no
+// step index of a task is charged twice and no operation is receipted
+// twice. The zero value is not ready; use NewEventChecker.
+type EventChecker struct {
+	steps    map[string]bool // "task/index" charged
+	receipts map[string]bool // operation IDs receipted
+}
+
+// NewEventChecker returns a checker that has seen no event.
+func NewEventChecker() *EventChecker {
+	return &EventChecker{steps: map[string]bool{}, receipts: map[string]bool{}}
+}
+
+// Check checks e against the events seen before it and records it.
+func (c *EventChecker) Check(e Event) *Violation {
+	switch e.Kind {
+	case EventStep:
+		var index int
+		if _, err := fmt.Sscanf(e.Detail, "step %d", &index); err != nil {
+			return &Violation{Invariant: InvStepOnce, TaskID: e.TaskID, Detail: "unreadable step event " + e.Detail}
+		}
+		key := fmt.Sprintf("%s/%d", e.TaskID, index)
+		if c.steps[key] {
+			return &Violation{Invariant: InvStepOnce, TaskID: e.TaskID, Detail: fmt.Sprintf("step %d charged twice", index)}
+		}
+		c.steps[key] = true
+	case EventEffectReceipt:
+		if c.receipts[e.OpID] {
+			return &Violation{Invariant: InvReceiptOnce, TaskID: e.TaskID, Detail: e.OpID + " receipted twice"}
+		}
+		c.receipts[e.OpID] = true
+	}
+	return nil
+}
+
+// CheckEvents checks an audit trail (one task's or the whole queue's, in
+// order) with an EventChecker and returns every violation.
 func CheckEvents(events []Event) []Violation {
 	var out []Violation
-	steps := map[string]bool{}
-	receipts := map[string]bool{}
+	c := NewEventChecker()
 	for _, e := range events {
-		switch e.Kind {
-		case EventStep:
-			var index int
-			if _, err := fmt.Sscanf(e.Detail, "step %d", &index); err != nil {
-				out = append(out, Violation{Invariant: InvStepOnce, TaskID: e.TaskID, Detail: "unreadable step event " + e.Detail})
-				continue
-			}
-			key := fmt.Sprintf("%s/%d", e.TaskID, index)
-			if steps[key] {
-				out = append(out, Violation{Invariant: InvStepOnce, TaskID: e.TaskID, Detail: fmt.Sprintf("step %d charged twice", index)})
-			}
-			steps[key] = true
-		case EventEffectReceipt:
-			if receipts[e.OpID] {
-				out = append(out, Violation{Invariant: InvReceiptOnce, TaskID: e.TaskID, Detail: e.OpID + " receipted twice"})
-			}
-			receipts[e.OpID] = true
+		if v := c.Check(e); v != nil {
+			out = append(out, *v)
 		}
 	}
 	return out
 }
 
+// ScheduleRunChecker checks tasks as they are first seen: no schedule run
+// (schedule, k) is enqueued as more than one task. The zero value is not
+// ready; use NewScheduleRunChecker.
+type ScheduleRunChecker struct {
+	runs map[string]string // "schedule/k" -> task ID
+}
+
+// NewScheduleRunChecker returns a checker that has seen no task.
+func NewScheduleRunChecker() *ScheduleRunChecker {
+	return &ScheduleRunChecker{runs: map[string]string{}}
+}
+
+// Check checks a task seen for the first time against the tasks seen
+// before it and records it. A task not made by a schedule always passes.
+func (c *ScheduleRunChecker) Check(t Task) *Violation {
+	if t.ScheduleID == "" {
+		return nil
+	}
+	key := fmt.Sprintf("%s/%d", t.ScheduleID, t.ScheduleRun)
+	if other, dup := c.runs[key]; dup {
+		return &Violation{Invariant: InvScheduleRunOnce, TaskID: t.ID, Detail: fmt.Sprintf("run %s also enqueued as task %s", key, other)}
+	}
+	c.runs[key] = t.ID
+	return nil
+}
+
 // CheckScheduleRuns checks that no schedule run (schedule, k) was enqueued
-// as more than one task.
+// as more than one task, with a ScheduleRunChecker over tasks.
 func CheckScheduleRuns(tasks []Task) []Violation {
-	seen := map[string]string{}
 	var out []Violation
+	c := NewScheduleRunChecker()
 	for _, t := range tasks {
-		if t.ScheduleID == "" {
-			continue
+		if v := c.Check(t); v != nil {
+			out = append(out, *v)
 		}
-		key := fmt.Sprintf("%s/%d", t.ScheduleID, t.ScheduleRun)
-		if other, dup := seen[key]; dup {
-			out = append(out, Violation{Invariant: InvScheduleRunOnce, TaskID: t.ID,
-				Detail: fmt.Sprintf("run %s also enqueued as task %s", key, other)})
-		}
-		seen[key] = t.ID
 	}
 	return out
 }

@@ -32,8 +32,7 @@ type checker struct {
 	tasks     map[string]model.Task
 	accepted  []string
 	known     map[string]bool
-	steps     map[stepKey]bool
-	receipts  map[string]bool
+	trail     *model.EventChecker // steps charged once, operations receipted once
 	history   *model.History
 	limits    model.Limits
 	overrides []model.UserLimit
@@ -41,20 +40,14 @@ type checker struct {
 	charged   map[string]int // charged attempts per task since its last requeue, from the trail
 	applied   int            // effect applications already checked
 	plans     map[string][]worker.SyntheticStep
-	runs      map[string]string // schedule run key -> task
-	commits   int64             // storage commits when last checked
-}
-
-// stepKey names a task's step.
-type stepKey struct {
-	task  string
-	index int
+	runs      *model.ScheduleRunChecker
+	commits   int64 // storage commits when last checked
 }
 
 func newChecker(w *World) *checker {
-	c := &checker{w: w, tasks: map[string]model.Task{}, known: map[string]bool{}, steps: map[stepKey]bool{},
-		receipts: map[string]bool{}, history: model.NewHistory(), charged: map[string]int{},
-		plans: map[string][]worker.SyntheticStep{}, runs: map[string]string{}}
+	c := &checker{w: w, tasks: map[string]model.Task{}, known: map[string]bool{}, trail: model.NewEventChecker(),
+		history: model.NewHistory(), charged: map[string]int{},
+		plans: map[string][]worker.SyntheticStep{}, runs: model.NewScheduleRunChecker()}
 	c.limits, c.overrides, _ = w.q.Limits(w.ctx)
 	return c
 }
@@ -144,12 +137,10 @@ func (c *checker) check() *model.Violation {
 			return &model.Violation{Invariant: InvAttemptsAccounted, TaskID: id,
 				Detail: fmt.Sprintf("attempts_charged %d, but the trail shows %d charged attempts since the last requeue", t.AttemptsCharged, c.charged[id])}
 		}
-		if _, seen := c.tasks[id]; !seen && t.ScheduleID != "" {
-			key := fmt.Sprintf("%s/%d", t.ScheduleID, t.ScheduleRun)
-			if other, dup := c.runs[key]; dup {
-				return &model.Violation{Invariant: model.InvScheduleRunOnce, TaskID: id, Detail: "run " + key + " also enqueued as task " + other}
+		if _, seen := c.tasks[id]; !seen {
+			if v := c.runs.Check(t); v != nil {
+				return v
 			}
-			c.runs[key] = id
 		}
 		if before, ok := c.tasks[id]; ok {
 			if vs := model.CheckChange(before, t); len(vs) > 0 {
@@ -225,28 +216,13 @@ func (c *checker) event(e model.Event) *model.Violation {
 				Detail: fmt.Sprintf("claim %d expired at %s, but its lease ran until %s", e.Fence, e.At.Format(time.RFC3339Nano), lease.Format(time.RFC3339Nano))}
 		}
 	}
-	switch e.Kind {
-	case model.EventStep:
+	if e.Kind == model.EventStep {
 		if t, ok := c.tasks[e.TaskID]; ok && t.PastDeadline(e.At) {
 			return &model.Violation{Invariant: InvNoWorkAfterDeadline, TaskID: e.TaskID,
 				Detail: fmt.Sprintf("%s charged at %s, after the deadline %s", e.Detail, e.At.Format(time.RFC3339Nano), t.Deadline.Format(time.RFC3339Nano))}
 		}
-		var index int
-		if _, err := fmt.Sscanf(e.Detail, "step %d", &index); err != nil {
-			return &model.Violation{Invariant: model.InvStepOnce, TaskID: e.TaskID, Detail: "unreadable step event " + e.Detail}
-		}
-		key := stepKey{e.TaskID, index}
-		if c.steps[key] {
-			return &model.Violation{Invariant: model.InvStepOnce, TaskID: e.TaskID, Detail: fmt.Sprintf("step %d charged twice", index)}
-		}
-		c.steps[key] = true
-	case model.EventEffectReceipt:
-		if c.receipts[e.OpID] {
-			return &model.Violation{Invariant: model.InvReceiptOnce, TaskID: e.TaskID, Detail: e.OpID + " receipted twice"}
-		}
-		c.receipts[e.OpID] = true
 	}
-	return nil
+	return c.trail.Check(e)
 }
 
 // userLimits checks the users who just claimed against their limits.
