@@ -36,7 +36,18 @@ type Queue struct {
 type heldWrite struct {
 	write string
 	claim model.Claim
-	call  func() error
+	call  func() (any, error) // the write; its result is the queue's answer
+}
+
+// Redelivery is a kept write delivered a second time, late, and the
+// queue's answer to it.
+type Redelivery struct {
+	Write string      // the write's name, as a worker.Report names it
+	Claim model.Claim // the claim the write was made under
+	Err   error       // the queue's answer to the second delivery
+	// LeaseUntil is the lease a redelivered heartbeat set when the queue
+	// accepted it, as the queue reported it; zero otherwise.
+	LeaseUntil time.Time
 }
 
 // HeldMax bounds the writes a Queue keeps for late delivery.
@@ -116,18 +127,22 @@ func (q *Queue) ArmHold() {
 
 // Redeliver delivers the oldest kept write a second time, now, and returns
 // what it was and the queue's answer; ok is false when nothing is kept.
-func (q *Queue) Redeliver() (write string, claim model.Claim, err error, ok bool) {
+func (q *Queue) Redeliver() (r Redelivery, ok bool) {
 	q.mu.Lock()
 	if len(q.held) == 0 {
 		q.mu.Unlock()
-		return "", model.Claim{}, nil, false
+		return Redelivery{}, false
 	}
 	h := q.held[0]
 	q.held = q.held[1:]
 	q.mu.Unlock()
-	err = h.call()
+	res, err := h.call()
 	q.record(Duplicate{Write: h.write, TaskID: h.claim.TaskID, Fence: h.claim.Fence, Err: err})
-	return h.write, h.claim, err, true
+	r = Redelivery{Write: h.write, Claim: h.claim, Err: err}
+	if hb, isHeartbeat := res.(model.HeartbeatResult); isHeartbeat && err == nil {
+		r.LeaseUntil = hb.LeaseUntil
+	}
+	return r, true
 }
 
 // Disarm cancels every armed duplicate and hold, stops DuplicateEvery and
@@ -202,7 +217,7 @@ func deliver[T any](q *Queue, write string, c model.Claim, call func() (T, error
 	}
 	if q.holds > 0 && len(q.held) < HeldMax {
 		q.holds--
-		q.held = append(q.held, heldWrite{write: write, claim: c, call: func() error { _, err := call(); return err }})
+		q.held = append(q.held, heldWrite{write: write, claim: c, call: func() (any, error) { return call() }})
 	}
 	q.mu.Unlock()
 	res, err := call()

@@ -209,7 +209,7 @@ func TestQueueDisarm(t *testing.T) {
 		"last cancel_ack task=t0 fence=0 second=accepted", q.String(), "counts and the last duplicate are kept")
 	require.NoError(t, q.Complete(ctx, model.Claim{TaskID: "t1"}))
 	require.Equal(t, 1, inner.calls["complete"], "DuplicateEvery stopped too")
-	_, _, _, ok := q.Redeliver()
+	_, ok := q.Redeliver()
 	require.False(t, ok, "the kept write was dropped")
 	require.Equal(t, map[string]int{"cancel_ack": 2, "complete": 1}, inner.calls)
 	require.Equal(t, 1, q.Counts().Duplicated)
@@ -280,7 +280,7 @@ func TestQueueDuplicateEveryOnTheQueue(t *testing.T) {
 func TestQueueHoldAndRedeliver(t *testing.T) {
 	b := setupDuplicate(t)
 	b.wq.Disarm()
-	_, _, _, ok := b.wq.Redeliver()
+	_, ok := b.wq.Redeliver()
 	require.False(t, ok, "nothing kept yet")
 
 	b.wq.ArmHold()
@@ -306,11 +306,13 @@ func TestQueueHoldAndRedeliver(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, next, 1)
 
-	write, claim, err, ok := b.wq.Redeliver()
+	late, ok := b.wq.Redeliver()
 	require.True(t, ok)
-	require.Equal(t, "heartbeat", write)
-	require.Equal(t, b.c, claim)
+	require.Equal(t, "heartbeat", late.Write)
+	require.Equal(t, b.c, late.Claim)
+	err = late.Err
 	require.ErrorIs(t, err, queue.ErrStaleClaim)
+	require.True(t, late.LeaseUntil.IsZero(), "a refused heartbeat set no lease")
 	d, ok := b.wq.Last()
 	require.True(t, ok)
 	require.Equal(t, faults.Duplicate{Write: "heartbeat", TaskID: b.id, Fence: b.c.Fence, Err: err}, d)
@@ -320,8 +322,36 @@ func TestQueueHoldAndRedeliver(t *testing.T) {
 	require.Equal(t, next[0].Claim.LeaseUntil, task.LeaseUntil, "the late heartbeat extended nothing")
 	require.True(t, hb.LeaseUntil.Before(task.LeaseUntil))
 
-	_, _, _, ok = b.wq.Redeliver()
+	_, ok = b.wq.Redeliver()
 	require.False(t, ok, "a kept write is delivered again once")
+}
+
+// A kept heartbeat delivered late while its claim still holds is accepted,
+// and Redeliver reports the lease the queue set, not one the caller would
+// have to guess.
+func TestQueueRedeliveredHeartbeatReportsItsLease(t *testing.T) {
+	b := setupDuplicate(t)
+	b.wq.Disarm()
+	b.wq.ArmHold()
+	first, err := b.wq.Heartbeat(b.ctx, b.c, testLease)
+	require.NoError(t, err)
+	b.clock.Advance(testLease / 2)
+	late, ok := b.wq.Redeliver()
+	require.True(t, ok)
+	require.NoError(t, late.Err)
+	require.Equal(t, "heartbeat", late.Write)
+	task, err := b.raw.Task(b.ctx, b.id)
+	require.NoError(t, err)
+	require.Equal(t, task.LeaseUntil, late.LeaseUntil, "the lease the queue stored")
+	require.Equal(t, model.Truncate(b.clock.Now()).Add(testLease), late.LeaseUntil)
+	require.True(t, first.LeaseUntil.Before(late.LeaseUntil), "the late heartbeat extended the lease")
+
+	b.wq.ArmHold()
+	require.NoError(t, b.wq.Complete(b.ctx, b.c))
+	late, ok = b.wq.Redeliver()
+	require.True(t, ok)
+	require.ErrorIs(t, late.Err, queue.ErrStaleClaim)
+	require.True(t, late.LeaseUntil.IsZero(), "only a heartbeat reports a lease")
 }
 
 // Holds keep writes oldest first, at most HeldMax at once; a hold armed
@@ -340,19 +370,19 @@ func TestQueueHoldBound(t *testing.T) {
 	require.Equal(t, faults.HeldMax+1, inner.calls["heartbeat"], "each delivered once now")
 	require.Contains(t, q.String(), fmt.Sprintf("hold=1 every=-; kept %d", faults.HeldMax))
 
-	_, claim, err, ok := q.Redeliver()
+	first, ok := q.Redeliver()
 	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, "t0", claim.TaskID, "oldest first")
+	require.NoError(t, first.Err)
+	require.Equal(t, "t0", first.Claim.TaskID, "oldest first")
 	require.NoError(t, q.Complete(ctx, model.Claim{TaskID: "late", Fence: 1}))
 	require.Contains(t, q.String(), fmt.Sprintf("hold=0 every=-; kept %d", faults.HeldMax), "the waiting hold took the freed room")
 	var order []string
 	for {
-		write, claim, _, ok := q.Redeliver()
+		r, ok := q.Redeliver()
 		if !ok {
 			break
 		}
-		order = append(order, write+" "+claim.TaskID)
+		order = append(order, r.Write+" "+r.Claim.TaskID)
 	}
 	require.Len(t, order, faults.HeldMax)
 	require.Equal(t, "heartbeat t1", order[0])

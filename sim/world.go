@@ -264,22 +264,17 @@ func (w *World) step(i int) string {
 // redeliver delivers a worker's kept write again, late, and records it in
 // the claim history if the queue accepted it.
 func (w *World) redeliver(i int) string {
-	write, claim, err, ok := w.workers[i].queue.Redeliver()
+	late, ok := w.workers[i].queue.Redeliver()
 	if !ok {
 		return "no-op: nothing kept"
 	}
+	write, claim, err := late.Write, late.Claim, late.Err
 	accepted := err == nil || errors.Is(err, model.ErrBudgetExhausted) || errors.Is(err, model.ErrStepsExhausted) ||
 		errors.Is(err, model.ErrDeadlineExceeded)
 	r := worker.Report{Worker: workerName(i), Action: "redeliver", TaskID: claim.TaskID, Attempt: claim.Attempt,
-		Fence: claim.Fence, Write: write, Accepted: accepted}
-	if write == "heartbeat" {
-		lease := model.Truncate(w.clock.Now()).Add(w.sc.Lease) // a heartbeat asks for the worker's lease
-		switch {
-		case err == nil:
-			r.LeaseUntil = lease
-		case !errors.Is(err, model.ErrStaleClaim):
-			r.StorageError = true // it may have been applied
-		}
+		Fence: claim.Fence, Write: write, Accepted: accepted, LeaseUntil: late.LeaseUntil}
+	if write == "heartbeat" && err != nil && !errors.Is(err, model.ErrStaleClaim) {
+		r.StorageError = true // it may have been applied
 	}
 	w.checker.report(r)
 	if err != nil {
