@@ -87,9 +87,9 @@ func lap(b *testing.B, fn func()) time.Duration {
 
 // BenchmarkSimPortfolio reports the simulator's speed: one core is
 // GOMAXPROCS=1 in this process, the sweep two child processes in the
-// environment the CLI gives its sweep processes (SweepProcessEnv). It fails when a seed fails; the sweep target is printed
-// with the figures, met or not, since it depends on the machine as well as
-// on the code. Each sub-benchmark runs its seeds once, whatever b.N: its
+// environment the CLI gives its sweep processes (SweepProcessEnv). It fails
+// when a seed fails; the sweep target is printed with the figures, met or
+// not, since it depends on the machine as well as on the code. Each sub-benchmark runs its seeds once, whatever b.N: its
 // figures are the custom metrics, not ns/op.
 func BenchmarkSimPortfolio(b *testing.B) {
 	sc, err := scenarios.Get("portfolio")
