@@ -30,7 +30,7 @@ func runSim(e *env, args []string) int {
 	shrink := fs.Bool("shrink", false, "shrink a failing seed's schedule to the fewest events that still break the same invariant")
 	determinism := fs.Bool("check-determinism", false, "run each seed twice and compare fingerprints")
 	keep := fs.String("events", "", "replay only these event indices of the seed's schedule (comma-separated, as --shrink prints)")
-	parallel := fs.Int("parallel", 0, "seeds run at once (default: all cores)")
+	parallel := fs.Int("parallel", 0, "processes a sweep is split across, each running one seed at a time on one core (default: all cores; 1 runs the sweep in this process)")
 	trace := fs.Bool("trace", false, "print every trace line of a single seed")
 	timeline := fs.String("timeline", "", "write a single seed's structured timeline (the shrunk run's with --shrink) to this JSON file")
 	report := fs.String("report", "", "also write a report of the run (index.html, report.md, report.json: fingerprints, verdicts, a timeline) into this directory")
