@@ -280,13 +280,19 @@ func (h *History) LeaseUntil(taskID string, fence int64) (time.Time, bool) {
 // step index of a task is charged twice and no operation is receipted
 // twice. The zero value is not ready; use NewEventChecker.
 type EventChecker struct {
-	steps    map[string]bool // "task/index" charged
-	receipts map[string]bool // operation IDs receipted
+	steps    map[taskStep]bool // steps charged
+	receipts map[string]bool   // operation IDs receipted
+}
+
+// taskStep names one step of one task.
+type taskStep struct {
+	task  string
+	index int
 }
 
 // NewEventChecker returns a checker that has seen no event.
 func NewEventChecker() *EventChecker {
-	return &EventChecker{steps: map[string]bool{}, receipts: map[string]bool{}}
+	return &EventChecker{steps: map[taskStep]bool{}, receipts: map[string]bool{}}
 }
 
 // Check checks e against the events seen before it and records it.
@@ -297,7 +303,7 @@ func (c *EventChecker) Check(e Event) *Violation {
 		if _, err := fmt.Sscanf(e.Detail, "step %d", &index); err != nil {
 			return &Violation{Invariant: InvStepOnce, TaskID: e.TaskID, Detail: "unreadable step event " + e.Detail}
 		}
-		key := fmt.Sprintf("%s/%d", e.TaskID, index)
+		key := taskStep{e.TaskID, index}
 		if c.steps[key] {
 			return &Violation{Invariant: InvStepOnce, TaskID: e.TaskID, Detail: fmt.Sprintf("step %d charged twice", index)}
 		}
@@ -328,12 +334,18 @@ func CheckEvents(events []Event) []Violation {
 // (schedule, k) is enqueued as more than one task. The zero value is not
 // ready; use NewScheduleRunChecker.
 type ScheduleRunChecker struct {
-	runs map[string]string // "schedule/k" -> task ID
+	runs map[scheduleRun]string // run -> task ID
+}
+
+// scheduleRun names run k of a schedule.
+type scheduleRun struct {
+	schedule string
+	k        int64
 }
 
 // NewScheduleRunChecker returns a checker that has seen no task.
 func NewScheduleRunChecker() *ScheduleRunChecker {
-	return &ScheduleRunChecker{runs: map[string]string{}}
+	return &ScheduleRunChecker{runs: map[scheduleRun]string{}}
 }
 
 // Check checks a task seen for the first time against the tasks seen
@@ -342,9 +354,10 @@ func (c *ScheduleRunChecker) Check(t Task) *Violation {
 	if t.ScheduleID == "" {
 		return nil
 	}
-	key := fmt.Sprintf("%s/%d", t.ScheduleID, t.ScheduleRun)
+	key := scheduleRun{t.ScheduleID, t.ScheduleRun}
 	if other, dup := c.runs[key]; dup {
-		return &Violation{Invariant: InvScheduleRunOnce, TaskID: t.ID, Detail: fmt.Sprintf("run %s also enqueued as task %s", key, other)}
+		return &Violation{Invariant: InvScheduleRunOnce, TaskID: t.ID,
+			Detail: fmt.Sprintf("run %s/%d also enqueued as task %s", t.ScheduleID, t.ScheduleRun, other)}
 	}
 	c.runs[key] = t.ID
 	return nil

@@ -137,19 +137,15 @@ func (c *checker) check() *model.Violation {
 			return &model.Violation{Invariant: InvAttemptsAccounted, TaskID: id,
 				Detail: fmt.Sprintf("attempts_charged %d, but the trail shows %d charged attempts since the last requeue", t.AttemptsCharged, c.charged[id])}
 		}
-		if _, seen := c.tasks[id]; !seen {
+		before, seen := c.tasks[id]
+		if !seen {
 			if v := c.runs.Check(t); v != nil {
 				return v
 			}
+		} else if vs := model.CheckChange(before, t); len(vs) > 0 {
+			return &vs[0]
 		}
-		if before, ok := c.tasks[id]; ok {
-			if vs := model.CheckChange(before, t); len(vs) > 0 {
-				return &vs[0]
-			}
-			if before.State != model.Running && t.State == model.Running {
-				claimedUsers[t.User] = true
-			}
-		} else if t.State == model.Running {
+		if t.State == model.Running && (!seen || before.State != model.Running) {
 			claimedUsers[t.User] = true
 		}
 		c.tasks[id] = t

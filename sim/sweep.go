@@ -69,9 +69,9 @@ func Sweep(cfg SweepConfig, each func(Result)) {
 
 // SweepGCPercent is the collector's target (GOGC) for a process that runs
 // seeds one after another. Each seed's world is garbage as soon as it is
-// judged, so the heap stays small and a higher target costs a few tens of
-// megabytes, not a growing heap: at 400 a portfolio sweep process stays
-// under 50 MB and runs 15 to 25% faster than at the default 100.
+// judged, so a higher target costs a few tens of megabytes, not a growing
+// heap: over three 700-seed portfolio runs at 400, a process peaked at
+// 46 MB resident (28 MB at the default 100) and took 17% less time.
 const SweepGCPercent = 400
 
 // SweepProcessEnv returns the environment for one process of a sweep split
