@@ -190,11 +190,7 @@ func runLimits(e *env, args []string) int {
 			return err
 		}
 		if *c.json {
-			out := make([]userLimitRecord, 0, len(users))
-			for _, u := range users {
-				out = append(out, userLimitRecord(u))
-			}
-			return printJSON(e.stdout, map[string]any{"limits": limitsRecord(limits), "users": out})
+			return printJSON(e.stdout, limitsView(limits, users))
 		}
 		fmt.Fprintf(e.stdout, "depth_max=%d user_depth_max=%d user_running_max=%d attempts_max=%d grant_cost_max=%d grant_steps_max=%d claim_batch_max=%d\n",
 			limits.DepthMax, limits.UserDepthMax, limits.UserRunningMax, limits.AttemptsMax, limits.GrantCostMax,
@@ -259,11 +255,7 @@ func runSchedule(e *env, args []string) int {
 				return err
 			}
 			if *c.json {
-				out := make([]scheduleRecord, 0, len(schedules))
-				for _, s := range schedules {
-					out = append(out, scheduleRecordOf(s))
-				}
-				return printJSON(e.stdout, out)
+				return printJSON(e.stdout, recordsOf(schedules, scheduleRecordOf))
 			}
 			for _, s := range schedules {
 				fmt.Fprintf(e.stdout, "%s user=%s origin=%s period=%s last_run=%d next_due=%s\n", s.ID, s.User,

@@ -199,11 +199,7 @@ func runList(e *env, args []string) int {
 			return err
 		}
 		if *c.json {
-			out := make([]taskRecord, 0, len(tasks))
-			for _, t := range tasks {
-				out = append(out, recordOf(t))
-			}
-			return printJSON(e.stdout, out)
+			return printJSON(e.stdout, recordsOf(tasks, recordOf))
 		}
 		printTable(e.stdout, tasks)
 		return nil

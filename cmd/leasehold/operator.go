@@ -176,11 +176,7 @@ func runEvents(e *env, args []string) int {
 			return err
 		}
 		if *c.json {
-			out := make([]eventRecord, 0, len(events))
-			for _, ev := range events {
-				out = append(out, eventRecordOf(ev))
-			}
-			return printJSON(e.stdout, out)
+			return printJSON(e.stdout, recordsOf(events, eventRecordOf))
 		}
 		printEvents(e.stdout, events)
 		return nil

@@ -84,6 +84,23 @@ func eventRecordOf(e model.Event) eventRecord {
 		At: rfc3339(e.At), Detail: e.Detail, Scope: e.Scope}
 }
 
+// recordsOf maps each of xs to its wire record, in order. The result is
+// never nil, so an empty list encodes as [], not null.
+func recordsOf[T, R any](xs []T, of func(T) R) []R {
+	out := make([]R, 0, len(xs))
+	for _, x := range xs {
+		out = append(out, of(x))
+	}
+	return out
+}
+
+// limitsView is the stored limits and the per-user overrides, as `limits
+// --json` prints them and GET /v1/limits returns them.
+func limitsView(limits model.Limits, users []model.UserLimit) map[string]any {
+	return map[string]any{"limits": limitsRecord(limits),
+		"users": recordsOf(users, func(u model.UserLimit) userLimitRecord { return userLimitRecord(u) })}
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)

@@ -333,11 +333,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request, _ token) err
 	if err != nil {
 		return err
 	}
-	out := make([]eventRecord, 0, len(events))
-	for _, e := range events {
-		out = append(out, eventRecordOf(e))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, recordsOf(events, eventRecordOf))
 	return nil
 }
 
@@ -490,11 +486,7 @@ func (s *server) getLimits(w http.ResponseWriter, r *http.Request, _ token) erro
 	if err != nil {
 		return err
 	}
-	out := make([]userLimitRecord, 0, len(users))
-	for _, u := range users {
-		out = append(out, userLimitRecord(u))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"limits": limitsRecord(limits), "users": out})
+	writeJSON(w, http.StatusOK, limitsView(limits, users))
 	return nil
 }
 
@@ -558,11 +550,7 @@ func (s *server) listSchedules(w http.ResponseWriter, r *http.Request, _ token) 
 	if err != nil {
 		return err
 	}
-	out := make([]scheduleRecord, 0, len(schedules))
-	for _, sch := range schedules {
-		out = append(out, scheduleRecordOf(sch))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, recordsOf(schedules, scheduleRecordOf))
 	return nil
 }
 
