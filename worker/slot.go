@@ -443,43 +443,41 @@ func (s *Slot) commit(ctx context.Context, now time.Time) Report {
 	return r
 }
 
-func (s *Slot) pause(ctx context.Context, now time.Time) Report {
-	r := s.report(ActionPause)
-	r.Write = "pause"
-	gate := s.plan[s.task.StepsUsed].Approval
-	to, err := s.cfg.Queue.Pause(ctx, s.claim, s.task.StepsUsed, gate)
+// finish makes the write that ends the claim (write, reported as action)
+// and, once the queue accepts it, ends the slot with the outcome write
+// returned and logs msg.
+func (s *Slot) finish(now time.Time, action, name, msg string, write func() (string, error)) Report {
+	r := s.report(action)
+	r.Write = name
+	outcome, err := write()
 	if !s.outcome(&r, err, now) {
 		return r
 	}
 	s.phase = phaseDone
-	r.Outcome = "to " + string(to) + " at gate " + gate
-	s.log(slog.LevelInfo, "paused for approval", r)
+	r.Outcome = outcome
+	s.log(slog.LevelInfo, msg, r)
 	return r
+}
+
+func (s *Slot) pause(ctx context.Context, now time.Time) Report {
+	gate := s.plan[s.task.StepsUsed].Approval
+	return s.finish(now, ActionPause, "pause", "paused for approval", func() (string, error) {
+		to, err := s.cfg.Queue.Pause(ctx, s.claim, s.task.StepsUsed, gate)
+		return "to " + string(to) + " at gate " + gate, err
+	})
 }
 
 func (s *Slot) complete(ctx context.Context, now time.Time) Report {
-	r := s.report(ActionComplete)
-	r.Write = "complete"
-	if !s.outcome(&r, s.cfg.Queue.Complete(ctx, s.claim), now) {
-		return r
-	}
-	s.phase = phaseDone
-	r.Outcome = "completed"
-	s.log(slog.LevelInfo, "task completed", r)
-	return r
+	return s.finish(now, ActionComplete, "complete", "task completed", func() (string, error) {
+		return "completed", s.cfg.Queue.Complete(ctx, s.claim)
+	})
 }
 
 func (s *Slot) failTask(ctx context.Context, now time.Time) Report {
-	r := s.report(ActionFail)
-	r.Write = "fail"
-	to, err := s.cfg.Queue.Fail(ctx, s.claim, s.failure)
-	if !s.outcome(&r, err, now) {
-		return r
-	}
-	s.phase = phaseDone
-	r.Outcome = fmt.Sprintf("%s failure: to %s", s.failure.Class, to)
-	s.log(slog.LevelInfo, "task failed", r)
-	return r
+	return s.finish(now, ActionFail, "fail", "task failed", func() (string, error) {
+		to, err := s.cfg.Queue.Fail(ctx, s.claim, s.failure)
+		return fmt.Sprintf("%s failure: to %s", s.failure.Class, to), err
+	})
 }
 
 func (s *Slot) park(ctx context.Context, now time.Time) Report {
@@ -490,26 +488,14 @@ func (s *Slot) park(ctx context.Context, now time.Time) Report {
 }
 
 func (s *Slot) cancelAck(ctx context.Context, now time.Time) Report {
-	r := s.report(ActionCancel)
-	r.Write = "cancel_ack"
-	if !s.outcome(&r, s.cfg.Queue.AcknowledgeCancel(ctx, s.claim), now) {
-		return r
-	}
-	s.phase = phaseDone
-	r.Outcome = "cancelled"
-	s.log(slog.LevelInfo, "cancellation observed", r)
-	return r
+	return s.finish(now, ActionCancel, "cancel_ack", "cancellation observed", func() (string, error) {
+		return "cancelled", s.cfg.Queue.AcknowledgeCancel(ctx, s.claim)
+	})
 }
 
 func (s *Slot) release(ctx context.Context, now time.Time) Report {
-	r := s.report(ActionRelease)
-	r.Write = "release"
-	to, err := s.cfg.Queue.Release(ctx, s.claim)
-	if !s.outcome(&r, err, now) {
-		return r
-	}
-	s.phase = phaseDone
-	r.Outcome = "to " + string(to)
-	s.log(slog.LevelInfo, "claim released", r)
-	return r
+	return s.finish(now, ActionRelease, "release", "claim released", func() (string, error) {
+		to, err := s.cfg.Queue.Release(ctx, s.claim)
+		return "to " + string(to), err
+	})
 }
