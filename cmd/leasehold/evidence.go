@@ -87,13 +87,9 @@ func runEvidence(e *env, args []string) int {
 func buildEvidence(e *env, seeds int, demoPath, brokenBin, runbookJSON string) (reports.Report, error) {
 	r := reports.Report{Title: "leasehold evidence", Generated: time.Now().UTC().Format(time.RFC3339),
 		Fixture: reports.Section{Kind: reports.Fixture}, Live: reports.Section{Kind: reports.Live}}
-	v := buildVersion()
-	sqliteVersion, pragmas, err := sqliteFacts()
-	if err != nil {
+	if err := addBuildFacts(&r); err != nil {
 		return r, err
 	}
-	r.Versions = reports.Versions{Module: v.Module, Commit: dash(v.Commit), Go: v.Go, SQLite: sqliteVersion, Schema: v.Schema}
-	r.Pragmas = pragmas
 
 	fmt.Fprintf(e.stdout, "sweeping %d seeds of each scenario...\n", seeds)
 	stats := map[string]sweepStats{}
@@ -148,24 +144,28 @@ func buildEvidence(e *env, seeds int, demoPath, brokenBin, runbookJSON string) (
 	return r, r.Validate()
 }
 
-// sqliteFacts reads the SQLite version and the PRAGMAs the queue opens
-// with, from a scratch database.
-func sqliteFacts() (string, []string, error) {
+// addBuildFacts records in r what produced it: the build's versions, and
+// the SQLite version and the PRAGMAs the queue opens with, read from a
+// scratch database.
+func addBuildFacts(r *reports.Report) error {
 	dir, err := os.MkdirTemp("", "leasehold-evidence")
 	if err != nil {
-		return "", nil, err
+		return err
 	}
 	defer os.RemoveAll(dir)
 	q, err := queue.Open(context.Background(), queue.Options{Path: filepath.Join(dir, "q.db"), Clock: clockwork.NewRealClock(), IDs: randomIDs{}})
 	if err != nil {
-		return "", nil, err
+		return err
 	}
 	defer q.Close()
-	var version string
-	if err := q.DB().QueryRow("SELECT sqlite_version()").Scan(&version); err != nil {
-		return "", nil, err
+	var sqliteVersion string
+	if err := q.DB().QueryRow("SELECT sqlite_version()").Scan(&sqliteVersion); err != nil {
+		return err
 	}
-	return version, q.Pragmas(), nil
+	v := buildVersion()
+	r.Versions = reports.Versions{Module: v.Module, Commit: dash(v.Commit), Go: v.Go, SQLite: sqliteVersion, Schema: v.Schema}
+	r.Pragmas = q.Pragmas()
+	return nil
 }
 
 func sweepScenario(name string, seeds int) sweepStats {

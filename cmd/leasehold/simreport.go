@@ -81,13 +81,9 @@ func simReport(sc scenarios.Scenario, from uint64, count int, keep []int, out []
 		Generated: time.Now().UTC().Format(time.RFC3339),
 		Fixture:   reports.Section{Kind: reports.Fixture}, Live: reports.Section{Kind: reports.Live,
 			About: []string{"No live figures: this report is a simulator run (make demo and make evidence measure real processes)."}}}
-	v := buildVersion()
-	sqliteVersion, pragmas, err := sqliteFacts()
-	if err != nil {
+	if err := addBuildFacts(&r); err != nil {
 		return r, err
 	}
-	r.Versions = reports.Versions{Module: v.Module, Commit: dash(v.Commit), Go: v.Go, SQLite: sqliteVersion, Schema: v.Schema}
-	r.Pragmas = pragmas
 
 	sweepCmd := fmt.Sprintf("make sim SEED=%d SEEDS=%d SCENARIO=%s", from, count, sc.Name)
 	if keep != nil {
