@@ -16,7 +16,6 @@ import (
 	"github.com/jonboulle/clockwork"
 	"modernc.org/sqlite"
 
-	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -240,12 +239,12 @@ func (q *Queue) queryText(name string) string {
 }
 
 // variant returns the query a broken variant uses in place of name (see
-// internal/broken and sql/sqlite/broken.sql); normally name itself.
+// broken_on.go); normally name itself.
 func (q *Queue) variant(name string) string {
 	switch {
-	case (name == "claim_next" || name == "claim_any") && broken.On("no-user-limit"):
+	case (name == "claim_next" || name == "claim_any") && broken("no-user-limit"):
 		return name + "_any_user"
-	case (name == "heartbeat" || name == "step_apply" || name == "pause_apply") && broken.On("write-after-lease-expiry"):
+	case (name == "heartbeat" || name == "step_apply" || name == "pause_apply") && broken("write-after-lease-expiry"):
 		return name + "_after_expiry"
 	}
 	return name

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -78,7 +77,7 @@ func (q *Queue) Approve(ctx context.Context, id string, version int64, actor str
 		if err != nil {
 			return err
 		}
-		if version != task.ApprovalVersion && !broken.On("approval-not-bound") {
+		if version != task.ApprovalVersion && !broken("approval-not-bound") {
 			return fmt.Errorf("approve task %s version %d: recorded version is %d: %w", id, version, task.ApprovalVersion, model.ErrVersionMismatch)
 		}
 		task.ApprovedBy, task.RunAt = actor, t.now

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -31,10 +30,10 @@ func (t *txn) fenced(c model.Claim, write string, checkDeadline bool) (model.Tas
 		return model.Task{}, err
 	}
 	version, leaseUntil := task.Version, task.LeaseUntil
-	if broken.On("write-after-lease-expiry") {
+	if broken("write-after-lease-expiry") {
 		leaseUntil = t.now.Add(time.Millisecond)
 	}
-	if broken.On("complete-without-fence") && write == "complete" && task.State == model.Running {
+	if broken("complete-without-fence") && write == "complete" && task.State == model.Running {
 		version, leaseUntil = c.Fence, t.now.Add(time.Millisecond)
 	}
 	if why := model.StaleReason(task.State, version, leaseUntil, c.Fence, t.now); why != "" {
@@ -111,7 +110,7 @@ func (q *Queue) CompleteStep(ctx context.Context, w model.StepWrite) (model.Step
 		}
 		res.CancelRequested = task.CancelRequested
 		index := w.Index
-		if broken.On("step-cas-skipped") {
+		if broken("step-cas-skipped") {
 			index = task.StepsUsed
 		}
 		switch {
@@ -288,7 +287,7 @@ func (q *Queue) Complete(ctx context.Context, c model.Claim) error {
 		// It makes the same checks as complete_fenced, so in a normal build
 		// it always refuses here. Only a broken variant that forges its
 		// checks (complete-without-fence, write-after-lease-expiry; see
-		// fenced) gets past it, and the settle below is reachable
+		// broken_on.go) gets past it, and the settle below is reachable
 		// only in that build.
 		task, err := t.fenced(c, "complete", false)
 		if err != nil {
@@ -344,7 +343,7 @@ func (t *txn) chargeAttempt(task model.Task, kind model.EventKind, actor string)
 	if task.CancelRequested {
 		return model.Cancelled, t.settle(task, model.Cancelled, model.CancelledByCaller, outcome(model.EventCancelled), actor, "")
 	}
-	if kind != model.EventLeaseExpired || !broken.On("reaper-not-charging") {
+	if kind != model.EventLeaseExpired || !broken("reaper-not-charging") {
 		task.AttemptsCharged++
 	}
 	if task.AttemptsCharged >= task.AttemptsMax {

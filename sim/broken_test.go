@@ -14,8 +14,8 @@ import (
 const brokenSeedsMax = 200
 
 // brokenVariants names each variant compiled in under the leasehold_broken
-// build tag (internal/broken switches them on in queue and worker) and the
-// scenario that targets it. The harness does not know which variant runs: it checks the
+// build tag (queue/broken_on.go, worker/broken_on.go) and the scenario that
+// targets it. The harness does not know which variant runs: it checks the
 // same invariants and expectations as always.
 var brokenVariants = []struct{ variant, scenario string }{
 	{"complete-without-fence", "late-result"},

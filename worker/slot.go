@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -199,7 +198,7 @@ func (s *Slot) next(ctx context.Context, now time.Time) Report {
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.StepsExhausted,
 			Message: fmt.Sprintf("step %d would pass the step limit %d", index, s.task.StepsMax)})
 		return s.failTask(ctx, now)
-	case s.task.CostUsed+s.plan[index].Cost > s.task.CostBudget && !broken.On("no-budget-check"):
+	case s.task.CostUsed+s.plan[index].Cost > s.task.CostBudget && !broken("no-budget-check"):
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.BudgetExhausted,
 			Message: fmt.Sprintf("step %d costs %d; %d of %d used", index, s.plan[index].Cost, s.task.CostUsed, s.task.CostBudget)})
 		return s.failTask(ctx, now)
@@ -315,7 +314,7 @@ func (s *Slot) intent(ctx context.Context, now time.Time) Report {
 	s.opID, r.OpID = res.OpID, res.OpID
 	r.Outcome = string(res.Status)
 	switch {
-	case res.Status == model.IntentReceipted && broken.On("worker-ignores-receipts"):
+	case res.Status == model.IntentReceipted && broken("worker-ignores-receipts"):
 		s.ownIntent = true
 		s.phase = phaseCall
 	case res.Status == model.IntentReceipted:
