@@ -135,6 +135,12 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	if q.rand == nil {
 		q.rand = rand.New(rand.NewPCG(1, 2))
 	}
+	if o.Path != Memory {
+		if err := EnableWAL(ctx, db); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	if o.Image != nil {
 		if err := q.load(ctx, o.Image); err != nil {
 			db.Close()
@@ -170,6 +176,9 @@ func buildDSN(o Options) (string, []string, error) {
 		busy = 0
 	}
 	// busy_timeout comes first so the pragmas after it wait for locks.
+	// journal_mode is not set per connection: the file keeps it, and Open
+	// sets it once through EnableWAL, which survives processes racing to
+	// switch a new file. It is listed with the others for reports.
 	pragmas := []string{fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds())}
 	if o.Path != Memory {
 		pragmas = append(pragmas, "journal_mode(WAL)")
@@ -177,7 +186,9 @@ func buildDSN(o Options) (string, []string, error) {
 	pragmas = append(pragmas, "synchronous("+sync+")", "foreign_keys(1)")
 	v := url.Values{}
 	for _, p := range pragmas {
-		v.Add("_pragma", p)
+		if !strings.HasPrefix(p, "journal_mode") {
+			v.Add("_pragma", p)
+		}
 	}
 	v.Set("_txlock", "immediate")
 	return o.Path + "?" + v.Encode(), pragmas, nil
