@@ -135,12 +135,6 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	if q.rand == nil {
 		q.rand = rand.New(rand.NewPCG(1, 2))
 	}
-	if o.Path != Memory {
-		if err := EnableWAL(ctx, db); err != nil {
-			db.Close()
-			return nil, err
-		}
-	}
 	if o.Image != nil {
 		if err := q.load(ctx, o.Image); err != nil {
 			db.Close()
@@ -176,9 +170,7 @@ func buildDSN(o Options) (string, []string, error) {
 		busy = 0
 	}
 	// busy_timeout comes first so the pragmas after it wait for locks.
-	// journal_mode is not set per connection: the file keeps it, and Open
-	// sets it once through EnableWAL, which survives processes racing to
-	// switch a new file. It is listed with the others for reports.
+	// journal_mode(WAL) can lose a race on a new file: see openAttempts.
 	pragmas := []string{fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds())}
 	if o.Path != Memory {
 		pragmas = append(pragmas, "journal_mode(WAL)")
@@ -186,9 +178,7 @@ func buildDSN(o Options) (string, []string, error) {
 	pragmas = append(pragmas, "synchronous("+sync+")", "foreign_keys(1)")
 	v := url.Values{}
 	for _, p := range pragmas {
-		if !strings.HasPrefix(p, "journal_mode") {
-			v.Add("_pragma", p)
-		}
+		v.Add("_pragma", p)
 	}
 	v.Set("_txlock", "immediate")
 	return o.Path + "?" + v.Encode(), pragmas, nil
@@ -200,9 +190,18 @@ type connector struct {
 	drv driver.Driver
 }
 
-// Connect opens a connection with a statement cache (see cacheConn).
+// Connect opens a connection with a statement cache (see cacheConn),
+// trying again an open that lost a race to switch a new file to WAL (see
+// openAttempts).
 func (c connector) Connect(context.Context) (driver.Conn, error) {
-	dc, err := c.drv.Open(c.dsn)
+	var dc driver.Conn
+	var err error
+	for range openAttempts {
+		dc, err = c.drv.Open(c.dsn)
+		if err == nil || !isBusy(err) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,50 +1,38 @@
 package queue
 
 import (
-	"context"
-	"database/sql"
+	"database/sql/driver"
 	"errors"
-	"fmt"
-	"strings"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// walAttempts bounds how often EnableWAL retries a switch that lost a race.
-const walAttempts = 10
-
-// EnableWAL puts the database file behind db into WAL mode, which the file
-// then keeps for every later connection.
+// openAttempts bounds how often a connection's open is tried when it fails
+// with SQLITE_BUSY.
 //
-// Switching a new file to WAL needs its exclusive lock, taken from inside
-// the read that looks at the file's header. When several processes open a
-// new file at once, all but one of them lose that upgrade, and SQLite
-// reports SQLITE_BUSY at once rather than waiting (waiting could deadlock).
-// EnableWAL tries again: the next attempt's read waits, under the busy
-// timeout, for the winner's switch to finish, and then finds the file in
-// WAL mode already. Any other error, or a file that will not take WAL (a
-// file system without shared memory), is returned.
-func EnableWAL(ctx context.Context, db *sql.DB) error {
-	var mode string
-	var err error
-	for range walAttempts {
-		err = db.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode)
-		if err == nil || !isBusy(err) {
-			break
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("queue: set journal_mode WAL: %w", err)
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("queue: set journal_mode WAL: the database stayed in %q mode", mode)
-	}
-	return nil
-}
+// Every connection runs journal_mode(WAL) as it opens (a DSN PRAGMA). On a
+// new file that switches the file to WAL, which needs its exclusive lock,
+// taken from inside the read that looks at the file's header. When several
+// processes open a new file at once, a switch that meets another
+// connection's transaction loses that upgrade, and SQLite reports
+// SQLITE_BUSY at once rather than waiting (waiting could deadlock). The
+// next attempt's read waits, under the busy timeout set just before it,
+// for the other transaction to end, and then finds the file in WAL mode
+// already, which needs no lock. Any other error is returned at once.
+const openAttempts = 10
 
 // isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
 func isBusy(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
+// Connector returns a connector for the SQLite database named by dsn
+// (modernc.org/sqlite's DSN, PRAGMAs included) that caches prepared
+// statements per connection and survives processes racing to switch a new
+// file to WAL. It is for other files a process shares with others, such as
+// the demo's service ledger.
+func Connector(dsn string) driver.Connector {
+	return connector{dsn: dsn, drv: &sqlite.Driver{}}
 }

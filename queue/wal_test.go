@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"path/filepath"
@@ -11,18 +10,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestEnableWALSurvivesARaceToSwitchANewFile switches new files to WAL from
-// several pools at once, as worker processes started together do, each
-// reading and then writing the file once switched. Without the retry, a
-// switch that meets another pool's transaction loses the lock upgrade and
-// fails with SQLITE_BUSY (it did in every run of this test).
-func TestEnableWALSurvivesARaceToSwitchANewFile(t *testing.T) {
+// TestConnectorSurvivesARaceToSwitchANewFile opens new files in WAL mode
+// from several pools at once, as worker processes started together do,
+// each reading and then writing the file once open. Without the retry, an
+// open whose switch to WAL meets another pool's transaction loses the lock
+// upgrade and fails with SQLITE_BUSY (it did in every run of this test).
+func TestConnectorSurvivesARaceToSwitchANewFile(t *testing.T) {
 	for round := range 20 {
 		path := filepath.Join(t.TempDir(), fmt.Sprintf("race%d.db", round))
 		dbs := make([]*sql.DB, 6)
 		for i := range dbs {
-			db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
-			require.NoError(t, err)
+			db := sql.OpenDB(Connector(path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"))
 			t.Cleanup(func() { db.Close() })
 			dbs[i] = db
 		}
@@ -34,11 +32,8 @@ func TestEnableWALSurvivesARaceToSwitchANewFile(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				if errs[i] = EnableWAL(context.Background(), db); errs[i] != nil {
-					return
-				}
-				// Read and write on, as an opening queue does, so that
-				// later switchers meet transactions holding the file.
+				// Read and write, as an opening queue does, so that later
+				// switchers meet transactions holding the file.
 				for range 20 {
 					var n int
 					if errs[i] = db.QueryRow("SELECT COUNT(*) FROM sqlite_master").Scan(&n); errs[i] != nil {
@@ -65,11 +60,9 @@ func TestEnableWALSurvivesARaceToSwitchANewFile(t *testing.T) {
 // another connection holds the lock is busy; a bad statement is not.
 func TestIsBusyTellsALockedDatabaseFromOtherErrors(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "busy.db")
-	holder, err := sql.Open("sqlite", path)
-	require.NoError(t, err)
+	holder := sql.OpenDB(Connector(path + "?_pragma=journal_mode(WAL)"))
 	defer holder.Close()
-	require.NoError(t, EnableWAL(context.Background(), holder))
-	_, err = holder.Exec("CREATE TABLE t (v INTEGER)")
+	_, err := holder.Exec("CREATE TABLE t (v INTEGER)")
 	require.NoError(t, err)
 	tx, err := holder.Begin()
 	require.NoError(t, err)

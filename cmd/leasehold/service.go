@@ -39,16 +39,9 @@ type ledgerService struct {
 }
 
 func openLedger(path string, kind worker.ServiceKind) (*ledgerService, error) {
-	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=synchronous(FULL)&_txlock=immediate")
-	if err != nil {
-		return nil, fmt.Errorf("open service ledger %s: %w", path, err)
-	}
-	// Every worker process opens the ledger; EnableWAL survives their race
-	// to switch a new file to WAL.
-	if err := queue.EnableWAL(context.Background(), db); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open service ledger %s: %w", path, err)
-	}
+	// Every worker process opens the ledger: queue.Connector survives
+	// their race to switch a new file to WAL.
+	db := sql.OpenDB(queue.Connector(path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"))
 	s := &ledgerService{kind: kind, db: db, queries: serviceQueries()}
 	if _, err := db.Exec(s.queries["schema"]); err != nil {
 		db.Close()
