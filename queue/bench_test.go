@@ -95,7 +95,14 @@ var hotPathCosts = []struct {
 	{"no-tally-triggers", []string{
 		// The state, event and histogram tallies; the per-user counts stay.
 		"DROP TRIGGER tasks_claimed", "DROP TRIGGER tasks_claim_ended", "DROP TRIGGER events_counted",
-		"DROP TRIGGER tasks_moved", `CREATE TRIGGER tasks_moved AFTER UPDATE OF state ON tasks
+		"DROP TRIGGER tasks_moved", stateTalliesOff}},
+	{"and-no-actor-time-indexes", []string{"DROP INDEX events_actor", "DROP INDEX events_at"}},
+	{"and-no-counters-or-event-indexes", []string{"DROP TRIGGER tasks_moved", "DROP TRIGGER users_crossed", "DROP INDEX events_task"}},
+}
+
+// stateTalliesOff recreates tasks_moved without its state tallies, keeping
+// the per-user counts (as migration 0002 has them).
+const stateTalliesOff = `CREATE TRIGGER tasks_moved AFTER UPDATE OF state ON tasks
 WHEN OLD.state != NEW.state AND NEW.state != 'queued'
 BEGIN
     UPDATE users
@@ -104,9 +111,32 @@ BEGIN
             + (NEW.state IN ('queued', 'running', 'waiting_for_approval'))
             - (OLD.state IN ('queued', 'running', 'waiting_for_approval'))
     WHERE user = NEW.user;
-END`}},
-	{"and-no-actor-time-indexes", []string{"DROP INDEX events_actor", "DROP INDEX events_at"}},
-	{"and-no-counters-or-event-indexes", []string{"DROP TRIGGER tasks_moved", "DROP TRIGGER users_crossed", "DROP INDEX events_task"}},
+END`
+
+// hotPathParts are the parts of the schema the hot path pays for that a
+// design could serve another way, each removed alone from a copy of the
+// schema: what each guarantee costs, for choosing among them.
+var hotPathParts = []struct {
+	name string
+	ddl  []string
+}{
+	{"as-built", nil},
+	{"without-state-tallies", []string{"DROP TRIGGER tasks_moved", stateTalliesOff}},
+	{"without-event-counts", []string{"DROP TRIGGER events_counted"}},
+	{"without-histograms", []string{"DROP TRIGGER tasks_claimed", "DROP TRIGGER tasks_claim_ended"}},
+	{"without-audit-by-actor-and-time", []string{"DROP INDEX events_actor", "DROP INDEX events_at"}},
+}
+
+// BenchmarkClaimCompleteParts runs BenchmarkClaimComplete's NORMAL batch
+// on copies of the schema each without one part of the hot path's costs
+// (hotPathParts). It enforces nothing: set against the as-built ratio of
+// the same run, it shows what each part costs.
+func BenchmarkClaimCompleteParts(b *testing.B) {
+	for _, part := range hotPathParts {
+		b.Run(part.name, func(b *testing.B) {
+			benchClaimComplete(b, queue.SynchronousNormal, model.DefaultLimits.ClaimBatchMax, false, part.ddl)
+		})
+	}
 }
 
 // BenchmarkClaimCompleteFloor runs BenchmarkClaimComplete's NORMAL batch
