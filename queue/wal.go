@@ -19,8 +19,11 @@ import (
 // SQLITE_BUSY at once rather than waiting (waiting could deadlock). The
 // next attempt's read waits, under the busy timeout set just before it,
 // for the other transaction to end, and then finds the file in WAL mode
-// already, which needs no lock. Any other error is returned at once.
-const openAttempts = 10
+// already, which needs no lock: one retry is enough, and the third attempt
+// is margin. The bound is small because each attempt may wait out the busy
+// timeout when another process holds the lock for long. Any other error is
+// returned at once.
+const openAttempts = 3
 
 // isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
 func isBusy(err error) bool {
