@@ -184,32 +184,6 @@ func buildDSN(o Options) (string, []string, error) {
 	return o.Path + "?" + v.Encode(), pragmas, nil
 }
 
-// connector opens connections through a chosen driver.
-type connector struct {
-	dsn string
-	drv driver.Driver
-}
-
-// Connect opens a connection with a statement cache (see cacheConn),
-// trying again an open that lost a race to switch a new file to WAL (see
-// openAttempts).
-func (c connector) Connect(context.Context) (driver.Conn, error) {
-	var dc driver.Conn
-	var err error
-	for range openAttempts {
-		dc, err = c.drv.Open(c.dsn)
-		if err == nil || !isBusy(err) {
-			break
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	return newCacheConn(dc), nil
-}
-
-func (c connector) Driver() driver.Driver { return c.drv }
-
 // Pragmas returns the PRAGMAs every connection is opened with, for
 // evidence reports.
 func (q *Queue) Pragmas() []string { return append([]string(nil), q.pragmas...) }

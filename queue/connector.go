@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"database/sql/driver"
 	"errors"
 
@@ -39,3 +40,29 @@ func isBusy(err error) bool {
 func Connector(dsn string) driver.Connector {
 	return connector{dsn: dsn, drv: &sqlite.Driver{}}
 }
+
+// connector opens connections through a chosen driver.
+type connector struct {
+	dsn string
+	drv driver.Driver
+}
+
+// Connect opens a connection with a statement cache (see cacheConn),
+// trying again an open that lost a race to switch a new file to WAL (see
+// openAttempts).
+func (c connector) Connect(context.Context) (driver.Conn, error) {
+	var dc driver.Conn
+	var err error
+	for range openAttempts {
+		dc, err = c.drv.Open(c.dsn)
+		if err == nil || !isBusy(err) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newCacheConn(dc), nil
+}
+
+func (c connector) Driver() driver.Driver { return c.drv }
