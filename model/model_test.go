@@ -485,3 +485,25 @@ func TestLimitsValidate(t *testing.T) {
 	require.NoError(t, CheckGrant(Grant{Cost: DefaultLimits.GrantCostMax, Steps: DefaultLimits.GrantStepsMax}, DefaultLimits))
 	require.Error(t, CheckGrant(Grant{Cost: DefaultLimits.GrantCostMax + 1}, DefaultLimits))
 }
+
+// Derived IDs and draws depend on the seed and the key only, never on how
+// many were asked for before.
+func TestDerivedIDsAndDraws(t *testing.T) {
+	a, b := NewDerivedIDs(7), NewDerivedIDs(7)
+	b.NewID(TaskIDPrefix)
+	b.KeyedID(TaskIDPrefix, TaskKey("u", "other"))
+	require.Equal(t, a.KeyedID(TaskIDPrefix, TaskKey("u", "k")), b.KeyedID(TaskIDPrefix, TaskKey("u", "k")))
+	require.NotEqual(t, a.KeyedID(TaskIDPrefix, TaskKey("u", "k")), NewDerivedIDs(8).KeyedID(TaskIDPrefix, TaskKey("u", "k")))
+	spec := ScheduleSpec{User: "u", Payload: "{}", CostBudget: 1, StepsMax: 1, Period: time.Minute}
+	require.NotEqual(t, a.KeyedID(ScheduleIDPrefix, ScheduleKey(spec)), a.KeyedID(ScheduleIDPrefix, ScheduleKey(spec)),
+		"identical schedule specs get distinct IDs")
+	r, s := NewDerivedRand(7), NewDerivedRand(7)
+	s.Uint64()
+	require.Equal(t, DrawFor(r, JitterKey("t_1", 2)), DrawFor(s, JitterKey("t_1", 2)))
+	require.NotEqual(t, DrawFor(r, JitterKey("t_1", 2)), DrawFor(r, JitterKey("t_1", 3)))
+	require.Equal(t, "t_x", NewIDFor(fixedIDs{}, TaskIDPrefix, "ignored"), "a source without keys is asked for a fresh ID")
+}
+
+type fixedIDs struct{}
+
+func (fixedIDs) NewID(prefix string) string { return prefix + "x" }

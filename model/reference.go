@@ -112,7 +112,7 @@ func (r *Reference) submit(n Normalized, actor string) (SubmitResult, error) {
 		runAt = now
 	}
 	t := &Task{
-		ID: r.ids.NewID(TaskIDPrefix), Seq: r.seq, User: n.User, Key: n.Key,
+		ID: NewIDFor(r.ids, TaskIDPrefix, TaskKey(n.User, n.Key)), Seq: r.seq, User: n.User, Key: n.Key,
 		RequestHash: n.Hash, Payload: n.Payload, State: Queued, Priority: n.Priority,
 		RunAt: runAt, Deadline: n.Deadline, AttemptsMax: r.limits.AttemptsMax,
 		QueuedAt: now, CostBudget: n.CostBudget, StepsMax: n.StepsMax,
@@ -493,7 +493,7 @@ func (r *Reference) chargeAttempt(t *Task, kind EventKind, actor string) {
 			DetailRetry(t.AttemptsCharged, t.AttemptsMax, 0))
 		return
 	}
-	delay := r.backoff.Delay(t.AttemptsCharged, r.rand.Uint64())
+	delay := r.backoff.Delay(t.AttemptsCharged, DrawFor(r.rand, JitterKey(t.ID, t.Attempt)))
 	t.RunAt = r.now().Add(delay)
 	r.settle(t, Queued, NoReason, kind, actor, DetailRetry(t.AttemptsCharged, t.AttemptsMax, delay))
 }
@@ -873,7 +873,7 @@ func (r *Reference) AddSchedule(_ context.Context, spec ScheduleSpec, actor stri
 	if len(r.schedules) >= SchedulesMax {
 		return Schedule{}, fmt.Errorf("%d schedules (limit %d): %w", len(r.schedules), SchedulesMax, ErrQueueFull)
 	}
-	s := &Schedule{ID: r.ids.NewID(ScheduleIDPrefix), ScheduleSpec: spec, LastRun: -1, CreatedAt: r.now()}
+	s := &Schedule{ID: NewIDFor(r.ids, ScheduleIDPrefix, ScheduleKey(spec)), ScheduleSpec: spec, LastRun: -1, CreatedAt: r.now()}
 	r.schedules[s.ID] = s
 	r.emit(Event{Kind: EventScheduleAdded, Actor: actor, Detail: DetailSchedule(s.ID)})
 	return *s, nil
@@ -963,4 +963,62 @@ func (r *Reference) Metrics(_ context.Context) (Metrics, error) {
 func cloneHistogram(h Histogram) Histogram {
 	h.Counts = append([]int64(nil), h.Counts...)
 	return h
+}
+
+// Clone returns a deep copy of r that shares only its clock, ID source,
+// random source and backoff policy: the simulator's oracle keeps one before
+// an operation whose outcome a storage fault may leave unknown, so that
+// both successors (applied or not) can be compared with the real queue.
+// Sharing the sources is sound when they derive from keys (DerivedIDs,
+// DerivedRand), as the oracle's do.
+func (r *Reference) Clone() *Reference {
+	c := *r
+	c.userLimits = make(map[string]UserLimit, len(r.userLimits))
+	for k, v := range r.userLimits {
+		c.userLimits[k] = v
+	}
+	c.tasks = make(map[string]*Task, len(r.tasks))
+	for k, v := range r.tasks {
+		t := *v
+		c.tasks[k] = &t
+	}
+	c.order = append([]string(nil), r.order...)
+	c.events = append([]Event(nil), r.events...)
+	c.effects = make(map[string]*Effect, len(r.effects))
+	for k, v := range r.effects {
+		e := *v
+		c.effects[k] = &e
+	}
+	c.effectIDs = append([]string(nil), r.effectIDs...)
+	c.schedules = make(map[string]*Schedule, len(r.schedules))
+	for k, v := range r.schedules {
+		s := *v
+		c.schedules[k] = &s
+	}
+	c.queueWait, c.runTime = cloneHistogram(r.queueWait), cloneHistogram(r.runTime)
+	return &c
+}
+
+// EventCount returns how many events the reference has appended.
+func (r *Reference) EventCount() int { return len(r.events) }
+
+// EventsFrom returns the events after the first n, in order.
+func (r *Reference) EventsFrom(n int) []Event {
+	if n >= len(r.events) {
+		return nil
+	}
+	return append([]Event(nil), r.events[n:]...)
+}
+
+// EffectsOf returns one task's ledger rows by step (Effects without the
+// error and the sort over every row).
+func (r *Reference) EffectsOf(taskID string) []Effect {
+	var out []Effect
+	for _, op := range r.effectIDs {
+		if e := r.effects[op]; e.TaskID == taskID {
+			out = append(out, *e)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Step < out[j].Step })
+	return out
 }

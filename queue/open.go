@@ -355,14 +355,18 @@ func (q *Queue) Image(ctx context.Context) ([]byte, error) {
 // now reads the injected clock at the precision the queue stores.
 func (q *Queue) now() time.Time { return model.Truncate(q.clock.Now()) }
 
-func (q *Queue) newID(prefix string) string {
+// newID returns the ID for key: derived from it when the source derives
+// IDs from keys (the simulator's), fresh otherwise.
+func (q *Queue) newID(prefix, key string) string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.ids.NewID(prefix)
+	return model.NewIDFor(q.ids, prefix, key)
 }
 
-func (q *Queue) draw() uint64 {
+// draw returns the jitter draw for key: derived from it when the source
+// draws for keys (the simulator's), the next draw otherwise.
+func (q *Queue) draw(key string) uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.rand.Uint64()
+	return model.DrawFor(q.rand, key)
 }

@@ -65,7 +65,7 @@ func (t *txn) submit(n model.Normalized, actor string) (model.SubmitResult, erro
 	if runAt.IsZero() {
 		runAt = t.now
 	}
-	id = t.q.newID(model.TaskIDPrefix)
+	id = t.q.newID(model.TaskIDPrefix, model.TaskKey(n.User, n.Key))
 	if err := t.execOne("task_insert",
 		sql.Named("id", id), sql.Named("user", n.User), sql.Named("key", n.Key),
 		sql.Named("hash", n.Hash), sql.Named("payload", n.Payload), sql.Named("priority", n.Priority),

@@ -350,7 +350,7 @@ func (t *txn) chargeAttempt(task model.Task, kind model.EventKind, actor string)
 		return model.NeedsReview, t.settle(task, model.NeedsReview, model.AttemptsExhausted, outcome(model.EventDeadLettered),
 			actor, model.DetailRetry(task.AttemptsCharged, task.AttemptsMax, 0))
 	}
-	delay := t.q.backoff.Delay(task.AttemptsCharged, t.q.draw())
+	delay := t.q.backoff.Delay(task.AttemptsCharged, t.q.draw(model.JitterKey(task.ID, task.Attempt)))
 	task.RunAt = t.now.Add(delay)
 	return model.Queued, t.settle(task, model.Queued, model.NoReason, kind, actor,
 		model.DetailRetry(task.AttemptsCharged, task.AttemptsMax, delay))

@@ -42,14 +42,60 @@ type checker struct {
 	plans     map[string][]worker.SyntheticStep
 	runs      *model.ScheduleRunChecker
 	commits   int64 // storage commits when last checked
+	// only, when set, names the checks that report; every other is
+	// switched off (Config.Only).
+	only map[string]bool
+	// oracle is the lockstep's first disagreement or broken stated
+	// invariant, returned by the next check.
+	oracle *model.Violation
 }
 
-func newChecker(w *World) *checker {
+// enabled reports whether the check named kind reports violations.
+func (c *checker) enabled(kind string) bool { return c.only == nil || c.only[kind] }
+
+// keep returns v if its check is switched on, nil otherwise.
+func (c *checker) keep(v *model.Violation) *model.Violation {
+	if v == nil || !c.enabled(v.Invariant) {
+		return nil
+	}
+	return v
+}
+
+// keepFirst returns the first of vs whose check is switched on.
+func (c *checker) keepFirst(vs []model.Violation) *model.Violation {
+	for i := range vs {
+		if c.enabled(vs[i].Invariant) {
+			return &vs[i]
+		}
+	}
+	return nil
+}
+
+// lockstepReport keeps the lockstep's first reported violation, when its
+// check is switched on.
+func (c *checker) lockstepReport(kind, taskID, detail string) {
+	if c.oracle == nil && c.enabled(kind) {
+		c.oracle = &model.Violation{Invariant: kind, TaskID: taskID, Detail: detail}
+	}
+}
+
+func newChecker(w *World, only []string) *checker {
 	c := &checker{w: w, tasks: map[string]model.Task{}, known: map[string]bool{}, trail: model.NewEventChecker(),
 		history: model.NewHistory(), charged: map[string]int{},
 		plans: map[string][]worker.SyntheticStep{}, runs: model.NewScheduleRunChecker()}
+	if only != nil {
+		c.only = map[string]bool{}
+		for _, kind := range only {
+			c.only[kind] = true
+		}
+	}
 	c.limits, c.overrides, _ = w.q.Limits(w.ctx)
 	return c
+}
+
+// limitsChanged takes in the limits now in force.
+func (c *checker) limitsChanged(l model.Limits, overrides []model.UserLimit) {
+	c.limits, c.overrides = l, overrides
 }
 
 // submitted records a task ID the queue accepted; it must never go missing.
@@ -73,20 +119,23 @@ func (c *checker) report(r worker.Report) {
 	at := c.w.clock.Now()
 	if r.Write == "claim" {
 		for _, cl := range r.Claims {
-			if v := c.history.Accept(model.AcceptedWrite{TaskID: cl.TaskID, Fence: cl.Fence, Kind: "claim", At: at,
-				Owner: r.Worker, LeaseUntil: cl.LeaseUntil}); v != nil {
+			if v := c.keep(c.history.Accept(model.AcceptedWrite{TaskID: cl.TaskID, Fence: cl.Fence, Kind: "claim", At: at,
+				Owner: r.Worker, LeaseUntil: cl.LeaseUntil})); v != nil {
 				c.pending = v
 				return
 			}
 		}
 		return
 	}
-	c.pending = c.history.Accept(model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: r.Write, At: at,
-		Owner: r.Worker, LeaseUntil: r.LeaseUntil})
+	c.pending = c.keep(c.history.Accept(model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: r.Write, At: at,
+		Owner: r.Worker, LeaseUntil: r.LeaseUntil}))
 }
 
 // check reads what the last event changed and checks every invariant on it.
 func (c *checker) check() *model.Violation {
+	if c.oracle != nil {
+		return c.oracle
+	}
 	if c.pending != nil {
 		return c.pending
 	}
@@ -99,7 +148,7 @@ func (c *checker) check() *model.Violation {
 	var err error
 	c.w.storage.Bypass(func() { events, err = c.w.q.EventsAfter(c.w.ctx, c.lastSeq, model.ListLimitMax) })
 	if err != nil {
-		return &model.Violation{Invariant: InvReadable, Detail: err.Error()}
+		return c.keep(&model.Violation{Invariant: InvReadable, Detail: err.Error()})
 	}
 	if len(events) == 0 {
 		return c.applications() // a commit with no event (an empty poll) changes no task
@@ -113,7 +162,7 @@ func (c *checker) check() *model.Violation {
 			continue
 		}
 		c.w.timelineEvent(e)
-		if v := c.event(e); v != nil {
+		if v := c.keep(c.event(e)); v != nil {
 			return v
 		}
 		if !seen[e.TaskID] {
@@ -128,22 +177,27 @@ func (c *checker) check() *model.Violation {
 		var t model.Task
 		t, err = c.w.task(id)
 		if err != nil {
-			return &model.Violation{Invariant: model.InvTaskKept, TaskID: id, Detail: err.Error()}
+			if v := c.keep(&model.Violation{Invariant: model.InvTaskKept, TaskID: id, Detail: err.Error()}); v != nil {
+				return v
+			}
+			continue
 		}
-		if vs := model.CheckTask(t); len(vs) > 0 {
-			return &vs[0]
+		if v := c.keepFirst(model.CheckTask(t)); v != nil {
+			return v
 		}
 		if t.AttemptsCharged != c.charged[id] {
-			return &model.Violation{Invariant: InvAttemptsAccounted, TaskID: id,
-				Detail: fmt.Sprintf("attempts_charged %d, but the trail shows %d charged attempts since the last requeue", t.AttemptsCharged, c.charged[id])}
+			if v := c.keep(&model.Violation{Invariant: InvAttemptsAccounted, TaskID: id,
+				Detail: fmt.Sprintf("attempts_charged %d, but the trail shows %d charged attempts since the last requeue", t.AttemptsCharged, c.charged[id])}); v != nil {
+				return v
+			}
 		}
 		before, seen := c.tasks[id]
 		if !seen {
-			if v := c.runs.Check(t); v != nil {
+			if v := c.keep(c.runs.Check(t)); v != nil {
 				return v
 			}
-		} else if vs := model.CheckChange(before, t); len(vs) > 0 {
-			return &vs[0]
+		} else if v := c.keepFirst(model.CheckChange(before, t)); v != nil {
+			return v
 		}
 		if t.State == model.Running && (!seen || before.State != model.Running) {
 			claimedUsers[t.User] = true
@@ -164,12 +218,15 @@ func (c *checker) applications() *model.Violation {
 	ops, total := c.w.service.ApplicationsSince(c.applied)
 	c.applied = total
 	for _, op := range ops {
-		if c.w.service.Applications(op) > 1 {
+		if c.w.service.Applications(op) > 1 && c.enabled(InvAppliedOnce) {
 			return &model.Violation{Invariant: InvAppliedOnce, Detail: fmt.Sprintf("operation %s applied more than once", op)}
 		}
 		taskID, stepText, ok := strings.Cut(op, ".s")
 		step, err := strconv.Atoi(stepText)
 		t, seen := c.tasks[taskID]
+		if !c.enabled(InvEffectWithinBudget) {
+			continue
+		}
 		if !ok || err != nil || !seen {
 			return &model.Violation{Invariant: InvEffectWithinBudget, TaskID: taskID, Detail: "applied operation of an unknown task step: " + op}
 		}
@@ -233,10 +290,7 @@ func (c *checker) userLimits(users map[string]bool) *model.Violation {
 		}
 	}
 	sort.Slice(mine, func(i, j int) bool { return mine[i].Seq < mine[j].Seq })
-	if vs := model.CheckUserLimits(mine, c.limits, c.overrides); len(vs) > 0 {
-		return &vs[0]
-	}
-	return nil
+	return c.keepFirst(model.CheckUserLimits(mine, c.limits, c.overrides))
 }
 
 // snapshot returns the latest snapshot of every task seen, in submission
@@ -255,13 +309,18 @@ func (c *checker) snapshot() []model.Task {
 func (c *checker) final() *model.Violation {
 	for _, id := range c.accepted {
 		if _, err := c.w.task(id); err != nil {
-			return &model.Violation{Invariant: model.InvTaskKept, TaskID: id, Detail: err.Error()}
+			if v := c.keep(&model.Violation{Invariant: model.InvTaskKept, TaskID: id, Detail: err.Error()}); v != nil {
+				return v
+			}
 		}
 	}
 	var err error
 	c.w.storage.Bypass(func() { err = c.w.q.CheckCounters(c.w.ctx) })
 	if err != nil {
-		return &model.Violation{Invariant: "counters-agree", Detail: err.Error()}
+		if v := c.keep(&model.Violation{Invariant: "counters-agree", Detail: err.Error()}); v != nil {
+			return v
+		}
 	}
-	return nil
+	c.w.q.final()
+	return c.oracle
 }

@@ -36,6 +36,15 @@ type Config struct {
 	Trace bool
 	// Timeline keeps a structured timeline of the run in the result.
 	Timeline bool
+	// Only, when set (tests only), switches off every check it does not
+	// name (invariants and oracle comparisons by their Violation names),
+	// and with them the liveness, expectation and anomaly verdicts, so a
+	// test can show which check catches a bug.
+	Only []string
+	// NoOracle (tests and benchmarks only) runs the world without the
+	// reference model in lockstep and without the invariants stated over
+	// it.
+	NoOracle bool
 }
 
 // Result is the outcome of one run.
@@ -146,7 +155,7 @@ func Run(cfg Config) (res Result) {
 	}()
 	tr.line(fmt.Sprintf("seed %d scenario %s", cfg.Seed, sc.Name))
 	tr.line("faults: " + mix.String())
-	w, err := newWorld(sc, cfg.Seed, mix)
+	w, err := newWorld(sc, cfg.Seed, mix, worldOptions{noOracle: cfg.NoOracle, only: cfg.Only})
 	if err != nil {
 		res.Anomalies = append(res.Anomalies, err.Error())
 		return res
@@ -178,7 +187,7 @@ func Run(cfg Config) (res Result) {
 			tr.line("VIOLATION " + v.Error())
 			return res
 		}
-		if len(w.anomalies) > 0 {
+		if len(w.anomalies) > 0 && cfg.Only == nil {
 			res.Anomalies = w.anomalies
 			return res
 		}
@@ -190,8 +199,10 @@ func Run(cfg Config) (res Result) {
 		tr.line("VIOLATION " + v.Error())
 		return res
 	}
-	res.Anomalies = w.anomalies
-	if liveness != "" {
+	if cfg.Only == nil {
+		res.Anomalies = w.anomalies
+	}
+	if liveness != "" && cfg.Only == nil {
 		res.Liveness = liveness
 		tr.line("LIVENESS " + liveness)
 		return res
@@ -201,7 +212,9 @@ func Run(cfg Config) (res Result) {
 		tr.line("VIOLATION " + v.Error())
 		return res
 	}
-	res.Expectations = w.expectations()
+	if cfg.Only == nil {
+		res.Expectations = w.expectations()
+	}
 	for _, e := range res.Expectations {
 		tr.line("EXPECTATION " + e)
 	}

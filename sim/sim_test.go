@@ -141,7 +141,7 @@ func TestEventStringsParse(t *testing.T) {
 // when that event committed nothing to the queue (its write failed).
 func TestAppliedTwiceCaughtWithoutACommit(t *testing.T) {
 	mix := DefaultMix(worker.Plain)
-	w, err := newWorld(scenarios.Portfolio(), 1, mix)
+	w, err := newWorld(scenarios.Portfolio(), 1, mix, worldOptions{})
 	require.NoError(t, err)
 	defer w.close()
 	require.Nil(t, w.checker.check())

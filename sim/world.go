@@ -53,13 +53,15 @@ type taskState struct {
 // database behind a fault-injecting driver, real workers, the effect
 // service double, a fake clock, and the scenario's callers.
 type World struct {
-	ctx            context.Context
-	sc             scenarios.Scenario
-	seed           uint64
-	mix            FaultMix
-	clock          *clockwork.FakeClock
-	storage        *faults.Storage
-	q              *queue.Queue
+	ctx     context.Context
+	sc      scenarios.Scenario
+	seed    uint64
+	mix     FaultMix
+	clock   *clockwork.FakeClock
+	storage *faults.Storage
+	// q is the queue every operation of the world goes through: the real
+	// queue and, in lockstep with it, the reference model (oracle.go).
+	q              *lockstep
 	service        *EffectService
 	svc            *faults.Service
 	workers        []*simWorker
@@ -78,8 +80,14 @@ type World struct {
 	recoveries map[string]int // operator recoveries per task
 }
 
+// worldOptions are the test-only switches of a world.
+type worldOptions struct {
+	noOracle bool     // run without the reference model in lockstep
+	only     []string // the checks that report; nil: all
+}
+
 // newWorld builds the world for one seed.
-func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix) (*World, error) {
+func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix, opts worldOptions) (*World, error) {
 	ctx := context.Background() // never cancelled: cancellation rolls database/sql back asynchronously
 	clock := clockwork.NewFakeClockAt(Epoch)
 	storage := faults.NewStorage(&sqlite.Driver{}, clock)
@@ -87,20 +95,30 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix) (*World, error) 
 	if err != nil {
 		return nil, err
 	}
-	q, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clock, IDs: model.NewSeededIDs(subSeed(seed, streamIDs)),
-		Rand: source(seed, streamJitter), Driver: storage, BusyTimeout: queue.NoBusyTimeout, Image: image})
+	// IDs and jitter derive from (seed, task, attempt), so the queue and
+	// the reference give the same task the same ID and the same backoff
+	// however many draws either made.
+	q, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clock, IDs: model.NewDerivedIDs(subSeed(seed, streamIDs)),
+		Rand: model.NewDerivedRand(subSeed(seed, streamJitter)), Driver: storage, BusyTimeout: queue.NoBusyTimeout, Image: image})
 	if err != nil {
 		return nil, fmt.Errorf("sim: open queue: %w", err)
 	}
-	w := &World{ctx: ctx, sc: sc, seed: seed, mix: mix, clock: clock, storage: storage, q: q,
+	ls, err := newLockstep(ctx, q, storage, clock, seed, !opts.noOracle)
+	if err != nil {
+		q.Close()
+		return nil, err
+	}
+	w := &World{ctx: ctx, sc: sc, seed: seed, mix: mix, clock: clock, storage: storage, q: ls,
 		service: NewEffectService(mix.ServiceKind)}
 	w.svc = faults.NewService(w.service)
+	w.checker = newChecker(w, opts.only)
+	ls.report, ls.limitsChanged = w.checker.lockstepReport, w.checker.limitsChanged
 	if err := w.setup(); err != nil {
 		q.Close()
 		return nil, err
 	}
 	for i := 0; i < sc.Workers; i++ {
-		sw := &simWorker{proc: faults.NewProcess(workerName(i)), queue: faults.NewQueue(q)}
+		sw := &simWorker{proc: faults.NewProcess(workerName(i)), queue: faults.NewQueue(w.q)}
 		if sw.w, err = w.newWorker(i, sw); err != nil {
 			q.Close()
 			return nil, err
@@ -112,7 +130,6 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix) (*World, error) 
 	}
 	w.schedDown = make([]int, max(1, sc.Schedulers))
 	w.recoveries = map[string]int{}
-	w.checker = newChecker(w)
 	return w, nil
 }
 
@@ -172,7 +189,11 @@ func (w *World) setup() error {
 }
 
 func (w *World) newWorker(i int, sw *simWorker) (*worker.Worker, error) {
-	return worker.New(worker.Config{ID: workerName(i), Queue: sw.queue, Handler: worker.Synthetic{}, Service: w.svc,
+	var q worker.Queue = sw.queue
+	if w.q.ref != nil {
+		q = watcher{l: w.q, inner: sw.queue}
+	}
+	return worker.New(worker.Config{ID: workerName(i), Queue: q, Handler: worker.Synthetic{}, Service: w.svc,
 		Clock: w.clock, Concurrency: w.sc.Concurrency, Lease: w.sc.Lease, Heartbeat: w.sc.Heartbeat,
 		PollMin: 50 * time.Millisecond, PollMax: 500 * time.Millisecond,
 		StorageBackoffMin: 50 * time.Millisecond, StorageBackoffMax: time.Second})

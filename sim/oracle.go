@@ -1,0 +1,768 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// The oracle's checks, as reported in model.Violation.Invariant: the
+// reference model and the real queue disagree on an operation's outcome,
+// on what it returned, on the events it appended, on the rows of the tasks
+// it touched, or on the effects ledger.
+const (
+	InvOracleOutcome = "oracle-outcome"
+	InvOracleReturns = "oracle-returns"
+	InvOracleEvents  = "oracle-events"
+	InvOracleRows    = "oracle-rows"
+	InvOracleEffects = "oracle-effects"
+)
+
+// lockstep is the world's queue: every operation the world performs goes
+// to the real queue and then to model.Reference, and the two must agree on
+// the outcome (accepted, or refused for the same reason), on what the
+// operation returned, on the events it appended, on the rows of the tasks
+// it touched and on their effects ledger. A storage fault at COMMIT makes
+// the outcome unknown: the real state must then match one of the two
+// successors (applied or not), and the reference carries on from that
+// one. A storage fault before COMMIT must leave the operation unapplied.
+//
+// Reads, and every method lockstep does not define, go to the real queue
+// alone (it is embedded). It keeps the real rows of every task as last
+// read (the mirror), which the stated invariants (invariants.go) read.
+// With no reference (the oracle off) every write goes to the queue alone.
+type lockstep struct {
+	*queue.Queue
+	ref     *model.Reference
+	ctx     context.Context
+	storage *faults.Storage
+	clock   clockwork.Clock
+	report  func(kind, taskID, detail string)
+	// limitsChanged is told the limits in force after every change.
+	limitsChanged func(model.Limits, []model.UserLimit)
+
+	lastSeq int64                 // real events compared so far
+	refSeen int                   // reference events compared so far
+	rows    map[string]model.Task // the real row of every task, as last read
+	order   []string              // task IDs in submission order
+	limits  model.Limits          // the limits in force
+	users   map[string]model.UserLimit
+	watch   map[claimKey]*cancelSeen // claims whose worker saw cancellation requested
+	ops     int                      // operations compared
+}
+
+// newLockstep returns the lockstep over q, with a reference whose sources
+// derive from seed as the queue's do, or none when oracle is false.
+func newLockstep(ctx context.Context, q *queue.Queue, storage *faults.Storage, clock clockwork.Clock, seed uint64, oracle bool) (*lockstep, error) {
+	l := &lockstep{Queue: q, ctx: ctx, storage: storage, clock: clock, rows: map[string]model.Task{},
+		users: map[string]model.UserLimit{}, watch: map[claimKey]*cancelSeen{}, report: func(string, string, string) {},
+		limitsChanged: func(model.Limits, []model.UserLimit) {}}
+	limits, _, err := q.Limits(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sim: read limits: %w", err)
+	}
+	l.limits = limits
+	if oracle {
+		l.ref = model.NewReference(model.ReferenceOptions{Clock: clock, IDs: model.NewDerivedIDs(subSeed(seed, streamIDs)),
+			Rand: model.NewDerivedRand(subSeed(seed, streamJitter)), Limits: &limits})
+	}
+	return l, nil
+}
+
+// op is one operation as lockstep runs it on both sides.
+type op[T any] struct {
+	name    string   // the operation and its arguments, for reports
+	targets []string // the tasks it names
+	effects bool     // it may change the effects ledger without an effect event
+	real    func() (T, error)
+	ref     func(r *model.Reference) (T, error)
+	same    func(real, ref T) string // "" when the returned values agree; nil: nothing to compare
+	// check, when set, runs after the real call with the mirror still as
+	// it was before the operation, and returns what to run once the real
+	// rows are in the mirror: the stated invariants (invariants.go).
+	check func(res T, err error) (after func())
+}
+
+// run performs o on the real queue and, with the oracle on, on the
+// reference, and compares them.
+func run[T any](l *lockstep, o op[T]) (T, error) {
+	commits := l.storage.Commits()
+	res, err := o.real()
+	if l.ref == nil {
+		return res, err
+	}
+	l.ops++
+	changed := l.storage.Commits() != commits
+	var after func()
+	if o.check != nil {
+		after = o.check(res, err)
+	}
+	switch {
+	case errors.Is(err, faults.ErrInjected) && !atCommit(err):
+		// Refused before COMMIT: nothing may have changed.
+		l.settle(o, l.ref, nil, changed)
+	case errors.Is(err, faults.ErrInjected):
+		before := l.ref.Clone()
+		_, _ = o.ref(l.ref)
+		l.settle(o, l.ref, before, changed)
+	default:
+		refRes, refErr := o.ref(l.ref)
+		if real, ref := errorClass(err), errorClass(refErr); real != ref {
+			l.report(InvOracleOutcome, first(o.targets), fmt.Sprintf("%s: queue %s (%v), reference %s (%v)%s",
+				o.name, real, err, ref, refErr, l.where()))
+		} else if err == nil && o.same != nil {
+			if d := o.same(res, refRes); d != "" {
+				l.report(InvOracleReturns, first(o.targets), fmt.Sprintf("%s returned %s%s", o.name, d, l.where()))
+			}
+		}
+		l.settle(o, l.ref, nil, changed)
+	}
+	if after != nil {
+		after()
+	}
+	return res, err
+}
+
+// where names the operation's place in the run, for reports.
+func (l *lockstep) where() string {
+	return fmt.Sprintf(" (operation %d at +%dms)", l.ops, l.clock.Since(Epoch).Milliseconds())
+}
+
+func first(ids []string) string {
+	if len(ids) > 0 {
+		return ids[0]
+	}
+	return ""
+}
+
+// atCommit reports whether an injected storage error hit the COMMIT, after
+// which the transaction may have been applied.
+func atCommit(err error) bool {
+	var fe *faults.Error
+	return errors.As(err, &fe) && fe.Op == "commit"
+}
+
+// errorClasses are the refusal classes the two sides must agree on.
+var errorClasses = []struct {
+	name string
+	err  error
+}{
+	{"stale-claim", model.ErrStaleClaim},
+	{"idempotency-conflict", model.ErrIdempotencyConflict},
+	{"version-mismatch", model.ErrVersionMismatch},
+	{"step-conflict", model.ErrStepConflict},
+	{"effect-receipted", model.ErrEffectReceipted},
+	{"queue-full", model.ErrQueueFull},
+	{"not-allowed", model.ErrInvalidTransition},
+	{"bad-input", model.ErrInvalidInput},
+	{"budget-exhausted", model.ErrBudgetExhausted},
+	{"steps-exhausted", model.ErrStepsExhausted},
+	{"deadline-exceeded", model.ErrDeadlineExceeded},
+	{"not-found", model.ErrNotFound},
+	{"storage", faults.ErrInjected},
+}
+
+// errorClass names err's class: "accepted" for nil, "other" for an error
+// of no known class.
+func errorClass(err error) string {
+	if err == nil {
+		return "accepted"
+	}
+	for _, c := range errorClasses {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
+	}
+	return "other"
+}
+
+// realView is what the real queue shows after an operation: the events it
+// appended and the rows and ledgers of the tasks concerned.
+type realView struct {
+	events  []model.Event
+	rows    map[string]model.Task // absent: no such task
+	effects map[string][]model.Effect
+}
+
+// settle compares the real queue's state after operation o with the
+// reference ref (and, when before is set, with the unapplied successor
+// before, adopting whichever matches), then takes the real rows into the
+// mirror. changed says whether the real queue committed anything.
+func (l *lockstep) settle(o opInfo, ref, before *model.Reference, changed bool) {
+	ids := append([]string(nil), o.taskIDs()...)
+	refEvents := ref.EventsFrom(l.refSeen)
+	ids = appendTasks(ids, refEvents)
+	var beforeEvents []model.Event
+	if before != nil {
+		beforeEvents = before.EventsFrom(l.refSeen)
+		ids = appendTasks(ids, beforeEvents)
+	}
+	view, err := l.read(ids, changed, o.touchesEffects() || hasEffectEvent(refEvents) || hasEffectEvent(beforeEvents))
+	if err != nil {
+		l.report(InvReadable, "", err.Error())
+		return
+	}
+	kind, detail := l.diff(ref, refEvents, view)
+	if kind != "" && before != nil {
+		kind2, detail2 := l.diff(before, beforeEvents, view)
+		if kind2 == "" {
+			l.ref = before
+			kind = ""
+		} else {
+			detail = fmt.Sprintf("matches neither successor of an unknown commit: applied: %s; not applied: %s", detail, detail2)
+		}
+	}
+	if kind != "" {
+		l.report(kind, first(ids), fmt.Sprintf("%s: %s%s", o.label(), detail, l.where()))
+	}
+	if len(view.events) > 0 {
+		l.lastSeq = view.events[len(view.events)-1].Seq
+	}
+	l.refSeen = l.ref.EventCount()
+	for id, t := range view.rows {
+		if _, known := l.rows[id]; !known {
+			l.order = append(l.order, id)
+		}
+		l.rows[id] = t
+	}
+	l.observe(view.events)
+}
+
+// opInfo is what settle needs of an operation, whatever it returns.
+type opInfo interface {
+	taskIDs() []string
+	touchesEffects() bool
+	label() string
+}
+
+func (o op[T]) taskIDs() []string    { return o.targets }
+func (o op[T]) touchesEffects() bool { return o.effects }
+func (o op[T]) label() string        { return o.name }
+
+func appendTasks(ids []string, events []model.Event) []string {
+	for _, e := range events {
+		if e.TaskID != "" && !contains(ids, e.TaskID) {
+			ids = append(ids, e.TaskID)
+		}
+	}
+	return ids
+}
+
+func contains(ids []string, id string) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func hasEffectEvent(events []model.Event) bool {
+	for _, e := range events {
+		switch e.Kind {
+		case model.EventEffectIntent, model.EventEffectReceipt, model.EventEffectSettled, model.EventUncertain:
+			return true
+		}
+	}
+	return false
+}
+
+// read reads the real queue, around the fault plan: the events after the
+// last compared, then the rows (and, with effects, the ledgers) of ids and
+// of the tasks those events name. When nothing was committed the events
+// are none and the rows are the mirror's.
+func (l *lockstep) read(ids []string, changed, effects bool) (realView, error) {
+	view := realView{rows: map[string]model.Task{}}
+	var err error
+	l.storage.Bypass(func() {
+		if changed {
+			if view.events, err = l.Queue.EventsAfter(l.ctx, l.lastSeq, model.ListLimitMax); err != nil {
+				return
+			}
+			ids = appendTasks(ids, view.events)
+		}
+		for _, id := range ids {
+			if !changed {
+				if t, ok := l.rows[id]; ok {
+					view.rows[id] = t
+				}
+			} else {
+				t, terr := l.Queue.Task(l.ctx, id)
+				switch {
+				case terr == nil:
+					view.rows[id] = t
+				case !errors.Is(terr, model.ErrNotFound):
+					err = terr
+					return
+				}
+			}
+			if effects {
+				if view.effects == nil {
+					view.effects = map[string][]model.Effect{}
+				}
+				if view.effects[id], err = l.Queue.Effects(l.ctx, id); err != nil {
+					return
+				}
+			}
+		}
+	})
+	return view, err
+}
+
+// diff compares the real view with the reference ref, whose events since
+// the last comparison are refEvents; it returns the check that fails and
+// both sides' records, or "".
+func (l *lockstep) diff(ref *model.Reference, refEvents []model.Event, view realView) (kind, detail string) {
+	if len(view.events) != len(refEvents) {
+		return InvOracleEvents, fmt.Sprintf("queue appended %d events %s, reference %d %s",
+			len(view.events), eventsText(view.events), len(refEvents), eventsText(refEvents))
+	}
+	for i := range refEvents {
+		if a, b := eventText(view.events[i]), eventText(refEvents[i]); a != b {
+			return InvOracleEvents, fmt.Sprintf("event %d of the operation: queue %s, reference %s", i+1, a, b)
+		}
+	}
+	for _, id := range sortedKeys(view.rows) {
+		real, inReal := view.rows[id]
+		want, err := ref.Task(l.ctx, id)
+		inRef := err == nil
+		switch {
+		case inReal != inRef:
+			return InvOracleRows, fmt.Sprintf("task %s exists in the queue: %t, in the reference: %t", id, inReal, inRef)
+		case !inReal:
+			continue
+		}
+		if d := rowDiff(real, want); d != "" {
+			return InvOracleRows, fmt.Sprintf("task %s: %s", id, d)
+		}
+	}
+	for _, id := range sortedKeys(view.rows) {
+		got, read := view.effects[id]
+		if !read {
+			continue
+		}
+		if d := effectsDiff(got, ref.EffectsOf(id)); d != "" {
+			return InvOracleEffects, fmt.Sprintf("task %s ledger: %s", id, d)
+		}
+	}
+	return "", ""
+}
+
+// sortedKeys returns the task IDs of rows in order, so reports are
+// deterministic.
+func sortedKeys(rows map[string]model.Task) []string {
+	ids := make([]string, 0, len(rows))
+	for id := range rows {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// eventText renders what the two sides must agree on in an event: not the
+// sequence number (a rolled-back transaction may burn one) and not the
+// free-text detail.
+func eventText(e model.Event) string {
+	return fmt.Sprintf("{%s task=%s attempt=%d fence=%d op=%s %s->%s reason=%s actor=%s at=%d}",
+		e.Kind, e.TaskID, e.Attempt, e.Fence, e.OpID, e.From, e.To, e.Reason, e.Actor, model.Millis(e.At))
+}
+
+func eventsText(events []model.Event) string {
+	parts := make([]string, len(events))
+	for i, e := range events {
+		parts[i] = eventText(e)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// rowText renders the fields of a task row the two sides must agree on.
+func rowText(t model.Task) string {
+	return fmt.Sprintf("state=%s reason=%s version=%d attempt=%d charged=%d attempts_max=%d cost=%d/%d steps=%d/%d "+
+		"cancel_requested=%t cancelled_by=%s approved_by=%s gate=%s approval_version=%d run_at=%d deadline=%d "+
+		"owner=%s lease_until=%d priority=%d user=%s key=%s schedule=%s/%d checkpoint=%q",
+		t.State, t.Reason, t.Version, t.Attempt, t.AttemptsCharged, t.AttemptsMax, t.CostUsed, t.CostBudget,
+		t.StepsUsed, t.StepsMax, t.CancelRequested, t.CancelledBy, t.ApprovedBy, t.ApprovalGate, t.ApprovalVersion,
+		model.Millis(t.RunAt), model.Millis(t.Deadline), t.Owner, model.Millis(t.LeaseUntil), t.Priority, t.User, t.Key,
+		t.ScheduleID, t.ScheduleRun, t.Checkpoint)
+}
+
+// rowDiff returns both rows when they disagree, or "".
+func rowDiff(real, ref model.Task) string {
+	a, b := rowText(real), rowText(ref)
+	if a == b {
+		return ""
+	}
+	return "queue {" + a + "}, reference {" + b + "}"
+}
+
+func effectText(e model.Effect) string {
+	return fmt.Sprintf("{%s step=%d intent=%d@%d receipt=%d@%d by=%s result=%q}", e.OpID, e.Step, e.IntentFence,
+		model.Millis(e.IntentAt), e.ReceiptFence, model.Millis(e.ReceiptAt), e.ReceiptBy, e.Result)
+}
+
+func effectsDiff(real, ref []model.Effect) string {
+	a, b := make([]string, len(real)), make([]string, len(ref))
+	for i, e := range real {
+		a[i] = effectText(e)
+	}
+	for i, e := range ref {
+		b[i] = effectText(e)
+	}
+	x, y := strings.Join(a, " "), strings.Join(b, " ")
+	if x == y {
+		return ""
+	}
+	return "queue [" + x + "], reference [" + y + "]"
+}
+
+// final compares every row, every ledger row and the whole audit trail of
+// the two sides: what per-operation comparisons of touched tasks could
+// miss.
+func (l *lockstep) final() {
+	if l.ref == nil {
+		return
+	}
+	var tasks []model.Task
+	var effects []model.Effect
+	var err error
+	l.storage.Bypass(func() {
+		if tasks, err = l.Queue.List(l.ctx, model.ListFilter{Limit: model.ListLimitMax}); err != nil {
+			return
+		}
+		effects, err = l.Queue.Effects(l.ctx, "")
+	})
+	if err != nil {
+		l.report(InvReadable, "", err.Error())
+		return
+	}
+	want, _ := l.ref.List(l.ctx, model.ListFilter{Limit: model.ListLimitMax})
+	if len(tasks) != len(want) {
+		l.report(InvOracleRows, "", fmt.Sprintf("at the end the queue holds %d tasks, the reference %d", len(tasks), len(want)))
+		return
+	}
+	for i := range tasks {
+		if tasks[i].ID != want[i].ID {
+			l.report(InvOracleRows, tasks[i].ID, fmt.Sprintf("at the end task %d is %s in the queue, %s in the reference", i, tasks[i].ID, want[i].ID))
+			return
+		}
+		if d := rowDiff(tasks[i], want[i]); d != "" {
+			l.report(InvOracleRows, tasks[i].ID, "at the end: "+d)
+			return
+		}
+	}
+	wantEffects, _ := l.ref.Effects(l.ctx, "")
+	if d := effectsDiff(effects, wantEffects); d != "" {
+		l.report(InvOracleEffects, "", "at the end: "+d)
+	}
+}
+
+// The worker-facing writes. Each simulated worker's queue is a
+// faults.Queue over the lockstep, so duplicated and late deliveries are
+// compared as well.
+
+var _ worker.Queue = (*lockstep)(nil)
+
+func claimName(write string, c model.Claim) string {
+	return fmt.Sprintf("%s task=%s fence=%d owner=%s", write, c.TaskID, c.Fence, c.Owner)
+}
+
+// Claim claims on both sides; they must claim the same tasks in the same
+// order under the same fences and leases.
+func (l *lockstep) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
+	return run(l, op[[]model.Claimed]{name: fmt.Sprintf("claim worker=%s max=%d", req.Worker, req.Max),
+		real: func() ([]model.Claimed, error) { return l.Queue.Claim(ctx, req) },
+		ref:  func(r *model.Reference) ([]model.Claimed, error) { return r.Claim(ctx, req) },
+		same: func(a, b []model.Claimed) string {
+			if len(a) != len(b) {
+				return fmt.Sprintf("%d tasks from the queue, %d from the reference", len(a), len(b))
+			}
+			for i := range a {
+				if differ(a[i].Claim, b[i].Claim) != "" {
+					return fmt.Sprintf("claim %d: queue %+v, reference %+v", i, a[i].Claim, b[i].Claim)
+				}
+				if d := rowDiff(a[i].Task, b[i].Task); d != "" {
+					return fmt.Sprintf("claim %d: %s", i, d)
+				}
+			}
+			return ""
+		},
+		check: func(res []model.Claimed, err error) func() { return l.checkClaim(req, res, err) },
+	})
+}
+
+// Heartbeat extends the lease on both sides.
+func (l *lockstep) Heartbeat(ctx context.Context, c model.Claim, lease time.Duration) (model.HeartbeatResult, error) {
+	return run(l, op[model.HeartbeatResult]{name: claimName("heartbeat", c), targets: []string{c.TaskID},
+		real: func() (model.HeartbeatResult, error) { return l.Queue.Heartbeat(ctx, c, lease) },
+		ref:  func(r *model.Reference) (model.HeartbeatResult, error) { return r.Heartbeat(ctx, c, lease) },
+		same: func(a, b model.HeartbeatResult) string { return differ(a, b) },
+	})
+}
+
+// CompleteStep charges the step on both sides.
+func (l *lockstep) CompleteStep(ctx context.Context, w model.StepWrite) (model.StepResult, error) {
+	return run(l, op[model.StepResult]{name: claimName("step", w.Claim) + fmt.Sprintf(" index=%d cost=%d", w.Index, w.Cost),
+		targets: []string{w.Claim.TaskID},
+		real:    func() (model.StepResult, error) { return l.Queue.CompleteStep(ctx, w) },
+		ref:     func(r *model.Reference) (model.StepResult, error) { return r.CompleteStep(ctx, w) },
+		same:    func(a, b model.StepResult) string { return differ(a, b) },
+	})
+}
+
+// RecordIntent records the intent on both sides.
+func (l *lockstep) RecordIntent(ctx context.Context, c model.Claim, step int) (model.IntentResult, error) {
+	return run(l, op[model.IntentResult]{name: claimName("effect_intent", c) + fmt.Sprintf(" step=%d", step),
+		targets: []string{c.TaskID}, effects: true,
+		real: func() (model.IntentResult, error) { return l.Queue.RecordIntent(ctx, c, step) },
+		ref:  func(r *model.Reference) (model.IntentResult, error) { return r.RecordIntent(ctx, c, step) },
+		same: func(a, b model.IntentResult) string { return differ(a, b) },
+	})
+}
+
+// RecordReceipt records the receipt on both sides.
+func (l *lockstep) RecordReceipt(ctx context.Context, c model.Claim, opID, result string) error {
+	_, err := run(l, op[none]{name: claimName("effect_receipt", c) + " op=" + opID, targets: []string{c.TaskID}, effects: true,
+		real: func() (none, error) { return none{}, l.Queue.RecordReceipt(ctx, c, opID, result) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.RecordReceipt(ctx, c, opID, result) },
+	})
+	return err
+}
+
+// Pause parks the task on both sides.
+func (l *lockstep) Pause(ctx context.Context, c model.Claim, step int, gate string) (model.State, error) {
+	return run(l, op[model.State]{name: claimName("pause", c) + fmt.Sprintf(" step=%d gate=%s", step, gate),
+		targets: []string{c.TaskID},
+		real:    func() (model.State, error) { return l.Queue.Pause(ctx, c, step, gate) },
+		ref:     func(r *model.Reference) (model.State, error) { return r.Pause(ctx, c, step, gate) },
+		same:    func(a, b model.State) string { return differ(a, b) },
+		check:   func(_ model.State, err error) func() { return l.noCharge("pause", c.TaskID, err) },
+	})
+}
+
+// Complete completes the task on both sides.
+func (l *lockstep) Complete(ctx context.Context, c model.Claim) error {
+	_, err := run(l, op[none]{name: claimName("complete", c), targets: []string{c.TaskID},
+		real: func() (none, error) { return none{}, l.Queue.Complete(ctx, c) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.Complete(ctx, c) },
+	})
+	return err
+}
+
+// Fail fails the claim on both sides.
+func (l *lockstep) Fail(ctx context.Context, c model.Claim, f model.Failure) (model.State, error) {
+	return run(l, op[model.State]{name: claimName("fail", c) + fmt.Sprintf(" class=%s reason=%s", f.Class, f.Reason),
+		targets: []string{c.TaskID}, effects: f.Class == model.Uncertain,
+		real: func() (model.State, error) { return l.Queue.Fail(ctx, c, f) },
+		ref:  func(r *model.Reference) (model.State, error) { return r.Fail(ctx, c, f) },
+		same: func(a, b model.State) string { return differ(a, b) },
+	})
+}
+
+// Release gives the claim back on both sides.
+func (l *lockstep) Release(ctx context.Context, c model.Claim) (model.State, error) {
+	return run(l, op[model.State]{name: claimName("release", c), targets: []string{c.TaskID},
+		real:  func() (model.State, error) { return l.Queue.Release(ctx, c) },
+		ref:   func(r *model.Reference) (model.State, error) { return r.Release(ctx, c) },
+		same:  func(a, b model.State) string { return differ(a, b) },
+		check: func(_ model.State, err error) func() { return l.noCharge("release", c.TaskID, err) },
+	})
+}
+
+// AcknowledgeCancel ends the cancelled claim on both sides.
+func (l *lockstep) AcknowledgeCancel(ctx context.Context, c model.Claim) error {
+	_, err := run(l, op[none]{name: claimName("cancel_ack", c), targets: []string{c.TaskID},
+		real: func() (none, error) { return none{}, l.Queue.AcknowledgeCancel(ctx, c) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.AcknowledgeCancel(ctx, c) },
+	})
+	return err
+}
+
+// The callers', approvers' and operators' writes.
+
+// Submit submits on both sides; they must agree on the task ID and the
+// replay flag.
+func (l *lockstep) Submit(ctx context.Context, req model.SubmitRequest) (model.SubmitResult, error) {
+	var targets []string
+	if t, ok := l.byKey(req.User, req.Key); ok {
+		targets = []string{t}
+	}
+	return run(l, op[model.SubmitResult]{name: fmt.Sprintf("submit user=%s key=%s", req.User, req.Key), targets: targets,
+		real: func() (model.SubmitResult, error) { return l.Queue.Submit(ctx, req) },
+		ref:  func(r *model.Reference) (model.SubmitResult, error) { return r.Submit(ctx, req) },
+		same: func(a, b model.SubmitResult) string { return differ(a, b) },
+		check: func(res model.SubmitResult, err error) func() {
+			if err != nil || res.Replay {
+				return nil
+			}
+			return func() { l.checkDepth("submit " + res.TaskID) }
+		},
+	})
+}
+
+// byKey finds the mirror's task of user and key.
+func (l *lockstep) byKey(user, key string) (string, bool) {
+	for _, id := range l.order {
+		if t := l.rows[id]; t.User == user && t.Key == key {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+// Cancel cancels on both sides; they must return the same row.
+func (l *lockstep) Cancel(ctx context.Context, id, actor string) (model.Task, error) {
+	return run(l, op[model.Task]{name: fmt.Sprintf("cancel task=%s actor=%s", id, actor), targets: []string{id},
+		real: func() (model.Task, error) { return l.Queue.Cancel(ctx, id, actor) },
+		ref:  func(r *model.Reference) (model.Task, error) { return r.Cancel(ctx, id, actor) },
+		same: func(a, b model.Task) string { return rowDiff(a, b) },
+	})
+}
+
+// Approve approves on both sides.
+func (l *lockstep) Approve(ctx context.Context, id string, version int64, actor string) error {
+	_, err := run(l, op[none]{name: fmt.Sprintf("approve task=%s version=%d", id, version), targets: []string{id},
+		real: func() (none, error) { return none{}, l.Queue.Approve(ctx, id, version, actor) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.Approve(ctx, id, version, actor) },
+	})
+	return err
+}
+
+// Reject rejects on both sides.
+func (l *lockstep) Reject(ctx context.Context, id, actor string) error {
+	_, err := run(l, op[none]{name: fmt.Sprintf("reject task=%s", id), targets: []string{id},
+		real: func() (none, error) { return none{}, l.Queue.Reject(ctx, id, actor) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.Reject(ctx, id, actor) },
+	})
+	return err
+}
+
+// Requeue requeues from review on both sides.
+func (l *lockstep) Requeue(ctx context.Context, id string, g model.Grant, actor string) error {
+	_, err := run(l, op[none]{name: fmt.Sprintf("requeue task=%s grant=%d/%d", id, g.Cost, g.Steps), targets: []string{id},
+		real: func() (none, error) { return none{}, l.Queue.Requeue(ctx, id, g, actor) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.Requeue(ctx, id, g, actor) },
+	})
+	return err
+}
+
+// Resolve resolves a parked task on both sides.
+func (l *lockstep) Resolve(ctx context.Context, id string, to model.State, actor string) error {
+	_, err := run(l, op[none]{name: fmt.Sprintf("resolve task=%s as=%s", id, to), targets: []string{id},
+		real: func() (none, error) { return none{}, l.Queue.Resolve(ctx, id, to, actor) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.Resolve(ctx, id, to, actor) },
+	})
+	return err
+}
+
+// SettleEffect settles an uncertain effect on both sides.
+func (l *lockstep) SettleEffect(ctx context.Context, opID string, applied bool, actor string) error {
+	taskID, _, _ := strings.Cut(opID, ".s")
+	_, err := run(l, op[none]{name: fmt.Sprintf("settle effect op=%s applied=%t", opID, applied), targets: []string{taskID}, effects: true,
+		real: func() (none, error) { return none{}, l.Queue.SettleEffect(ctx, opID, applied, actor) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.SettleEffect(ctx, opID, applied, actor) },
+	})
+	return err
+}
+
+// Reap reaps on both sides; they must settle the same tasks.
+func (l *lockstep) Reap(ctx context.Context) (model.ReapResult, error) {
+	return run(l, op[model.ReapResult]{name: "reap",
+		real: func() (model.ReapResult, error) { return l.Queue.Reap(ctx) },
+		ref:  func(r *model.Reference) (model.ReapResult, error) { return r.Reap(ctx) },
+		same: func(a, b model.ReapResult) string { return differ(a, b) },
+	})
+}
+
+// EnqueueDue enqueues due schedule runs on both sides.
+func (l *lockstep) EnqueueDue(ctx context.Context) (model.EnqueueResult, error) {
+	return run(l, op[model.EnqueueResult]{name: "enqueue due",
+		real: func() (model.EnqueueResult, error) { return l.Queue.EnqueueDue(ctx) },
+		ref:  func(r *model.Reference) (model.EnqueueResult, error) { return r.EnqueueDue(ctx) },
+		same: func(a, b model.EnqueueResult) string { return differ(a, b) },
+		check: func(res model.EnqueueResult, err error) func() {
+			if err != nil || res.Enqueued == 0 {
+				return nil
+			}
+			return func() { l.checkDepth("enqueue due") }
+		},
+	})
+}
+
+// AddSchedule adds a schedule on both sides.
+func (l *lockstep) AddSchedule(ctx context.Context, spec model.ScheduleSpec, actor string) (model.Schedule, error) {
+	return run(l, op[model.Schedule]{name: fmt.Sprintf("add schedule user=%s period=%s", spec.User, spec.Period),
+		real: func() (model.Schedule, error) { return l.Queue.AddSchedule(ctx, spec, actor) },
+		ref:  func(r *model.Reference) (model.Schedule, error) { return r.AddSchedule(ctx, spec, actor) },
+		same: func(a, b model.Schedule) string { return differ(a, b) },
+	})
+}
+
+// RemoveSchedule removes a schedule on both sides.
+func (l *lockstep) RemoveSchedule(ctx context.Context, id, actor string) error {
+	_, err := run(l, op[none]{name: "remove schedule " + id,
+		real: func() (none, error) { return none{}, l.Queue.RemoveSchedule(ctx, id, actor) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.RemoveSchedule(ctx, id, actor) },
+	})
+	return err
+}
+
+// SetLimits replaces the limits on both sides; the accepted ones are in
+// force from now on.
+func (l *lockstep) SetLimits(ctx context.Context, lim model.Limits, actor string) error {
+	_, err := run(l, op[none]{name: "set limits " + model.DetailLimits(lim),
+		real: func() (none, error) { return none{}, l.Queue.SetLimits(ctx, lim, actor) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.SetLimits(ctx, lim, actor) },
+	})
+	l.refreshLimits()
+	return err
+}
+
+// SetUserLimit sets one user's overrides on both sides.
+func (l *lockstep) SetUserLimit(ctx context.Context, u model.UserLimit, actor string) error {
+	_, err := run(l, op[none]{name: "set user limit " + model.DetailUserLimit(u),
+		real: func() (none, error) { return none{}, l.Queue.SetUserLimit(ctx, u, actor) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.SetUserLimit(ctx, u, actor) },
+	})
+	l.refreshLimits()
+	return err
+}
+
+// refreshLimits reads the limits in force from the real queue.
+func (l *lockstep) refreshLimits() {
+	var limits model.Limits
+	var users []model.UserLimit
+	var err error
+	l.storage.Bypass(func() { limits, users, err = l.Queue.Limits(l.ctx) })
+	if err != nil {
+		l.report(InvReadable, "", err.Error())
+		return
+	}
+	l.limits, l.users = limits, map[string]model.UserLimit{}
+	for _, u := range users {
+		l.users[u.User] = u
+	}
+	l.limitsChanged(limits, users)
+}
+
+// none stands for the value of a write that returns only an error.
+type none struct{}
+
+// differ renders two returned values and both when they differ (times
+// compare by their rendering, so a location pointer cannot differ).
+func differ[T any](a, b T) string {
+	x, y := fmt.Sprintf("%+v", a), fmt.Sprintf("%+v", b)
+	if x == y {
+		return ""
+	}
+	return "queue " + x + ", reference " + y
+}
