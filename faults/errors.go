@@ -27,6 +27,7 @@ type Error struct {
 
 	also    error
 	timeout bool
+	code    int // the SQLite result code a storage fault reads as; 0 for others
 }
 
 // Error renders "<op>: <description> (faults: injected <fault>)".
@@ -45,3 +46,10 @@ func (e *Error) Unwrap() []error {
 // Timeout reports whether the error reads as a timeout (a lost response),
 // in the manner of net.Error.
 func (e *Error) Timeout() bool { return e.timeout }
+
+// Code returns the SQLite result code a storage fault reads as (5 busy, 10
+// I/O error, 13 disk full, 14 cannot open), as modernc.org/sqlite's errors
+// report theirs, so that code classifying storage errors by their code
+// treats an injected one as the real failure; 0 for faults that are not
+// storage faults.
+func (e *Error) Code() int { return e.code }

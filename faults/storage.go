@@ -81,7 +81,9 @@ const faultUnavailable = "unavailable"
 // StorageCounts counts the storage faults that have fired.
 type StorageCounts struct {
 	// Unavailable counts operations refused inside an outage window.
-	Unavailable     int
+	Unavailable int
+	// DiskFull counts commits refused while the disk is full (SetDiskFull).
+	DiskFull        int
 	FailBegin       int
 	FailStatement   int
 	FailCommit      int
@@ -121,13 +123,13 @@ func (c *StorageCounts) add(f StorageFault) { *c.counter(f)++ }
 
 // Total is the number of faults fired, refusals included.
 func (c StorageCounts) Total() int {
-	return c.Unavailable + c.FailBegin + c.FailStatement + c.FailCommit + c.AmbiguousCommit + c.Busy
+	return c.Unavailable + c.DiskFull + c.FailBegin + c.FailStatement + c.FailCommit + c.AmbiguousCommit + c.Busy
 }
 
 // String lists the counts in a fixed order.
 func (c StorageCounts) String() string {
-	return fmt.Sprintf("unavailable=%d fail_begin=%d fail_statement=%d fail_commit=%d ambiguous_commit=%d busy=%d",
-		c.Unavailable, c.FailBegin, c.FailStatement, c.FailCommit, c.AmbiguousCommit, c.Busy)
+	return fmt.Sprintf("unavailable=%d disk_full=%d fail_begin=%d fail_statement=%d fail_commit=%d ambiguous_commit=%d busy=%d",
+		c.Unavailable, c.DiskFull, c.FailBegin, c.FailStatement, c.FailCommit, c.AmbiguousCommit, c.Busy)
 }
 
 // Storage is a database/sql/driver.Driver that wraps another (the SQLite
@@ -157,6 +159,7 @@ type Storage struct {
 	mu      sync.Mutex
 	bypass  int       // Bypass calls running
 	down    bool      // open-ended outage
+	full    bool      // the disk is full: every commit is refused
 	until   time.Time // outage until this time (exclusive)
 	armed   []StorageFault
 	counts  StorageCounts
@@ -188,6 +191,20 @@ func (s *Storage) SetUnavailable(on bool) {
 	if !on {
 		s.until = time.Time{}
 	}
+}
+
+// SetDiskFull makes the disk full (on) or gives it room again (off).
+// While it is full every commit fails as SQLite's does on a full disk
+// (SQLITE_FULL, "database or disk is full"): the transaction is rolled
+// back and nothing of it is applied. Reads, and the statements of a
+// transaction before its commit, run as usual, as they do on a real full
+// disk in WAL mode, where a transaction's pages reach the file at commit.
+// A full disk is not one of StorageFaults: the simulator's fault plan
+// does not draw it.
+func (s *Storage) SetDiskFull(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.full = on
 }
 
 // Unavailable reports whether storage is inside an outage window now.
@@ -277,6 +294,8 @@ func (s *Storage) String() string {
 		b.WriteString("unavailable (open-ended)")
 	case s.clock.Now().Before(s.until):
 		b.WriteString("unavailable until " + s.until.UTC().Format(time.RFC3339Nano))
+	case s.full:
+		b.WriteString("disk full")
 	default:
 		b.WriteString("available")
 	}
@@ -340,6 +359,10 @@ func (s *Storage) commitFault() (ambiguous *Error, err *Error) {
 		s.counts.Unavailable++
 		return nil, unavailableError(opCommit)
 	}
+	if s.full {
+		s.counts.DiskFull++
+		return nil, diskFullError()
+	}
 	f, ok := s.takeLocked(opCommit)
 	switch {
 	case !ok:
@@ -362,17 +385,34 @@ func (s *Storage) takeLocked(op storageOp) (StorageFault, bool) {
 	return "", false
 }
 
+// SQLite's primary result codes that the injected errors read as (see
+// Error.Code).
+const (
+	codeBusy     = 5
+	codeIOErr    = 10
+	codeFull     = 13
+	codeCantOpen = 14
+)
+
 func unavailableError(op storageOp) *Error {
-	return &Error{Fault: faultUnavailable, Op: string(op), Description: "storage unavailable"}
+	return &Error{Fault: faultUnavailable, Op: string(op), Description: "storage unavailable", code: codeCantOpen}
+}
+
+// faultDiskFull names the refusals of a full disk.
+const faultDiskFull = "disk_full"
+
+func diskFullError() *Error {
+	return &Error{Fault: faultDiskFull, Op: string(opCommit), Description: "database or disk is full (13) (SQLITE_FULL)", code: codeFull}
 }
 
 func faultError(f StorageFault) *Error {
-	e := &Error{Fault: string(f), Op: string(f.op())}
+	e := &Error{Fault: string(f), Op: string(f.op()), code: codeIOErr}
 	switch f {
 	case FailBegin:
 		e.Description = "cannot begin transaction"
 	case Busy:
 		e.Description = "database is locked (5) (SQLITE_BUSY)"
+		e.code = codeBusy
 	case FailStatement:
 		e.Description = "disk I/O error (10) (SQLITE_IOERR)"
 	case FailCommit:

@@ -169,7 +169,7 @@ func TestStorageUnavailableWindow(t *testing.T) {
 	b.storage.SetUnavailableUntil(epoch.Add(5 * time.Second))
 	require.True(t, b.storage.Unavailable())
 	require.Equal(t, "storage: unavailable until 2026-01-01T00:00:05Z; armed []; fired "+
-		"unavailable=0 fail_begin=0 fail_statement=0 fail_commit=0 ambiguous_commit=0 busy=0", b.storage.String())
+		"unavailable=0 disk_full=0 fail_begin=0 fail_statement=0 fail_commit=0 ambiguous_commit=0 busy=0", b.storage.String())
 
 	_, err := b.q.Submit(b.ctx, request("k1"))
 	requireInjected(t, err, "unavailable")
@@ -293,7 +293,7 @@ func TestStorageArmOrder(t *testing.T) {
 		b.storage.Arm(f)
 	}
 	require.Equal(t, "storage: available; armed [fail_commit busy ambiguous_commit fail_statement fail_begin]; fired "+
-		"unavailable=0 fail_begin=0 fail_statement=0 fail_commit=0 ambiguous_commit=0 busy=0", b.storage.String())
+		"unavailable=0 disk_full=0 fail_begin=0 fail_statement=0 fail_commit=0 ambiguous_commit=0 busy=0", b.storage.String())
 
 	b.storage.SetUnavailableUntil(epoch.Add(time.Second))
 	_, err := b.q.Submit(b.ctx, request("k1"))
@@ -321,7 +321,7 @@ func TestStorageArmOrder(t *testing.T) {
 	}
 	require.Len(t, b.tasks(), 1, "only the ambiguous commit was applied")
 	require.Equal(t, "storage: available; armed []; fired "+
-		"unavailable=1 fail_begin=1 fail_statement=1 fail_commit=1 ambiguous_commit=1 busy=1", b.storage.String())
+		"unavailable=1 disk_full=0 fail_begin=1 fail_statement=1 fail_commit=1 ambiguous_commit=1 busy=1", b.storage.String())
 	require.True(t, b.submit("k1").Replay)
 
 	b.storage.Arm(faults.Busy)
@@ -662,4 +662,41 @@ func TestStorageRefusesADriverWithoutContextInterfaces(t *testing.T) {
 	require.True(t, ok)
 	_, ok = u.Unwrap().(fullConn)
 	require.True(t, ok)
+}
+
+// A full disk refuses every commit with SQLITE_FULL's code and rolls it
+// back; reads go on; giving the disk room again lets writes through.
+func TestStorageDiskFull(t *testing.T) {
+	b := setupStorage(t)
+	first := b.submit("k1")
+	b.storage.SetDiskFull(true)
+	require.Contains(t, b.storage.String(), "storage: disk full;")
+
+	_, err := b.q.Submit(b.ctx, request("k2"))
+	requireInjected(t, err, "disk_full")
+	require.Contains(t, err.Error(), "database or disk is full")
+	var fe *faults.Error
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, 13, fe.Code(), "reads as SQLITE_FULL")
+	require.Len(t, b.tasks(), 1, "the refused submit was rolled back")
+	task, err := b.q.Task(b.ctx, first.TaskID)
+	require.NoError(t, err, "reads run on a full disk")
+	require.Equal(t, model.Queued, task.State)
+	require.Equal(t, 1, b.storage.Counts().DiskFull)
+
+	b.storage.SetDiskFull(false)
+	b.submit("k2")
+	require.Len(t, b.tasks(), 2)
+}
+
+// Every injected storage error carries the SQLite code it reads as.
+func TestInjectedStorageErrorsCarryTheirCode(t *testing.T) {
+	for f, code := range map[faults.StorageFault]int{faults.Busy: 5, faults.FailStatement: 10, faults.FailBegin: 10, faults.FailCommit: 10} {
+		b := setupStorage(t)
+		b.storage.Arm(f)
+		_, err := b.q.Submit(b.ctx, request("k1"))
+		var fe *faults.Error
+		require.ErrorAs(t, err, &fe, "%s", f)
+		require.Equal(t, code, fe.Code(), "%s", f)
+	}
 }

@@ -2,19 +2,131 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// Health reports whether the queue can take writes now: it runs a write
-// transaction that changes nothing. It fails while storage is unavailable
-// (another connection holds an exclusive lock, the disk errors) for longer
-// than the busy timeout.
+// StorageClass names the kind of storage failure an error is, as /healthz
+// reports it.
+type StorageClass string
+
+// The storage classes. Any other error (bad input, a stale claim, a
+// missing task) is no storage failure and has no class.
+const (
+	ClassBusy     StorageClass = "busy"        // another connection holds the lock past the busy timeout
+	ClassDiskFull StorageClass = "disk_full"   // the disk (or a quota) is full
+	ClassIO       StorageClass = "io_error"    // the operating system reported an I/O error
+	ClassReadOnly StorageClass = "read_only"   // the file, its directory or the mount cannot be written
+	ClassCantOpen StorageClass = "cannot_open" // the file (or its -wal, -shm) cannot be opened
+	ClassCorrupt  StorageClass = "corrupt"     // the file is not a sound SQLite database
+	ClassNoMemory StorageClass = "no_memory"   // SQLite could not allocate memory
+)
+
+// coder is an error that carries a SQLite result code: modernc.org/sqlite's
+// *sqlite.Error, and the errors fault injectors make up in its place.
+type coder interface{ Code() int }
+
+// ClassOf returns the storage class of err, or "" when err is no storage
+// failure. It reads the SQLite result code of the first error in err's
+// chain that carries one.
+func ClassOf(err error) StorageClass {
+	var c coder
+	if !errors.As(err, &c) {
+		return ""
+	}
+	switch c.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL:
+		return ClassBusy
+	case sqlite3.SQLITE_FULL:
+		return ClassDiskFull
+	case sqlite3.SQLITE_IOERR:
+		return ClassIO
+	case sqlite3.SQLITE_READONLY:
+		return ClassReadOnly
+	case sqlite3.SQLITE_CANTOPEN:
+		return ClassCantOpen
+	case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+		return ClassCorrupt
+	case sqlite3.SQLITE_NOMEM:
+		return ClassNoMemory
+	}
+	return ""
+}
+
+// healthProbeInterval bounds how often Health writes its probe: a check
+// within it of the last probe (by the queue's clock) shares that probe's
+// outcome.
+const healthProbeInterval = time.Second
+
+// health is what Health knows: the last probe, and the storage failures
+// of the queue's writes since.
+type health struct {
+	// probeMu is held by the one probe running (and while its outcome is
+	// read): concurrent checks wait for it and share its outcome.
+	probeMu  sync.Mutex
+	probedAt time.Time // the queue's clock when the last probe ran; zero before the first
+	probeErr error     // the last probe's outcome
+	clean    uint64    // failures counted when the last good probe began
+
+	failMu   sync.Mutex
+	failures uint64 // writes of this queue that failed in storage
+	lastFail error  // the latest of them
+}
+
+// noteFailure counts err if it is a storage failure.
+func (h *health) noteFailure(err error) {
+	if ClassOf(err) == "" {
+		return
+	}
+	h.failMu.Lock()
+	defer h.failMu.Unlock()
+	h.failures++
+	h.lastFail = err
+}
+
+func (h *health) failure() (uint64, error) {
+	h.failMu.Lock()
+	defer h.failMu.Unlock()
+	return h.failures, h.lastFail
+}
+
+// Health reports whether the queue can take writes now. It fails when its
+// probe fails, or when any write of this queue (every caller, worker and
+// request of the process sharing it) has failed in storage since the last
+// good probe: on a full disk in WAL mode a small write can still succeed
+// by reusing the log's frames while larger ones fail.
+//
+// The probe is a committed write of a value that changes every time (a
+// counter in settings: a statement that changes no bytes writes nothing
+// and proves nothing). It runs at most once per healthProbeInterval of the
+// queue's clock; checks in between, and checks made while a probe runs,
+// share its outcome. A failed probe's error keeps its storage class (see
+// ClassOf).
 func (q *Queue) Health(ctx context.Context) error {
-	if err := q.write(ctx, "health", func(t *txn) error {
-		_, err := t.exec("health")
+	if err := q.checkOpen("health"); err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("queue: unhealthy: %w", err)
+	}
+	h := &q.health
+	h.probeMu.Lock()
+	defer h.probeMu.Unlock()
+	now := q.clock.Now()
+	if h.probedAt.IsZero() || now.Sub(h.probedAt) >= healthProbeInterval || now.Before(h.probedAt) {
+		seen, _ := h.failure()
+		err := q.write(ctx, "health", func(t *txn) error { return t.execOne("health") })
+		h.probedAt, h.probeErr = now, err
+		if err == nil {
+			h.clean = seen
+		}
+	}
+	if h.probeErr != nil {
+		return fmt.Errorf("queue: unhealthy: %w", h.probeErr)
+	}
+	if n, err := h.failure(); n != h.clean {
+		return fmt.Errorf("queue: unhealthy: a write failed in storage since the last good probe: %w", err)
 	}
 	return nil
 }

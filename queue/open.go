@@ -92,6 +92,8 @@ type Queue struct {
 	// operation after it fails with ErrClosed (database/sql's own error for
 	// a closed database is no sentinel).
 	closed atomic.Bool
+
+	health health // Health's last probe and the writes failed since
 }
 
 // Open opens (creating if needed) the database at o.Path and checks its

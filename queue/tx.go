@@ -36,7 +36,18 @@ func commitThen(err error) error { return committed{err} }
 // back, unless it was made by commitThen. Storage errors are wrapped with
 // the operation's name; a commit error is always returned, never a false
 // success.
+//
+// A storage failure is counted for Health, which reports the queue
+// unhealthy until a probe succeeds after it.
 func (q *Queue) write(ctx context.Context, op string, fn func(t *txn) error) error {
+	err := q.writeTx(ctx, op, fn)
+	if err != nil {
+		q.health.noteFailure(err)
+	}
+	return err
+}
+
+func (q *Queue) writeTx(ctx context.Context, op string, fn func(t *txn) error) error {
 	if err := q.checkOpen(op); err != nil {
 		return err
 	}

@@ -593,14 +593,24 @@ func (s *server) removeSchedule(w http.ResponseWriter, r *http.Request, who toke
 	return nil
 }
 
-// healthz answers 200 while the queue takes writes and 503 while storage
-// is unavailable.
+// healthz answers 200 while the queue takes writes, and 503 with the
+// storage failure's class (disk_full, busy, io_error, ...; see
+// queue.ClassOf) while its probe fails or since a write failed in storage
+// (see queue.Queue.Health).
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := s.q.Health(ctx); err != nil {
-		s.log.Warn("health check failed", "error", oneLine(err.Error()))
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+		class := string(queue.ClassOf(err))
+		switch {
+		case class != "":
+		case errors.Is(err, context.DeadlineExceeded):
+			class = "timeout"
+		default:
+			class = "unknown"
+		}
+		s.log.Warn("health check failed", "class", class, "error", oneLine(err.Error()))
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "class": class})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -21,8 +21,9 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	_ "modernc.org/sqlite"
+	"modernc.org/sqlite"
 
+	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -85,13 +86,17 @@ type api struct {
 	stop   func(t *testing.T)
 }
 
-func setupAPI(t *testing.T) *api {
+// setupAPI starts a server; edit, if given, changes the queue's options.
+func setupAPI(t *testing.T, edit ...func(*queue.Options)) *api {
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "api.db")
 	clock := clockwork.NewFakeClockAt(apiEpoch)
-	q, err := queue.Open(ctx, queue.Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(41),
-		BusyTimeout: 50 * time.Millisecond})
+	o := queue.Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(41), BusyTimeout: 50 * time.Millisecond}
+	for _, e := range edit {
+		e(&o)
+	}
+	q, err := queue.Open(ctx, o)
 	require.NoError(t, err)
 	tokens, err := parseTokens(testTokens)
 	require.NoError(t, err)
@@ -850,14 +855,20 @@ func TestServeMetricsAndHealth(t *testing.T) {
 	require.Contains(t, body, "# TYPE leasehold_run_seconds histogram")
 	require.Contains(t, body, "# TYPE leasehold_tasks gauge")
 
-	// /healthz: 200, 503 while another connection holds the write lock,
-	// 200 again once it lets go.
-	health := func(want int, status string) {
+	// /healthz: 200, 503 busy while another connection holds the write
+	// lock, 200 again at the first probe after it lets go. A probe runs at
+	// most once a second of the queue's clock.
+	health := func(want int, status string, class ...string) {
 		t.Helper()
 		out := a.call(t, http.MethodGet, "/healthz", "", "", want)
-		require.Equal(t, map[string]any{"status": status}, out)
+		body := map[string]any{"status": status}
+		if len(class) > 0 {
+			body["class"] = class[0]
+		}
+		require.Equal(t, body, out)
 	}
 	health(http.StatusOK, "ok")
+	a.clock.Advance(time.Second)
 	db, err := sql.Open("sqlite", a.path)
 	require.NoError(t, err)
 	defer db.Close()
@@ -866,17 +877,49 @@ func TestServeMetricsAndHealth(t *testing.T) {
 	defer conn.Close()
 	_, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE")
 	require.NoError(t, err)
-	health(http.StatusServiceUnavailable, "unavailable")
+	health(http.StatusServiceUnavailable, "unavailable", "busy")
 	// Writes wait for the lock too, and fail as storage unavailable: 503.
 	msg := a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, submitJSON(t, "carol", "m4", nil), http.StatusServiceUnavailable, "")
 	require.Equal(t, "storage unavailable; retry later", msg, "the storage error is logged, not sent")
 	_, err = conn.ExecContext(ctx, "COMMIT")
 	require.NoError(t, err)
+	health(http.StatusServiceUnavailable, "unavailable", "busy") // until the next probe
+	a.clock.Advance(time.Second)
 	health(http.StatusOK, "ok")
 	a.submit(t, "carol", "m4", nil)
 
 	a.requireNoSecrets(t)
 	require.Contains(t, a.logs.String(), "health check failed")
+}
+
+// On a full disk /healthz answers 503 disk_full as soon as a write has
+// failed, and while its own probe fails; 200 again at the first good
+// probe.
+func TestServeHealthOnAFullDisk(t *testing.T) {
+	var storage *faults.Storage
+	a := setupAPI(t, func(o *queue.Options) {
+		storage = faults.NewStorage(&sqlite.Driver{}, o.Clock)
+		o.Driver = storage
+	})
+	health := func(want int, body map[string]any) {
+		t.Helper()
+		require.Equal(t, body, a.call(t, http.MethodGet, "/healthz", "", "", want))
+	}
+	ok := map[string]any{"status": "ok"}
+	full := map[string]any{"status": "unavailable", "class": "disk_full"}
+	health(http.StatusOK, ok)
+	storage.SetDiskFull(true)
+	health(http.StatusOK, ok) // the probe of this second was good
+	a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, submitJSON(t, "carol", "f1", nil), http.StatusServiceUnavailable, "")
+	health(http.StatusServiceUnavailable, full) // a write failed since the last good probe
+	a.clock.Advance(time.Second)
+	health(http.StatusServiceUnavailable, full) // and the probe fails too
+	storage.SetDiskFull(false)
+	health(http.StatusServiceUnavailable, full)
+	a.clock.Advance(time.Second)
+	health(http.StatusOK, ok)
+	a.submit(t, "carol", "f1", nil)
+	require.Contains(t, a.logs.String(), `"class":"disk_full"`)
 }
 
 // metricValue returns the value of one series in a Prometheus text

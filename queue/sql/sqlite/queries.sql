@@ -250,9 +250,11 @@ SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, 
 FROM events WHERE seq > :after ORDER BY seq LIMIT :limit;
 
 -- name: health
--- A write statement that changes nothing: it needs the write lock, so it
--- fails while storage is unavailable to writers.
-UPDATE settings SET value = value WHERE key = 'depth_max';
+-- The health probe: a counter that changes on every probe, so that its
+-- transaction writes a page and commits it (a statement that changes no
+-- bytes writes nothing, and succeeds on a full disk). Limits ignore the key.
+INSERT INTO settings (key, value) VALUES ('health_probe', 1)
+ON CONFLICT (key) DO UPDATE SET value = value + 1;
 
 -- The audit trail filtered by task, actor and time (at in [since, until)),
 -- in seq order. Audit picks one form by the filter, each able to use an
