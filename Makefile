@@ -58,6 +58,11 @@ rehearse: ## Release rehearsal: verify the artifact, snapshot, migrate a copy, r
 bench: ## Run the benchmarks and print their ratios
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./...
 
+.PHONY: bench-peers
+bench-peers: ## leasehold beside River and goqite, same machine, same run (bench/peers, its own module); PEERS_FLAGS=...
+	cd bench/peers && $(GO) run . $(PEERS_FLAGS)
+	$(GO) test -run '^$$' -bench 'ClaimCompleteParts' -benchtime 1x -count 1 -timeout 30m ./queue
+
 .PHONY: lint
 lint: ## Check formatting and vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt would change the files above"; exit 1; }

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// leaseholdUsers is how many users the jobs are spread over; each runs
+// under a per-user running limit (leaseholdUserRunningMax) that the
+// claims check but that never binds, so the limit is on without shaping
+// the figures.
+const (
+	leaseholdUsers          = 4
+	leaseholdUserRunningMax = 50
+)
+
+// leasehold runs the real worker runtime (worker.Runner) over a real
+// queue, with fencing, leases, per-user limits, events and metrics as
+// they always are: none can be switched off.
+type leasehold struct {
+	label   string
+	options func(*queue.Options) // the variant's options (grouping)
+}
+
+func (l leasehold) name() string { return l.label }
+
+func (l leasehold) open(ctx context.Context, path, sync string, migrate queue.MigrateMode) (*queue.Queue, error) {
+	o := queue.Options{Path: path, Clock: clockwork.NewRealClock(), IDs: model.NewSeededIDs(uint64(time.Now().UnixNano())),
+		Synchronous: sync, Migrate: migrate}
+	if l.options != nil {
+		l.options(&o)
+	}
+	return queue.Open(ctx, o)
+}
+
+func payload(steps int) string {
+	if steps == 0 {
+		return `{"steps":[]}`
+	}
+	s := `{"steps":[`
+	for i := range steps {
+		if i > 0 {
+			s += ","
+		}
+		s += `{"cost":1}`
+	}
+	return s + "]}"
+}
+
+func leaseholdRequest(i, steps int) model.SubmitRequest {
+	return model.SubmitRequest{User: fmt.Sprintf("u%d", i%leaseholdUsers), Key: fmt.Sprintf("k%d", i),
+		Payload: payload(steps), CostBudget: int64(steps) + 1, StepsMax: steps + 1}
+}
+
+// setLimits turns the per-user running limit on.
+func setLimits(ctx context.Context, q *queue.Queue) error {
+	limits, _, err := q.Limits(ctx)
+	if err != nil {
+		return err
+	}
+	limits.UserRunningMax = leaseholdUserRunningMax
+	return q.SetLimits(ctx, limits, "bench")
+}
+
+func (l leasehold) seed(ctx context.Context, path string, n, steps int) error {
+	q, err := l.open(ctx, path, "NORMAL", queue.MigrateAll)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if err := setLimits(ctx, q); err != nil {
+		return err
+	}
+	for i := range n {
+		if _, err := q.Submit(ctx, leaseholdRequest(i, steps)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runner starts a worker runtime over q and calls done for each task it
+// completes; stop ends it gracefully and returns how many writes failed in
+// storage (the worker retries them: busy timeouts, mostly) and the first
+// anomaly or failure seen.
+func runner(q *queue.Queue, workers int, done func()) (stop func() (int, error), err error) {
+	var mu sync.Mutex
+	var problem error
+	var retried atomic.Int64
+	cfg := worker.Config{ID: "bench", Queue: q, Handler: worker.Synthetic{}, Service: nopService{}, Clock: clockwork.NewRealClock(),
+		Concurrency: workers, PollMin: time.Millisecond, PollMax: 10 * time.Millisecond}
+	r, err := worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q, OnReport: func(rep worker.Report) {
+		switch {
+		case rep.Action == worker.ActionComplete && rep.Accepted:
+			done()
+		case rep.StorageError:
+			retried.Add(1)
+		case rep.Anomaly != "" || rep.Action == worker.ActionFail || rep.Err != nil:
+			mu.Lock()
+			if problem == nil {
+				problem = fmt.Errorf("worker: %s", rep)
+			}
+			mu.Unlock()
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		_ = r.Run(ctx)
+	}()
+	return func() (int, error) {
+		cancel()
+		<-finished
+		mu.Lock()
+		defer mu.Unlock()
+		return int(retried.Load()), problem
+	}, nil
+}
+
+func (l leasehold) work(ctx context.Context, path, sync string, workers, n, steps int) (sample, error) {
+	q, err := l.open(ctx, path, sync, queue.MigrateNew)
+	if err != nil {
+		return sample{}, err
+	}
+	defer q.Close()
+	var completed atomic.Int64
+	all := make(chan struct{})
+	var stop func() (int, error)
+	smp, err := measure(n, func() error {
+		var err error
+		stop, err = runner(q, workers, func() {
+			if completed.Add(1) == int64(n) {
+				close(all)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		select {
+		case <-all:
+			return nil
+		case <-time.After(10 * time.Minute):
+			return errors.New("timed out")
+		}
+	})
+	if stop != nil {
+		retried, serr := stop()
+		if err == nil {
+			err = serr
+		}
+		smp.retried = retried
+	}
+	if err != nil {
+		return sample{}, err
+	}
+	m, err := q.Metrics(ctx)
+	if err != nil {
+		return sample{}, err
+	}
+	if got := m.Depth[model.Completed]; got != int64(n) {
+		return sample{}, fmt.Errorf("%d tasks completed, want %d", got, n)
+	}
+	return smp, nil
+}
+
+func (l leasehold) intake(ctx context.Context, path, sync string, n int, bulk bool) (sample, error) {
+	q, err := l.open(ctx, path, sync, queue.MigrateAll)
+	if err != nil {
+		return sample{}, err
+	}
+	defer q.Close()
+	if err := setLimits(ctx, q); err != nil {
+		return sample{}, err
+	}
+	if bulk {
+		return sample{}, errors.New("leasehold has no bulk intake in this build")
+	}
+	smp, err := measure(n, func() error {
+		for i := range n {
+			if _, err := q.Submit(ctx, leaseholdRequest(i, 0)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return sample{}, err
+	}
+	m, err := q.Metrics(ctx)
+	if err != nil {
+		return sample{}, err
+	}
+	if got := m.Depth[model.Queued]; got != int64(n) {
+		return sample{}, fmt.Errorf("%d tasks queued, want %d", got, n)
+	}
+	return smp, nil
+}
+
+func (leasehold) canBulk() bool { return false }
+
+func (l leasehold) latency(ctx context.Context, path, sync string, k int) ([]time.Duration, error) {
+	q, err := l.open(ctx, path, sync, queue.MigrateAll)
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	if err := setLimits(ctx, q); err != nil {
+		return nil, err
+	}
+	completed := make(chan struct{}, 1)
+	stop, err := runner(q, 10, func() { completed <- struct{}{} })
+	if err != nil {
+		return nil, err
+	}
+	out, err := idleLatencies(k, func(i int) error {
+		_, err := q.Submit(ctx, leaseholdRequest(i, 0))
+		return err
+	}, completed)
+	if _, serr := stop(); err == nil {
+		err = serr
+	}
+	return out, err
+}
+
+// idleLatencies submits k jobs one by one, each after the last completed
+// and the queue has idled (idleFor), and times each from submit to its
+// completion signal.
+func idleLatencies(k int, submit func(i int) error, completed <-chan struct{}) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := range k {
+		time.Sleep(idleFor)
+		t0 := time.Now()
+		if err := submit(i); err != nil {
+			return nil, err
+		}
+		select {
+		case <-completed:
+		case <-time.After(time.Minute):
+			return nil, fmt.Errorf("job %d never completed", i)
+		}
+		out = append(out, time.Since(t0))
+	}
+	return out, nil
+}
+
+// idleFor is how long the queue idles before each latency job: long
+// enough for every poller to back off to its longest interval (10 ms
+// for each system here).
+const idleFor = 50 * time.Millisecond
+
+// nopService is never called: the bench's tasks have no effects.
+type nopService struct{}
+
+func (nopService) Kind() worker.ServiceKind { return worker.Dedup }
+func (nopService) Call(context.Context, worker.Call) (string, error) {
+	return "", errors.New("bench tasks make no calls")
+}
+func (nopService) Status(context.Context, string, int64) (bool, string, error) {
+	return false, "", worker.ErrNoStatus
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+)
+
+// system is one queue under test.
+type system interface {
+	name() string
+	// seed writes a database at path holding n queued jobs of steps steps.
+	seed(ctx context.Context, path string, n, steps int) error
+	// work burns down the n jobs of the database at path with workers,
+	// timing from the workers' start to the last job's completion.
+	work(ctx context.Context, path, sync string, workers, n, steps int) (sample, error)
+	// intake inserts n no-op jobs into a new database at path, in bulk or
+	// one at a time, timing the inserts only.
+	intake(ctx context.Context, path, sync string, n int, bulk bool) (sample, error)
+	// latency sends k jobs one by one through an idle queue, each submitted
+	// only after the last completed, and returns submit-to-completed times.
+	latency(ctx context.Context, path, sync string, k int) ([]time.Duration, error)
+}
+
+// bulker is a system that cannot insert in bulk; intake with bulk set
+// fails for it.
+type bulker interface{ canBulk() bool }
+
+func canBulk(s system) bool {
+	b, ok := s.(bulker)
+	return !ok || b.canBulk()
+}
+
+// cell is one workload under one synchronous setting.
+type cell struct {
+	kind    string // work, intake, latency
+	sync    string
+	workers int  // work
+	steps   int  // work
+	bulk    bool // intake
+}
+
+func (c cell) String() string {
+	switch c.kind {
+	case "work":
+		s := fmt.Sprintf("work %s %d workers", c.sync, c.workers)
+		if c.steps > 0 {
+			s += fmt.Sprintf(", %d steps", c.steps)
+		}
+		return s
+	case "intake":
+		return fmt.Sprintf("intake %s %s", c.sync, map[bool]string{true: "bulk", false: "one at a time"}[c.bulk])
+	}
+	return fmt.Sprintf("latency %s idle", c.sync)
+}
+
+type config struct {
+	rounds, jobs, oneJobs, latencyJobs int
+	goqiteConsumers                    []int
+	only                               string
+	dir                                string
+}
+
+func main() {
+	var cfg config
+	var consumers string
+	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds; figures are medians")
+	flag.IntVar(&cfg.jobs, "jobs", 1500, "jobs per work run and per bulk intake")
+	flag.IntVar(&cfg.oneJobs, "one-jobs", 1000, "jobs per one-at-a-time intake run")
+	flag.IntVar(&cfg.latencyJobs, "latency-jobs", 20, "jobs per idle-latency run")
+	flag.StringVar(&consumers, "goqite-consumers", "1,2,4", "goqite consumer counts tried; its best is reported")
+	flag.StringVar(&cfg.only, "only", "", "run only cells whose name contains this")
+	flag.StringVar(&cfg.dir, "dir", "", "directory for the databases (default: a new temporary one)")
+	flag.Parse()
+	for _, c := range strings.Split(consumers, ",") {
+		var n int
+		if _, err := fmt.Sscan(c, &n); err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "peers: -goqite-consumers: bad count %q\n", c)
+			os.Exit(2)
+		}
+		cfg.goqiteConsumers = append(cfg.goqiteConsumers, n)
+	}
+	if cfg.rounds < 1 || cfg.jobs < 1 || cfg.oneJobs < 1 || cfg.latencyJobs < 1 {
+		fmt.Fprintln(os.Stderr, "peers: -rounds, -jobs, -one-jobs and -latency-jobs must be positive")
+		os.Exit(2)
+	}
+	if err := run(context.Background(), cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "peers:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	if cfg.dir == "" {
+		dir, err := os.MkdirTemp("", "leasehold-peers-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cfg.dir = dir
+	}
+	printVersions(out)
+	fmt.Fprintf(out, "jobs %d per work run and bulk intake, %d per one-at-a-time intake, %d per latency run; %d rounds\n\n",
+		cfg.jobs, cfg.oneJobs, cfg.latencyJobs, cfg.rounds)
+
+	systems := allSystems(cfg)
+	b := &bench{cfg: cfg, out: out, templates: map[string]string{}, results: map[string]map[string][]sample{},
+		latencies: map[string]map[string][]time.Duration{}}
+	cells := plan(cfg)
+	for round := range cfg.rounds {
+		fmt.Fprintf(out, "round %d\n", round+1)
+		for _, c := range cells {
+			// Rotate the order of the systems each round, so none always
+			// runs first (or right after another's fsyncs).
+			order := slices.Clone(systems)
+			k := round % len(order)
+			order = append(order[k:], order[:k]...)
+			for _, s := range order {
+				if err := b.one(ctx, c, s); err != nil {
+					return fmt.Errorf("%s, %s: %w", c, s.name(), err)
+				}
+			}
+		}
+	}
+	b.report(cells, systems)
+	return nil
+}
+
+// plan lists the cells of a run.
+func plan(cfg config) []cell {
+	var cells []cell
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		cells = append(cells,
+			cell{kind: "work", sync: sync, workers: 10},
+			cell{kind: "work", sync: sync, workers: 2},
+			cell{kind: "work", sync: sync, workers: 10, steps: 3},
+			cell{kind: "intake", sync: sync, bulk: true},
+			cell{kind: "intake", sync: sync, bulk: false},
+			cell{kind: "latency", sync: sync})
+	}
+	if cfg.only == "" {
+		return cells
+	}
+	return slices.DeleteFunc(cells, func(c cell) bool { return !strings.Contains(c.String(), cfg.only) })
+}
+
+// bench holds a run's state: the seeded template databases and every
+// sample, by cell and system.
+type bench struct {
+	cfg       config
+	out       io.Writer
+	templates map[string]string
+	results   map[string]map[string][]sample
+	latencies map[string]map[string][]time.Duration
+	runs      int
+}
+
+// one runs cell c on system s once and records it.
+func (b *bench) one(ctx context.Context, c cell, s system) error {
+	b.runs++
+	path := filepath.Join(b.cfg.dir, fmt.Sprintf("run%d.db", b.runs))
+	defer removeDB(path)
+	key := c.String()
+	if g, ok := s.(goq); ok && g.consumers != b.cfg.goqiteConsumers[0] {
+		// Consumer counts matter only to work, and there never more
+		// consumers than the cell's workers.
+		if c.kind != "work" || g.consumers > c.workers {
+			return nil
+		}
+	}
+	switch c.kind {
+	case "work":
+		tmpl, err := b.template(ctx, s, c.steps)
+		if err != nil {
+			return err
+		}
+		if err := copyFile(tmpl, path); err != nil {
+			return err
+		}
+		runtime.GC()
+		smp, err := s.work(ctx, path, c.sync, c.workers, b.cfg.jobs, c.steps)
+		if err != nil {
+			return err
+		}
+		b.record(key, s.name(), smp)
+	case "intake":
+		if c.bulk && !canBulk(s) {
+			return nil
+		}
+		n := b.cfg.jobs
+		if !c.bulk {
+			n = b.cfg.oneJobs
+		}
+		runtime.GC()
+		smp, err := s.intake(ctx, path, c.sync, n, c.bulk)
+		if err != nil {
+			return err
+		}
+		b.record(key, s.name(), smp)
+	case "latency":
+		ds, err := s.latency(ctx, path, c.sync, b.cfg.latencyJobs)
+		if err != nil {
+			return err
+		}
+		if b.latencies[key] == nil {
+			b.latencies[key] = map[string][]time.Duration{}
+		}
+		b.latencies[key][s.name()] = append(b.latencies[key][s.name()], ds...)
+		fmt.Fprintf(b.out, "  %-34s %-22s median %v of %d\n", key, s.name(), medianDuration(ds), len(ds))
+	}
+	return nil
+}
+
+func (b *bench) record(key, name string, smp sample) {
+	if b.results[key] == nil {
+		b.results[key] = map[string][]sample{}
+	}
+	b.results[key][name] = append(b.results[key][name], smp)
+	retried := ""
+	if smp.retried > 0 {
+		retried = fmt.Sprintf("  %d writes retried after storage errors", smp.retried)
+	}
+	fmt.Fprintf(b.out, "  %-34s %-22s %8.0f jobs/s  %6.0f µs CPU/job%s\n", key, name, smp.rate(), smp.cpuPerJob(), retried)
+}
+
+// template returns a database seeded by s with the run's jobs, building it
+// on first use; every work run starts from a copy.
+func (b *bench) template(ctx context.Context, s system, steps int) (string, error) {
+	key := fmt.Sprintf("%s-%d", s.name(), steps)
+	if p, ok := b.templates[key]; ok {
+		return p, nil
+	}
+	p := filepath.Join(b.cfg.dir, fmt.Sprintf("template%d.db", len(b.templates)))
+	if err := s.seed(ctx, p, b.cfg.jobs, steps); err != nil {
+		return "", fmt.Errorf("seed: %w", err)
+	}
+	b.templates[key] = p
+	return p, nil
+}
+
+func medianDuration(ds []time.Duration) time.Duration {
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = float64(d)
+	}
+	return time.Duration(median(xs))
+}
+
+// printVersions prints the versions of the systems and of the SQLite
+// driver, from the build.
+func printVersions(out io.Writer) {
+	fmt.Fprintf(out, "go %s, %s/%s, GOMAXPROCS %d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return
+	}
+	want := []string{"github.com/riverqueue/river", "github.com/riverqueue/river/riverdriver/riversqlite",
+		"maragu.dev/goqite", "modernc.org/sqlite", "github.com/leasehold/leasehold"}
+	for _, dep := range info.Deps {
+		if slices.Contains(want, dep.Path) {
+			v := dep.Version
+			if dep.Replace != nil {
+				v += " => " + dep.Replace.Path
+			}
+			fmt.Fprintf(out, "%s %s\n", dep.Path, v)
+		}
+	}
+	fmt.Fprintf(out, "SQLite %s; every database a file in WAL, busy_timeout 5000, BEGIN IMMEDIATE\n", sqliteVersion())
+}
+
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o600)
+}
+
+func removeDB(path string) {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(path + suffix)
+	}
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// median returns the median of xs (the upper one of an even count), or 0
+// for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// sample is one measured run: how long it took, the CPU the process spent
+// in it, and how many jobs it moved.
+type sample struct {
+	wall, cpu time.Duration
+	jobs      int
+	// retried counts writes that failed in storage and were retried (by
+	// leasehold's worker, or by the goqite consumer loop): busy timeouts
+	// under lock contention, mostly.
+	retried int
+}
+
+func (s sample) rate() float64 { return float64(s.jobs) / s.wall.Seconds() }
+
+// cpuPerJob is the CPU spent per job, in microseconds.
+func (s sample) cpuPerJob() float64 { return float64(s.cpu.Microseconds()) / float64(s.jobs) }
+
+// measure runs fn, which moves jobs jobs, timing it and its CPU.
+func measure(jobs int, fn func() error) (sample, error) {
+	cpu0, t0 := cpuTime(), time.Now()
+	err := fn()
+	return sample{wall: time.Since(t0), cpu: cpuTime() - cpu0, jobs: jobs}, err
+}
+
+// formatRates renders per-round rates for the log.
+func formatRates(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, " ")
+}
+
+// ratio formats a/b, or "-" when either is missing.
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
