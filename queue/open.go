@@ -232,6 +232,10 @@ func (q *Queue) variant(name string) string {
 		return name + "_any_user"
 	case (name == "heartbeat" || name == "step_apply" || name == "pause_apply") && broken("write-after-lease-expiry"):
 		return name + "_after_expiry"
+	case (name == "claim_next" || name == "claim_any") && broken("claim-past-deadline"):
+		return name + "_past_deadline"
+	case (name == "claim_next" || name == "claim_any") && broken("claim-exclusive-run-at"):
+		return name + "_after_run_at"
 	}
 	return name
 }

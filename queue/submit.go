@@ -41,7 +41,7 @@ func (t *txn) submit(n model.Normalized, actor string) (model.SubmitResult, erro
 	var id, hash string
 	err := t.queryRow("task_by_key", sql.Named("user", n.User), sql.Named("key", n.Key)).Scan(&id, &hash)
 	switch {
-	case err == nil && hash == n.Hash:
+	case err == nil && (hash == n.Hash || broken("changed-request-replayed")):
 		return model.SubmitResult{TaskID: id, Replay: true}, nil
 	case err == nil:
 		return model.SubmitResult{}, fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, id, model.ErrIdempotencyConflict)
@@ -86,6 +86,9 @@ func (t *txn) admit(user string, limits model.Limits) error {
 	var mine, depthLimit int
 	if err := t.queryRow("user_depth", sql.Named("user", user)).Scan(&mine, &depthLimit); err != nil {
 		return fmt.Errorf("queue: admission: %w", err)
+	}
+	if broken("depth-cap-off-by-one") {
+		mine-- // admits one task over the user's cap
 	}
 	if depthLimit > 0 && mine >= depthLimit {
 		return fmt.Errorf("user %s has %d active tasks (limit %d): %w", user, mine, depthLimit, model.ErrQueueFull)

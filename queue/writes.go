@@ -66,6 +66,9 @@ func (t *txn) settle(task model.Task, to model.State, reason model.Reason, kind 
 		sql.Named("cost_budget", task.CostBudget), sql.Named("steps_max", task.StepsMax)); err != nil {
 		return err
 	}
+	if broken("event-wrong-reason") && reason == model.BudgetExhausted {
+		reason = model.PermanentError
+	}
 	return t.emit(model.Event{TaskID: task.ID, Kind: kind, Attempt: task.Attempt, Fence: task.Version,
 		From: task.State, To: to, Reason: reason, Actor: actor, Detail: detail})
 }
@@ -87,7 +90,7 @@ func (q *Queue) Heartbeat(ctx context.Context, c model.Claim, lease time.Duratio
 			sql.Named("lease_until", model.Millis(until)), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
-		res = model.HeartbeatResult{LeaseUntil: until, CancelRequested: task.CancelRequested}
+		res = model.HeartbeatResult{LeaseUntil: until, CancelRequested: task.CancelRequested && !broken("heartbeat-hides-cancel")}
 		return nil
 	})
 	return res, err
@@ -214,9 +217,11 @@ func (q *Queue) RecordReceipt(ctx context.Context, c model.Claim, opID, result s
 			}
 			return fmt.Errorf("operation %s: %w", opID, model.ErrEffectReceipted)
 		}
-		if err := t.execOne("effect_receipt", sql.Named("op_id", opID), sql.Named("fence", c.Fence),
-			sql.Named("now", model.Millis(t.now)), sql.Named("by", ""), sql.Named("result", result)); err != nil {
-			return err
+		if !broken("receipt-not-stored") {
+			if err := t.execOne("effect_receipt", sql.Named("op_id", opID), sql.Named("fence", c.Fence),
+				sql.Named("now", model.Millis(t.now)), sql.Named("by", ""), sql.Named("result", result)); err != nil {
+				return err
+			}
 		}
 		if err := t.execOne("touch", sql.Named("id", task.ID), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
@@ -256,6 +261,11 @@ func (q *Queue) Pause(ctx context.Context, c model.Claim, step int, gate string)
 		if err := t.execOne(t.q.variant("pause_apply"), sql.Named("id", task.ID), sql.Named("fence", c.Fence),
 			sql.Named("index", step), sql.Named("gate", gate), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
+		}
+		if broken("pause-charges-attempt") {
+			if err := t.execOne("charge_attempt", sql.Named("id", task.ID)); err != nil {
+				return err
+			}
 		}
 		to = model.WaitingForApproval
 		return t.emit(model.Event{TaskID: task.ID, Kind: model.EventPaused, Attempt: task.Attempt,
@@ -340,7 +350,7 @@ func (t *txn) chargeAttempt(task model.Task, kind model.EventKind, actor string)
 		}
 		return own
 	}
-	if task.CancelRequested {
+	if task.CancelRequested && !(kind == model.EventLeaseExpired && broken("reaper-requeues-cancelled")) {
 		return model.Cancelled, t.settle(task, model.Cancelled, model.CancelledByCaller, outcome(model.EventCancelled), actor, "")
 	}
 	if kind != model.EventLeaseExpired || !broken("reaper-not-charging") {
@@ -352,6 +362,9 @@ func (t *txn) chargeAttempt(task model.Task, kind model.EventKind, actor string)
 	}
 	delay := t.q.backoff.Delay(task.AttemptsCharged, t.q.draw(model.JitterKey(task.ID, task.Attempt)))
 	task.RunAt = t.now.Add(delay)
+	if broken("retry-without-backoff") {
+		task.RunAt = t.now
+	}
 	return model.Queued, t.settle(task, model.Queued, model.NoReason, kind, actor,
 		model.DetailRetry(task.AttemptsCharged, task.AttemptsMax, delay))
 }

@@ -165,3 +165,62 @@ func BenchmarkSimPortfolio(b *testing.B) {
 			procs, benchSeeds, wall.Seconds(), rate, 10000/rate, sweepTarget, met, simulated.Seconds()/wall.Seconds())
 	})
 }
+
+// oracleRatioTarget is the slowest the oracle may make the simulator:
+// seeds/s with the reference in lockstep over seeds/s without it.
+const oracleRatioTarget = 0.75
+
+// BenchmarkSimOracle reports what the lockstep oracle costs: portfolio
+// seeds per second with it on and off, in the same run, alternating blocks
+// of seeds so that a busy machine slows both alike, and their ratio. It
+// fails when the ratio is below oracleRatioTarget or a seed fails.
+func BenchmarkSimOracle(b *testing.B) {
+	sc, err := scenarios.Get("portfolio")
+	if err != nil {
+		b.Fatal(err)
+	}
+	const blocks, perBlock = 8, benchSeeds / 8 / 2
+	run := func(from uint64, noOracle bool) (passed int) {
+		for seed := from; seed < from+perBlock; seed++ {
+			cfg := benchConfig(sc, seed)
+			cfg.NoOracle = noOracle
+			if Run(cfg).Pass {
+				passed++
+			}
+		}
+		return passed
+	}
+	run(1_000_000, false) // warm up
+	var on, off time.Duration
+	passed := 0
+	for i := range blocks {
+		from := uint64(1 + i*perBlock)
+		first, second := false, true
+		if i%2 == 1 {
+			first, second = true, false
+		}
+		for _, noOracle := range []bool{first, second} {
+			var p int
+			d := lap(b, func() { p = run(from, noOracle) })
+			passed += p
+			if noOracle {
+				off += d
+			} else {
+				on += d
+			}
+		}
+	}
+	seeds := blocks * perBlock
+	if passed != 2*seeds {
+		b.Errorf("%d of %d runs failed", 2*seeds-passed, 2*seeds)
+	}
+	rateOn, rateOff := float64(seeds)/on.Seconds(), float64(seeds)/off.Seconds()
+	ratio := rateOn / rateOff
+	b.ReportMetric(rateOn, "seeds/s-oracle-on")
+	b.ReportMetric(rateOff, "seeds/s-oracle-off")
+	b.ReportMetric(ratio, "on/off")
+	b.Logf("portfolio, all faults on: oracle on %.1f seeds/s, off %.1f seeds/s, ratio %.2f (target %.2f)", rateOn, rateOff, ratio, oracleRatioTarget)
+	if ratio < oracleRatioTarget {
+		b.Errorf("the oracle runs at %.2f of the speed without it, below the target %.2f", ratio, oracleRatioTarget)
+	}
+}

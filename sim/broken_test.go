@@ -10,40 +10,74 @@ import (
 	"github.com/leasehold/leasehold/scenarios"
 )
 
-// brokenSeedsMax is how many seeds each broken variant may take to catch.
-const brokenSeedsMax = 200
+// brokenSeedsMax is how many seeds each broken variant may take to catch
+// with every check on; brokenCheckSeedsMax, with only its own check on.
+const (
+	brokenSeedsMax      = 200
+	brokenCheckSeedsMax = 20
+)
 
 // brokenVariants names each variant compiled in under the leasehold_broken
-// build tag (queue/broken_on.go, worker/broken_on.go) and the scenario that
-// targets it. The harness does not know which variant runs: it checks the
-// same invariants and expectations as always.
-var brokenVariants = []struct{ variant, scenario string }{
-	{"complete-without-fence", "late-result"},
-	{"write-after-lease-expiry", "portfolio"},
-	{"no-user-limit", "portfolio"},
-	{"no-budget-check", "portfolio"},
-	{"step-cas-skipped", "portfolio"},
-	{"worker-ignores-receipts", "crash-storm"},
-	{"reaper-not-charging", "portfolio"},
-	{"approval-not-bound", "portfolio"},
+// build tag (queue/broken_on.go, worker/broken_on.go), the scenario that
+// targets it, and, for the variants that show a check of the lockstep
+// oracle or a stated invariant, the check that catches it alone. The
+// harness does not know which variant runs: it checks the same invariants
+// and expectations as always.
+var brokenVariants = []struct{ variant, scenario, check string }{
+	{"complete-without-fence", "late-result", ""},
+	{"write-after-lease-expiry", "portfolio", ""},
+	{"no-user-limit", "portfolio", ""},
+	{"no-budget-check", "portfolio", ""},
+	{"step-cas-skipped", "portfolio", ""},
+	{"worker-ignores-receipts", "crash-storm", ""},
+	{"reaper-not-charging", "portfolio", ""},
+	{"approval-not-bound", "portfolio", ""},
+	{"reaper-requeues-cancelled", "portfolio", ""},
+	{"changed-request-replayed", "portfolio", InvOracleOutcome},
+	{"heartbeat-hides-cancel", "portfolio", InvOracleReturns},
+	{"event-wrong-reason", "portfolio", InvOracleEvents},
+	{"retry-without-backoff", "portfolio", InvOracleRows},
+	{"receipt-not-stored", "portfolio", InvOracleEffects},
+	{"claim-past-deadline", "deadline", InvClaimEligible},
+	{"claim-exclusive-run-at", "portfolio", InvClaimExhaustive},
+	{"worker-ignores-cancel", "portfolio", InvCancelObserved},
+	{"depth-cap-off-by-one", "quota", InvLimitsInForce},
+	{"pause-charges-attempt", "portfolio", InvNoCharge},
+}
+
+// catch sweeps seeds 1 to seeds of the scenario and returns the first
+// failing run.
+func catch(t *testing.T, scenario string, seeds uint64, only []string) (Result, bool) {
+	t.Helper()
+	sc, err := scenarios.Get(scenario)
+	require.NoError(t, err)
+	for seed := uint64(1); seed <= seeds; seed++ {
+		if r := Run(Config{Scenario: sc, Seed: seed, Only: only}); !r.Pass {
+			return r, true
+		}
+	}
+	return Result{}, false
 }
 
 // TestBrokenVariantsCaught switches on each broken variant and sweeps its
-// scenario until a seed fails, asserting that one does within 200 seeds.
+// scenario until a seed fails, asserting that one does within 200 seeds
+// with every check on; and, for a variant that shows a check, that the
+// check alone catches it within 20 seeds.
 func TestBrokenVariantsCaught(t *testing.T) {
 	for _, v := range brokenVariants {
 		t.Run(v.variant, func(t *testing.T) {
 			t.Setenv("LEASEHOLD_BROKEN", v.variant)
-			sc, err := scenarios.Get(v.scenario)
-			require.NoError(t, err)
-			for seed := uint64(1); seed <= brokenSeedsMax; seed++ {
-				r := Run(Config{Scenario: sc, Seed: seed})
-				if !r.Pass {
-					t.Logf("variant %s caught by %s seed %d (%d seeds): %s", v.variant, v.scenario, seed, seed, r.Summary())
-					return
-				}
+			r, caught := catch(t, v.scenario, brokenSeedsMax, nil)
+			require.True(t, caught, "variant %s not caught within %d seeds of %s", v.variant, brokenSeedsMax, v.scenario)
+			t.Logf("variant %s caught by %s seed %d: %s", v.variant, v.scenario, r.Seed, r.Summary())
+			if v.check == "" {
+				return
 			}
-			t.Fatalf("variant %s not caught within %d seeds of %s", v.variant, brokenSeedsMax, v.scenario)
+			r, caught = catch(t, v.scenario, brokenCheckSeedsMax, []string{v.check})
+			require.True(t, caught, "variant %s not caught by %s alone within %d seeds of %s", v.variant, v.check, brokenCheckSeedsMax, v.scenario)
+			require.NotNil(t, r.Violation, r.Summary())
+			require.Equal(t, v.check, r.Violation.Invariant, r.Summary())
+			t.Logf("variant %s caught by %s alone at %s seed %d", v.variant, v.check, v.scenario, r.Seed)
 		})
 	}
 }

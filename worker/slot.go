@@ -297,7 +297,7 @@ func (s *Slot) heartbeat(ctx context.Context, now time.Time) Report {
 	s.heartbeatFailing = false
 	s.leaseUntil, s.heartbeatDue = res.LeaseUntil, now.Add(s.cfg.Heartbeat)
 	r.LeaseUntil = res.LeaseUntil
-	if res.CancelRequested && !s.task.CancelRequested {
+	if res.CancelRequested && !s.task.CancelRequested && !broken("worker-ignores-cancel") {
 		s.task.CancelRequested = true
 		r.Outcome = "cancellation requested"
 	}
@@ -433,7 +433,7 @@ func (s *Slot) commit(ctx context.Context, now time.Time) Report {
 		return r
 	}
 	s.task.StepsUsed, s.task.CostUsed, s.task.Checkpoint = index+1, s.task.CostUsed+cost, s.checkpoint
-	s.task.CancelRequested = s.task.CancelRequested || res.CancelRequested
+	s.task.CancelRequested = s.task.CancelRequested || (res.CancelRequested && !broken("worker-ignores-cancel"))
 	s.opID, s.result, s.ownIntent, s.phase = "", "", false, phaseNext
 	r.Outcome = fmt.Sprintf("step %d cost %d", index, cost)
 	if res.Replayed {

@@ -29,3 +29,31 @@ UPDATE tasks
 SET state = 'waiting_for_approval', owner = '', lease_until = 0, steps_used = steps_used + 1,
     approval_gate = :gate, approval_version = version, updated_at = :now
 WHERE id = :id AND version = :fence AND state = 'running' AND steps_used = :index;
+
+-- name: claim_next_past_deadline
+-- The claim without the deadline: tasks past it are claimed too.
+SELECT {task_columns} FROM tasks
+WHERE state = 'queued' AND blocked = 0 AND run_at <= :now
+ORDER BY priority DESC, run_at, seq
+LIMIT 1;
+
+-- name: claim_any_past_deadline
+SELECT 1 FROM tasks
+WHERE state = 'queued' AND blocked = 0 AND run_at <= :now
+LIMIT 1;
+
+-- name: claim_next_after_run_at
+-- The claim with run_at exclusive: a task is skipped at exactly its run_at.
+SELECT {task_columns} FROM tasks
+WHERE state = 'queued' AND blocked = 0 AND run_at < :now AND (deadline = 0 OR deadline >= :now)
+ORDER BY priority DESC, run_at, seq
+LIMIT 1;
+
+-- name: claim_any_after_run_at
+SELECT 1 FROM tasks
+WHERE state = 'queued' AND blocked = 0 AND run_at < :now AND (deadline = 0 OR deadline >= :now)
+LIMIT 1;
+
+-- name: charge_attempt
+-- Charges an attempt outside the settle (pause-charges-attempt).
+UPDATE tasks SET attempts_charged = attempts_charged + 1 WHERE id = :id;
