@@ -373,8 +373,8 @@ func sortedKeys(rows map[string]model.Task) []string {
 // sequence number (a rolled-back transaction may burn one) and not the
 // free-text detail.
 func eventText(e model.Event) string {
-	return fmt.Sprintf("{%s task=%s attempt=%d fence=%d op=%s %s->%s reason=%s actor=%s at=%d}",
-		e.Kind, e.TaskID, e.Attempt, e.Fence, e.OpID, e.From, e.To, e.Reason, e.Actor, model.Millis(e.At))
+	return fmt.Sprintf("{%s task=%s attempt=%d fence=%d op=%s %s->%s reason=%s actor=%s at=%d detail=%q scope=%s}",
+		e.Kind, e.TaskID, e.Attempt, e.Fence, e.OpID, e.From, e.To, e.Reason, e.Actor, model.Millis(e.At), e.Detail, e.Scope)
 }
 
 func eventsText(events []model.Event) string {
@@ -389,11 +389,13 @@ func eventsText(events []model.Event) string {
 func rowText(t model.Task) string {
 	return fmt.Sprintf("state=%s reason=%s version=%d attempt=%d charged=%d attempts_max=%d cost=%d/%d steps=%d/%d "+
 		"cancel_requested=%t cancelled_by=%s approved_by=%s gate=%s approval_version=%d run_at=%d deadline=%d "+
-		"owner=%s lease_until=%d priority=%d user=%s key=%s schedule=%s/%d checkpoint=%q",
+		"owner=%s lease_until=%d priority=%d user=%s key=%s schedule=%s/%d checkpoint=%q last_error=%q "+
+		"queued_at=%d claimed_at=%d heartbeat_at=%d created_at=%d updated_at=%d hash=%s payload=%q",
 		t.State, t.Reason, t.Version, t.Attempt, t.AttemptsCharged, t.AttemptsMax, t.CostUsed, t.CostBudget,
 		t.StepsUsed, t.StepsMax, t.CancelRequested, t.CancelledBy, t.ApprovedBy, t.ApprovalGate, t.ApprovalVersion,
 		model.Millis(t.RunAt), model.Millis(t.Deadline), t.Owner, model.Millis(t.LeaseUntil), t.Priority, t.User, t.Key,
-		t.ScheduleID, t.ScheduleRun, t.Checkpoint)
+		t.ScheduleID, t.ScheduleRun, t.Checkpoint, t.LastError, model.Millis(t.QueuedAt), model.Millis(t.ClaimedAt),
+		model.Millis(t.HeartbeatAt), model.Millis(t.CreatedAt), model.Millis(t.UpdatedAt), t.RequestHash, t.Payload)
 }
 
 // rowDiff returns both rows when they disagree, or "".
