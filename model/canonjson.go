@@ -16,7 +16,9 @@ const JSONDepthMax = 32
 // CanonicalJSON returns the canonical form of a JSON document: no
 // insignificant whitespace, object keys sorted, numbers kept exactly as
 // written, strings re-escaped the same way. Duplicate keys, trailing data
-// and nesting deeper than JSONDepthMax are refused.
+// and nesting deeper than JSONDepthMax are refused. A refusal says where
+// (a byte offset), never what the document holds there: payloads may
+// carry secrets.
 func CanonicalJSON(raw []byte) (string, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -36,7 +38,7 @@ func canonValue(dec *json.Decoder, out *strings.Builder, depth int) error {
 		if errors.Is(err, io.EOF) {
 			return errors.New("empty or truncated JSON")
 		}
-		return fmt.Errorf("malformed JSON: %w", err)
+		return malformed(dec, err)
 	}
 	return canonToken(dec, out, tok, depth)
 }
@@ -53,7 +55,7 @@ func canonToken(dec *json.Decoder, out *strings.Builder, tok json.Token, depth i
 		if v == '[' {
 			return canonArray(dec, out, depth+1)
 		}
-		return fmt.Errorf("malformed JSON: unexpected %q", rune(v))
+		return fmt.Errorf("malformed JSON: unexpected %q at byte %d", rune(v), dec.InputOffset())
 	case string:
 		writeJSONString(out, v)
 	case json.Number:
@@ -67,7 +69,7 @@ func canonToken(dec *json.Decoder, out *strings.Builder, tok json.Token, depth i
 	case nil:
 		out.WriteString("null")
 	default:
-		return fmt.Errorf("malformed JSON: unexpected token %v", tok)
+		return fmt.Errorf("malformed JSON at byte %d", dec.InputOffset())
 	}
 	return nil
 }
@@ -79,14 +81,14 @@ func canonObject(dec *json.Decoder, out *strings.Builder, depth int) error {
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return fmt.Errorf("malformed JSON: %w", err)
+			return malformed(dec, err)
 		}
 		key, ok := tok.(string)
 		if !ok {
-			return fmt.Errorf("malformed JSON: object key %v is not a string", tok)
+			return fmt.Errorf("malformed JSON: an object key at byte %d is not a string", dec.InputOffset())
 		}
 		if seen[key] {
-			return fmt.Errorf("duplicate object key %q", key)
+			return fmt.Errorf("duplicate object key at byte %d", dec.InputOffset())
 		}
 		seen[key] = true
 		var value strings.Builder
@@ -96,7 +98,7 @@ func canonObject(dec *json.Decoder, out *strings.Builder, depth int) error {
 		members = append(members, member{key, value.String()})
 	}
 	if _, err := dec.Token(); err != nil {
-		return fmt.Errorf("malformed JSON: %w", err)
+		return malformed(dec, err)
 	}
 	sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
 	out.WriteByte('{')
@@ -123,10 +125,23 @@ func canonArray(dec *json.Decoder, out *strings.Builder, depth int) error {
 		}
 	}
 	if _, err := dec.Token(); err != nil {
-		return fmt.Errorf("malformed JSON: %w", err)
+		return malformed(dec, err)
 	}
 	out.WriteByte(']')
 	return nil
+}
+
+// malformed describes a decoding error by where it happened: the
+// decoder's own message quotes the offending character.
+func malformed(dec *json.Decoder, err error) error {
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Errorf("malformed JSON at byte %d", syntax.Offset)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("malformed JSON: truncated")
+	}
+	return fmt.Errorf("malformed JSON at byte %d", dec.InputOffset())
 }
 
 func writeJSONString(out *strings.Builder, s string) {

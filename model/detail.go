@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // The Detail strings of audit events. The queue and Reference both build
@@ -18,6 +19,12 @@ func DetailStale(write, why string) string { return write + ": " + why }
 // DetailRetry describes a requeue after a charged attempt.
 func DetailRetry(charged, attemptsMax int, delay time.Duration) string {
 	return fmt.Sprintf("attempt %d of %d charged; retry in %dms", charged, attemptsMax, delay.Milliseconds())
+}
+
+// DetailDeadLetter describes a dead-lettering: the charged attempt that
+// used the last one allowed. Nothing is retried, so no delay is named.
+func DetailDeadLetter(charged, attemptsMax int) string {
+	return fmt.Sprintf("attempt %d of %d charged; no attempts left, to review", charged, attemptsMax)
 }
 
 // DetailGrant describes an operator's requeue grant.
@@ -52,12 +59,19 @@ func DetailEffectSettled(opID string, applied bool) string {
 	return "operator recorded " + opID + " as not applied"
 }
 
-// TruncateMessage bounds a failure message to ErrorMessageMax bytes.
+// TruncateMessage bounds a failure message (a handler's own, stored as
+// the task's last_error) to its first ErrorMessageMax bytes, cut back to
+// the last whole UTF-8 character so that a multi-byte character is never
+// split.
 func TruncateMessage(s string) string {
 	if len(s) <= ErrorMessageMax {
 		return s
 	}
-	return s[:ErrorMessageMax]
+	end := ErrorMessageMax
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end]
 }
 
 // Tally adds n events of one (kind, from, to, reason) to the counts in m.

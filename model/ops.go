@@ -13,7 +13,7 @@ const (
 	LeaseMax        = time.Hour              // longest lease a claim may ask for
 	CheckpointMax   = 16 << 10               // bytes of handler state per step
 	ResultMax       = 4 << 10                // bytes of an effect's recorded result
-	ErrorMessageMax = 512                    // bytes of a failure message kept
+	ErrorMessageMax = 512                    // bytes of a failure message kept as last_error (TruncateMessage)
 	GateLengthMax   = 64                     // bytes of an approval gate name
 	ReapBatchMax    = 256                    // tasks one reap pass settles
 	SchedulesMax    = 1000                   // periodic schedules kept

@@ -490,7 +490,7 @@ func (r *Reference) chargeAttempt(t *Task, kind EventKind, actor string) {
 	t.AttemptsCharged++
 	if t.AttemptsCharged >= t.AttemptsMax {
 		r.settle(t, NeedsReview, AttemptsExhausted, kindOr(kind, EventDeadLettered), actor,
-			DetailRetry(t.AttemptsCharged, t.AttemptsMax, 0))
+			DetailDeadLetter(t.AttemptsCharged, t.AttemptsMax))
 		return
 	}
 	delay := r.backoff.Delay(t.AttemptsCharged, DrawFor(r.rand, JitterKey(t.ID, t.Attempt)))

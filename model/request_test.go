@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -210,4 +211,37 @@ func FuzzNormalize(f *testing.F) {
 		require.Equal(t, n.Hash, again.Hash)
 		require.Equal(t, n, again)
 	})
+}
+
+// A stored failure message is cut at ErrorMessageMax bytes, back to a
+// whole character: a multi-byte character at the bound is dropped, not
+// split.
+func TestTruncateMessageKeepsWholeCharacters(t *testing.T) {
+	require.Equal(t, "short", TruncateMessage("short"))
+	exact := strings.Repeat("x", ErrorMessageMax)
+	require.Equal(t, exact, TruncateMessage(exact+"tail"))
+	split := strings.Repeat("x", ErrorMessageMax-1) + "ü" + "tail" // ü's two bytes straddle the bound
+	got := TruncateMessage(split)
+	require.Equal(t, strings.Repeat("x", ErrorMessageMax-1), got)
+	require.True(t, utf8.ValidString(got))
+}
+
+// Malformed payloads are refused by position, never by quoting what the
+// payload holds.
+func TestPayloadErrorsNeverQuoteThePayload(t *testing.T) {
+	const secret = "4111-1111-SUPERSECRET"
+	for _, p := range []string{
+		`{"card":` + secret + `}`,
+		`{"card":"` + secret + `","card":"` + secret + `"}`,
+		`{"card":"` + secret + `"`,
+		`{"card":"` + secret + `"}` + secret,
+		`{"` + secret + `" 1}`,
+	} {
+		r := validRequest()
+		r.Payload = p
+		_, err := Normalize(r)
+		require.ErrorIs(t, err, ErrInvalidInput, p)
+		require.NotContains(t, err.Error(), "SUPERSECRET", p)
+		require.NotContains(t, err.Error(), "'S'", p)
+	}
 }

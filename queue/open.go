@@ -69,6 +69,12 @@ type Options struct {
 	// Queue.Image) to start from instead of an empty database: the
 	// simulator opens thousands of worlds from one migrated image.
 	Image []byte
+	// ValidatePayload, when set, checks every payload at intake (Submit,
+	// AddSchedule), after normalization and before anything is written; a
+	// refusal is returned as an ErrInvalidInput naming the payload's field
+	// (see PayloadError). Its messages must name fields and rules, never
+	// quote a value. Nil accepts any well-formed JSON object.
+	ValidatePayload func(payload string) error
 }
 
 // Queue is the durable queue. It is safe for concurrent use; writes are
@@ -79,6 +85,8 @@ type Queue struct {
 	ids     model.IDSource
 	backoff model.Backoff
 	queries map[string]string
+	// validatePayload is Options.ValidatePayload.
+	validatePayload func(payload string) error
 
 	stmtMu  sync.Mutex
 	stmts   map[string]*sql.Stmt // prepared on first use
@@ -130,7 +138,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 		db.SetMaxIdleConns(conns)
 	}
 	q := &Queue{db: db, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: o.Path, pragmas: pragmas,
-		queries: texts, stmts: map[string]*sql.Stmt{}}
+		queries: texts, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff
 	}

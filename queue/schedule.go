@@ -19,6 +19,9 @@ func (q *Queue) AddSchedule(ctx context.Context, spec model.ScheduleSpec, actor 
 	if err != nil {
 		return model.Schedule{}, err
 	}
+	if err := q.checkPayload(spec.Payload); err != nil {
+		return model.Schedule{}, err
+	}
 	var s model.Schedule
 	err = q.write(ctx, "add schedule", func(t *txn) error {
 		var count int

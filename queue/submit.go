@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -25,6 +26,9 @@ func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.Subm
 	if err := model.CheckCallerKey(n.Key); err != nil {
 		return model.SubmitResult{}, err
 	}
+	if err := q.checkPayload(n.Payload); err != nil {
+		return model.SubmitResult{}, err
+	}
 	var res model.SubmitResult
 	err = q.write(ctx, "submit", func(t *txn) error {
 		res, err = t.submit(n, n.User)
@@ -34,6 +38,34 @@ func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.Subm
 		return model.SubmitResult{}, err
 	}
 	return res, nil
+}
+
+// checkPayload runs Options.ValidatePayload, if set, on a normalized
+// payload.
+func (q *Queue) checkPayload(payload string) error {
+	if q.validatePayload == nil {
+		return nil
+	}
+	if err := q.validatePayload(payload); err != nil {
+		return PayloadError(err)
+	}
+	return nil
+}
+
+// PayloadError turns a payload validator's refusal into the queue's: a
+// *model.ValidationError (so ErrInvalidInput) whose field is the payload's
+// path of the refused part (payload.steps[2].fail) when the validator named
+// one, and payload otherwise.
+func PayloadError(err error) error {
+	var v *model.ValidationError
+	if !errors.As(err, &v) {
+		return &model.ValidationError{Field: "payload", Problem: strings.Join(strings.Fields(err.Error()), " ")}
+	}
+	field := v.Field
+	if field != "payload" && !strings.HasPrefix(field, "payload.") {
+		field = "payload." + field
+	}
+	return &model.ValidationError{Field: field, Problem: v.Problem}
 }
 
 // submit stores a normalized request, or recognises its replay.

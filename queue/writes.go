@@ -358,7 +358,7 @@ func (t *txn) chargeAttempt(task model.Task, kind model.EventKind, actor string)
 	}
 	if task.AttemptsCharged >= task.AttemptsMax {
 		return model.NeedsReview, t.settle(task, model.NeedsReview, model.AttemptsExhausted, outcome(model.EventDeadLettered),
-			actor, model.DetailRetry(task.AttemptsCharged, task.AttemptsMax, 0))
+			actor, model.DetailDeadLetter(task.AttemptsCharged, task.AttemptsMax))
 	}
 	delay := t.q.backoff.Delay(task.AttemptsCharged, t.q.draw(model.JitterKey(task.ID, task.Attempt)))
 	task.RunAt = t.now.Add(delay)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -16,32 +17,70 @@ import (
 
 func TestParseSyntheticRefusesBadPayloads(t *testing.T) {
 	tooMany := `{"steps":[` + strings.TrimSuffix(strings.Repeat(`{"cost":1},`, worker.SyntheticStepsMax+1), ",") + `]}`
+	gate := "an approval gate does nothing else"
 	for _, tc := range []struct {
-		name, payload, want string
+		name, payload, field, problem string
 	}{
-		{"not json", `{"steps":`, "synthetic payload"},
-		{"unknown top-level field", `{"steps":[],"retries":2}`, `unknown field "retries"`},
-		{"unknown step field", `{"steps":[{"cost":1,"colour":"red"}]}`, `unknown field "colour"`},
-		{"bad fail kind", `{"steps":[{"cost":1,"fail":"sometimes"}]}`, `fail must be transient or permanent, got "sometimes"`},
-		{"negative cost", `{"steps":[{"cost":-1}]}`, "step 0: cost -1 out of range"},
-		{"cost above the budget bound", fmt.Sprintf(`{"steps":[{"cost":%d}]}`, model.CostBudgetMax+1), "out of range"},
-		{"negative times", `{"steps":[{"fail":"transient","times":-1}]}`, "times or duration_ms out of range"},
-		{"negative duration", `{"steps":[{"duration_ms":-5}]}`, "times or duration_ms out of range"},
-		{"duration over a day", `{"steps":[{"duration_ms":86400001}]}`, "times or duration_ms out of range"},
-		{"gate with an effect", `{"steps":[{"cost":1},{"approval":"manager","effect":"charge"}]}`, "step 1: an approval gate does nothing else"},
-		{"gate with a failure", `{"steps":[{"approval":"manager","fail":"permanent"}]}`, "an approval gate does nothing else"},
-		{"gate with a cost", `{"steps":[{"approval":"manager","cost":5}]}`, "an approval gate does nothing else"},
-		{"gate with a duration", `{"steps":[{"approval":"manager","duration_ms":100}]}`, "an approval gate does nothing else"},
-		{"trailing data", `{"steps":[{"cost":1}]} {"steps":[]}`, "trailing data"},
-		{"trailing brace", `{"steps":[{"cost":1}]}}`, "trailing data"},
-		{"gate name too long", `{"steps":[{"approval":"` + strings.Repeat("m", model.GateLengthMax+1) + `"}]}`, "gate"},
-		{"too many steps", tooMany, fmt.Sprintf("%d steps (limit %d)", worker.SyntheticStepsMax+1, worker.SyntheticStepsMax)},
+		{"not json", `{"steps":`, "payload", "not well-formed JSON"},
+		{"not an object", `[1,2]`, "payload", "must be a JSON object"},
+		{"unknown top-level field", `{"steps":[],"retries":2}`, "retries", "unknown field (allowed: steps)"},
+		{"foo", `{"foo":1}`, "foo", "unknown field"},
+		{"steps not an array", `{"steps":"x"}`, "steps", "must be an array of step objects"},
+		{"step not an object", `{"steps":[{"cost":1},7]}`, "steps[1]", "must be a JSON object"},
+		{"unknown step field", `{"steps":[{"cost":1,"colour":"red"}]}`, "steps[0].colour", "unknown field"},
+		{"unnameable field", `{"steps":[{"cost":1,"4111 1111":"x"}]}`, "steps[0](a field)", "unknown field"},
+		{"bad fail kind", `{"steps":[{"cost":1},{"cost":1},{"cost":1,"fail":"sometimes"}]}`, "steps[2].fail", `must be "transient" or "permanent"`},
+		{"fail not a string", `{"steps":[{"fail":3}]}`, "steps[0].fail", `must be "transient" or "permanent"`},
+		{"negative cost", `{"steps":[{"cost":-1}]}`, "steps[0].cost", "must be an integer from 0 to 1000000000"},
+		{"fractional cost", `{"steps":[{"cost":1.5}]}`, "steps[0].cost", "must be an integer from 0 to"},
+		{"cost a string", `{"steps":[{"cost":"2"}]}`, "steps[0].cost", "must be an integer from 0 to"},
+		{"cost above the budget bound", fmt.Sprintf(`{"steps":[{"cost":%d}]}`, model.CostBudgetMax+1), "steps[0].cost", "must be an integer from 0 to"},
+		{"negative times", `{"steps":[{"fail":"transient","times":-1}]}`, "steps[0].times", "must be an integer from 0 to 10000"},
+		{"negative duration", `{"steps":[{"duration_ms":-5}]}`, "steps[0].duration_ms", "must be an integer from 0 to 86400000"},
+		{"duration over a day", `{"steps":[{"duration_ms":86400001}]}`, "steps[0].duration_ms", "must be an integer from 0 to 86400000"},
+		{"effect name", `{"steps":[{"effect":"charge card"}]}`, "steps[0].effect", "must be a name of at most 64"},
+		{"gate with an effect", `{"steps":[{"cost":1},{"approval":"manager","effect":"charge"}]}`, "steps[1]", gate},
+		{"gate with a failure", `{"steps":[{"approval":"manager","fail":"permanent"}]}`, "steps[0]", gate},
+		{"gate with a cost", `{"steps":[{"approval":"manager","cost":5}]}`, "steps[0]", gate},
+		{"gate with a duration", `{"steps":[{"approval":"manager","duration_ms":100}]}`, "steps[0]", gate},
+		{"trailing data", `{"steps":[{"cost":1}]} {"steps":[]}`, "payload", "trailing data after the object"},
+		{"trailing brace", `{"steps":[{"cost":1}]}}`, "payload", "trailing data after the object"},
+		{"gate name too long", `{"steps":[{"approval":"` + strings.Repeat("m", model.GateLengthMax+1) + `"}]}`, "steps[0].approval", "must be a gate name"},
+		{"gate name characters", `{"steps":[{"approval":"boss man"}]}`, "steps[0].approval", "must be a gate name"},
+		{"too many steps", tooMany, "steps", fmt.Sprintf("%d steps (limit %d)", worker.SyntheticStepsMax+1, worker.SyntheticStepsMax)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			steps, err := worker.ParseSynthetic(tc.payload)
 			require.Nil(t, steps)
-			require.ErrorContains(t, err, tc.want)
+			var v *model.ValidationError
+			require.ErrorAs(t, err, &v)
+			require.ErrorIs(t, err, model.ErrInvalidInput)
+			require.Equal(t, tc.field, v.Field)
+			require.Contains(t, v.Problem, tc.problem)
+			require.Equal(t, err, worker.ValidateSynthetic(tc.payload))
 		})
+	}
+}
+
+// A refusal names the field and the rule, never the value refused.
+func TestParseSyntheticNeverQuotesTheValue(t *testing.T) {
+	const secret = "4111-1111-SUPERSECRET"
+	for _, payload := range []string{
+		`{"steps":[{"fail":"` + secret + `"}]}`,
+		`{"steps":[{"effect":"` + secret + ` x"}]}`,
+		`{"steps":[{"approval":"` + secret + ` x"}]}`,
+		`{"steps":[{"cost":"` + secret + `"}]}`,
+		`{"steps":"` + secret + `"}`,
+		`{"steps":[{"` + secret + ` x":1}]}`,
+		`{"` + secret + `!":1}`,
+		`{"steps":[` + secret + `]}`,
+	} {
+		_, err := worker.ParseSynthetic(payload)
+		require.Error(t, err, payload)
+		require.NotContains(t, err.Error(), "SUPERSECRET", payload)
+		_, err = worker.Synthetic{}.Plan(model.Task{ID: "t1", Payload: payload})
+		require.Error(t, err, payload)
+		require.NotContains(t, err.Error(), "SUPERSECRET", payload)
 	}
 }
 
@@ -68,7 +107,7 @@ func TestParseSyntheticAcceptsTheDesignExample(t *testing.T) {
 func TestSyntheticPlanRefusesABadPayload(t *testing.T) {
 	plan, err := worker.Synthetic{}.Plan(model.Task{ID: "t1", Payload: `{"steps":[{"cost":-3}]}`})
 	require.Nil(t, plan)
-	require.ErrorContains(t, err, "cost -3 out of range")
+	require.EqualError(t, err, "synthetic payload: steps[0].cost: must be an integer from 0 to 1000000000")
 }
 
 func TestSyntheticRun(t *testing.T) {
@@ -137,10 +176,35 @@ func TestUnparsablePayloadFailsPermanently(t *testing.T) {
 	task := b.task(id)
 	require.Equal(t, model.Failed, task.State)
 	require.Equal(t, model.PermanentError, task.Reason)
-	require.Contains(t, task.LastError, `unknown field "colour"`)
+	require.Equal(t, "synthetic payload: steps[1].colour: unknown field (allowed: approval, cost, duration_ms, effect, fail, times)", task.LastError)
 	require.Zero(t, task.StepsUsed)
 	require.Zero(t, task.CostUsed)
 	require.Zero(t, task.AttemptsCharged)
 	require.Equal(t, []model.EventKind{model.EventSubmitted, model.EventClaimed, model.EventFailed}, b.kinds(id))
 	require.Equal(t, 1, count(reports, is(worker.ActionFail, "permanent failure: to failed")))
+}
+
+// A payload value the handler refuses reaches neither the task's
+// last_error, nor an event, nor the worker's log: the refusal names the
+// field and the rule. (The binary refuses such a payload at submit; a
+// queue without ValidatePayload, as here, lets it reach a worker.)
+func TestRefusedPayloadValueReachesNoErrorEventOrLog(t *testing.T) {
+	const secret = "4111-1111-SUPERSECRET"
+	b := setup(t)
+	id := b.submit(`{"steps":[{"cost":1},{"cost":1,"fail":"`+secret+`"}]}`, 10, 5)
+	var logs strings.Builder
+	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+	reports := b.run(w, stepsMax)
+
+	task := b.task(id)
+	require.Equal(t, model.Failed, task.State)
+	require.Equal(t, `synthetic payload: steps[1].fail: must be "transient" or "permanent"`, task.LastError)
+	for _, e := range b.events(id) {
+		require.NotContains(t, e.Detail, "SUPERSECRET")
+	}
+	for _, r := range reports {
+		require.NotContains(t, r.String(), "SUPERSECRET")
+	}
+	require.Contains(t, logs.String(), `"task_id":"`+id+`"`)
+	require.NotContains(t, logs.String(), "SUPERSECRET")
 }

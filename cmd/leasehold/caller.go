@@ -75,6 +75,9 @@ func runSubmit(e *env, args []string) int {
 	if err == nil {
 		err = model.CheckCallerKey(n.Key)
 	}
+	if err == nil {
+		err = checkIntakePayload(n.Payload)
+	}
 	if _, statErr := os.Stat(*c.db); err == nil && errors.Is(statErr, os.ErrNotExist) {
 		err = n.CheckTimely(time.Now())
 	}

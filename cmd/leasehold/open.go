@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // randomIDs hands out IDs from the operating system's randomness, so that
@@ -128,7 +129,17 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 		return nil, err
 	}
 	return queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
-		Synchronous: sync, Migrate: mode, BusyTimeout: busy})
+		Synchronous: sync, Migrate: mode, BusyTimeout: busy, ValidatePayload: worker.ValidateSynthetic})
+}
+
+// checkIntakePayload refuses, as the queue opened by openQueue would, a
+// payload the synthetic handler could not run; commands that may create
+// the database call it before opening anything.
+func checkIntakePayload(payload string) error {
+	if err := worker.ValidateSynthetic(payload); err != nil {
+		return queue.PayloadError(err)
+	}
+	return nil
 }
 
 // openExisting opens a database that must already exist (every command but

@@ -26,6 +26,7 @@ import (
 	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // The API tests run the real server on a loopback listener against a queue
@@ -92,7 +93,8 @@ func setupAPI(t *testing.T, edit ...func(*queue.Options)) *api {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "api.db")
 	clock := clockwork.NewFakeClockAt(apiEpoch)
-	o := queue.Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(41), BusyTimeout: 50 * time.Millisecond}
+	o := queue.Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(41), BusyTimeout: 50 * time.Millisecond,
+		ValidatePayload: worker.ValidateSynthetic} // as openQueue sets it
 	for _, e := range edit {
 		e(&o)
 	}
@@ -349,6 +351,12 @@ func TestServeSubmitAndRead(t *testing.T) {
 		{"no payload", func(b map[string]any) { delete(b, "payload") }, "payload"},
 		{"payload not an object", func(b map[string]any) { b["payload"] = json.RawMessage(`[1,2]`) }, "payload"},
 		{"payload a string", func(b map[string]any) { b["payload"] = "steps" }, "payload"},
+		{"payload unknown field", func(b map[string]any) { b["payload"] = json.RawMessage(`{"foo":1}`) }, "payload.foo"},
+		{"payload steps not an array", func(b map[string]any) { b["payload"] = json.RawMessage(`{"steps":"x"}`) }, "payload.steps"},
+		{"payload negative cost", func(b map[string]any) { b["payload"] = json.RawMessage(`{"steps":[{"cost":-1}]}`) }, "payload.steps[0].cost"},
+		{"payload fail kind", func(b map[string]any) {
+			b["payload"] = json.RawMessage(`{"steps":[{"cost":1},{"cost":1},{"fail":"sometimes"}]}`)
+		}, "payload.steps[2].fail"},
 		{"deadline not a time", func(b map[string]any) { b["deadline"] = "tomorrow" }, "deadline"},
 		{"deadline passed", func(b map[string]any) { b["deadline"] = apiEpoch.Add(-time.Minute).Format(time.RFC3339) }, "deadline"},
 		{"deadline before run_at", func(b map[string]any) {

@@ -957,7 +957,10 @@ func testTransientRetries(s *suite) {
 	task := s.task(id)
 	require.Equal(t, model.AttemptsExhausted, task.Reason)
 	require.Equal(t, attemptsMax, task.AttemptsCharged)
-	require.Equal(t, model.EventDeadLettered, s.lastEvent(id).Kind)
+	dead := s.lastEvent(id)
+	require.Equal(t, model.EventDeadLettered, dead.Kind)
+	require.Equal(t, fmt.Sprintf("attempt %d of %d charged; no attempts left, to review", attemptsMax, attemptsMax), dead.Detail,
+		"a dead-lettering names no retry delay")
 	m := s.metrics()
 	require.EqualValues(t, attemptsMax-1, m.Retries)
 	require.EqualValues(t, 1, m.Reviews)
