@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,7 @@ func TestBudgetCheckedBeforeEachStep(t *testing.T) {
 	require.Equal(t, "step 2 costs 5; 6 of 10 used", task.LastError, "the worker, not the queue, caught it")
 	require.Empty(t, svc.calls, "the step that would overspend makes no call")
 	require.Equal(t, []model.EventKind{model.EventSubmitted, model.EventClaimed, model.EventStep, model.EventStep, model.EventFailed}, b.kinds(id))
-	require.Equal(t, 1, count(reports, is(worker.ActionFail, "permanent failure: to failed")))
+	require.Equal(t, 1, count(reports, is(worker.ActionFail, "budget_exhausted: to failed")), "the outcome names the reason")
 }
 
 // A step that spends the budget exactly is allowed.
@@ -120,7 +121,11 @@ func TestStepLimitCheckedBeforeEachStep(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1},{"cost":1,"effect":"charge"}]}`, 10, 2)
 	svc := newFakeService(worker.Dedup)
-	b.run(b.newWorker("w1", svc), stepsMax)
+	var logs strings.Builder
+	reports := b.run(b.newWorker("w1", svc, func(c *worker.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) }), stepsMax)
+	require.Equal(t, 1, count(reports, is(worker.ActionFail, "steps_exhausted: to failed")))
+	require.Contains(t, logs.String(), `"msg":"task failed",`)
+	require.Contains(t, logs.String(), `"outcome":"steps_exhausted: to failed"`, "the worker log names the reason, not a permanent failure")
 
 	task := b.task(id)
 	require.Equal(t, model.Failed, task.State)
@@ -359,7 +364,7 @@ func TestDeadlinePassingDuringAStep(t *testing.T) {
 		CostBudget: 10, StepsMax: 5, Deadline: epoch.Add(time.Second)})
 	w := b.newWorker("w1", newFakeService(worker.Dedup))
 	reports := b.run(w, stepsMax)
-	require.Equal(t, 1, count(reports, is(worker.ActionHeartbeat, "task failed by the queue")))
+	require.Equal(t, 1, count(reports, is(worker.ActionHeartbeat, "deadline_exceeded: task failed by the queue")))
 	require.Empty(t, w.Claims())
 
 	task := b.task(id)

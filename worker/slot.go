@@ -247,7 +247,7 @@ func (s *Slot) outcome(r *Report, err error, now time.Time) bool {
 		s.phase = phaseDone
 	case errors.Is(err, model.ErrBudgetExhausted), errors.Is(err, model.ErrStepsExhausted), errors.Is(err, model.ErrDeadlineExceeded):
 		r.Accepted = true
-		r.Outcome = "task failed by the queue"
+		r.Outcome = string(refusalReason(err)) + ": task failed by the queue"
 		s.phase = phaseDone
 	case errors.Is(err, model.ErrInvalidInput), errors.Is(err, model.ErrNotFound), errors.Is(err, model.ErrStepConflict),
 		errors.Is(err, model.ErrInvalidTransition), errors.Is(err, model.ErrEffectReceipted):
@@ -476,8 +476,30 @@ func (s *Slot) complete(ctx context.Context, now time.Time) Report {
 func (s *Slot) failTask(ctx context.Context, now time.Time) Report {
 	return s.finish(now, ActionFail, "fail", "task failed", func() (string, error) {
 		to, err := s.cfg.Queue.Fail(ctx, s.claim, s.failure)
-		return fmt.Sprintf("%s failure: to %s", s.failure.Class, to), err
+		return fmt.Sprintf("%s: to %s", failureName(s.failure), to), err
 	})
+}
+
+// failureName names a failure in a report: by its reason where the worker
+// gave one (budget_exhausted, steps_exhausted, deadline_exceeded), by its
+// class otherwise ("permanent failure", "transient failure").
+func failureName(f model.Failure) string {
+	if f.Reason != "" && f.Reason != model.PermanentError {
+		return string(f.Reason)
+	}
+	return string(f.Class) + " failure"
+}
+
+// refusalReason is the reason the queue failed a task with when it refused
+// a write with err (a limit or the deadline reached).
+func refusalReason(err error) model.Reason {
+	switch {
+	case errors.Is(err, model.ErrBudgetExhausted):
+		return model.BudgetExhausted
+	case errors.Is(err, model.ErrStepsExhausted):
+		return model.StepsExhausted
+	}
+	return model.DeadlineExceeded
 }
 
 func (s *Slot) park(ctx context.Context, now time.Time) Report {
