@@ -125,14 +125,17 @@ func TestIntentLeftByACrashedClaim(t *testing.T) {
 				require.Equal(t, 1, fake.applied(op), "the late call was not applied")
 			}
 
-			// The old worker, stepped again, finds its claim stale and
-			// never calls.
-			calls := len(fake.calls)
+			// The old worker, stepped again, finds its lease run out and
+			// drops the claim without a write or a call.
+			calls, events := len(fake.calls), len(b.events(id))
 			r = b.step(a)
-			require.Equal(t, "stale claim dropped", r.Outcome)
-			require.ErrorIs(t, r.Err, model.ErrStaleClaim)
+			require.Equal(t, worker.ActionCheckLease, r.Action)
+			require.Equal(t, "lease expired locally; claim dropped", r.Outcome)
+			require.NoError(t, r.Err)
+			require.Empty(t, r.Write)
 			require.Empty(t, a.Claims())
 			require.Len(t, fake.calls, calls)
+			require.Len(t, b.events(id), events, "no write: not even a refused one")
 		})
 	}
 }
@@ -275,11 +278,12 @@ func (q shortClaimQueue) Claim(ctx context.Context, req model.ClaimRequest) ([]m
 // still accepted its intent.
 func TestLeaseExpiredLocallyBeforeTheCall(t *testing.T) {
 	b := setup(t)
-	id := b.submit(`{"steps":[{"cost":1,"duration_ms":300,"effect":"charge"}]}`, 10, 5)
+	id := b.submit(`{"steps":[{"cost":1,"duration_ms":150,"effect":"charge"}]}`, 10, 5)
 	fake := newFakeService(worker.Dedup)
 	w := b.newWorker("w1", fake, func(c *worker.Config) { c.Queue = shortClaimQueue{Queue: b.q, short: 200 * time.Millisecond} })
 	b.stepUntil(w, is(worker.ActionIntent, string(model.IntentRecorded)))
-	require.Equal(t, epoch.Add(300*time.Millisecond), b.clock.Now())
+	require.Equal(t, epoch.Add(150*time.Millisecond), b.clock.Now())
+	b.clock.Advance(100 * time.Millisecond) // a stall between the intent and the call
 
 	r := b.step(w)
 	require.Equal(t, worker.ActionCheckLease, r.Action)
@@ -385,8 +389,8 @@ func TestEveryCallFollowsTheLeaseCheck(t *testing.T) {
 		require.ErrorIs(t, r.Err, worker.ErrUnavailable)
 
 		r = b.stepUntil(w, func(r worker.Report) bool { return r.Action != worker.ActionIdle && r.Action != worker.ActionWait })
-		require.True(t, expired(r), "the retry after the backoff checks the lease first: %s", r)
-		require.Equal(t, epoch.Add(300*time.Millisecond), b.clock.Now())
+		require.True(t, expired(r), "the slot wakes at the end of its lease, before the backoff ends: %s", r)
+		require.Equal(t, epoch.Add(200*time.Millisecond), b.clock.Now())
 		require.Empty(t, w.Claims())
 		require.Empty(t, fake.calls, "the refused call never reached the service, and there was no other")
 		require.Equal(t, model.Running, b.task(id).State, "the queue's lease has not run out yet")

@@ -316,12 +316,16 @@ func TestPermanentFailureFailsAtOnce(t *testing.T) {
 }
 
 // A stalled claimant loses its lease; the reaper requeues the task and a
-// second worker claims it. The stalled worker's next write is refused as
-// stale (and recorded), it drops the claim, and the second worker finishes.
+// second worker claims it. The stalled worker believes its lease longer
+// than the queue's (its clock runs behind), so it writes: the write is
+// refused as stale (and recorded), it drops the claim, and the second
+// worker finishes.
 func TestStaleClaimIsDropped(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1},{"cost":1}]}`, 10, 5)
-	a := b.newWorker("w1", newFakeService(worker.Dedup))
+	a := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) {
+		c.Queue = shortClaimQueue{Queue: b.q, short: time.Hour}
+	})
 	b.stepUntil(a, is(worker.ActionStep, "step 0 cost 1"))
 	require.Len(t, a.Claims(), 1)
 

@@ -2,6 +2,10 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +28,23 @@ type RunOptions struct {
 	HousekeepingEvery time.Duration
 	// OnReport, when set, receives every report (from several goroutines).
 	OnReport func(Report)
+	// ShutdownGrace bounds the drain after Run's context ends (default:
+	// the worker's lease). Claims still held when it ends are left to the
+	// reaper, and Run returns ErrClaimsLeft naming them.
+	ShutdownGrace time.Duration
+}
+
+// ErrClaimsLeft is returned by Run when the shutdown did not settle or
+// release every claim the worker held: some were still held when the
+// grace ended (storage unavailable, a call that does not return), or were
+// dropped because their lease ran out. The reaper takes them over; the
+// attempt is charged.
+var ErrClaimsLeft = errors.New("claims left to the reaper")
+
+// LeftClaim is a claim a shutdown left, and why.
+type LeftClaim struct {
+	Claim model.Claim
+	Why   string
 }
 
 // Runner runs a worker live: one goroutine per slot, each stepping its own
@@ -41,6 +62,9 @@ type Runner struct {
 	hbFailing map[*Slot]bool         // slots whose last heartbeat failed in storage
 	held      map[string]model.Claim // claims held, by task
 	wake      chan struct{}          // pokes the claimer when a slot frees
+	draining  bool                   // Run's context has ended
+	gaveUp    bool                   // the shutdown grace has ended
+	left      []LeftClaim            // claims the drain left, in the order it left them
 }
 
 // NewRunner validates cfg and returns a runner.
@@ -51,6 +75,12 @@ func NewRunner(cfg Config, opts RunOptions) (*Runner, error) {
 	}
 	if opts.HousekeepingEvery == 0 {
 		opts.HousekeepingEvery = cfg.Heartbeat
+	}
+	if opts.ShutdownGrace == 0 {
+		opts.ShutdownGrace = cfg.Lease
+	}
+	if opts.ShutdownGrace < 0 {
+		return nil, &model.ValidationError{Field: "shutdown_grace", Problem: "must not be negative"}
 	}
 	r := &Runner{cfg: &cfg, opts: opts, idle: cfg.Concurrency,
 		exposure: map[*Slot]int64{}, hbFailing: map[*Slot]bool{}, held: map[string]model.Claim{},
@@ -72,18 +102,26 @@ func (r *Runner) Claims() []model.Claim {
 
 // Run runs until ctx is done, then shuts down gracefully: it claims nothing
 // new, lets every slot finish the effect it has in flight, and releases or
-// finishes each claim; it returns once every slot is done. Queue calls use
-// a context that is never cancelled, so a shutdown never abandons a write
-// half way (database/sql rolls back cancelled transactions asynchronously).
+// finishes each claim; it returns once every slot is done, or once
+// ShutdownGrace has passed since ctx ended, whichever is first. Queue calls
+// use a context that is never cancelled, so a shutdown never abandons a
+// write half way (database/sql rolls back cancelled transactions
+// asynchronously); a call still under way when the grace ends is left to
+// finish or fail on its own, and its claim is reported as left.
+//
+// Run returns nil when the drain settled or released every claim, and an
+// error wrapping ErrClaimsLeft otherwise, after logging each claim left
+// (task ID, attempt, fence, why); Left lists them.
 func (r *Runner) Run(ctx context.Context) error {
 	work := make(chan model.Claimed)
 	drain := make(chan struct{})
+	abandon := make(chan struct{})
 	var slots, helpers sync.WaitGroup
 	for i := 0; i < r.cfg.Concurrency; i++ {
 		slots.Add(1)
 		go func() {
 			defer slots.Done()
-			r.slotLoop(work, drain)
+			r.slotLoop(work, drain, abandon)
 		}()
 	}
 	stopHelpers := make(chan struct{})
@@ -94,15 +132,68 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.housekeep(stopHelpers)
 		}()
 	}
-	r.claimLoop(ctx, work)
-	r.cfg.Logger.Info("worker shutting down", "worker", r.cfg.ID, "claims", len(r.Claims()))
+	claiming := make(chan struct{})
+	go func() {
+		defer close(claiming)
+		r.claimLoop(ctx, work)
+		close(work)
+	}()
+	<-ctx.Done()
+	grace := r.cfg.Clock.NewTimer(r.opts.ShutdownGrace)
+	defer grace.Stop()
+	r.mu.Lock()
+	r.draining = true
+	held := len(r.held)
+	r.mu.Unlock()
+	r.cfg.Logger.Info("worker shutting down", "worker", r.cfg.ID, "claims", held,
+		"grace_ms", r.opts.ShutdownGrace.Milliseconds())
 	close(drain)
-	close(work)
-	slots.Wait()
-	close(stopHelpers)
-	helpers.Wait()
+	drained := make(chan struct{})
+	go func() {
+		<-claiming
+		slots.Wait()
+		close(stopHelpers)
+		helpers.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-grace.Chan():
+		r.giveUp()
+		close(abandon)
+	}
+	left := r.Left()
+	for _, l := range left {
+		r.cfg.Logger.Warn("claim left to the reaper", "worker", r.cfg.ID, "task_id", l.Claim.TaskID,
+			"attempt", l.Claim.Attempt, "attempt_id", l.Claim.AttemptID(), "fence", l.Claim.Fence, "why", l.Why)
+	}
+	if len(left) > 0 {
+		r.cfg.Logger.Warn("worker stopped, leaving claims", "worker", r.cfg.ID, "left", len(left))
+		return fmt.Errorf("worker %s: %w: %d (see the log)", r.cfg.ID, ErrClaimsLeft, len(left))
+	}
 	r.cfg.Logger.Info("worker stopped", "worker", r.cfg.ID)
 	return nil
+}
+
+// giveUp ends the drain at the end of the grace: every claim still held is
+// left, and nothing the slots do from now on is recorded.
+func (r *Runner) giveUp() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var still []LeftClaim
+	for _, c := range r.held {
+		still = append(still, LeftClaim{Claim: c, Why: "still held when the shutdown grace ended"})
+	}
+	slices.SortFunc(still, func(a, b LeftClaim) int { return strings.Compare(a.Claim.TaskID, b.Claim.TaskID) })
+	r.left = append(r.left, still...)
+	r.gaveUp = true
+}
+
+// Left returns the claims the shutdown left to the reaper so far.
+func (r *Runner) Left() []LeftClaim {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]LeftClaim(nil), r.left...)
 }
 
 func (r *Runner) report(rep Report) {
@@ -173,11 +264,11 @@ func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed) {
 }
 
 // slotLoop runs claims handed to it until the claimer stops.
-func (r *Runner) slotLoop(work <-chan model.Claimed, drain <-chan struct{}) {
+func (r *Runner) slotLoop(work <-chan model.Claimed, drain, abandon <-chan struct{}) {
 	for c := range work {
 		s := newSlot(r.cfg, c, r.cfg.Clock.Now())
 		r.track(s, true)
-		r.drive(s, drain)
+		r.drive(s, drain, abandon)
 		r.track(s, false)
 	}
 }
@@ -189,6 +280,9 @@ func (r *Runner) track(s *Slot, holding bool) {
 		r.held[s.claim.TaskID] = s.claim
 		r.exposure[s] = s.task.CostBudget - s.task.CostUsed
 	} else {
+		if r.draining && !r.gaveUp && s.Left() != "" {
+			r.left = append(r.left, LeftClaim{Claim: s.claim, Why: s.Left()})
+		}
 		delete(r.held, s.claim.TaskID)
 		delete(r.exposure, s)
 		delete(r.hbFailing, s)
@@ -205,18 +299,27 @@ func (r *Runner) track(s *Slot, holding bool) {
 
 // drive steps one claim until it is over, sleeping until the slot is next
 // ready; when drain closes it asks the slot to finish its effect in flight
-// and give the claim back.
-func (r *Runner) drive(s *Slot, drain <-chan struct{}) {
+// and give the claim back, and when abandon closes (the grace is over) it
+// stops at once, leaving the claim.
+func (r *Runner) drive(s *Slot, drain, abandon <-chan struct{}) {
 	ctx := context.Background()
+	wake := drain
 	for !s.Done() {
 		select {
+		case <-abandon:
+			return
+		default:
+		}
+		select {
 		case <-drain:
-			s.drain()
-			drain = nil
+			if !s.draining {
+				s.drain()
+				wake = abandon
+			}
 		default:
 		}
 		if wait := s.ReadyAt().Sub(r.cfg.Clock.Now()); wait > 0 {
-			r.sleep(wait, drain)
+			r.sleep(wait, wake)
 			continue
 		}
 		rep := s.Step(ctx)

@@ -715,7 +715,8 @@ func TestTwoRunnersNeverHoldTheSameTask(t *testing.T) {
 // takes the task over and settles the effect; the stalled call then
 // returns, while the new claim is still at work on the next step. For
 // every kind of service the operation is applied exactly once, the stalled
-// claim's late writes are refused (and recorded as stale), and the task
+// claim makes no late write (its lease has run out by its own clock, so it
+// drops the claim; a fenced service refuses its late call first), and the task
 // ends as the kind's guarantee says: completed where the service
 // deduplicates or fences, needs_review where it can only answer or neither.
 func TestRunnerTakeoverOfAStalledEffectCall(t *testing.T) {
@@ -725,10 +726,10 @@ func TestRunnerTakeoverOfAStalledEffectCall(t *testing.T) {
 		lateRefuse string // the stalled slot's last outcome
 		staleWrite bool   // the late receipt reached the queue and was refused
 	}{
-		{worker.Dedup, model.Completed, "stale claim dropped", true},
+		{worker.Dedup, model.Completed, "lease expired locally; claim dropped", false},
 		{worker.Fenced, model.Completed, "refused: stale fence; claim dropped", false},
-		{worker.Queryable, model.NeedsReview, "stale claim dropped", true},
-		{worker.Plain, model.NeedsReview, "stale claim dropped", true},
+		{worker.Queryable, model.NeedsReview, "lease expired locally; claim dropped", false},
+		{worker.Plain, model.NeedsReview, "lease expired locally; claim dropped", false},
 	}
 	for _, c := range cases {
 		t.Run(string(c.kind), func(t *testing.T) {

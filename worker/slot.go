@@ -49,6 +49,10 @@ type Slot struct {
 	ownIntent  bool // this claim recorded the intent of the pending operation
 	failure    model.Failure
 	draining   bool
+	// left says why the claim ended without this worker settling or
+	// releasing it (its lease ran out locally, the queue called it stale,
+	// an anomaly); empty while held and when the worker ended it.
+	left string
 
 	leaseUntil       time.Time
 	heartbeatDue     time.Time
@@ -81,12 +85,25 @@ func (s *Slot) Claim() model.Claim { return s.claim }
 // Done reports whether the slot's claim is over.
 func (s *Slot) Done() bool { return s.phase == phaseDone }
 
+// Left says why a finished slot's claim ended without the worker settling
+// or releasing it: "lease expired locally", "stale claim", "stale fence"
+// or "anomaly". It is empty while the claim is held and when the worker
+// ended it with an accepted write; a claim left is the reaper's.
+func (s *Slot) Left() string { return s.left }
+
+// leave ends the claim without a write of this worker's.
+func (s *Slot) leave(why string) {
+	s.left = why
+	s.phase = phaseDone
+}
+
 // Phase names what the slot will do next, for traces.
 func (s *Slot) Phase() string { return s.phase.String() }
 
 // ReadyAt returns when the slot next has something to do: at once unless
 // it is backing off or waiting out a step's duration (heartbeats go on
-// meanwhile; a shutdown or an observed cancellation ends the wait).
+// meanwhile; a shutdown or an observed cancellation ends the wait), and
+// never later than the end of its lease, when it drops the claim.
 func (s *Slot) ReadyAt() time.Time {
 	at := s.retryAt
 	if s.phase == phaseWork && !s.draining && !s.task.CancelRequested {
@@ -97,6 +114,9 @@ func (s *Slot) ReadyAt() time.Time {
 		if at.Before(s.retryAt) {
 			at = s.retryAt
 		}
+	}
+	if s.phase != phaseDone && s.leaseUntil.Before(at) {
+		at = s.leaseUntil
 	}
 	return at
 }
@@ -130,11 +150,16 @@ func (s *Slot) log(level slog.Level, msg string, r Report) {
 }
 
 // Step performs the slot's next action: at most one queue transaction and
-// at most one external call.
+// at most one external call. A claim whose lease has run out by the
+// slot's own clock is dropped before anything else, heartbeat included:
+// the queue would refuse every write under it, and the reaper owns it now.
 func (s *Slot) Step(ctx context.Context) Report {
 	now := s.cfg.Clock.Now()
 	if s.phase == phaseDone {
 		return s.report(ActionIdle)
+	}
+	if !now.Before(s.leaseUntil) {
+		return s.dropExpired()
 	}
 	if now.Before(s.retryAt) {
 		r := s.report(ActionWait)
@@ -244,7 +269,7 @@ func (s *Slot) outcome(r *Report, err error, now time.Time) bool {
 		return true
 	case errors.Is(err, model.ErrStaleClaim):
 		r.Outcome = "stale claim dropped"
-		s.phase = phaseDone
+		s.leave("stale claim")
 	case errors.Is(err, model.ErrBudgetExhausted), errors.Is(err, model.ErrStepsExhausted), errors.Is(err, model.ErrDeadlineExceeded):
 		r.Accepted = true
 		r.Outcome = string(refusalReason(err)) + ": task failed by the queue"
@@ -253,7 +278,7 @@ func (s *Slot) outcome(r *Report, err error, now time.Time) bool {
 		errors.Is(err, model.ErrInvalidTransition), errors.Is(err, model.ErrEffectReceipted):
 		r.Anomaly = err.Error()
 		r.Outcome = "claim abandoned"
-		s.phase = phaseDone
+		s.leave("anomaly")
 	default:
 		r.Outcome = "storage error; retry in " + s.backOff(&s.storageBackoff, now).String()
 		r.StorageError = true
@@ -334,16 +359,25 @@ func (s *Slot) intent(ctx context.Context, now time.Time) Report {
 // the lease has run out. A stall after this check can still make the call
 // late; the fence in the call and the ledger protocol cover that.
 func (s *Slot) checkLease(now time.Time) Report {
+	if !now.Before(s.leaseUntil) {
+		return s.dropExpired()
+	}
 	r := s.report(ActionCheckLease)
 	r.OpID = s.opID
-	if !now.Before(s.leaseUntil) {
-		r.Outcome = "lease expired locally; claim dropped"
-		s.phase = phaseDone
-		s.log(slog.LevelWarn, "lease expired before the call", r)
-		return r
-	}
 	s.phase = phaseSend
 	r.Outcome = "lease held"
+	return r
+}
+
+// dropExpired ends a claim whose lease has run out by this worker's clock,
+// writing nothing: any write would be refused as stale, and the reaper
+// will charge the attempt and requeue the task.
+func (s *Slot) dropExpired() Report {
+	r := s.report(ActionCheckLease)
+	r.OpID = s.opID
+	r.Outcome = "lease expired locally; claim dropped"
+	s.leave("lease expired locally")
+	s.log(slog.LevelWarn, "lease expired locally; claim left to the reaper", r)
 	return r
 }
 
@@ -362,7 +396,7 @@ func (s *Slot) send(ctx context.Context, now time.Time) Report {
 		s.result, s.phase = result, phaseReceipt
 		r.Outcome = "applied"
 	case errors.Is(err, ErrStaleFence):
-		s.phase = phaseDone
+		s.leave("stale fence")
 		r.Outcome = "refused: stale fence; claim dropped"
 	case errors.Is(err, ErrUnavailable):
 		s.phase = phaseCall // the retry checks the lease again after the backoff

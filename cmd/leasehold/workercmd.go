@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -28,6 +30,8 @@ func runWorker(e *env, args []string) int {
 	concurrency := fs.Int("concurrency", 1, fmt.Sprintf("tasks held at once (1 to %d)", worker.ConcurrencyMax))
 	lease := fs.Duration("lease", 30*time.Second, "lease asked for per claim")
 	heartbeat := fs.Duration("heartbeat", 0, "heartbeat interval (default lease/3; at most lease/2)")
+	shutdownGrace := fs.Duration("shutdown-grace", 0, "how long a stop waits for claims to be released or finished; "+
+		"after it the worker logs each claim it left to the reaper and exits 1 (default: the lease)")
 	costCapacity := fs.Int64("cost-capacity", 0, "claim nothing new while the held tasks' unspent budget reaches this (0: no bound)")
 	serviceDB := fs.String("service-db", "", "the external service's ledger file (default: next to --db)")
 	serviceKind := fs.String("service-kind", string(worker.Dedup), "what the service can do: dedup, fenced, queryable or plain")
@@ -53,6 +57,9 @@ func runWorker(e *env, args []string) int {
 	if *lease <= 0 {
 		return fail(e, "worker", badUsage("--lease: must be positive, got %s", *lease))
 	}
+	if *shutdownGrace < 0 || *shutdownGrace > model.LeaseMax {
+		return fail(e, "worker", badUsage("--shutdown-grace: must be between 0 (the lease) and %s, got %s", model.LeaseMax, *shutdownGrace))
+	}
 	if *duplicate != "" && !slices.Contains(faults.Writes, *duplicate) {
 		return fail(e, "worker", badUsage("--duplicate: unknown write %q (one of %s)", *duplicate, strings.Join(faults.Writes, ", ")))
 	}
@@ -65,25 +72,40 @@ func runWorker(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "worker", err)
 	}
-	defer q.Close()
 	svc, err := openLedger(*serviceDB, kind)
 	if err != nil {
+		q.Close()
 		return fail(e, "worker", err)
 	}
-	defer svc.Close()
+	// A shutdown that left claims may have left calls under way too; closing
+	// waits for them (a statement in use cannot close), so the worker exits
+	// without waiting and the database keeps only what was committed.
+	leftClaims := false
+	defer func() {
+		closeAll := func() {
+			svc.Close()
+			q.Close()
+		}
+		if leftClaims {
+			go closeAll()
+			return
+		}
+		closeAll()
+	}()
 	cfg.Queue, cfg.Service = q, svc
 	if *duplicate != "" {
 		dup := faults.NewQueue(q)
 		dup.DuplicateEvery(*duplicate)
 		cfg.Queue = dup
 	}
-	r, err := worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q})
+	r, err := worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q, ShutdownGrace: *shutdownGrace})
 	if err != nil {
 		return fail(e, "worker", err)
 	}
 	logger.Info("worker started", "worker", *id, "pid", os.Getpid(), "db", *c.db, "concurrency", *concurrency,
 		"lease_ms", lease.Milliseconds(), "service_kind", string(kind))
 	if err := r.Run(e.ctx); err != nil {
+		leftClaims = errors.Is(err, worker.ErrClaimsLeft)
 		return fail(e, "worker", err)
 	}
 	return exitOK
