@@ -21,8 +21,10 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
 )
 
 func init() {
@@ -948,13 +950,13 @@ func (d *demo) report() {
 // checkLedger reads the external service's ledger: no operation applied
 // twice, and the budget task's charge never applied.
 func (d *demo) checkLedger() {
-	svc, err := openLedger(filepath.Join(d.dir, "service.db"), "fenced")
+	svc, err := ledger.Open(filepath.Join(d.dir, "service.db"), worker.Fenced)
 	if err != nil {
 		d.outcome("no customer-visible action repeated", "every operation applied at most once", err.Error(), false)
 		return
 	}
 	defer svc.Close()
-	applied, err := svc.applications()
+	applied, err := svc.Applications()
 	if err != nil {
 		d.outcome("no customer-visible action repeated", "every operation applied at most once", err.Error(), false)
 		return

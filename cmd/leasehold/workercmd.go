@@ -13,6 +13,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
@@ -72,7 +73,7 @@ func runWorker(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "worker", err)
 	}
-	svc, err := openLedger(*serviceDB, kind)
+	svc, err := ledger.Open(*serviceDB, kind)
 	if err != nil {
 		q.Close()
 		return fail(e, "worker", err)

@@ -1,4 +1,10 @@
-package main
+// Package ledger is the live run's external service: a ledger of applied
+// operations in a SQLite file that every worker process shares, behaving as
+// the service kind it is opened with (see worker.ServiceKind). It counts
+// every application, so the demo and the chaos checker can prove from the
+// service's own record that none happened twice, and it can hold its write
+// lock so that a caller can keep workers waiting inside a call.
+package ledger
 
 import (
 	"context"
@@ -7,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -15,34 +22,33 @@ import (
 	"github.com/leasehold/leasehold/worker"
 )
 
-//go:embed service.sql
-var serviceSQL string
+//go:embed ledger.sql
+var ledgerSQL string
 
-// serviceQueries parses service.sql into named statements.
-func serviceQueries() map[string]string {
+// ledgerQueries parses ledger.sql into named statements.
+func ledgerQueries() map[string]string {
 	out := map[string]string{}
-	for _, part := range strings.Split(serviceSQL, "-- name: ")[1:] {
+	for _, part := range strings.Split(ledgerSQL, "-- name: ")[1:] {
 		name, body, _ := strings.Cut(part, "\n")
 		out[strings.TrimSpace(name)] = strings.TrimSpace(body)
 	}
 	return out
 }
 
-// ledgerService is the live demo's external service: it applies
-// operations into a ledger file every worker process shares, and behaves
-// as the kind it is given (see worker.ServiceKind). It counts every
-// application, so the demo can prove none happened twice.
-type ledgerService struct {
+// Service applies operations into the ledger file and behaves as the kind
+// it was opened with. It satisfies worker.Service.
+type Service struct {
 	kind    worker.ServiceKind
 	db      *sql.DB
 	queries map[string]string
 }
 
-func openLedger(path string, kind worker.ServiceKind) (*ledgerService, error) {
+// Open opens (creating if needed) the ledger at path, serving as kind.
+func Open(path string, kind worker.ServiceKind) (*Service, error) {
 	// Every worker process opens the ledger: queue.Connector survives
 	// their race to switch a new file to WAL.
 	db := sql.OpenDB(queue.Connector(path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"))
-	s := &ledgerService{kind: kind, db: db, queries: serviceQueries()}
+	s := &Service{kind: kind, db: db, queries: ledgerQueries()}
 	if _, err := db.Exec(s.queries["schema"]); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open service ledger %s: %w", path, err)
@@ -50,13 +56,14 @@ func openLedger(path string, kind worker.ServiceKind) (*ledgerService, error) {
 	return s, nil
 }
 
-func (s *ledgerService) Close() error { return s.db.Close() }
+// Close closes the ledger.
+func (s *Service) Close() error { return s.db.Close() }
 
 // Kind returns the kind the service runs as.
-func (s *ledgerService) Kind() worker.ServiceKind { return s.kind }
+func (s *Service) Kind() worker.ServiceKind { return s.kind }
 
 // Call applies the operation unless the kind deduplicates or refuses it.
-func (s *ledgerService) Call(ctx context.Context, c worker.Call) (string, error) {
+func (s *Service) Call(ctx context.Context, c worker.Call) (string, error) {
 	tx, err := s.db.BeginTx(context.Background(), nil)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", worker.ErrUnavailable, err)
@@ -90,7 +97,7 @@ func (s *ledgerService) Call(ctx context.Context, c worker.Call) (string, error)
 }
 
 // Status answers for the kinds that can; Fenced registers the fence.
-func (s *ledgerService) Status(ctx context.Context, opID string, fence int64) (bool, string, error) {
+func (s *Service) Status(ctx context.Context, opID string, fence int64) (bool, string, error) {
 	if !s.kind.CanAnswer() {
 		return false, "", worker.ErrNoStatus
 	}
@@ -112,8 +119,9 @@ func (s *ledgerService) Status(ctx context.Context, opID string, fence int64) (b
 	return applied > 0, result, nil
 }
 
-// applications returns every applied operation and how often.
-func (s *ledgerService) applications() (map[string]int, error) {
+// Applications returns every applied operation and how often the service
+// applied it.
+func (s *Service) Applications() (map[string]int, error) {
 	rows, err := s.db.Query(s.queries["all"])
 	if err != nil {
 		return nil, err
@@ -129,4 +137,28 @@ func (s *ledgerService) applications() (map[string]int, error) {
 		out[op] = n
 	}
 	return out, rows.Err()
+}
+
+// Hold takes the ledger's write lock and keeps it until release is called:
+// every Call meanwhile waits inside the service (up to its busy timeout),
+// after the worker recorded its intent and before it can record a receipt.
+// Status of a kind that only reads keeps answering. release is safe to call
+// more than once.
+func (s *Service) Hold(ctx context.Context) (release func() error, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("hold the ledger's lock: %w", err)
+	}
+	// BEGIN IMMEDIATE (the DSN's _txlock) has taken the lock; a write
+	// makes sure of it whatever the driver defers.
+	if _, err := tx.Exec(s.queries["hold"]); err != nil {
+		tx.Rollback()
+		return nil, fmt.Errorf("hold the ledger's lock: %w", err)
+	}
+	var once sync.Once
+	return func() error {
+		var err error
+		once.Do(func() { err = tx.Rollback() })
+		return err
+	}, nil
 }

@@ -1,6 +1,6 @@
--- The demo's external service: a ledger of applied operations in its own
--- SQLite file, shared by every worker process, so that the demo can count
--- applications across processes.
+-- The live run's external service: a ledger of applied operations in its
+-- own SQLite file, shared by every worker process, so that the demo and the
+-- chaos checker can count applications across processes.
 
 -- name: schema
 CREATE TABLE IF NOT EXISTS applications (
@@ -25,3 +25,6 @@ ON CONFLICT (op_id) DO UPDATE SET fence_max = MAX(fence_max, excluded.fence_max)
 
 -- name: all
 SELECT op_id, applied FROM applications WHERE applied > 0 ORDER BY op_id;
+
+-- name: hold
+DELETE FROM applications WHERE 0;
