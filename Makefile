@@ -50,6 +50,12 @@ evidence: build ## Simulated and live results into one report (out/evidence/inde
 	$(GO) test -count=1 -run TestRunbook -json ./cmd/leasehold > out/evidence/runbook-test.json
 	bin/leasehold evidence --runbook out/evidence/runbook-test.json
 
+# chaos takes SEED only when it is given on the command line; otherwise the
+# run draws a seed and prints it.
+.PHONY: chaos
+chaos: build ## The kill storm, live, with its Jepsen-style checker: make chaos [SEED=n] (out/chaos)
+	bin/leasehold chaos$(if $(filter command line,$(origin SEED)), --seed $(SEED))
+
 .PHONY: rehearse
 rehearse: ## Release rehearsal: verify the artifact, snapshot, migrate a copy, run it, sweep; a gate checklist
 	scripts/rehearse.sh
