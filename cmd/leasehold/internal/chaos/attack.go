@@ -39,6 +39,7 @@ const (
 // attack runs the attack plan: the random kills, the aimed kills (lanes in
 // turn, before and after the service applies, alternately per lane) and
 // the stops, in an order drawn from rng, with a pause drawn between each.
+// The caller paces its submits by the share of the plan done.
 func (r *run) attack(ctx context.Context, rng *rand.Rand) error {
 	var plan []string
 	for i := 0; i < r.cfg.Kills-r.cfg.Aimed; i++ {
@@ -51,6 +52,7 @@ func (r *run) attack(ctx context.Context, rng *rand.Rand) error {
 		plan = append(plan, attackStop)
 	}
 	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	r.attacksPlanned.Store(int64(len(plan)))
 	if err := sleep(ctx, firstAttackWait); err != nil {
 		return err
 	}
@@ -61,7 +63,8 @@ func (r *run) attack(ctx context.Context, rng *rand.Rand) error {
 		case attackKill:
 			err = r.randomKill(ctx, rng, "random")
 		case attackAim:
-			afterApply := (aimed/len(r.lanes))%2 == 1
+			// Lanes take turns; modes alternate, and each lane gets both.
+			afterApply := (aimed+aimed/len(r.lanes))%2 == 1
 			l, lerr := r.aimLane(ctx, aimed%len(r.lanes))
 			aimed++
 			if err = lerr; err == nil {
@@ -73,6 +76,7 @@ func (r *run) attack(ctx context.Context, rng *rand.Rand) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", a, err)
 		}
+		r.attacksDone.Add(1)
 		if err := sleep(ctx, between(rng, pauseMin, pauseMax)); err != nil {
 			return err
 		}

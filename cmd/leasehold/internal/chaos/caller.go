@@ -53,12 +53,12 @@ func (c *caller) loop(ctx context.Context) {
 }
 
 func (c *caller) submitDue(ctx context.Context) {
-	elapsed := time.Since(c.r.start)
+	progress := c.r.progress()
 	for {
 		c.mu.Lock()
 		i := c.next
 		c.mu.Unlock()
-		if i == len(c.plan) || c.plan[i].SubmitAt > elapsed {
+		if i == len(c.plan) || (c.plan[i].SubmitAfter > 0 && c.plan[i].SubmitAfter > progress) {
 			return
 		}
 		id, err := c.submit(ctx, c.plan[i])

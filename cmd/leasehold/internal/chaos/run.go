@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -121,6 +122,17 @@ type run struct {
 	res Result
 	// records are what the check read back, for the page.
 	records []laneRecord
+	// attacksDone and attacksPlanned pace the caller's submits.
+	attacksDone, attacksPlanned atomic.Int64
+}
+
+// progress is the share of the attack plan done, 1 once it is over.
+func (r *run) progress() float64 {
+	planned := r.attacksPlanned.Load()
+	if planned == 0 {
+		return 0
+	}
+	return float64(r.attacksDone.Load()) / float64(planned)
 }
 
 // lane is one service kind's database, ledger and workers.
@@ -194,7 +206,7 @@ func (r *run) play(ctx context.Context) error {
 	if err := r.setup(ctx); err != nil {
 		return err
 	}
-	workload := planWorkload(rand.New(rand.NewPCG(r.cfg.Seed, 1)), r.cfg.Tasks, len(r.lanes), r.submitSpread())
+	workload := planWorkload(rand.New(rand.NewPCG(r.cfg.Seed, 1)), r.cfg.Tasks, len(r.lanes))
 	callerCtx, stopCaller := context.WithCancel(ctx)
 	c := newCaller(r, workload)
 	callerDone := make(chan struct{})
@@ -208,6 +220,7 @@ func (r *run) play(ctx context.Context) error {
 	}()
 	attackStart := time.Now()
 	err := r.attack(ctx, rand.New(rand.NewPCG(r.cfg.Seed, 2)))
+	r.attacksDone.Store(r.attacksPlanned.Load()) // the rest of the workload goes in now
 	r.res.Durations.Attack = time.Since(attackStart).Milliseconds()
 	if err != nil {
 		return err
@@ -216,15 +229,6 @@ func (r *run) play(ctx context.Context) error {
 	err = r.drain(ctx, c)
 	r.res.Durations.Drain = time.Since(drainStart).Milliseconds()
 	return err
-}
-
-// submitSpread is how long the caller spreads its submits over: most of
-// the attacks' expected length, so that work keeps arriving under attack.
-func (r *run) submitSpread() time.Duration {
-	random := r.cfg.Kills - r.cfg.Aimed
-	expected := time.Duration(random)*1200*time.Millisecond + time.Duration(r.cfg.Aimed)*2500*time.Millisecond +
-		time.Duration(r.cfg.Stops)*(r.cfg.Lease+2*time.Second)
-	return min(max(expected*6/10, 3*time.Second), 90*time.Second)
 }
 
 func (r *run) setup(ctx context.Context) error {

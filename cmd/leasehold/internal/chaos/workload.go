@@ -32,8 +32,9 @@ type plannedTask struct {
 	Payload    string
 	CostBudget int64
 	StepsMax   int
-	// SubmitAt is when the caller submits it, after the run starts.
-	SubmitAt time.Duration
+	// SubmitAfter is the share of the attack plan (0 to 1) that must be
+	// done before the caller submits it.
+	SubmitAfter float64
 	// CancelAfter, when positive, is how long after the submit the caller
 	// cancels it.
 	CancelAfter time.Duration
@@ -54,10 +55,14 @@ type synthStep struct {
 	DurationMs int64  `json:"duration_ms,omitempty"`
 }
 
+// submitShare is the share of the attack plan over which the submits after
+// the first third are spread, so that work keeps arriving until the
+// attacks are nearly over.
+const submitShare = 0.85
+
 // planWorkload draws n tasks over lanes lanes. A third are submitted at the
-// start and the rest spread evenly over spread, so that work keeps arriving
-// while the attacks go on.
-func planWorkload(rng *rand.Rand, n, lanes int, spread time.Duration) []plannedTask {
+// start and the rest spread evenly over the attack plan's progress.
+func planWorkload(rng *rand.Rand, n, lanes int) []plannedTask {
 	out := make([]plannedTask, n)
 	early := n / 3
 	for i := range out {
@@ -65,7 +70,7 @@ func planWorkload(rng *rand.Rand, n, lanes int, spread time.Duration) []plannedT
 		shape := shapes[(i/lanes)%len(shapes)]
 		t := plannedTask{Lane: lane, Shape: shape, User: fmt.Sprintf("u%d", rng.IntN(6)), Key: fmt.Sprintf("chaos-%d", i)}
 		if i >= early && n > early {
-			t.SubmitAt = spread * time.Duration(i-early+1) / time.Duration(n-early)
+			t.SubmitAfter = submitShare * float64(i-early+1) / float64(n-early)
 		}
 		steps := drawSteps(rng, &t)
 		b, err := json.Marshal(struct {
