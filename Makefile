@@ -46,6 +46,7 @@ sim: build ## Reproduce one seed or sweep many: make sim SEED=n [SCENARIO=name] 
 evidence: build ## Simulated and live results into one report (out/evidence/index.html, .md, .json)
 	$(GO) build -tags leasehold_broken -o bin/leasehold-broken ./cmd/leasehold
 	bin/leasehold demo
+	bin/leasehold chaos
 	mkdir -p out/evidence
 	$(GO) test -count=1 -run TestRunbook -json ./cmd/leasehold > out/evidence/runbook-test.json
 	bin/leasehold evidence --runbook out/evidence/runbook-test.json

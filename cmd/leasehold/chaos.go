@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/reports"
@@ -126,4 +127,34 @@ func chaosDir(p string) (string, error) {
 		return "", badUsage("--out: %s is not empty and holds no previous chaos run's result.json, so chaos will not empty it (remove it or name another directory)", p)
 	}
 	return dir, nil
+}
+
+// addChaos adds the chaos run's figures to the evidence as live results,
+// read from its result.json (the record package chaos defines).
+func addChaos(r *reports.Report, path string) error {
+	res, err := chaos.ReadResult(path)
+	if err != nil {
+		return err
+	}
+	c, f, s := res.Counts, res.Findings, res.Settings
+	inputs := fmt.Sprintf("make chaos, seed %d on %s: %d tasks over %d lanes (%s), %d SIGKILLs (%d aimed between intent and receipt: %d before the service applied, %d after), %d SIGSTOPs past the lease; %d ms",
+		res.Seed, res.Machine["hostname"], c.Tasks, len(s.Lanes), strings.Join(s.Lanes, ", "), c.Kills, c.AimedBefore+c.AimedAfter, c.AimedBefore, c.AimedAfter, c.Stops, res.Durations.Total)
+	cmd := fmt.Sprintf("make chaos SEED=%d", res.Seed)
+	result := func(observed string, pass bool) reports.Result {
+		return reports.Result{Kind: reports.Live, Inputs: inputs, Observed: observed, Pass: pass, Command: cmd}
+	}
+	planned := res.Failure == "" && c.Kills == s.Kills && c.Stops == s.Stops && c.Tasks == s.Tasks
+	check := reports.Check{ID: "chaos", Title: "The kill storm: nothing lost, applied twice or accepted stale", Results: []reports.Result{
+		result(fmt.Sprintf("%d of %d kills, %d of %d stops, %d of %d tasks%s", c.Kills, s.Kills, c.Stops, s.Stops, c.Tasks, s.Tasks, map[bool]string{true: "", false: "; " + res.Failure}[res.Failure == ""]), planned),
+		result(fmt.Sprintf("%d lost; final states %v", f.Lost, c.States), f.Lost == 0),
+		result(fmt.Sprintf("%d duplicated and %d unexpected of %d operations applied (the service's own ledger)", f.Duplicated, f.Unexpected, c.Applied), f.Duplicated == 0 && f.Unexpected == 0),
+		result(fmt.Sprintf("%d stale writes accepted, %d refused; porcupine: %s", f.StaleAccepted, c.StaleRefused, f.Porcupine), f.StaleAccepted == 0 && f.Porcupine == chaos.PorcupineOK),
+		result(fmt.Sprintf("%d overspent; integrity_check %s", f.Overspent, f.Integrity), f.Overspent == 0 && f.Integrity == "ok"),
+	}}
+	r.Checks = append(r.Checks, check)
+	r.Live.About = append(r.Live.About, fmt.Sprintf("The kill storm (make chaos, seed %d, started %s): real worker processes over one SQLite file per service kind, checked from the databases, the service's ledger and the event trail after the drain; its own page is %s.",
+		res.Seed, res.Started, filepath.Join(filepath.Dir(path), "index.html")))
+	r.Commands = append(r.Commands, reports.Command{What: "the kill storm and its checker", Command: cmd})
+	r.Pass = r.Pass && check.Pass()
+	return r.Validate()
 }

@@ -9,6 +9,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/reports"
 )
 
 // asBinary, set in the environment, makes this test binary run as the
@@ -106,4 +108,46 @@ func TestChaosRefusesBadFlags(t *testing.T) {
 	notes, err := os.ReadFile(filepath.Join(keep, "notes.txt"))
 	require.NoError(t, err)
 	require.Equal(t, "an operator's notes", string(notes))
+}
+
+// The evidence takes the chaos run's figures from its result.json as live
+// results, and a violation there fails the report.
+func TestEvidenceIncludesTheChaosRunAsLive(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "result.json")
+	write := func(r chaos.Result) {
+		t.Helper()
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, b, 0o644))
+	}
+	clean := chaos.Result{Kind: chaos.ResultKind, Seed: 9, Machine: map[string]string{"hostname": "box"},
+		Settings: chaos.Settings{Kills: 32, Stops: 6, Tasks: 80, Lanes: []string{"dedup", "fenced", "queryable", "plain"}},
+		Counts:   chaos.Counts{Tasks: 80, Kills: 32, AimedBefore: 4, AimedAfter: 4, Stops: 6, Applied: 70, StaleRefused: 12},
+		Findings: chaos.Findings{Porcupine: chaos.PorcupineOK, Integrity: "ok"}, Pass: true}
+	write(clean)
+	r := reports.Report{Pass: true, Fixture: reports.Section{Kind: reports.Fixture}, Live: reports.Section{Kind: reports.Live}}
+	require.NoError(t, addChaos(&r, path))
+	require.True(t, r.Pass)
+	require.Len(t, r.Checks, 1)
+	for _, res := range r.Checks[0].Results {
+		require.Equal(t, reports.Live, res.Kind)
+		require.True(t, res.Pass, res.Observed)
+		require.Contains(t, res.Inputs, "seed 9 on box")
+		require.Equal(t, "make chaos SEED=9", res.Command)
+	}
+
+	violated := clean
+	violated.Findings.Duplicated, violated.Findings.Porcupine, violated.Pass = 1, chaos.PorcupineIllegal, false
+	write(violated)
+	r = reports.Report{Pass: true, Fixture: reports.Section{Kind: reports.Fixture}, Live: reports.Section{Kind: reports.Live}}
+	require.NoError(t, addChaos(&r, path))
+	require.False(t, r.Pass)
+	require.False(t, r.Checks[0].Pass())
+
+	// A result that is not a live chaos record, or none at all, is an error.
+	require.NoError(t, os.WriteFile(path, []byte(`{"kind":"fixture"}`), 0o644))
+	require.Error(t, addChaos(&r, path))
+	require.ErrorContains(t, addChaos(&r, filepath.Join(dir, "missing.json")), "make chaos")
 }

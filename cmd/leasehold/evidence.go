@@ -54,6 +54,7 @@ func runEvidence(e *env, args []string) int {
 	demoPath := fs.String("demo", filepath.Join("out", "demo", "result.json"), "the live demo's result.json")
 	brokenBin := fs.String("broken", filepath.Join("bin", "leasehold-broken"), "a leasehold binary built with -tags leasehold_broken")
 	runbookJSON := fs.String("runbook", "", "go test -json output of the runbook tests")
+	chaosPath := fs.String("chaos", filepath.Join("out", "chaos", "result.json"), "the chaos run's result.json")
 	if err := parse(fs, args); err != nil {
 		return fail(e, "evidence", err)
 	}
@@ -61,6 +62,9 @@ func runEvidence(e *env, args []string) int {
 		return fail(e, "evidence", badUsage("--seeds: must be between 1 and 100000, got %d", *seeds))
 	}
 	r, err := buildEvidence(e, *seeds, *demoPath, *brokenBin, *runbookJSON)
+	if err == nil {
+		err = addChaos(&r, *chaosPath)
+	}
 	if err != nil {
 		return fail(e, "evidence", err)
 	}

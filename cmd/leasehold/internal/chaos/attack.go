@@ -299,8 +299,8 @@ func (r *run) aimedKill(ctx context.Context, rng *rand.Rand, l *lane, afterApply
 }
 
 // aimLane picks the lane to aim at: the preferred one (lanes take turns)
-// or, failing it, the next that has a running task with an effect still
-// ahead of it, waiting up to aimWaitMax for one to appear. With none, it
+// or, failing it, the next that has a running task with an effect in its
+// next two steps, waiting up to aimWaitMax for one to appear. With none, it
 // returns the preferred lane, where the aim will most likely miss.
 func (r *run) aimLane(ctx context.Context, preferred int) (*lane, error) {
 	deadline := time.Now().Add(aimWaitMax)
@@ -324,8 +324,8 @@ func (r *run) aimLane(ctx context.Context, preferred int) (*lane, error) {
 	}
 }
 
-// effectAhead reports whether a live worker of the lane runs a task that
-// has an effect among the steps it has not completed.
+// effectAhead reports whether a live worker of the lane runs a task whose
+// next step or the one after makes an effect.
 func (l *lane) effectAhead(ctx context.Context) (bool, error) {
 	running, err := l.q.List(ctx, model.ListFilter{State: model.Running, Limit: model.ListLimitMax})
 	if err != nil {
@@ -339,7 +339,7 @@ func (l *lane) effectAhead(ctx context.Context) (bool, error) {
 		if err != nil {
 			continue
 		}
-		for i := t.StepsUsed; i < len(steps); i++ {
+		for i := t.StepsUsed; i < min(len(steps), t.StepsUsed+2); i++ {
 			if steps[i].Effect != "" {
 				return true, nil
 			}
