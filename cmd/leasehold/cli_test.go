@@ -499,6 +499,8 @@ func badInputs() []badCase {
 		{"version unknown flag", w("version"), []string{"--bogus"}, []string{"bogus"}, true},
 		{"version unexpected argument", w("version"), []string{"extra"}, []string{"extra"}, true},
 		{"demo unknown flag", w("demo"), []string{"--bogus"}, []string{"bogus"}, true},
+		{"chaos unknown flag", w("chaos"), []string{"--bogus"}, []string{"bogus"}, true},
+		{"chaos negative kills", w("chaos"), []string{"--kills", "-1"}, []string{"--kills"}, true},
 		{"demo unexpected argument", w("demo"), []string{"--dir", "DIR", "extra"}, []string{"extra"}, true},
 		{"demo dir outside", w("demo"), []string{"--dir", "DIR"}, []string{"--dir", "outside"}, true},
 		{"unknown command", w("frobnicate"), nil, []string{"frobnicate"}, true},
