@@ -470,13 +470,15 @@ func TestStorageFailStatement(t *testing.T) {
 
 // Storage is safe for concurrent use: writers on a file database arm and
 // spend faults from several goroutines, and every submit either fails with
-// an injected error or is stored.
+// an injected error or is stored. The queue is ungrouped, so each failed
+// commit fails exactly one submit (grouped, one fails its whole group: see
+// queue's group tests).
 func TestStorageConcurrent(t *testing.T) {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(epoch)
 	storage := faults.NewStorage(&sqlite.Driver{}, clock)
 	q, err := queue.Open(ctx, queue.Options{Path: t.TempDir() + "/leasehold.db", Clock: clock,
-		IDs: model.NewSeededIDs(1), Driver: storage, MaxConns: 4})
+		IDs: model.NewSeededIDs(1), Driver: storage, MaxConns: 4, Ungrouped: true})
 	require.NoError(t, err)
 	defer q.Close()
 

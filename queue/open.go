@@ -75,6 +75,10 @@ type Options struct {
 	// (see PayloadError). Its messages must name fields and rules, never
 	// quote a value. Nil accepts any well-formed JSON object.
 	ValidatePayload func(payload string) error
+	// Ungrouped turns group commit off: each write operation runs in a
+	// transaction of its own on its caller's goroutine (for comparison;
+	// see group.go).
+	Ungrouped bool
 }
 
 // Queue is the durable queue. It is safe for concurrent use; writes are
@@ -102,6 +106,14 @@ type Queue struct {
 	closed atomic.Bool
 
 	health health // Health's last probe and the writes failed since
+
+	// The group-commit writer (group.go); ops is nil for an Ungrouped
+	// queue.
+	ops        chan *member
+	stopWriter chan struct{}
+	writerDone chan struct{}
+	stopOnce   sync.Once
+	stats      groupStats
 }
 
 // Open opens (creating if needed) the database at o.Path and checks its
@@ -154,6 +166,9 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	if err := q.migrate(ctx, o.Migrate); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if !o.Ungrouped {
+		q.startWriter()
 	}
 	return q, nil
 }
@@ -209,6 +224,10 @@ func (q *Queue) DB() *sql.DB { return q.db }
 // database/sql's error instead).
 func (q *Queue) Close() error {
 	q.closed.Store(true)
+	if q.ops != nil {
+		q.stopOnce.Do(func() { close(q.stopWriter) })
+		<-q.writerDone
+	}
 	q.stmtMu.Lock()
 	for _, s := range q.stmts {
 		s.Close()

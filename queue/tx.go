@@ -3,15 +3,15 @@ package queue
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/leasehold/leasehold/model"
 )
 
-// txn is one write transaction (BEGIN IMMEDIATE, from the DSN's _txlock)
-// with the time the operation runs at.
+// txn is one write operation's view of its transaction (BEGIN IMMEDIATE,
+// from the DSN's _txlock, shared by the operations of a group commit) with
+// the time the operation runs at.
 type txn struct {
 	q   *Queue
 	ctx context.Context
@@ -32,47 +32,7 @@ func (c committed) Unwrap() error { return c.err }
 // commitThen asks write to commit the transaction and then return err.
 func commitThen(err error) error { return committed{err} }
 
-// write runs fn in a write transaction. fn's error rolls the transaction
-// back, unless it was made by commitThen. Storage errors are wrapped with
-// the operation's name; a commit error is always returned, never a false
-// success.
-//
-// A storage failure is counted for Health, which reports the queue
-// unhealthy until a probe succeeds after it.
-func (q *Queue) write(ctx context.Context, op string, fn func(t *txn) error) error {
-	err := q.writeTx(ctx, op, fn)
-	if err != nil {
-		q.health.noteFailure(err)
-	}
-	return err
-}
-
-func (q *Queue) writeTx(ctx context.Context, op string, fn func(t *txn) error) error {
-	if err := q.checkOpen(op); err != nil {
-		return err
-	}
-	tx, err := q.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("queue: %s: begin: %w", op, err)
-	}
-	t := &txn{q: q, ctx: ctx, tx: tx, now: q.now()}
-	defer q.prepareLater(ctx, t)
-	ferr := fn(t)
-	var keep committed
-	if ferr != nil && !errors.As(ferr, &keep) {
-		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
-			return fmt.Errorf("queue: %s: %w (rollback: %v)", op, ferr, rerr)
-		}
-		return ferr
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("queue: %s: commit: %w", op, err)
-	}
-	if ferr != nil {
-		return keep.err
-	}
-	return nil
-}
+// write, which runs an operation in a write transaction, is in group.go.
 
 // stmt returns the named statement for use in the transaction. A statement
 // not prepared yet is prepared for this transaction only, and on the

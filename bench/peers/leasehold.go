@@ -167,6 +167,7 @@ func (l leasehold) work(ctx context.Context, path, sync string, workers, n, step
 	if err != nil {
 		return sample{}, err
 	}
+	groups, ops := q.GroupStats()
 	m, err := q.Metrics(ctx)
 	if err != nil {
 		return sample{}, err
@@ -174,6 +175,7 @@ func (l leasehold) work(ctx context.Context, path, sync string, workers, n, step
 	if got := m.Depth[model.Completed]; got != int64(n) {
 		return sample{}, fmt.Errorf("%d tasks completed, want %d", got, n)
 	}
+	smp.groups, smp.groupOps = groups, ops
 	return smp, nil
 }
 

@@ -228,6 +228,9 @@ func (b *bench) record(key, name string, smp sample) {
 	if smp.retried > 0 {
 		retried = fmt.Sprintf("  %d writes retried after storage errors", smp.retried)
 	}
+	if smp.groups > 0 {
+		retried += fmt.Sprintf("  %.1f writes per commit", float64(smp.groupOps)/float64(smp.groups))
+	}
 	fmt.Fprintf(b.out, "  %-34s %-22s %8.0f jobs/s  %6.0f µs CPU/job%s\n", key, name, smp.rate(), smp.cpuPerJob(), retried)
 }
 

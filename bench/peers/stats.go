@@ -37,6 +37,9 @@ type sample struct {
 	// leasehold's worker, or by the goqite consumer loop): busy timeouts
 	// under lock contention, mostly.
 	retried int
+	// groups and groupOps are leasehold's group commits in the run and the
+	// write operations they carried.
+	groups, groupOps int64
 }
 
 func (s sample) rate() float64 { return float64(s.jobs) / s.wall.Seconds() }

@@ -245,6 +245,16 @@ ROLLBACK TO submit_one;
 -- name: savepoint_release
 RELEASE submit_one;
 
+-- name: group_savepoint
+-- Each operation of a group commit runs inside its own savepoint (left on
+-- the stack: the COMMIT releases them all).
+SAVEPOINT group_member;
+
+-- name: group_rollback
+-- Rolls back the operation just run, and only it (the innermost
+-- group_member savepoint).
+ROLLBACK TO group_member;
+
 -- name: events_after
 SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
 FROM events WHERE seq > :after ORDER BY seq LIMIT :limit;

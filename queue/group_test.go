@@ -1,0 +1,425 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+	"modernc.org/sqlite"
+
+	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/model"
+)
+
+// groupRig is a file queue whose writer the test can hold, so that it
+// queues exactly the operations it wants into one group, in order, and
+// a storage fault injector under it.
+type groupRig struct {
+	*bundle
+	storage *faults.Storage
+}
+
+func setupGroup(t *testing.T) *groupRig {
+	t.Helper()
+	clock := clockwork.NewFakeClockAt(epoch)
+	storage := faults.NewStorage(&sqlite.Driver{}, clock)
+	b := openBundle(t, filepath.Join(t.TempDir(), "leasehold.db"), clock, 1, func(o *Options) { o.Driver = storage })
+	require.NotNil(t, b.q.ops, "grouping is on by default")
+	return &groupRig{bundle: b, storage: storage}
+}
+
+// hold runs an operation that blocks the writer until release is called;
+// before it returns, the operation runs then (the fault it may arm fires
+// on the next group's first statement).
+func (g *groupRig) hold(then func()) (release func()) {
+	running, gate, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- g.q.write(g.ctx, "hold", func(t *txn) error {
+			close(running)
+			<-gate
+			if then != nil {
+				then()
+			}
+			return nil
+		})
+	}()
+	<-running
+	return func() {
+		close(gate)
+		require.NoError(g.t, <-done)
+	}
+}
+
+// enqueue starts op on a goroutine of its own and returns once op's write
+// is queued behind the held writer (the queue holds want operations).
+func (g *groupRig) enqueue(want int, op func() error) <-chan error {
+	out := make(chan error, 1)
+	go func() { out <- op() }()
+	for len(g.q.ops) < want {
+		runtime.Gosched()
+	}
+	return out
+}
+
+// inGroup runs ops as one group, in order, and returns their errors.
+func (g *groupRig) inGroup(then func(), ops ...func() error) []error {
+	g.t.Helper()
+	release := g.hold(then)
+	var outs []<-chan error
+	for i, op := range ops {
+		outs = append(outs, g.enqueue(i+1, op))
+	}
+	groups := g.q.stats.groups.Load()
+	release()
+	errs := make([]error, len(ops))
+	for i, out := range outs {
+		errs[i] = <-out
+	}
+	require.Equal(g.t, groups+1, g.q.stats.groups.Load(), "one group: the held one ran before")
+	return errs
+}
+
+func (g *groupRig) submitOp(key string) func() error {
+	return func() error {
+		_, err := g.q.Submit(g.ctx, model.SubmitRequest{User: "ana", Key: key, Payload: `{"steps":[{"cost":1}]}`,
+			CostBudget: 10, StepsMax: 5})
+		return err
+	}
+}
+
+func (g *groupRig) taskCount() int {
+	g.t.Helper()
+	tasks, err := g.q.List(g.ctx, model.ListFilter{Limit: model.ListLimitMax})
+	require.NoError(g.t, err)
+	return len(tasks)
+}
+
+// A group of k submits all commit in one transaction, one commit.
+func TestGroupCommitsOnce(t *testing.T) {
+	g := setupGroup(t)
+	before := g.storage.Commits()
+	var ops []func() error
+	for i := range 5 {
+		ops = append(ops, g.submitOp(fmt.Sprintf("k%d", i)))
+	}
+	for _, err := range g.inGroup(nil, ops...) {
+		require.NoError(t, err)
+	}
+	require.Equal(t, 5, g.taskCount())
+	// The held operation's commit, then the group's.
+	require.Equal(t, before+2, g.storage.Commits())
+}
+
+// A statement fault at member j of a group of k, on its savepoint or on
+// its operation's first statement, rolls the whole group back: member j
+// gets the injected error and every member ErrNotApplied; nothing is
+// written.
+func TestGroupStatementFaultRollsBackAll(t *testing.T) {
+	for _, k := range []int{2, 3, 5} {
+		for _, j := range slices.Compact([]int{0, k / 2, k - 1}) {
+			for _, where := range []string{"savepoint", "operation"} {
+				t.Run(fmt.Sprintf("k%d/j%d/%s", k, j, where), func(t *testing.T) {
+					g := setupGroup(t)
+					arm := func() { g.storage.Arm(faults.FailStatement) }
+					var ops []func() error
+					var armFirst func()
+					for i := range k {
+						key := fmt.Sprintf("k%d", i)
+						switch {
+						case i == j && where == "operation":
+							ops = append(ops, func() error { return g.armedSubmit(key, arm) })
+						case i == j-1 && where == "savepoint":
+							ops = append(ops, func() error { return g.armedSubmitAfter(key, arm) })
+						default:
+							ops = append(ops, g.submitOp(key))
+						}
+					}
+					if j == 0 && where == "savepoint" {
+						armFirst = arm
+					}
+					errs := g.inGroup(armFirst, ops...)
+					for i, err := range errs {
+						require.ErrorIs(t, err, ErrNotApplied, "member %d", i)
+						require.NotErrorIs(t, err, ErrOutcomeUnknown, "member %d", i)
+						if i == j {
+							require.ErrorIs(t, err, faults.ErrInjected, "member %d", i)
+						} else {
+							require.NotErrorIs(t, err, faults.ErrInjected, "member %d", i)
+						}
+					}
+					require.Equal(t, 1, g.storage.Counts().FailStatement)
+					require.Zero(t, g.taskCount())
+					require.Empty(t, g.events(""))
+				})
+			}
+		}
+	}
+}
+
+// armedSubmit is a submit (the queue's own, t.submit) that arms a fault
+// first, inside the writer: the fault fires on the operation's first
+// statement, after its savepoint.
+func (g *groupRig) armedSubmit(key string, arm func()) error {
+	return g.q.write(g.ctx, "submit", func(t *txn) error {
+		arm()
+		n, err := model.Normalize(model.SubmitRequest{User: "ana", Key: key, Payload: `{}`, CostBudget: 1, StepsMax: 1})
+		if err != nil {
+			return err
+		}
+		_, err = t.submit(n, "ana")
+		return err
+	})
+}
+
+// armedSubmitAfter submits inside the writer and arms a fault after its
+// last statement: the fault fires on the next member's savepoint.
+func (g *groupRig) armedSubmitAfter(key string, arm func()) error {
+	return g.q.write(g.ctx, "submit", func(t *txn) error {
+		n, err := model.Normalize(model.SubmitRequest{User: "ana", Key: key, Payload: `{}`, CostBudget: 1, StepsMax: 1})
+		if err != nil {
+			return err
+		}
+		if _, err := t.submit(n, "ana"); err != nil {
+			return err
+		}
+		arm()
+		return nil
+	})
+}
+
+// A refusal without a record (a key reused with another payload) rolls
+// back that member alone; the rest of the group commits.
+func TestGroupRefusalRollsBackOnlyItsMember(t *testing.T) {
+	g := setupGroup(t)
+	g.submit(func(r *model.SubmitRequest) { r.Key = "used" })
+	conflict := func() error {
+		_, err := g.q.Submit(g.ctx, model.SubmitRequest{User: "ana", Key: "used", Payload: `{"other":1}`, CostBudget: 10, StepsMax: 5})
+		return err
+	}
+	// A refusal after the operation wrote: its writes go back to its
+	// savepoint, and only its.
+	wroteThenRefused := func() error {
+		return g.q.write(g.ctx, "submit", func(t *txn) error {
+			n, err := model.Normalize(model.SubmitRequest{User: "ana", Key: "refused", Payload: `{}`, CostBudget: 1, StepsMax: 1})
+			if err != nil {
+				return err
+			}
+			if _, err := t.submit(n, "ana"); err != nil {
+				return err
+			}
+			return fmt.Errorf("refused after writing: %w", model.ErrInvalidTransition)
+		})
+	}
+	errs := g.inGroup(nil, g.submitOp("a"), conflict, g.submitOp("b"), wroteThenRefused, g.submitOp("c"))
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], ErrIdempotencyConflict)
+	require.NotErrorIs(t, errs[1], ErrNotApplied)
+	require.NoError(t, errs[2])
+	require.ErrorIs(t, errs[3], ErrInvalidTransition)
+	require.NoError(t, errs[4])
+	require.Equal(t, 4, g.taskCount())
+	_, err := g.q.Submit(g.ctx, model.SubmitRequest{User: "ana", Key: "refused", Payload: `{"new":1}`, CostBudget: 1, StepsMax: 1})
+	require.NoError(t, err, "the refused member's key was never stored")
+}
+
+// A stale write inside a group is refused and its stale-write event kept,
+// a step past the budget fails its task (the settle kept), and the rest of
+// the group commits.
+func TestGroupStaleWriteKeepsItsEvent(t *testing.T) {
+	g := setupGroup(t)
+	a, ca := g.running()
+	b, cb := g.running(func(r *model.SubmitRequest) { r.CostBudget = 1 })
+	c, cc := g.running()
+	stale := cc
+	stale.Fence++ // a fence this task never had
+	errs := g.inGroup(nil,
+		func() error { return g.q.Complete(g.ctx, ca) },
+		func() error { return g.q.Complete(g.ctx, stale) },
+		func() error {
+			_, err := g.q.CompleteStep(g.ctx, model.StepWrite{Claim: cb, Index: 0, Cost: 5})
+			return err
+		},
+		func() error {
+			_, err := g.q.CompleteStep(g.ctx, model.StepWrite{Claim: cc, Index: 0, Cost: 1})
+			return err
+		})
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], ErrStaleClaim)
+	require.ErrorIs(t, errs[2], ErrBudgetExhausted)
+	require.NoError(t, errs[3])
+	require.Equal(t, model.Completed, g.state(a))
+	task := g.task(b)
+	require.Equal(t, model.Failed, task.State)
+	require.Equal(t, model.BudgetExhausted, task.Reason)
+	task = g.task(c)
+	require.Equal(t, model.Running, task.State)
+	require.Equal(t, 1, task.StepsUsed)
+	var staleEvents int
+	for _, e := range g.events(c) {
+		if e.Kind == model.EventStaleWrite {
+			staleEvents++
+			require.Equal(t, stale.Fence, e.Fence)
+		}
+	}
+	require.Equal(t, 1, staleEvents)
+}
+
+// A COMMIT that fails acknowledges no member: each is told
+// ErrOutcomeUnknown and nothing is written. One that is applied but
+// reports failure tells each the same, and everything is written. A
+// member refused and rolled back to its savepoint keeps its refusal.
+func TestGroupCommitFailureAcknowledgesNoMember(t *testing.T) {
+	for _, fault := range []faults.StorageFault{faults.FailCommit, faults.AmbiguousCommit} {
+		t.Run(string(fault), func(t *testing.T) {
+			g := setupGroup(t)
+			g.submit(func(r *model.SubmitRequest) { r.Key = "used" })
+			conflict := func() error {
+				_, err := g.q.Submit(g.ctx, model.SubmitRequest{User: "ana", Key: "used", Payload: `{"other":1}`, CostBudget: 10, StepsMax: 5})
+				return err
+			}
+			// The first member arms the fault inside the writer, after the
+			// held write's commit: it fires on the group's.
+			armed := func() error { return g.armedSubmit("a", func() { g.storage.Arm(fault) }) }
+			errs := g.inGroup(nil, armed, conflict, g.submitOp("b"), g.submitOp("c"))
+			for i, err := range errs {
+				if i == 1 {
+					require.ErrorIs(t, err, ErrIdempotencyConflict)
+					require.NotErrorIs(t, err, ErrOutcomeUnknown)
+					continue
+				}
+				require.ErrorIs(t, err, ErrOutcomeUnknown, "member %d", i)
+				require.ErrorIs(t, err, faults.ErrInjected, "member %d", i)
+			}
+			want := 1
+			if fault == faults.AmbiguousCommit {
+				want = 4
+			}
+			require.Equal(t, want, g.taskCount())
+			require.Equal(t, 1, g.storage.Counts().Fired(fault))
+		})
+	}
+}
+
+// A caller whose context ends while its operation waits in the queue gets
+// the context's error and its operation never runs; one cancelled after
+// its operation started waits for the group and gets its outcome.
+func TestGroupCancelledCaller(t *testing.T) {
+	g := setupGroup(t)
+	ctx, cancel := context.WithCancel(g.ctx)
+	ran := false
+	queued := func() error {
+		return g.q.write(ctx, "queued", func(t *txn) error {
+			ran = true
+			return nil
+		})
+	}
+	cancelInside := func() error {
+		inner, cancelInner := context.WithCancel(g.ctx)
+		return g.q.write(inner, "submit", func(t *txn) error {
+			cancelInner()
+			n, err := model.Normalize(model.SubmitRequest{User: "ana", Key: "inside", Payload: `{}`, CostBudget: 1, StepsMax: 1})
+			if err != nil {
+				return err
+			}
+			_, err = t.submit(n, "ana")
+			return err
+		})
+	}
+	errs := g.inGroup(cancel, queued, cancelInside, g.submitOp("after"))
+	require.ErrorIs(t, errs[0], context.Canceled)
+	require.False(t, ran)
+	require.NoError(t, errs[1])
+	require.NoError(t, errs[2])
+	require.Equal(t, 2, g.taskCount())
+
+	// Cancelled before it joins: nothing is queued, nothing runs.
+	_, err := g.q.Submit(ctx, g.request())
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 2, g.taskCount())
+}
+
+// A flood of submits from many goroutines, far past the writer's queue
+// bound, is held back: the queue never holds more than GroupQueueMax,
+// callers past it wait (and one whose context ends while waiting gives up
+// with nothing written), no group exceeds GroupMax, and every other
+// submit is stored once the writer runs again.
+func TestGroupFloodBackPressure(t *testing.T) {
+	g := setupGroup(t)
+	limits := model.DefaultLimits
+	limits.UserDepthMax = 0
+	require.NoError(t, g.q.SetLimits(g.ctx, limits, "test"))
+	const flood = 4 * GroupQueueMax
+	const impatient = GroupQueueMax // of the flood, given up on while waiting
+	release := g.hold(nil)
+	ctx, cancel := context.WithCancel(g.ctx)
+	var wg sync.WaitGroup
+	var stored, gaveUp atomic.Int64
+	errs := make(chan error, flood)
+	for i := range flood {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			callCtx := g.ctx
+			if i < impatient {
+				callCtx = ctx
+			}
+			_, err := g.q.Submit(callCtx, model.SubmitRequest{User: fmt.Sprintf("u%d", i%7), Key: fmt.Sprintf("k%d", i),
+				Payload: `{}`, CostBudget: 1, StepsMax: 1})
+			switch {
+			case err == nil:
+				stored.Add(1)
+			case i < impatient && errors.Is(err, context.Canceled):
+				gaveUp.Add(1)
+			default:
+				errs <- err
+			}
+		}()
+	}
+	for len(g.q.ops) < GroupQueueMax {
+		runtime.Gosched()
+	}
+	// The queue is full and the writer held: nobody has been answered.
+	require.Equal(t, GroupQueueMax, len(g.q.ops))
+	require.Zero(t, stored.Load())
+	cancel()
+	release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	// Every impatient caller was waiting (for room, or in the queue) when
+	// cancelled, so each gave up with nothing written.
+	require.Equal(t, int64(impatient), gaveUp.Load())
+	require.Equal(t, int64(flood-impatient), stored.Load())
+	require.Equal(t, int(stored.Load()), g.taskCount())
+	require.LessOrEqual(t, g.q.stats.largest.Load(), int64(GroupMax))
+	require.Greater(t, g.q.stats.largest.Load(), int64(1), "the flood was grouped")
+}
+
+// Close answers every operation still queued, and refuses new ones.
+func TestGroupClose(t *testing.T) {
+	g := setupGroup(t)
+	release := g.hold(nil)
+	out := g.enqueue(1, g.submitOp("late"))
+	closed := make(chan error, 1)
+	go func() { closed <- g.q.Close() }()
+	for !g.q.closed.Load() {
+		runtime.Gosched()
+	}
+	release()
+	require.NoError(t, <-closed)
+	g.closed = true
+	err := <-out
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = g.q.Submit(g.ctx, g.request())
+	require.ErrorIs(t, err, ErrClosed)
+}
