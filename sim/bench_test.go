@@ -171,15 +171,18 @@ func BenchmarkSimPortfolio(b *testing.B) {
 const oracleRatioTarget = 0.75
 
 // BenchmarkSimOracle reports what the lockstep oracle costs: portfolio
-// seeds per second with it on and off, in the same run, alternating blocks
-// of seeds so that a busy machine slows both alike, and their ratio. It
+// seeds per second with it on and off, on one core in the same run,
+// alternating small blocks of seeds (each block run both ways, in turns
+// first) so that a busy machine slows both alike, and their ratio. It
 // fails when the ratio is below oracleRatioTarget or a seed fails.
 func BenchmarkSimOracle(b *testing.B) {
 	sc, err := scenarios.Get("portfolio")
 	if err != nil {
 		b.Fatal(err)
 	}
-	const blocks, perBlock = 8, benchSeeds / 8 / 2
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // as the one-core figure: the collector stays on this core
+	defer debug.SetGCPercent(debug.SetGCPercent(SweepGCPercent))
+	const blocks, perBlock = 40, benchSeeds / 40 / 2
 	run := func(from uint64, noOracle bool) (passed int) {
 		for seed := from; seed < from+perBlock; seed++ {
 			cfg := benchConfig(sc, seed)

@@ -59,6 +59,28 @@ type lockstep struct {
 	users   map[string]model.UserLimit
 	watch   map[claimKey]*cancelSeen // claims whose worker saw cancellation requested
 	ops     int                      // operations compared
+	// unchecked holds the real events read since the checker last took
+	// them (takeEvents), so that it need not read them again.
+	unchecked []model.Event
+}
+
+// takeEvents returns the real events read since the last call.
+func (l *lockstep) takeEvents() []model.Event {
+	out := l.unchecked
+	l.unchecked = nil
+	return out
+}
+
+// row returns the real row of task id as last read, reading it when the
+// mirror does not have it (with the oracle off it has none).
+func (l *lockstep) row(id string) (model.Task, error) {
+	if t, ok := l.rows[id]; ok {
+		return t, nil
+	}
+	var t model.Task
+	var err error
+	l.storage.Bypass(func() { t, err = l.Queue.Task(l.ctx, id) })
+	return t, err
 }
 
 // newLockstep returns the lockstep over q, with a reference whose sources
@@ -227,6 +249,7 @@ func (l *lockstep) settle(o opInfo, ref, before *model.Reference, changed bool) 
 	}
 	if len(view.events) > 0 {
 		l.lastSeq = view.events[len(view.events)-1].Seq
+		l.unchecked = append(l.unchecked, view.events...)
 	}
 	l.refSeen = l.ref.EventCount()
 	for id, t := range view.rows {
@@ -328,8 +351,9 @@ func (l *lockstep) diff(ref *model.Reference, refEvents []model.Event, view real
 			len(view.events), eventsText(view.events), len(refEvents), eventsText(refEvents))
 	}
 	for i := range refEvents {
-		if a, b := eventText(view.events[i]), eventText(refEvents[i]); a != b {
-			return InvOracleEvents, fmt.Sprintf("event %d of the operation: queue %s, reference %s", i+1, a, b)
+		if keyOf(view.events[i]) != keyOf(refEvents[i]) {
+			return InvOracleEvents, fmt.Sprintf("event %d of the operation: queue %s, reference %s", i+1,
+				eventText(view.events[i]), eventText(refEvents[i]))
 		}
 	}
 	for _, id := range sortedKeys(view.rows) {
@@ -369,9 +393,23 @@ func sortedKeys(rows map[string]model.Task) []string {
 	return ids
 }
 
-// eventText renders what the two sides must agree on in an event: not the
-// sequence number (a rolled-back transaction may burn one) and not the
-// free-text detail.
+// eventKey is what the two sides must agree on in an event: everything
+// but the sequence number (a rolled-back transaction may burn one).
+type eventKey struct {
+	taskID, opID, actor, detail, scope string
+	kind                               model.EventKind
+	attempt                            int
+	fence, at                          int64
+	from, to                           model.State
+	reason                             model.Reason
+}
+
+func keyOf(e model.Event) eventKey {
+	return eventKey{taskID: e.TaskID, opID: e.OpID, actor: e.Actor, detail: e.Detail, scope: e.Scope, kind: e.Kind,
+		attempt: e.Attempt, fence: e.Fence, at: model.Millis(e.At), from: e.From, to: e.To, reason: e.Reason}
+}
+
+// eventText renders an event as the comparison sees it.
 func eventText(e model.Event) string {
 	return fmt.Sprintf("{%s task=%s attempt=%d fence=%d op=%s %s->%s reason=%s actor=%s at=%d detail=%q scope=%s}",
 		e.Kind, e.TaskID, e.Attempt, e.Fence, e.OpID, e.From, e.To, e.Reason, e.Actor, model.Millis(e.At), e.Detail, e.Scope)
@@ -398,13 +436,25 @@ func rowText(t model.Task) string {
 		model.Millis(t.HeartbeatAt), model.Millis(t.CreatedAt), model.Millis(t.UpdatedAt), t.RequestHash, t.Payload)
 }
 
-// rowDiff returns both rows when they disagree, or "".
+// rowDiff returns both rows when they disagree, or "". Every field but
+// Seq (a rolled-back insert may burn one) is compared, times at the
+// millisecond the queue stores.
 func rowDiff(real, ref model.Task) string {
-	a, b := rowText(real), rowText(ref)
-	if a == b {
+	if rowKey(real) == rowKey(ref) {
 		return ""
 	}
-	return "queue {" + a + "}, reference {" + b + "}"
+	return "queue {" + rowText(real) + "}, reference {" + rowText(ref) + "}"
+}
+
+// rowKey returns t without its sequence number and with its times as
+// milliseconds (a time's location pointer may differ between equal
+// instants).
+func rowKey(t model.Task) model.Task {
+	t.Seq = 0
+	for _, at := range []*time.Time{&t.RunAt, &t.Deadline, &t.LeaseUntil, &t.HeartbeatAt, &t.ClaimedAt, &t.QueuedAt, &t.CreatedAt, &t.UpdatedAt} {
+		*at = time.UnixMilli(model.Millis(*at))
+	}
+	return t
 }
 
 func effectText(e model.Effect) string {
@@ -761,7 +811,10 @@ type none struct{}
 
 // differ renders two returned values and both when they differ (times
 // compare by their rendering, so a location pointer cannot differ).
-func differ[T any](a, b T) string {
+func differ[T comparable](a, b T) string {
+	if a == b {
+		return ""
+	}
 	x, y := fmt.Sprintf("%+v", a), fmt.Sprintf("%+v", b)
 	if x == y {
 		return ""
