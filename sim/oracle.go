@@ -168,8 +168,15 @@ func first(ids []string) string {
 }
 
 // atCommit reports whether an injected storage error hit the COMMIT, after
-// which the transaction may have been applied.
+// which the transaction may have been applied: the queue says the outcome
+// is unknown, or the fault names the commit.
 func atCommit(err error) bool {
+	if errors.Is(err, queue.ErrOutcomeUnknown) {
+		return true
+	}
+	if errors.Is(err, queue.ErrNotApplied) {
+		return false
+	}
 	var fe *faults.Error
 	return errors.As(err, &fe) && fe.Op == "commit"
 }
