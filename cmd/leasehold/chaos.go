@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/chaos"
@@ -80,10 +81,10 @@ func printChaos(e *env, r chaos.Result, dir string) {
 	c, f := r.Counts, r.Findings
 	w := e.stdout
 	fmt.Fprintf(w, "\nchaos (live: real processes, wall clock, %s) seed %d, %d ms\n", r.Machine["hostname"], r.Seed, r.Durations.Total)
-	fmt.Fprintf(w, "  tasks %d   kills %d (aimed: %d before apply, %d after apply, %d missed)   stops %d (%d past the lease)   restarts %d\n",
-		c.Tasks, c.Kills, c.AimedBefore, c.AimedAfter, c.AimMissed, c.Stops, c.StopsPast, c.Restarts)
-	fmt.Fprintf(w, "  caller: %d cancellations, %d approvals, %d rejections; %d operations applied; %d stale writes refused\n",
-		c.Cancels, c.Approvals, c.Rejections, c.Applied, c.StaleRefused)
+	fmt.Fprintf(w, "  tasks %d   kills %d (aimed: %d before apply, %d after apply)   stops %d (%d past the lease, %d inside a call)   aims missed %d   restarts %d\n",
+		c.Tasks, c.Kills, c.AimedBefore, c.AimedAfter, c.Stops, c.StopsPast, c.StopsAimed, c.AimMissed, c.Restarts)
+	fmt.Fprintf(w, "  caller: %d cancellations, %d approvals, %d rejections; %d operations applied; %d stale writes refused; late calls %s\n",
+		c.Cancels, c.Approvals, c.Rejections, c.Applied, c.StaleRefused, lateCalls(c.LateCalls))
 	fmt.Fprintf(w, "  lost %d   duplicated %d   unexpected %d   stale accepted %d   overspent %d   integrity %s   porcupine %s\n",
 		f.Lost, f.Duplicated, f.Unexpected, f.StaleAccepted, f.Overspent, f.Integrity, f.Porcupine)
 	for _, d := range f.Details {
@@ -148,7 +149,7 @@ func addChaos(r *reports.Report, path string) error {
 		result(fmt.Sprintf("%d of %d kills, %d of %d stops, %d of %d tasks%s", c.Kills, s.Kills, c.Stops, s.Stops, c.Tasks, s.Tasks, map[bool]string{true: "", false: "; " + res.Failure}[res.Failure == ""]), planned),
 		result(fmt.Sprintf("%d lost; final states %v", f.Lost, c.States), f.Lost == 0),
 		result(fmt.Sprintf("%d duplicated and %d unexpected of %d operations applied (the service's own ledger)", f.Duplicated, f.Unexpected, c.Applied), f.Duplicated == 0 && f.Unexpected == 0),
-		result(fmt.Sprintf("%d stale writes accepted, %d refused; porcupine: %s", f.StaleAccepted, c.StaleRefused, f.Porcupine), f.StaleAccepted == 0 && f.Porcupine == chaos.PorcupineOK),
+		result(fmt.Sprintf("%d stale writes accepted, %d refused; late service calls %s; porcupine: %s", f.StaleAccepted, c.StaleRefused, lateCalls(c.LateCalls), f.Porcupine), f.StaleAccepted == 0 && f.Porcupine == chaos.PorcupineOK),
 		result(fmt.Sprintf("%d overspent; integrity_check %s", f.Overspent, f.Integrity), f.Overspent == 0 && f.Integrity == "ok"),
 	}}
 	r.Checks = append(r.Checks, check)
@@ -157,4 +158,21 @@ func addChaos(r *reports.Report, path string) error {
 	r.Commands = append(r.Commands, reports.Command{What: "the kill storm and its checker", Command: cmd})
 	r.Pass = r.Pass && check.Pass()
 	return r.Validate()
+}
+
+// lateCalls renders the late calls by the service's answer.
+func lateCalls(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }

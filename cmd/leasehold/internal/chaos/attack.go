@@ -56,7 +56,7 @@ func (r *run) attack(ctx context.Context, rng *rand.Rand) error {
 	if err := sleep(ctx, firstAttackWait); err != nil {
 		return err
 	}
-	aimed := 0
+	aimed, stops := 0, 0
 	for _, a := range plan {
 		var err error
 		switch a {
@@ -71,7 +71,8 @@ func (r *run) attack(ctx context.Context, rng *rand.Rand) error {
 				err = r.aimedKill(ctx, rng, l, afterApply)
 			}
 		case attackStop:
-			err = r.stop(ctx, rng)
+			err = r.stop(ctx, rng, stops%2 == 1)
+			stops++
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", a, err)
@@ -147,14 +148,57 @@ func (r *run) restart(ctx context.Context, rng *rand.Rand, p *proc) error {
 	return p.start()
 }
 
-// stop freezes a worker with SIGSTOP until its claims' leases have expired
-// and every one of them has moved on (reaped, claimed again, or ended), or
-// until a bound, then lets it continue: whatever it writes next is late.
-func (r *run) stop(ctx context.Context, rng *rand.Rand) error {
+// stop freezes a worker with SIGSTOP past its lease, then lets it
+// continue (see freeze). Every other stop is aimed: the worker is frozen
+// while it waits inside a service call, so that once continued it calls
+// late, under a fence a newer claim has replaced. An aim that finds no
+// call freezes a random worker instead.
+func (r *run) stop(ctx context.Context, rng *rand.Rand, aimed bool) error {
+	if aimed {
+		done, err := r.aimedStop(ctx, rng)
+		if err != nil || done {
+			return err
+		}
+	}
 	p, err := r.target(ctx, rng)
 	if err != nil {
 		return err
 	}
+	return r.freeze(ctx, p, nil, "")
+}
+
+// aimedStop freezes a worker inside its call; done is false when no worker
+// called in time.
+func (r *run) aimedStop(ctx context.Context, rng *rand.Rand) (done bool, err error) {
+	l, err := r.aimLane(ctx, rng.IntN(len(r.lanes)))
+	if err != nil {
+		return false, err
+	}
+	release, err := l.svc.Hold(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	r.moment(l.kind, "", MomentHold, "holding the ledger's lock, waiting for a worker inside a call to freeze")
+	target, found, err := l.waitInCall(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		release()
+		r.moment(l.kind, "", MomentMiss, fmt.Sprintf("no worker called within %s; a random stop instead", aimWaitMax))
+		r.count(func(c *Counts) { c.AimMissed++ })
+		return false, nil
+	}
+	what := fmt.Sprintf("inside its call for %s (task %s, fence %d)", target.opID, target.taskID, target.fence)
+	return true, r.freeze(ctx, target.worker, release, what)
+}
+
+// freeze sends SIGSTOP, runs thaw (if any: an aimed stop releases the
+// ledger there), waits until the worker's claims' leases have expired and
+// every one of them has moved on (reaped, claimed again, or ended), or
+// until a bound, then sends SIGCONT: whatever it does next is late.
+func (r *run) freeze(ctx context.Context, p *proc, thaw func() error, what string) error {
 	held, err := p.lane.claimsOf(ctx, p.name)
 	if err != nil {
 		return err
@@ -162,7 +206,17 @@ func (r *run) stop(ctx context.Context, rng *rand.Rand) error {
 	if err := p.signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	r.moment(p.lane.kind, p.name, MomentStop, fmt.Sprintf("SIGSTOP worker %s holding %d claims", p.name, len(held)))
+	detail := fmt.Sprintf("SIGSTOP worker %s holding %d claims", p.name, len(held))
+	if what != "" {
+		detail += ", " + what
+	}
+	r.moment(p.lane.kind, p.name, MomentStop, detail)
+	if thaw != nil {
+		if err := thaw(); err != nil {
+			return err
+		}
+		r.moment(p.lane.kind, "", MomentRelease, "released the ledger's lock")
+	}
 	stoppedAt := time.Now()
 	bound := 3*r.cfg.Lease + 2*time.Second
 	for {
@@ -187,6 +241,9 @@ func (r *run) stop(ctx context.Context, rng *rand.Rand) error {
 		c.Stops++
 		if frozen > r.cfg.Lease {
 			c.StopsPast++
+		}
+		if what != "" {
+			c.StopsAimed++
 		}
 	})
 	return nil

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"sort"
+	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -84,6 +86,36 @@ func judge(ev evidence) Findings {
 			e.Seq, e.Kind, e.Actor, e.Fence, e.From, e.To, e.TaskID)
 	}
 	return f
+}
+
+// lateCalls counts, by the service's answer, the calls made under a fence
+// that a newer claim of the task had already replaced when the call was
+// answered (a claim committed in an earlier millisecond).
+func lateCalls(calls []ledger.CallRecord, events []model.Event, effects []model.Effect) map[string]int {
+	taskOf := map[string]string{}
+	for _, e := range effects {
+		taskOf[e.OpID] = e.TaskID
+	}
+	type claim struct {
+		fence int64
+		at    time.Time
+	}
+	claims := map[string][]claim{}
+	for _, e := range events {
+		if e.Kind == model.EventClaimed {
+			claims[e.TaskID] = append(claims[e.TaskID], claim{e.Fence, e.At})
+		}
+	}
+	out := map[string]int{}
+	for _, c := range calls {
+		for _, cl := range claims[taskOf[c.OpID]] {
+			if cl.fence > c.Fence && cl.at.Before(c.At) {
+				out[c.Outcome]++
+				break
+			}
+		}
+	}
+	return out
 }
 
 // settled reports whether a task has reached a state the drain waits for:
@@ -166,6 +198,13 @@ func (r *run) check(ctx context.Context) error {
 		applied, err := l.svc.Applications()
 		if err != nil {
 			return fmt.Errorf("check lane %s: %w", l.kind, err)
+		}
+		calls, err := l.svc.Calls()
+		if err != nil {
+			return fmt.Errorf("check lane %s: %w", l.kind, err)
+		}
+		for outcome, n := range lateCalls(calls, events, effects) {
+			r.res.Counts.LateCalls[outcome] += n
 		}
 		f := judge(evidence{Workers: l.workers(), Accepted: l.acceptedIDs(), Tasks: tasks, Events: events, Effects: effects, Applied: applied})
 		f.Porcupine = CheckLinearizable(History(entries(events, l.workers())))

@@ -8,14 +8,16 @@
 // each lane is a database, a service ledger and its own worker processes,
 // since a worker serves one kind of service. The attacks are SIGKILLs of
 // random workers (each restarted), SIGSTOPs past the lease followed by
-// SIGCONT (late results), and kills aimed between an effect's intent and
-// its receipt: the ledger's lock is held until a worker waits inside its
+// SIGCONT (late results; every other stop freezes a worker while it waits
+// inside a service call, so that it calls late under a replaced fence),
+// and kills aimed between an effect's intent and its receipt: the ledger's lock is held until a worker waits inside its
 // call, and that worker is killed either before the service applies the
 // operation or, holding the queue's lock too, after it applied it and
 // before the receipt can be written.
 //
 // The checker reports lost tasks, operations applied twice, applications
-// without an intent, stale writes accepted, budgets or step limits
+// without an intent (the service logs every call it answers, so late calls
+// are counted too), stale writes accepted, budgets or step limits
 // overspent, PRAGMA integrity_check, and the porcupine linearizability
 // verdict of every task's claims and fenced writes (see History). The run
 // is live: real processes and the wall clock; its randomness comes from one

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -134,4 +135,21 @@ func TestJudgeCountsEachViolation(t *testing.T) {
 	require.Equal(t, 1, f.StaleAccepted, f.Details)
 	require.Equal(t, 1, f.Overspent, f.Details)
 	require.Len(t, f.Details, 6)
+}
+
+// A call is late when a newer claim of its task committed before the
+// service answered it; the count goes by the service's answer.
+func TestLateCallsAreThoseUnderAReplacedFence(t *testing.T) {
+	t.Parallel()
+	h := takeover() // w2 claims fence 2 at 2200 ms
+	effects := []model.Effect{{OpID: "t_1.s1", TaskID: "t_1", Step: 1, IntentFence: 1}}
+	at := func(ms int64) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	calls := []ledger.CallRecord{
+		{OpID: "t_1.s1", Fence: 1, Outcome: ledger.CallApplied, At: at(40)},        // in time
+		{OpID: "t_1.s1", Fence: 1, Outcome: ledger.CallRefused, At: at(2200)},      // same millisecond as the claim: not late
+		{OpID: "t_1.s1", Fence: 1, Outcome: ledger.CallRefused, At: at(2250)},      // late
+		{OpID: "t_1.s1", Fence: 2, Outcome: ledger.CallDeduplicated, At: at(2300)}, // the new claim's own
+		{OpID: "t_1.s1", Fence: 1, Outcome: ledger.CallDeduplicated, At: at(2700)}, // late
+	}
+	require.Equal(t, map[string]int{ledger.CallRefused: 1, ledger.CallDeduplicated: 1}, lateCalls(calls, h.events, effects))
 }

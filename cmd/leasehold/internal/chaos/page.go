@@ -32,8 +32,8 @@ func pageReport(r *run) reports.Report {
 	res := r.res
 	c, f := res.Counts, res.Findings
 	cmd := fmt.Sprintf("leasehold chaos --seed %d --kills %d --stops %d --tasks %d", res.Seed, res.Settings.Kills, res.Settings.Stops, res.Settings.Tasks)
-	inputs := fmt.Sprintf("seed %d; %d lanes (%s), %d workers each; %d tasks; %d SIGKILLs (%d aimed before the service applied, %d after it applied, before the receipt), %d SIGSTOPs past the lease",
-		res.Seed, len(res.Settings.Lanes), strings.Join(res.Settings.Lanes, ", "), res.Settings.WorkersPerLane, c.Tasks, c.Kills, c.AimedBefore, c.AimedAfter, c.Stops)
+	inputs := fmt.Sprintf("seed %d; %d lanes (%s), %d workers each; %d tasks; %d SIGKILLs (%d aimed before the service applied, %d after it applied, before the receipt), %d SIGSTOPs past the lease (%d inside a call)",
+		res.Seed, len(res.Settings.Lanes), strings.Join(res.Settings.Lanes, ", "), res.Settings.WorkersPerLane, c.Tasks, c.Kills, c.AimedBefore, c.AimedAfter, c.Stops, c.StopsAimed)
 	result := func(observed string, pass bool) []reports.Result {
 		return []reports.Result{{Kind: reports.Live, Inputs: inputs, Observed: observed, Pass: pass, Command: cmd}}
 	}
@@ -43,7 +43,7 @@ func pageReport(r *run) reports.Report {
 			{ID: "lost", Title: "No accepted task is lost", Results: result(fmt.Sprintf("%d lost of %d accepted; final states %s", f.Lost, c.Tasks, states(c.States)), f.Lost == 0)},
 			{ID: "duplicated", Title: "No operation applied twice (the service's own ledger)", Results: result(fmt.Sprintf("%d duplicated of %d applied", f.Duplicated, c.Applied), f.Duplicated == 0)},
 			{ID: "unexpected", Title: "No application without a recorded intent", Results: result(fmt.Sprintf("%d unexpected", f.Unexpected), f.Unexpected == 0)},
-			{ID: "stale", Title: "No stale write accepted", Results: result(fmt.Sprintf("%d accepted; %d refused as stale (the late results among them)", f.StaleAccepted, c.StaleRefused), f.StaleAccepted == 0)},
+			{ID: "stale", Title: "No stale write accepted", Results: result(fmt.Sprintf("%d accepted; %d refused as stale; late service calls (under a fence a newer claim had replaced): %s", f.StaleAccepted, c.StaleRefused, states(c.LateCalls)), f.StaleAccepted == 0)},
 			{ID: "overspent", Title: "No budget or step limit overspent", Results: result(fmt.Sprintf("%d tasks overspent", f.Overspent), f.Overspent == 0)},
 			{ID: "integrity", Title: "PRAGMA integrity_check of every database and ledger", Results: result(f.Integrity, f.Integrity == "ok")},
 			{ID: "linearizable", Title: "Every task's claims and fenced writes are linearizable (porcupine)", Results: result("porcupine: "+f.Porcupine, f.Porcupine == PorcupineOK)},

@@ -56,9 +56,10 @@ type Counts struct {
 	Kills       int `json:"kills"` // SIGKILLs, aimed ones included
 	AimedBefore int `json:"aimed_before_apply"`
 	AimedAfter  int `json:"aimed_after_apply"`
-	AimMissed   int `json:"aim_missed"` // aims that found no worker in a call (a random kill was made instead)
+	AimMissed   int `json:"aim_missed"` // aims that found no worker in a call (a random kill or stop was made instead)
 	Stops       int `json:"stops"`      // SIGSTOP ... SIGCONT pairs
 	StopsPast   int `json:"stops_past_lease"`
+	StopsAimed  int `json:"stops_aimed"` // frozen while waiting inside a service call
 	Restarts    int `json:"restarts"`
 	Cancels     int `json:"cancels"`   // cancellations the queue accepted
 	Approvals   int `json:"approvals"` // approvals the queue accepted
@@ -68,6 +69,10 @@ type Counts struct {
 	StaleRefused int `json:"stale_refused"`
 	// Applied counts the operations the services applied.
 	Applied int `json:"applied"`
+	// LateCalls counts the service calls made under a fence that a newer
+	// claim of the task had already replaced (from the service's call log
+	// and the event trail), and how the service answered them.
+	LateCalls map[string]int `json:"late_calls"`
 	// States counts the tasks by final state.
 	States map[string]int `json:"states"`
 }

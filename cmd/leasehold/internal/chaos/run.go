@@ -163,7 +163,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		Settings: Settings{Kills: cfg.Kills, Stops: cfg.Stops, Tasks: cfg.Tasks, Aimed: cfg.Aimed, WorkersPerLane: cfg.WorkersPerLane,
 			Concurrency: cfg.Concurrency, LeaseMs: cfg.Lease.Milliseconds(), HeartbeatMs: cfg.Heartbeat.Milliseconds(),
 			AttemptsMax: cfg.AttemptsMax, Synchronous: queue.SynchronousFull, JournalMode: "WAL"},
-		Counts: Counts{States: map[string]int{}}}
+		Counts: Counts{States: map[string]int{}, LateCalls: map[string]int{}}}
 	for _, k := range cfg.Kinds {
 		r.res.Settings.Lanes = append(r.res.Settings.Lanes, string(k))
 	}

@@ -76,18 +76,30 @@ func (s *Service) Call(ctx context.Context, c worker.Call) (string, error) {
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return "", fmt.Errorf("%w: %v", worker.ErrUnavailable, err)
 	}
+	now := time.Now().UnixMilli()
 	switch s.kind {
 	case worker.Dedup:
 		if applied > 0 {
+			if _, err := tx.Exec(s.queries["log_call"], c.OpID, c.Fence, CallDeduplicated, now); err != nil {
+				return "", fmt.Errorf("%w: %v", worker.ErrUnavailable, err)
+			}
 			return result, tx.Commit()
 		}
 	case worker.Fenced:
 		if c.Fence < fenceMax {
+			// The refusal is logged when it commits; it is a refusal
+			// either way.
+			if _, err := tx.Exec(s.queries["log_call"], c.OpID, c.Fence, CallRefused, now); err == nil {
+				_ = tx.Commit()
+			}
 			return "", fmt.Errorf("operation %s fence %d below %d: %w", c.OpID, c.Fence, fenceMax, worker.ErrStaleFence)
 		}
 	}
 	result = fmt.Sprintf("%s#%s", c.Effect, c.OpID)
-	if _, err := tx.Exec(s.queries["apply"], c.OpID, c.Effect, result, c.Fence, time.Now().UnixMilli()); err != nil {
+	if _, err := tx.Exec(s.queries["apply"], c.OpID, c.Effect, result, c.Fence, now); err != nil {
+		return "", fmt.Errorf("%w: %v", worker.ErrUnavailable, err)
+	}
+	if _, err := tx.Exec(s.queries["log_call"], c.OpID, c.Fence, CallApplied, now); err != nil {
 		return "", fmt.Errorf("%w: %v", worker.ErrUnavailable, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -135,6 +147,41 @@ func (s *Service) Applications() (map[string]int, error) {
 			return nil, err
 		}
 		out[op] = n
+	}
+	return out, rows.Err()
+}
+
+// Call outcomes, as the ledger's call log records them.
+const (
+	CallApplied      = "applied"
+	CallDeduplicated = "deduplicated"
+	CallRefused      = "refused_stale_fence"
+)
+
+// CallRecord is one call the service answered, from its call log.
+type CallRecord struct {
+	OpID    string
+	Fence   int64
+	Outcome string // one of the Call outcomes
+	At      time.Time
+}
+
+// Calls returns every call the service answered, in the order it did.
+func (s *Service) Calls() ([]CallRecord, error) {
+	rows, err := s.db.Query(s.queries["calls"])
+	if err != nil {
+		return nil, fmt.Errorf("read the service's call log: %w", err)
+	}
+	defer rows.Close()
+	var out []CallRecord
+	for rows.Next() {
+		var c CallRecord
+		var at int64
+		if err := rows.Scan(&c.OpID, &c.Fence, &c.Outcome, &at); err != nil {
+			return nil, fmt.Errorf("read the service's call log: %w", err)
+		}
+		c.At = time.UnixMilli(at).UTC()
+		out = append(out, c)
 	}
 	return out, rows.Err()
 }

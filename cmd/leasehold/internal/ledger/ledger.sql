@@ -11,6 +11,12 @@ CREATE TABLE IF NOT EXISTS applications (
     fence_max  INTEGER NOT NULL,
     applied_at INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS calls (
+    op_id   TEXT NOT NULL,
+    fence   INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    at      INTEGER NOT NULL
+);
 
 -- name: get
 SELECT applied, result, fence_max FROM applications WHERE op_id = ?;
@@ -25,6 +31,12 @@ ON CONFLICT (op_id) DO UPDATE SET fence_max = MAX(fence_max, excluded.fence_max)
 
 -- name: all
 SELECT op_id, applied FROM applications WHERE applied > 0 ORDER BY op_id;
+
+-- name: log_call
+INSERT INTO calls (op_id, fence, outcome, at) VALUES (?, ?, ?, ?);
+
+-- name: calls
+SELECT op_id, fence, outcome, at FROM calls ORDER BY rowid;
 
 -- name: hold
 DELETE FROM applications WHERE 0;
