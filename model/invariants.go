@@ -85,6 +85,8 @@ func CheckTask(t Task) []Violation {
 	}
 	if t.AttemptsCharged < 0 || t.AttemptsCharged > t.AttemptsMax {
 		bad(InvAttempts, "attempts charged %d of %d", t.AttemptsCharged, t.AttemptsMax)
+	} else if t.AttemptsFailed < t.AttemptsCharged {
+		bad(InvAttempts, "attempts failed %d below attempts charged %d", t.AttemptsFailed, t.AttemptsCharged)
 	}
 	if t.State == WaitingForApproval && (t.ApprovalVersion != t.Version || t.ApprovalGate == "") {
 		bad(InvApprovalVersion, "waiting at gate %q with recorded version %d, version %d", t.ApprovalGate, t.ApprovalVersion, t.Version)

@@ -202,7 +202,7 @@ func TestStatesAndReasons(t *testing.T) {
 
 // validTask returns a consistent task in state s.
 func validTask(s State) Task {
-	t := Task{ID: "t_1", State: s, Version: 2, Attempt: 2, AttemptsMax: 3, AttemptsCharged: 1,
+	t := Task{ID: "t_1", State: s, Version: 2, Attempt: 2, AttemptsMax: 3, AttemptsCharged: 1, AttemptsFailed: 1,
 		CostBudget: 10, CostUsed: 4, StepsMax: 5, StepsUsed: 2}
 	switch s {
 	case Running:
@@ -246,6 +246,7 @@ func TestCheckTaskCatchesEachInvariant(t *testing.T) {
 		{"negative steps", Running, func(t *Task) { t.StepsUsed = -1 }, InvSteps},
 		{"too many attempts", Queued, func(t *Task) { t.AttemptsCharged = 4 }, InvAttempts},
 		{"negative attempts", Queued, func(t *Task) { t.AttemptsCharged = -1 }, InvAttempts},
+		{"fewer failures than charged attempts", Queued, func(t *Task) { t.AttemptsFailed = 0 }, InvAttempts},
 		{"approval version stale", WaitingForApproval, func(t *Task) { t.ApprovalVersion = 1 }, InvApprovalVersion},
 		{"approval gate missing", WaitingForApproval, func(t *Task) { t.ApprovalGate = "" }, InvApprovalVersion},
 		{"cancelled by nobody", Cancelled, func(t *Task) { t.CancelledBy = "" }, InvCancelledBy},

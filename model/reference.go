@@ -488,6 +488,7 @@ func (r *Reference) chargeAttempt(t *Task, kind EventKind, actor string) {
 		return
 	}
 	t.AttemptsCharged++
+	t.AttemptsFailed++
 	if t.AttemptsCharged >= t.AttemptsMax {
 		r.settle(t, NeedsReview, AttemptsExhausted, kindOr(kind, EventDeadLettered), actor,
 			DetailDeadLetter(t.AttemptsCharged, t.AttemptsMax))

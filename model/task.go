@@ -27,10 +27,14 @@ type Task struct {
 	// lease expiry; AttemptsMax bounds it.
 	AttemptsCharged int
 	AttemptsMax     int
-	Owner           string
-	LeaseUntil      time.Time
-	HeartbeatAt     time.Time
-	ClaimedAt       time.Time
+	// AttemptsFailed counts the same attempts over the task's whole life:
+	// an operator's requeue zeroes AttemptsCharged but not this, so a
+	// handler can tell how often the task has failed across requeues.
+	AttemptsFailed int
+	Owner          string
+	LeaseUntil     time.Time
+	HeartbeatAt    time.Time
+	ClaimedAt      time.Time
 	// QueuedAt is when the task last entered queued.
 	QueuedAt   time.Time
 	CostBudget int64

@@ -19,9 +19,10 @@ import (
 // migrations never change: a change to one fails this test, and a new one
 // must be added here.
 var pinnedMigrations = map[string]string{
-	"0001_init.sql":      "41ebb14f7f7c18fb1e9ec3d9f917a9dd747c337ac262e86ddf5d431437cd23b9",
-	"0002_hot_paths.sql": "331809b20f48436ff5cc95bece2023843a90985554384eac5ccafa556fa82c65",
-	"0003_audit.sql":     "3376454d2d3cfd6abb17b2d1b37cbc2a6b5be3231ac359e26442a9c979ff10c3",
+	"0001_init.sql":            "41ebb14f7f7c18fb1e9ec3d9f917a9dd747c337ac262e86ddf5d431437cd23b9",
+	"0002_hot_paths.sql":       "331809b20f48436ff5cc95bece2023843a90985554384eac5ccafa556fa82c65",
+	"0003_audit.sql":           "3376454d2d3cfd6abb17b2d1b37cbc2a6b5be3231ac359e26442a9c979ff10c3",
+	"0004_attempts_failed.sql": "6dbfc66dd89e805d0ae80443379a06c93f4cbbfcfc6452f636ffe1515b580355",
 }
 
 func TestMigrationsArePinned(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +35,10 @@ func TestUpgradeFromSchemaV2(t *testing.T) {
 	require.NoError(t, err)
 	texts, err := queries()
 	require.NoError(t, err)
-	rows, err := raw.Query("SELECT " + texts["task_columns"] + " FROM tasks ORDER BY seq")
+	// Version 2 has no attempts_failed; the upgrade starts it at each task's
+	// attempts charged, which is what this reads in its place.
+	columns := strings.Replace(texts["task_columns"], "attempts_failed", "attempts_charged AS attempts_failed", 1)
+	rows, err := raw.Query("SELECT " + columns + " FROM tasks ORDER BY seq")
 	require.NoError(t, err)
 	before, err := scanTasks(rows)
 	require.NoError(t, err)

@@ -61,7 +61,8 @@ func (t *txn) settle(task model.Task, to model.State, reason model.Reason, kind 
 		sql.Named("id", task.ID), sql.Named("from_state", string(task.State)), sql.Named("version", task.Version),
 		sql.Named("to_state", string(to)), sql.Named("reason", string(reason)),
 		sql.Named("run_at", model.Millis(task.RunAt)), sql.Named("now", model.Millis(t.now)),
-		sql.Named("attempts_charged", task.AttemptsCharged), sql.Named("last_error", task.LastError),
+		sql.Named("attempts_charged", task.AttemptsCharged), sql.Named("attempts_failed", task.AttemptsFailed),
+		sql.Named("last_error", task.LastError),
 		sql.Named("cancelled_by", task.CancelledBy), sql.Named("approved_by", task.ApprovedBy),
 		sql.Named("cost_budget", task.CostBudget), sql.Named("steps_max", task.StepsMax)); err != nil {
 		return err
@@ -355,6 +356,7 @@ func (t *txn) chargeAttempt(task model.Task, kind model.EventKind, actor string)
 	}
 	if kind != model.EventLeaseExpired || !broken("reaper-not-charging") {
 		task.AttemptsCharged++
+		task.AttemptsFailed++
 	}
 	if task.AttemptsCharged >= task.AttemptsMax {
 		return model.NeedsReview, t.settle(task, model.NeedsReview, model.AttemptsExhausted, outcome(model.EventDeadLettered),

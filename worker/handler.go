@@ -78,8 +78,10 @@ type SyntheticStep struct {
 //
 // Each step costs its cost; effect makes a customer-visible call under the
 // step's operation ID; approval is a gate; fail fails the step (transient
-// while fewer than times attempts have been charged, or permanent);
-// duration_ms is how long the step takes.
+// while the task has failed fewer than times attempts over its whole life,
+// model.Task.AttemptsFailed, which an operator's requeue does not reset, so
+// a requeued task goes on from where it was; or permanent); duration_ms is
+// how long the step takes.
 type Synthetic struct{}
 
 // ValidateSynthetic checks a payload the way the synthetic handler will
@@ -296,8 +298,8 @@ func (Synthetic) Run(_ context.Context, task model.Task, index int, step StepSpe
 	switch {
 	case s.Fail == "permanent":
 		return "", fmt.Errorf("%w: step %d fails permanently", ErrPermanent, index)
-	case s.Fail == "transient" && task.AttemptsCharged < s.Times:
-		return "", fmt.Errorf("%w: step %d fails on attempt %d", ErrTransient, index, task.AttemptsCharged+1)
+	case s.Fail == "transient" && task.AttemptsFailed < s.Times:
+		return "", fmt.Errorf("%w: step %d fails on attempt %d", ErrTransient, index, task.AttemptsFailed+1)
 	}
 	return "", nil
 }

@@ -122,16 +122,19 @@ func TestSyntheticRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, checkpoint, "the step index is the resume point; no checkpoint of its own")
 
-	for charged := range 2 {
-		task.AttemptsCharged = charged
+	for failed := range 2 {
+		task.AttemptsFailed = failed
 		_, err = h.Run(ctx, task, 1, plan[1])
-		require.ErrorIs(t, err, worker.ErrTransient, "attempt %d", charged+1)
+		require.ErrorIs(t, err, worker.ErrTransient, "attempt %d", failed+1)
 		require.Equal(t, model.Transient, worker.Classify(err))
-		require.ErrorContains(t, err, fmt.Sprintf("fails on attempt %d", charged+1))
+		require.ErrorContains(t, err, fmt.Sprintf("fails on attempt %d", failed+1))
 	}
-	task.AttemptsCharged = 2
+	task.AttemptsFailed = 2
 	_, err = h.Run(ctx, task, 1, plan[1])
-	require.NoError(t, err, "a transient failure stops once times attempts have been charged")
+	require.NoError(t, err, "a transient failure stops once the task has failed times attempts")
+	task.AttemptsCharged, task.AttemptsFailed = 0, 2 // requeued after two failures
+	_, err = h.Run(ctx, task, 1, plan[1])
+	require.NoError(t, err, "a requeue, which zeroes the charged attempts, does not make the step fail again")
 
 	_, err = h.Run(ctx, task, 2, plan[2])
 	require.ErrorIs(t, err, worker.ErrPermanent)

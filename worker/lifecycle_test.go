@@ -300,6 +300,44 @@ func TestTransientFailuresDeadLetterWhenAttemptsRunOut(t *testing.T) {
 	require.Equal(t, model.AttemptsExhausted, task.Reason)
 	require.Equal(t, 3, task.AttemptsCharged)
 	require.Zero(t, task.CostUsed)
+	dead := b.eventsOf(id, model.EventDeadLettered)
+	require.Len(t, dead, 1)
+	require.Equal(t, "attempt 3 of 3 charged; no attempts left, to review", dead[0].Detail, "no retry is announced")
+}
+
+// A step that fails transiently more often than attempts_max allows is
+// dead-lettered; the operator requeues it (as inspect advises) and it goes
+// on failing only for the failures it has left: times counts the task's
+// failures over its life, which a requeue does not reset.
+func TestRequeuedTaskSucceedsOnceItsFailuresAreSpent(t *testing.T) {
+	b := setup(t)
+	id := b.submit(`{"steps":[{"cost":1},{"cost":1,"fail":"transient","times":4},{"cost":1}]}`, 10, 5)
+	w := b.newWorker("w1", newFakeService(worker.Dedup))
+	for range 3 {
+		b.run(w, stepsMax)
+		if b.task(id).State == model.Queued {
+			b.untilDue(id)
+		}
+	}
+	task := b.task(id)
+	require.Equal(t, model.NeedsReview, task.State)
+	require.Equal(t, 3, task.AttemptsCharged)
+	require.Equal(t, 3, task.AttemptsFailed)
+
+	require.NoError(t, b.q.Requeue(b.ctx, id, model.Grant{}, "ops"))
+	b.stepUntil(w, is(worker.ActionFail, "transient failure: to queued")) // the fourth failure
+	task = b.task(id)
+	require.Equal(t, model.Queued, task.State)
+	require.Equal(t, 1, task.AttemptsCharged, "the requeue gave a fresh set of attempts")
+	require.Equal(t, 4, task.AttemptsFailed)
+	require.Contains(t, task.LastError, "step 1 fails on attempt 4")
+
+	b.untilDue(id)
+	b.stepUntil(w, is(worker.ActionComplete, "completed"))
+	task = b.task(id)
+	require.Equal(t, model.Completed, task.State, "its four failures spent, the step succeeds")
+	require.Equal(t, 3, task.StepsUsed)
+	require.Equal(t, int64(3), task.CostUsed, "step 0 ran once")
 }
 
 func TestPermanentFailureFailsAtOnce(t *testing.T) {

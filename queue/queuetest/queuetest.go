@@ -961,10 +961,25 @@ func testTransientRetries(s *suite) {
 	require.Equal(t, model.EventDeadLettered, dead.Kind)
 	require.Equal(t, fmt.Sprintf("attempt %d of %d charged; no attempts left, to review", attemptsMax, attemptsMax), dead.Detail,
 		"a dead-lettering names no retry delay")
+	require.Equal(t, attemptsMax, task.AttemptsFailed, "every charged attempt is a failure of the task")
 	m := s.metrics()
 	require.EqualValues(t, attemptsMax-1, m.Retries)
 	require.EqualValues(t, 1, m.Reviews)
 	require.EqualValues(t, 1, m.Depth[model.NeedsReview])
+
+	// A requeue zeroes the charged attempts but not the failures: the
+	// handler still sees how often the task has failed.
+	require.NoError(t, s.store.Requeue(s.ctx, id, model.Grant{}, "ops"))
+	task = s.task(id)
+	require.Zero(t, task.AttemptsCharged)
+	require.Equal(t, attemptsMax, task.AttemptsFailed)
+	next := s.claim("w1")
+	require.Equal(t, attemptsMax, next.Task.AttemptsFailed, "the claim carries the failures to the handler")
+	_, err = s.store.Fail(s.ctx, next.Claim, model.Failure{Class: model.Transient})
+	require.NoError(t, err)
+	task = s.task(id)
+	require.Equal(t, 1, task.AttemptsCharged)
+	require.Equal(t, attemptsMax+1, task.AttemptsFailed)
 }
 
 func testPermanentFailure(s *suite) {
@@ -1040,6 +1055,7 @@ func testReapLeaseExpiry(s *suite) {
 	task := s.task(id)
 	require.Equal(t, model.Queued, task.State)
 	require.Equal(t, 1, task.AttemptsCharged, "an expiry is charged")
+	require.Equal(t, 1, task.AttemptsFailed, "an expiry is a failed attempt")
 	s.requireBackoff(task, 1)
 	e := s.lastEvent(id)
 	require.Equal(t, model.EventLeaseExpired, e.Kind)

@@ -7,7 +7,7 @@ seq, id, user, idem_key, request_hash, payload, state, reason, priority, run_at,
 version, attempts_charged, attempts_max, owner, lease_until, heartbeat_at, claimed_at,
 queued_at, cost_budget, cost_used, steps_max, steps_used, checkpoint, cancel_requested,
 cancelled_by, approved_by, approval_gate, approval_version, schedule_id, schedule_run,
-last_error, created_at, updated_at
+last_error, created_at, updated_at, attempts_failed
 
 -- name: schema_version
 SELECT COALESCE(MAX(version), 0) FROM schema_migrations;
@@ -95,7 +95,7 @@ WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now
 UPDATE tasks
 SET state = :to_state, reason = :reason, owner = '', lease_until = 0, run_at = :run_at,
     queued_at = CASE WHEN :to_state = 'queued' THEN :now ELSE queued_at END,
-    attempts_charged = :attempts_charged, last_error = :last_error, cancelled_by = :cancelled_by,
+    attempts_charged = :attempts_charged, attempts_failed = :attempts_failed, last_error = :last_error, cancelled_by = :cancelled_by,
     approved_by = :approved_by, cost_budget = :cost_budget, steps_max = :steps_max, updated_at = :now
 WHERE id = :id AND state = :from_state AND version = :version;
 
