@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"modernc.org/sqlite"
@@ -260,7 +261,11 @@ func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	rows, err := db.QueryContext(ctx, "SELECT "+queries["task_columns"]+" FROM tasks ORDER BY seq")
+	columns, err := taskColumnsOf(ctx, db, queries["task_columns"])
+	if err != nil {
+		return err
+	}
+	rows, err := db.QueryContext(ctx, "SELECT "+columns+" FROM tasks ORDER BY seq")
 	if err != nil {
 		return err
 	}
@@ -274,6 +279,21 @@ func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	return checkCounters(db.QueryRowContext(ctx, queries["counters_check"]))
+}
+
+// taskColumnsOf returns the {task_columns} to read db's tasks with: as
+// they are, or, for a database older than schema version 4, with
+// attempts_charged in place of the attempts_failed it lacks (what
+// migration 0004 starts it at).
+func taskColumnsOf(ctx context.Context, db *sql.DB, columns string) (string, error) {
+	var has int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pragma_table_info('tasks') WHERE name = 'attempts_failed'").Scan(&has); err != nil {
+		return "", fmt.Errorf("queue: read the tasks' columns: %w", err)
+	}
+	if has == 0 {
+		columns = strings.Replace(columns, "attempts_failed", "attempts_charged AS attempts_failed", 1)
+	}
+	return columns, nil
 }
 
 // Restore copies a verified snapshot to a new database file at to. It

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -37,7 +36,9 @@ func TestUpgradeFromSchemaV2(t *testing.T) {
 	require.NoError(t, err)
 	// Version 2 has no attempts_failed; the upgrade starts it at each task's
 	// attempts charged, which is what this reads in its place.
-	columns := strings.Replace(texts["task_columns"], "attempts_failed", "attempts_charged AS attempts_failed", 1)
+	columns, err := taskColumnsOf(ctx, raw, texts["task_columns"])
+	require.NoError(t, err)
+	require.Contains(t, columns, "attempts_charged AS attempts_failed")
 	rows, err := raw.Query("SELECT " + columns + " FROM tasks ORDER BY seq")
 	require.NoError(t, err)
 	before, err := scanTasks(rows)

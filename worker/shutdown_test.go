@@ -183,6 +183,10 @@ func TestRunnerDrainReportsAClaimDroppedAtItsLease(t *testing.T) {
 		})
 		l.drive(20, nil, func() bool { return len(lr.r.Claims()) == 1 })
 		claim := lr.r.Claims()[0]
+		// Stop a tick after the claim, so that the grace (the lease, from
+		// the stop) ends after the lease does, not at the same instant.
+		b.clock.Advance(tick)
+		synctest.Wait()
 		b.storage.SetUnavailable(true)
 		lr.cancel()
 		l.drive(int(testLease/tick)+1, nil, lr.returned)
