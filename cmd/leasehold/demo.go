@@ -635,12 +635,25 @@ func (d *demo) storyStop() error {
 	if err := d.signal(stopped, syscall.SIGCONT); err != nil {
 		return err
 	}
-	var stale eventRecord
-	err = d.waitFor("the stopped worker's late write to be refused", func() (bool, error) {
+	// Continued, the worker finds its lease run out by its own clock and
+	// drops the claim without writing; a write it had already begun is
+	// refused by version instead.
+	var late string
+	dropped := fmt.Sprintf(`"task_id":"%s",`, d.ids["late"])
+	fence := fmt.Sprintf(`"fence":%d,`, t.Version)
+	err = d.waitFor("the stopped worker to drop its claim or have its late write refused", func() (bool, error) {
+		log, _ := os.ReadFile(filepath.Join(d.dir, stopped+".log"))
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, `"msg":"lease expired locally; claim left to the reaper"`) &&
+				strings.Contains(line, dropped) && strings.Contains(line, fence) {
+				late = "dropped without a write: lease expired locally"
+				return true, nil
+			}
+		}
 		events, err := d.events("late")
 		for _, ev := range events {
 			if ev.Kind == "stale_write" && ev.Fence == t.Version && ev.Actor == stopped {
-				stale = ev
+				late = "refused: " + ev.Detail
 				return true, nil
 			}
 		}
@@ -654,8 +667,8 @@ func (d *demo) storyStop() error {
 		return err
 	}
 	d.outcome("worker stopped with SIGSTOP past its lease, then continued",
-		"its late write is rejected by version and it drops the claim; the task completes under the newer claim",
-		fmt.Sprintf("%s held fence %d; refused: %s; %s at version %d", stopped, t.Version, stale.Detail, done.State, done.Version),
+		"it drops the claim without a write (its lease ran out by its own clock), or its late write is rejected by version; the task completes under the newer claim",
+		fmt.Sprintf("%s held fence %d; %s; %s at version %d", stopped, t.Version, late, done.State, done.Version),
 		done.State == "completed" && done.Version > t.Version)
 	return nil
 }
