@@ -493,15 +493,23 @@ func (l *lockstep) final() {
 	}
 	var tasks []model.Task
 	var effects []model.Effect
+	var events []model.Event
 	var err error
 	l.storage.Bypass(func() {
 		if tasks, err = l.Queue.List(l.ctx, model.ListFilter{Limit: model.ListLimitMax}); err != nil {
 			return
 		}
-		effects, err = l.Queue.Effects(l.ctx, "")
+		if effects, err = l.Queue.Effects(l.ctx, ""); err != nil {
+			return
+		}
+		events, err = l.Queue.Events(l.ctx, "")
 	})
 	if err != nil {
 		l.report(InvReadable, "", err.Error())
+		return
+	}
+	if len(events) != l.ref.EventCount() {
+		l.report(InvOracleEvents, "", fmt.Sprintf("at the end the queue's audit trail holds %d events, the reference's %d", len(events), l.ref.EventCount()))
 		return
 	}
 	want, _ := l.ref.List(l.ctx, model.ListFilter{Limit: model.ListLimitMax})

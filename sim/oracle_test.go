@@ -237,3 +237,20 @@ func TestLockstepAgreesAtTheBoundaries(t *testing.T) {
 	w.q.final()
 	require.Nil(t, w.checker.check())
 }
+
+// After an unknown commit, a real state that matches neither successor is
+// a violation naming both.
+func TestLockstepRefusesAThirdSuccessor(t *testing.T) {
+	w := oracleWorld(t)
+	res, err := w.q.Submit(w.ctx, oracleRequest("k1"))
+	require.NoError(t, err)
+	_, err = w.q.ref.Cancel(w.ctx, res.TaskID, "someone") // the reference alone moves on
+	require.NoError(t, err)
+	w.storage.Arm(faults.AmbiguousCommit)
+	_, err = w.q.Cancel(w.ctx, res.TaskID, "ora")
+	require.ErrorIs(t, err, faults.ErrInjected)
+	v := w.checker.check()
+	require.NotNil(t, v)
+	require.Equal(t, InvOracleEvents, v.Invariant, v.Error())
+	require.Contains(t, v.Detail, "matches neither successor of an unknown commit")
+}
