@@ -281,14 +281,14 @@ func (o op[T]) label() string        { return o.name }
 
 func appendTasks(ids []string, events []model.Event) []string {
 	for _, e := range events {
-		if e.TaskID != "" && !contains(ids, e.TaskID) {
+		if e.TaskID != "" && !hasTask(ids, e.TaskID) {
 			ids = append(ids, e.TaskID)
 		}
 	}
 	return ids
 }
 
-func contains(ids []string, id string) bool {
+func hasTask(ids []string, id string) bool {
 	for _, x := range ids {
 		if x == id {
 			return true
