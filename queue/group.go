@@ -294,8 +294,9 @@ type group struct {
 // member answered.
 func (g *group) run() bool {
 	savepoints := len(g.members) > 1
+	local := map[string]*sql.Stmt{}
 	for i, m := range g.members {
-		t := &txn{q: g.q, ctx: m.ctx, tx: g.tx, now: g.q.now()}
+		t := &txn{q: g.q, ctx: m.ctx, tx: g.tx, now: g.q.now(), local: local}
 		g.txns = append(g.txns, t)
 		if savepoints {
 			if _, err := t.exec("group_savepoint"); err != nil {

@@ -17,8 +17,11 @@ type txn struct {
 	ctx context.Context
 	tx  *sql.Tx
 	now time.Time
-	// unprepared names the statements prepared for this transaction only.
+	// unprepared names the statements prepared for this transaction only;
+	// local holds them, shared by the operations of a group, so that each
+	// is prepared once per transaction, not once per use.
 	unprepared []string
+	local      map[string]*sql.Stmt
 }
 
 // committed wraps an error that must be returned after the transaction
@@ -42,11 +45,18 @@ func (t *txn) stmt(name string) (*sql.Stmt, error) {
 	if s := t.q.cachedStmt(name); s != nil {
 		return t.tx.StmtContext(t.ctx, s), nil
 	}
+	if s := t.local[name]; s != nil {
+		return s, nil
+	}
 	s, err := t.tx.PrepareContext(t.ctx, t.q.queryText(name))
 	if err != nil {
 		return nil, fmt.Errorf("queue: prepare %s: %w", name, err)
 	}
 	t.unprepared = append(t.unprepared, name)
+	if t.local == nil {
+		t.local = map[string]*sql.Stmt{}
+	}
+	t.local[name] = s
 	return s, nil
 }
 
