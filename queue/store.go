@@ -14,6 +14,7 @@ import (
 type Store interface {
 	// Callers.
 	Submit(ctx context.Context, req model.SubmitRequest) (model.SubmitResult, error)
+	SubmitMany(ctx context.Context, reqs []model.SubmitRequest) ([]model.SubmitResult, error)
 	Cancel(ctx context.Context, id, actor string) (model.Task, error)
 	Task(ctx context.Context, id string) (model.Task, error)
 	List(ctx context.Context, f model.ListFilter) ([]model.Task, error)

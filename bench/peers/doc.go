@@ -18,8 +18,8 @@
 //   - work: N pre-inserted no-op jobs burned down by 10 workers in one
 //     process; the same with 2 workers; a task of 3 steps with 10 workers.
 //   - intake: N jobs inserted one at a time, and in bulk (River's
-//     InsertMany, leasehold's SubmitMany, goqite's sends in one
-//     transaction).
+//     InsertMany, one call; leasehold's SubmitMany, one transaction per
+//     SubmitBatchMax requests; goqite's sends in one transaction).
 //   - latency: one job through an idle queue, submit to completed.
 //
 // Every figure is the median of the rounds; ratios are of medians.

@@ -30,15 +30,6 @@ type system interface {
 	latency(ctx context.Context, path, sync string, k int) ([]time.Duration, error)
 }
 
-// bulker is a system that cannot insert in bulk; intake with bulk set
-// fails for it.
-type bulker interface{ canBulk() bool }
-
-func canBulk(s system) bool {
-	b, ok := s.(bulker)
-	return !ok || b.canBulk()
-}
-
 // cell is one workload under one synchronous setting.
 type cell struct {
 	kind    string // work, intake, latency
@@ -192,9 +183,6 @@ func (b *bench) one(ctx context.Context, c cell, s system) error {
 		}
 		b.record(key, s.name(), smp)
 	case "intake":
-		if c.bulk && !canBulk(s) {
-			return nil
-		}
 		n := b.cfg.jobs
 		if !c.bulk {
 			n = b.cfg.oneJobs

@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register("submit", "submit a task: --user U --key K --payload JSON|@FILE --cost-budget N --steps-max N", runSubmit)
+	register("submit", "submit a task: --user U --key K --payload JSON|@FILE --cost-budget N --steps-max N; or many: --batch FILE|-", runSubmit)
 	register("status", "show a task: status TASK", runStatus)
 	register("list", "list tasks: list [--state S] [--user U] [--limit N]", runList)
 	register("cancel", "cancel a task (a running one stops before its next step): cancel TASK", runCancel)
@@ -54,8 +54,23 @@ func runSubmit(e *env, args []string) int {
 	priority := fs.Int("priority", 0, "priority (higher first)")
 	runAt := fs.String("run-at", "", "earliest start: RFC 3339 or +DURATION")
 	deadline := fs.String("deadline", "", "deadline: RFC 3339 or +DURATION")
+	batch := fs.String("batch", "", fmt.Sprintf("submit JSON lines of submit fields from FILE (- for standard input), all in one transaction, at most %d", queue.SubmitBatchMax))
 	if err := parse(fs, args); err != nil {
 		return fail(e, "submit", err)
+	}
+	if *batch != "" {
+		var single []string
+		requestFlags := map[string]bool{"user": true, "key": true, "payload": true, "cost-budget": true,
+			"steps-max": true, "priority": true, "run-at": true, "deadline": true}
+		fs.Visit(func(f *flag.Flag) {
+			if requestFlags[f.Name] {
+				single = append(single, "--"+f.Name)
+			}
+		})
+		if len(single) > 0 {
+			return fail(e, "submit", badUsage("--batch takes its requests from the file, not %s", strings.Join(single, ", ")))
+		}
+		return submitBatch(e, c, *batch)
 	}
 	body, err := readPayload(*payload)
 	if err != nil {

@@ -60,6 +60,9 @@ var cases = []struct {
 }{
 	{"SubmitReplayConflict", testSubmitReplayConflict},
 	{"SubmitValidation", testSubmitValidation},
+	{"SubmitManyAllOrNothing", testSubmitManyAllOrNothing},
+	{"SubmitManyReplays", testSubmitManyReplays},
+	{"SubmitManyDepthCaps", testSubmitManyDepthCaps},
 	{"ClaimOrder", testClaimOrder},
 	{"ClaimRunAtInclusive", testClaimRunAtInclusive},
 	{"ClaimBatch", testClaimBatch},
