@@ -783,6 +783,7 @@ func TestStatusJSONHasTheDesignFields(t *testing.T) {
 	require.Equal(t, "", rec["reason"])
 	require.Equal(t, float64(0), rec["version"])
 	require.Equal(t, float64(0), rec["attempt"])
+	require.Equal(t, float64(0), rec["attempts_failed"])
 	require.Equal(t, float64(0), rec["cost_used"])
 	require.Equal(t, float64(10), rec["cost_budget"])
 	require.Equal(t, float64(0), rec["steps_used"])

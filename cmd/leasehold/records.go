@@ -21,6 +21,7 @@ type taskRecord struct {
 	Attempt         int    `json:"attempt"`
 	AttemptsCharged int    `json:"attempts_charged"`
 	AttemptsMax     int    `json:"attempts_max"`
+	AttemptsFailed  int    `json:"attempts_failed"` // over the task's life: a requeue does not reset it
 	CostUsed        int64  `json:"cost_used"`
 	CostBudget      int64  `json:"cost_budget"`
 	StepsUsed       int    `json:"steps_used"`
@@ -53,7 +54,7 @@ func rfc3339(t time.Time) string {
 func recordOf(t model.Task) taskRecord {
 	return taskRecord{ID: t.ID, User: t.User, Key: t.Key, State: string(t.State), Reason: string(t.Reason),
 		Version: t.Version, Attempt: t.Attempt, AttemptsCharged: t.AttemptsCharged, AttemptsMax: t.AttemptsMax,
-		CostUsed: t.CostUsed, CostBudget: t.CostBudget, StepsUsed: t.StepsUsed, StepsMax: t.StepsMax,
+		AttemptsFailed: t.AttemptsFailed, CostUsed: t.CostUsed, CostBudget: t.CostBudget, StepsUsed: t.StepsUsed, StepsMax: t.StepsMax,
 		Priority: t.Priority, Owner: t.Owner, LeaseUntil: rfc3339(t.LeaseUntil), HeartbeatAt: rfc3339(t.HeartbeatAt),
 		CancelRequested: t.CancelRequested, CancelledBy: t.CancelledBy, ApprovedBy: t.ApprovedBy,
 		ApprovalGate: t.ApprovalGate, ApprovalVersion: t.ApprovalVersion, ScheduleID: t.ScheduleID,
