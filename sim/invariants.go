@@ -103,24 +103,31 @@ func (l *lockstep) checkClaim(req model.ClaimRequest, res []model.Claimed, err e
 	}
 }
 
-// checkDepth checks, after an accepted submit, the depth caps in force.
-func (l *lockstep) checkDepth(what string) {
-	total, mine := 0, map[string]int{}
-	for _, id := range l.order {
-		if t := l.rows[id]; t.State.Active() {
-			total++
-			mine[t.User]++
+// checkDepth returns the check, after a submit or an enqueue, that every
+// task it admitted (those the mirror learns of) kept the overall depth cap
+// and its user's depth cap in force. Caps lowered below the active count
+// refuse submits; they do not make earlier admissions violations, so only
+// the admitting users are checked.
+func (l *lockstep) checkDepth(what string) func() {
+	known := len(l.order)
+	return func() {
+		total, mine := 0, map[string]int{}
+		for _, id := range l.order {
+			if t := l.rows[id]; t.State.Active() {
+				total++
+				mine[t.User]++
+			}
 		}
-	}
-	if l.limits.DepthMax > 0 && total > l.limits.DepthMax {
-		l.report(InvLimitsInForce, "", fmt.Sprintf("%s accepted with %d active tasks, over the depth cap %d", what, total, l.limits.DepthMax))
-		return
-	}
-	for _, id := range l.order {
-		user := l.rows[id].User
-		if _, depth := l.limitsOf(user); depth > 0 && mine[user] > depth {
-			l.report(InvLimitsInForce, id, fmt.Sprintf("%s accepted with user %s at %d active tasks, over its depth cap %d", what, user, mine[user], depth))
-			return
+		for _, id := range l.order[known:] {
+			user := l.rows[id].User
+			if l.limits.DepthMax > 0 && total > l.limits.DepthMax {
+				l.report(InvLimitsInForce, id, fmt.Sprintf("%s admitted it with %d active tasks, over the depth cap %d", what, total, l.limits.DepthMax))
+				return
+			}
+			if _, depth := l.limitsOf(user); depth > 0 && mine[user] > depth {
+				l.report(InvLimitsInForce, id, fmt.Sprintf("%s admitted it with user %s at %d active tasks, over its depth cap %d", what, user, mine[user], depth))
+				return
+			}
 		}
 	}
 }

@@ -671,7 +671,7 @@ func (l *lockstep) Submit(ctx context.Context, req model.SubmitRequest) (model.S
 			if err != nil || res.Replay {
 				return nil
 			}
-			return func() { l.checkDepth("submit " + res.TaskID) }
+			return l.checkDepth("submit")
 		},
 	})
 }
@@ -760,7 +760,7 @@ func (l *lockstep) EnqueueDue(ctx context.Context) (model.EnqueueResult, error) 
 			if err != nil || res.Enqueued == 0 {
 				return nil
 			}
-			return func() { l.checkDepth("enqueue due") }
+			return l.checkDepth("enqueue due")
 		},
 	})
 }

@@ -133,6 +133,15 @@ func TestLockstepFollowsLimitChanges(t *testing.T) {
 	require.ErrorIs(t, err, model.ErrQueueFull)
 	require.Nil(t, w.checker.check())
 	require.Equal(t, 2, claim(2))
+	// A cap lowered below a user's active count refuses that user's
+	// submits; another user's accepted submit is no violation.
+	limits.UserDepthMax = 2
+	require.NoError(t, w.q.SetLimits(w.ctx, limits, operatorActor))
+	other := oracleRequest("other")
+	other.User = "otto"
+	_, err = w.q.Submit(w.ctx, other)
+	require.NoError(t, err)
+	require.Nil(t, w.checker.check())
 	w.q.final()
 	require.Nil(t, w.checker.check())
 }
