@@ -432,11 +432,11 @@ func eventsText(events []model.Event) string {
 
 // rowText renders the fields of a task row the two sides must agree on.
 func rowText(t model.Task) string {
-	return fmt.Sprintf("state=%s reason=%s version=%d attempt=%d charged=%d attempts_max=%d cost=%d/%d steps=%d/%d "+
+	return fmt.Sprintf("state=%s reason=%s version=%d attempt=%d charged=%d failed=%d attempts_max=%d cost=%d/%d steps=%d/%d "+
 		"cancel_requested=%t cancelled_by=%s approved_by=%s gate=%s approval_version=%d run_at=%d deadline=%d "+
 		"owner=%s lease_until=%d priority=%d user=%s key=%s schedule=%s/%d checkpoint=%q last_error=%q "+
 		"queued_at=%d claimed_at=%d heartbeat_at=%d created_at=%d updated_at=%d hash=%s payload=%q",
-		t.State, t.Reason, t.Version, t.Attempt, t.AttemptsCharged, t.AttemptsMax, t.CostUsed, t.CostBudget,
+		t.State, t.Reason, t.Version, t.Attempt, t.AttemptsCharged, t.AttemptsFailed, t.AttemptsMax, t.CostUsed, t.CostBudget,
 		t.StepsUsed, t.StepsMax, t.CancelRequested, t.CancelledBy, t.ApprovedBy, t.ApprovalGate, t.ApprovalVersion,
 		model.Millis(t.RunAt), model.Millis(t.Deadline), t.Owner, model.Millis(t.LeaseUntil), t.Priority, t.User, t.Key,
 		t.ScheduleID, t.ScheduleRun, t.Checkpoint, t.LastError, model.Millis(t.QueuedAt), model.Millis(t.ClaimedAt),
