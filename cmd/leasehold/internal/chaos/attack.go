@@ -27,6 +27,10 @@ const (
 	pauseMax      = 1000 * time.Millisecond
 	ownerBias     = 4 // of 5 random kills and stops pick a worker holding a claim
 	stopOvershoot = 500 * time.Millisecond
+	// aimBudget bounds the time the attacks may spend aiming: past it, an
+	// aimed kill or stop is made at random instead (and counted as a miss),
+	// so that a full run stays within its three minutes.
+	aimBudget = 90 * time.Second
 )
 
 // attack kinds in the plan.
@@ -57,6 +61,14 @@ func (r *run) attack(ctx context.Context, rng *rand.Rand) error {
 		return err
 	}
 	aimed, stops := 0, 0
+	started := time.Now()
+	aiming := func() bool {
+		if time.Since(started) < aimBudget {
+			return true
+		}
+		r.count(func(c *Counts) { c.AimMissed++ })
+		return false
+	}
 	for _, a := range plan {
 		var err error
 		switch a {
@@ -65,13 +77,18 @@ func (r *run) attack(ctx context.Context, rng *rand.Rand) error {
 		case attackAim:
 			// Lanes take turns; modes alternate, and each lane gets both.
 			afterApply := (aimed+aimed/len(r.lanes))%2 == 1
-			l, lerr := r.aimLane(ctx, aimed%len(r.lanes))
+			preferred := aimed % len(r.lanes)
 			aimed++
+			if !aiming() {
+				err = r.randomKill(ctx, rng, "instead of an aimed kill: the aiming time is spent")
+				break
+			}
+			l, lerr := r.aimLane(ctx, preferred)
 			if err = lerr; err == nil {
 				err = r.aimedKill(ctx, rng, l, afterApply)
 			}
 		case attackStop:
-			err = r.stop(ctx, rng, stops%2 == 1)
+			err = r.stop(ctx, rng, stops%2 == 1 && aiming())
 			stops++
 		}
 		if err != nil {
