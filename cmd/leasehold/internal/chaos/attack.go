@@ -181,7 +181,7 @@ func (r *run) stop(ctx context.Context, rng *rand.Rand, aimed bool) error {
 	if err != nil {
 		return err
 	}
-	return r.freeze(ctx, p, nil, "")
+	return r.freeze(ctx, p, nil, "", "")
 }
 
 // aimedStop freezes a worker inside its call; done is false when no worker
@@ -208,14 +208,16 @@ func (r *run) aimedStop(ctx context.Context, rng *rand.Rand) (done bool, err err
 		return false, nil
 	}
 	what := fmt.Sprintf("inside its call for %s (task %s, fence %d)", target.opID, target.taskID, target.fence)
-	return true, r.freeze(ctx, target.worker, release, what)
+	return true, r.freeze(ctx, target.worker, release, what, target.taskID)
 }
 
 // freeze sends SIGSTOP, runs thaw (if any: an aimed stop releases the
 // ledger there), waits until the worker's claims' leases have expired and
-// every one of them has moved on (reaped, claimed again, or ended), or
-// until a bound, then sends SIGCONT: whatever it does next is late.
-func (r *run) freeze(ctx context.Context, p *proc, thaw func() error, what string) error {
+// every one of them has moved on (reaped, claimed again, or ended) and,
+// when reclaim names a task, until that task has been claimed again or has
+// ended, or until a bound; then it sends SIGCONT: whatever the worker does
+// next is late.
+func (r *run) freeze(ctx context.Context, p *proc, thaw func() error, what, reclaim string) error {
 	held, err := p.lane.claimsOf(ctx, p.name)
 	if err != nil {
 		return err
@@ -240,6 +242,13 @@ func (r *run) freeze(ctx context.Context, p *proc, thaw func() error, what strin
 		moved, err := p.lane.claimsMoved(ctx, held)
 		if err != nil {
 			return err
+		}
+		if fence, ok := held[reclaim]; ok && moved {
+			t, err := p.lane.q.Task(ctx, reclaim)
+			if err != nil {
+				return fmt.Errorf("lane %s: %w", p.lane.kind, err)
+			}
+			moved = t.Version > fence || settled(t.State)
 		}
 		past := time.Since(stoppedAt) > r.cfg.Lease+stopOvershoot
 		if (moved && past) || time.Since(stoppedAt) > bound {
