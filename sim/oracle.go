@@ -530,7 +530,37 @@ func (l *lockstep) final() {
 	wantEffects, _ := l.ref.Effects(l.ctx, "")
 	if d := effectsDiff(effects, wantEffects); d != "" {
 		l.report(InvOracleEffects, "", "at the end: "+d)
+		return
 	}
+	l.finalMetrics()
+}
+
+// finalMetrics compares the two sides' metrics at the end: depths,
+// outcome counts and the queue-wait and run-time distributions, which the
+// queue keeps by triggers and the reference by counting.
+func (l *lockstep) finalMetrics() {
+	var m model.Metrics
+	var err error
+	l.storage.Bypass(func() { m, err = l.Queue.Metrics(l.ctx) })
+	if err != nil {
+		l.report(InvReadable, "", err.Error())
+		return
+	}
+	want, _ := l.ref.Metrics(l.ctx)
+	if a, b := metricsText(m), metricsText(want); a != b {
+		l.report(InvOracleReturns, "", "metrics at the end: queue {"+a+"}, reference {"+b+"}")
+	}
+}
+
+func metricsText(m model.Metrics) string {
+	var depth strings.Builder
+	for _, s := range model.States() {
+		fmt.Fprintf(&depth, "%s=%d ", s, m.Depth[s])
+	}
+	return fmt.Sprintf("depth %soldest=%s submitted=%d completions=%d failures=%d cancellations=%d retries=%d "+
+		"lease_expiries=%d stale_writes=%d budget_exhausted=%d reviews=%d queue_wait=%v run_time=%v",
+		depth.String(), m.OldestQueuedAge, m.Submitted, m.Completions, m.Failures, m.Cancellations, m.Retries,
+		m.LeaseExpiries, m.StaleWrites, m.BudgetExhausted, m.Reviews, m.QueueWait, m.RunTime)
 }
 
 // The worker-facing writes. Each simulated worker's queue is a
