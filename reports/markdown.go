@@ -208,6 +208,7 @@ func (md mdWriter) fixture(s Section) {
 				strconv.Itoa(sw.Failed), cell(sw.Faults), orDash(strings.Join(prints, "<br>")), code(sw.Command))
 		}
 		md.blank()
+		md.coverage(s.Sweeps)
 	}
 	md.timelines(s.Timelines)
 }
@@ -405,5 +406,30 @@ func (md mdWriter) commands(cs []Command) {
 	md.table("What", "Command")
 	for _, c := range cs {
 		md.row(cell(c.What), code(c.Command))
+	}
+}
+
+// coverage writes each sweep's coverage map: its declared cells and the
+// seeds that reached each, then how many other cells were reached.
+func (md mdWriter) coverage(sweeps []Sweep) {
+	for _, sw := range sweeps {
+		if len(sw.Coverage) == 0 {
+			continue
+		}
+		md.line("### Coverage: %s (%d seeds)", sw.Scenario, sw.Seeds)
+		md.blank()
+		md.table("Declared cell", "Seeds reaching it")
+		other := 0
+		for _, c := range sw.Coverage {
+			switch {
+			case c.Declared:
+				md.row(code(c.Cell), strconv.Itoa(c.Seeds))
+			case c.Seeds > 0:
+				other++
+			}
+		}
+		md.blank()
+		md.line("%d other cells reached.", other)
+		md.blank()
 	}
 }

@@ -103,6 +103,17 @@ type Sweep struct {
 	Faults       string        `json:"faults"`
 	Fingerprints []Fingerprint `json:"fingerprints"`
 	Command      string        `json:"command"`
+	// Coverage is the sweep's coverage map: the cells (transitions,
+	// refusal classes, fault kinds at phases) with the seeds that reached
+	// each, the scenario's declared cells marked.
+	Coverage []CoverageCell `json:"coverage,omitempty"`
+}
+
+// CoverageCell is one cell of a sweep's coverage map.
+type CoverageCell struct {
+	Cell     string `json:"cell"`
+	Seeds    int    `json:"seeds"`
+	Declared bool   `json:"declared"`
 }
 
 // Fingerprint is a seed's trace fingerprint.

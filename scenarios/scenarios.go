@@ -54,6 +54,17 @@ const (
 	// stall; it must be refused by version. Condition: another claim of
 	// the task is running.
 	LateComplete Act = "late_complete"
+	// CancelQueued cancels the task while it is queued (it ends cancelled
+	// at once). Condition: queued.
+	CancelQueued Act = "cancel_queued"
+	// CancelWaiting cancels the task while it waits at its gate (it ends
+	// cancelled at once). Condition: waiting for approval.
+	CancelWaiting Act = "cancel_waiting"
+	// CancelThenCrash requests cancellation of the running task and then
+	// crashes its claimant, so that the reaper, not the worker, ends the
+	// claim: the task must end cancelled, not requeued. Condition: running
+	// under a worker's claim.
+	CancelThenCrash Act = "cancel_then_crash"
 )
 
 // Expect is where a task must end up.
@@ -88,8 +99,11 @@ type Task struct {
 	// Deadline, when set, is added to the time of the first submit to make
 	// the request's deadline (replays repeat that request exactly).
 	Deadline time.Duration
-	Script   []Act
-	Expect   Expect
+	// RunAt, when set, is added to the time of the first submit to make
+	// the request's run_at: the task is not due before it.
+	RunAt  time.Duration
+	Script []Act
+	Expect Expect
 	// Also lists other acceptable ends (a deadline may or may not pass
 	// before the task finishes).
 	Also []Expect
@@ -128,6 +142,11 @@ type Scenario struct {
 	FaultFloors map[string]int
 	// Events is the length of the random schedule before faults heal.
 	Events int
+	// Covers lists the cells of the coverage map (transitions, refusal
+	// classes, fault kinds at phases) that a sweep of the scenario must
+	// reach: in a sweep of at least CoverageSeedsMin seeds, a cell no seed
+	// reached fails the sweep.
+	Covers []Cell
 }
 
 // Names lists the scenarios by name.
@@ -157,6 +176,7 @@ var registry = map[string]func() Scenario{
 	"quota":          Quota,
 	"deadline":       Deadline,
 	"periodic":       Periodic,
+	"boundaries":     Boundaries,
 }
 
 // cancelPayload is thirty two-second steps: longer than the random part of
@@ -178,6 +198,13 @@ func Portfolio() Scenario {
 	return Scenario{
 		Name:        "portfolio",
 		Description: "ten synthetic tasks over two workers: approval, budget, cancellation, retries, a lost response, a per-user limit, duplicate submission",
+		Covers: cells(common(),
+			transitions("running failed failed", "running retry queued", "running dead_lettered needs_review",
+				"running lease_expired needs_review", "running uncertain needs_review", "running paused waiting_for_approval",
+				"running cancelled cancelled", "running lease_expired cancelled", "waiting_for_approval approved queued"),
+			refusals("conflict", "version_mismatch"),
+			faults("crash@next", "stall@next", "shutdown@next", "crash@work", "crash_after_call@receipt", "crash_after_call@reconcile", "lose_response@call",
+				"duplicate@step", "shutdown@work", "stall@work", "ambiguous_commit@caller", "fail_begin@caller", "fail_statement@claim")),
 		Workers:     2,
 		Concurrency: 2,
 		Lease:       2 * time.Second,
@@ -238,6 +265,9 @@ func LateResult() Scenario {
 	return Scenario{
 		Name:        "late-result",
 		Description: "a stalled claimant's late result is rejected by version after another worker takes over",
+		Covers: cells(common(),
+			transitions("running dead_lettered needs_review", "running lease_expired needs_review"),
+			faults("crash@work", "stall@work", "shutdown@work", "fail_statement@claim")),
 		Workers:     2,
 		Concurrency: 1,
 		Lease:       2 * time.Second,
@@ -269,6 +299,14 @@ func StorageOutage() Scenario {
 		Description: "storage unavailable for long windows and failing at begin, statement and commit",
 		Workers:     2, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
 		AttemptsMax: 4, Events: 350,
+		Covers: cells(common(),
+			transitions("running retry queued", "running dead_lettered needs_review", "needs_review resolved failed"),
+			refusals("conflict"),
+			faults("crash@next", "stall@next", "shutdown@next", "unavailable@caller", "unavailable@step", "unavailable@complete", "unavailable@fail", "unavailable@redeliver",
+				"ambiguous_commit@caller", "ambiguous_commit@claim", "ambiguous_commit@heartbeat", "ambiguous_commit@operator",
+				"ambiguous_commit@reap", "busy@caller", "busy@claim", "busy@heartbeat", "fail_begin@caller", "fail_begin@claim",
+				"fail_begin@heartbeat", "fail_commit@caller", "fail_commit@claim", "fail_commit@heartbeat", "fail_commit@reap",
+				"fail_statement@claim", "fail_statement@reap", "fail_statement@heartbeat")),
 		FaultFloors: map[string]int{"storage_down": 40, "storage_fault": 60},
 		Tasks: []Task{
 			simple("ledger-1", "ana", `{"steps":[{"cost":1},{"cost":2,"effect":"post"},{"cost":1}]}`, 1),
@@ -277,6 +315,7 @@ func StorageOutage() Scenario {
 			simple("report-2", "cy", `{"steps":[{"cost":1,"duration_ms":500},{"cost":1,"duration_ms":500}]}`, 0),
 			{Name: "dup", EffectStep: -1, Request: request("dee", "dup", `{"steps":[{"cost":1}]}`, 5, 5),
 				Script: []Act{Submit, Replay, ChangePayload}, Expect: Expect{State: model.Completed}},
+			deadLetter("dan"),
 		},
 	}
 }
@@ -290,6 +329,13 @@ func CrashStorm() Scenario {
 		Description: "workers crash and restart often, also right after an external call",
 		Workers:     3, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
 		AttemptsMax: 6, Events: 400,
+		Covers: cells(common(),
+			transitions("running retry queued", "running dead_lettered needs_review", "running lease_expired needs_review",
+				"running uncertain needs_review", "needs_review resolved failed"),
+			faults("crash@next", "stall@next", "shutdown@next", "crash@call", "crash@send", "crash@reconcile", "crash@work", "crash@commit", "crash_after_call@receipt",
+				"crash_after_call@reconcile", "crash_after_call@work", "crash_after_call@uncertain", "crash_after_call@call",
+				"crash_after_call@next", "lose_response@call", "duplicate@effect_intent", "redeliver@effect_intent",
+				"stall@work", "stall@call", "shutdown@call", "shutdown@work")),
 		FaultFloors: map[string]int{"crash": 50, "crash_after_call": 60, "stall": 15},
 		Tasks: []Task{
 			simple("pay-1", "ana", `{"steps":[{"cost":1},{"cost":3,"effect":"pay"},{"cost":1}]}`, 1),
@@ -297,6 +343,7 @@ func CrashStorm() Scenario {
 			simple("mail-1", "cy", `{"steps":[{"cost":1,"duration_ms":400},{"cost":1,"effect":"mail"}]}`, 1),
 			simple("mail-2", "dee", `{"steps":[{"cost":1,"effect":"mail"},{"cost":1,"duration_ms":400}]}`, 1),
 			simple("batch", "eve", `{"steps":[{"cost":1,"duration_ms":300},{"cost":1,"duration_ms":300},{"cost":1,"duration_ms":300},{"cost":1,"effect":"notify"}]}`, 1),
+			deadLetter("dan"),
 		},
 	}
 }
@@ -316,11 +363,16 @@ func Quota() Scenario {
 	for i := 1; i <= 3; i++ {
 		tasks = append(tasks, simple(fmt.Sprintf("free-%d", i), "free", `{"steps":[{"cost":1},{"cost":1}]}`, 0))
 	}
+	tasks = append(tasks, deadLetter("dan"))
 	return Scenario{
 		Name:        "quota",
 		Description: "per-user running limits (1 and 2) and per-user depth caps under load",
 		Workers:     3, Concurrency: 3, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
 		AttemptsMax: 5, Events: 400,
+		Covers: cells(common(),
+			transitions("running retry queued", "running dead_lettered needs_review", "running lease_expired needs_review",
+				"running uncertain needs_review", "needs_review resolved failed"),
+			faults("crash@next", "stall@next", "shutdown@next", "crash@work", "shutdown@work", "stall@work", "duplicate@fail", "unavailable@caller", "unavailable@step")),
 		UserLimits: []model.UserLimit{
 			{User: "solo", RunningMax: 1, DepthMax: 2},
 			{User: "pair", RunningMax: 2, DepthMax: 3},
@@ -340,6 +392,12 @@ func Deadline() Scenario {
 		Description: "deadlines passing while tasks are queued, running and waiting",
 		Workers:     2, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
 		AttemptsMax: 4, Events: 300,
+		Covers: cells(common(),
+			transitions("running retry queued", "running dead_lettered needs_review", "running lease_expired needs_review",
+				"running paused waiting_for_approval", "queued deadline_exceeded failed", "running deadline_exceeded failed",
+				"waiting_for_approval deadline_exceeded failed", "needs_review resolved failed"),
+			refusals("deadline"),
+			faults("crash@next", "stall@next", "shutdown@next", "crash@work", "duplicate@fail")),
 		Tasks: []Task{
 			{Name: "tight", EffectStep: -1, Request: request("ana", "tight", long, 20, 10), Deadline: 1500 * time.Millisecond,
 				Script: []Act{Submit}, Expect: late, Also: []Expect{{State: model.Completed}}},
@@ -349,6 +407,7 @@ func Deadline() Scenario {
 				Deadline: 20 * time.Second, Script: []Act{Submit}, Expect: late},
 			{Name: "effect", EffectStep: 1, Request: request("dee", "effect", `{"steps":[{"cost":1,"duration_ms":800},{"cost":1,"effect":"ship"},{"cost":1,"duration_ms":800}]}`, 20, 10),
 				Deadline: 3 * time.Second, Script: []Act{Submit}, Expect: late, Also: []Expect{{State: model.Completed, EffectsApplied: 1}}},
+			deadLetter("dan"),
 		},
 	}
 }
@@ -363,8 +422,79 @@ func Periodic() Scenario {
 		Description: "an anchored schedule under two schedulers, a scheduler restart and clock jumps",
 		Workers:     2, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
 		AttemptsMax: 4, Events: 350, Schedulers: 2,
+		Covers: cells(common(),
+			transitions("running retry queued", "running dead_lettered needs_review", "running lease_expired needs_review",
+				"running uncertain needs_review", "needs_review resolved failed"),
+			faults("crash@next", "stall@next", "shutdown@next", "unavailable@enqueue_due", "lose_response@call", "crash_after_call@receipt", "duplicate@effect_intent",
+				"duplicate@fail", "redeliver@fail")),
 		Schedules: []Schedule{{OriginOffset: time.Second, Spec: model.ScheduleSpec{User: "cron",
 			Payload: `{"steps":[{"cost":1},{"cost":1,"effect":"digest"}]}`, CostBudget: 10, StepsMax: 5, Period: 2 * time.Second}}},
-		Tasks: []Task{simple("adhoc", "ana", `{"steps":[{"cost":1},{"cost":1}]}`, 0)},
+		Tasks: []Task{simple("adhoc", "ana", `{"steps":[{"cost":1},{"cost":1}]}`, 0), deadLetter("dan")},
+	}
+}
+
+// deadLetter is a task whose transient failures outnumber any attempts:
+// every claim fails its second step, so it is dead-lettered, requeued by
+// the operator with fresh attempts, dead-lettered again, and resolved as
+// failed once the operator's recoveries run out.
+func deadLetter(user string) Task {
+	return Task{Name: "dead-letter", EffectStep: -1,
+		Request: request(user, "dead-letter", `{"steps":[{"cost":1},{"cost":1,"fail":"transient","times":100}]}`, 50, 10),
+		Script:  []Act{Submit}, Expect: Expect{State: model.Failed, Reason: model.OperatorResolved}}
+}
+
+// careless is a task the careless client takes first (its priority is the
+// highest): plain steps, no effects, gates or failures, so the client can
+// run it without the handler. Whether the client or a worker runs it, it
+// ends the same way: the client's step over the limit is refused by the
+// queue, a worker's is stopped by its own pre-check.
+func careless(name string, payload string, costBudget int64, stepsMax int, expect Expect) Task {
+	r := request("carla", name, payload, costBudget, stepsMax)
+	r.Priority = 9
+	return Task{Name: name, EffectStep: -1, Request: r, Script: []Act{Submit}, Expect: expect}
+}
+
+// Boundaries puts tasks on every boundary the schedules seek: a task due
+// at a run_at with a deadline soon after; cancellation while queued,
+// while waiting at a gate, and while running just before the claimant
+// crashes; a rejection at a gate; a task whose transient failures
+// outnumber its attempts; and
+// two tasks for the careless client, which writes under its own claims
+// without the worker's budget, step-limit and lease pre-checks, so that
+// the queue's refusals are what stop it.
+func Boundaries() Scenario {
+	cancelled := Expect{State: model.Cancelled, Reason: model.CancelledByCaller, CancelledBy: "cy"}
+	return Scenario{
+		Name:        "boundaries",
+		Description: "run_at and deadline instants, cancellation while queued, waiting and running (then a crash), dead letters, a careless client",
+		Workers:     2, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
+		AttemptsMax: 3, Events: 350,
+		FaultFloors: map[string]int{"boundary": 30, "careless": 30, "limits": 10, "shutdown": 8},
+		Covers: cells(common(),
+			transitions("queued cancelled cancelled", "running failed failed", "running retry queued",
+				"running dead_lettered needs_review", "running lease_expired needs_review", "running paused waiting_for_approval",
+				"running cancelled cancelled", "running lease_expired cancelled", "waiting_for_approval rejected cancelled",
+				"waiting_for_approval cancelled cancelled", "queued deadline_exceeded failed", "running deadline_exceeded failed",
+				"needs_review resolved failed"),
+			refusals("budget", "steps"),
+			faults("crash@next", "stall@next", "shutdown@next", "crash@work", "shutdown@work", "redeliver@fail")),
+		Tasks: []Task{
+			{Name: "later", EffectStep: -1, Request: request("ana", "later", `{"steps":[{"cost":1,"duration_ms":700},{"cost":1,"duration_ms":700}]}`, 10, 5),
+				RunAt: 3 * time.Second, Deadline: 6 * time.Second, Script: []Act{Submit},
+				Expect: Expect{State: model.Completed}, Also: []Expect{{State: model.Failed, Reason: model.DeadlineExceeded}}},
+			{Name: "cancel-queued", EffectStep: -1, Request: request("cy", "cancel-queued", cancelPayload, 100, 40),
+				RunAt: 4 * time.Second, Script: []Act{Submit, CancelQueued}, Expect: cancelled},
+			{Name: "cancel-waiting", EffectStep: -1, Request: request("cy", "cancel-waiting", `{"steps":[{"cost":1},{"approval":"board"},{"cost":1}]}`, 10, 5),
+				Script: []Act{Submit, CancelWaiting}, Expect: cancelled},
+			{Name: "cancel-crash", EffectStep: -1, Request: request("cy", "cancel-crash", cancelPayload, 100, 40),
+				Script: []Act{Submit, CancelThenCrash}, Expect: cancelled},
+			{Name: "rejected", EffectStep: -1, Request: request("eve", "rejected", `{"steps":[{"approval":"board"},{"cost":1}]}`, 10, 5),
+				Script: []Act{Submit, Reject}, Expect: Expect{State: model.Cancelled, Reason: model.ApprovalRejected}},
+			deadLetter("dan"),
+			careless("careless-budget", `{"steps":[{"cost":3},{"cost":3},{"cost":3}]}`, 7, 5,
+				Expect{State: model.Failed, Reason: model.BudgetExhausted}),
+			careless("careless-steps", `{"steps":[{"cost":1},{"cost":1},{"cost":1}]}`, 10, 2,
+				Expect{State: model.Failed, Reason: model.StepsExhausted}),
+		},
 	}
 }

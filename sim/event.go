@@ -32,7 +32,41 @@ const (
 	EvLoseResponse   EventKind = "lose_response"    // the next service call loses its response
 	EvCrashAfterCall EventKind = "crash_after_call" // a worker dies right after its next external call
 	EvRestartSched   EventKind = "restart_scheduler"
+	EvAdvanceTo      EventKind = "advance_to"     // the clock moves to a boundary (Name), or Delay before it
+	EvShutdown       EventKind = "shutdown"       // a worker shuts down gracefully: it drains, releases and exits
+	EvCareless       EventKind = "careless"       // the careless client takes its next action
+	EvLimit          EventKind = "limit"          // the operator changes a stored limit (Name) and probes it
+	EvLimitsRestore  EventKind = "limits_restore" // the operator puts the scenario's limits back
 )
+
+// Boundaries an EvAdvanceTo lands on: the earliest held lease_until, the
+// earliest run_at of a queued task still ahead, the earliest deadline of
+// an active task still ahead.
+const (
+	BoundaryLease    = "lease_until"
+	BoundaryRunAt    = "run_at"
+	BoundaryDeadline = "deadline"
+)
+
+// BoundaryNames lists the boundaries in a fixed order.
+func BoundaryNames() []string { return []string{BoundaryLease, BoundaryRunAt, BoundaryDeadline} }
+
+// Limits an EvLimit changes: the grant maxima, the overall and the
+// per-user depth caps, the per-user running limit, attempts_max and the
+// claim batch.
+const (
+	LimitGrant       = "grant"
+	LimitDepth       = "depth"
+	LimitUserDepth   = "user_depth"
+	LimitUserRunning = "user_running"
+	LimitAttempts    = "attempts"
+	LimitClaimBatch  = "claim_batch"
+)
+
+// LimitNames lists the limits an EvLimit may change, in a fixed order.
+func LimitNames() []string {
+	return []string{LimitGrant, LimitDepth, LimitUserDepth, LimitUserRunning, LimitAttempts, LimitClaimBatch}
+}
 
 // Event is one entry of a schedule. An event that does not apply at its
 // moment (a step of a crashed worker, say) is a recorded no-op.
@@ -40,14 +74,15 @@ type Event struct {
 	Kind   EventKind
 	Worker int
 	Task   int
-	Delay  time.Duration       // advance amount, or storage outage length
+	Delay  time.Duration       // advance amount, storage outage length, or how far before a boundary
 	Fault  faults.StorageFault // storage fault kind
+	Name   string              // the boundary (EvAdvanceTo) or the limit (EvLimit)
 }
 
 // onWorker reports whether events of the kind name a worker (Event.Worker).
 func (k EventKind) onWorker() bool {
 	switch k {
-	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall, EvHold, EvRedeliver:
+	case EvStep, EvCrash, EvRestart, EvStall, EvResume, EvDuplicate, EvCrashAfterCall, EvHold, EvRedeliver, EvShutdown:
 		return true
 	}
 	return false
@@ -67,6 +102,13 @@ func (e Event) String() string {
 		return fmt.Sprintf("%s %s", e.Kind, e.Fault)
 	case EvRestartSched:
 		return fmt.Sprintf("%s s%d", e.Kind, e.Worker)
+	case EvAdvanceTo:
+		if e.Delay > 0 {
+			return fmt.Sprintf("%s %s-%dms", e.Kind, e.Name, e.Delay.Milliseconds())
+		}
+		return fmt.Sprintf("%s %s", e.Kind, e.Name)
+	case EvLimit:
+		return fmt.Sprintf("%s %s", e.Kind, e.Name)
 	}
 	return string(e.Kind)
 }
@@ -103,7 +145,19 @@ func ParseEvent(s string) (Event, error) {
 		e.Task = int(n)
 	case k == EvStorageFault:
 		e.Fault, err = faults.ParseStorageFault(arg)
-	case k == EvReap || k == EvTick || k == EvLoseResponse:
+	case k == EvAdvanceTo:
+		name, before, cut := strings.Cut(arg, "-")
+		e.Name, err = oneOf(s, name, BoundaryNames())
+		if err == nil && cut {
+			v, ok := strings.CutSuffix(before, "ms")
+			if n, err = strconv.ParseInt(v, 10, 64); !ok || err != nil || n == 0 {
+				err = fmt.Errorf("event %q: want %s-Nms with N above 0", s, name)
+			}
+			e.Delay = time.Duration(n) * time.Millisecond
+		}
+	case k == EvLimit:
+		e.Name, err = oneOf(s, arg, LimitNames())
+	case k == EvReap || k == EvTick || k == EvLoseResponse || k == EvCareless || k == EvLimitsRestore:
 		if arg != "" {
 			err = fmt.Errorf("event %q takes no argument", s)
 		}
@@ -114,4 +168,14 @@ func ParseEvent(s string) (Event, error) {
 		err = fmt.Errorf("event %q: negative argument", s)
 	}
 	return e, err
+}
+
+// oneOf returns name if it is one of known, or an error naming the event.
+func oneOf(event, name string, known []string) (string, error) {
+	for _, k := range known {
+		if name == k {
+			return name, nil
+		}
+	}
+	return "", fmt.Errorf("event %q: %q is not one of %v", event, name, known)
 }

@@ -23,6 +23,14 @@ type FaultMix struct {
 	Duplicate      int
 	LoseResponse   int
 	CrashAfterCall int
+	// The world's other actors, drawn the same way: graceful shutdowns
+	// (and restarts), clock advances onto a boundary (each followed by a
+	// reap or a step), the careless client's bursts of writes, and the
+	// operator's limit changes (and restores).
+	Shutdown int
+	Boundary int
+	Careless int
+	Limits   int
 }
 
 // rate is one fault kind's rate in a mix, by the name traces, String and
@@ -35,7 +43,8 @@ type rate struct {
 // rates lists the mix's rates in their fixed order.
 func (m *FaultMix) rates() []rate {
 	return []rate{{"crash", &m.Crash}, {"stall", &m.Stall}, {"storage_down", &m.StorageDown}, {"storage_fault", &m.StorageFault},
-		{"duplicate", &m.Duplicate}, {"lose_response", &m.LoseResponse}, {"crash_after_call", &m.CrashAfterCall}}
+		{"duplicate", &m.Duplicate}, {"lose_response", &m.LoseResponse}, {"crash_after_call", &m.CrashAfterCall},
+		{"shutdown", &m.Shutdown}, {"boundary", &m.Boundary}, {"careless", &m.Careless}, {"limits", &m.Limits}}
 }
 
 // String lists the service kind and every fault's rate, in a fixed order.
@@ -52,7 +61,7 @@ func (m FaultMix) String() string {
 // DefaultMix turns every fault on at a moderate rate.
 func DefaultMix(kind worker.ServiceKind) FaultMix {
 	return FaultMix{ServiceKind: kind, Crash: 8, Stall: 8, StorageDown: 6, StorageFault: 12, Duplicate: 15,
-		LoseResponse: 10, CrashAfterCall: 6}
+		LoseResponse: 10, CrashAfterCall: 6, Shutdown: 6, Boundary: 15, Careless: 10, Limits: 6}
 }
 
 // drawMix picks the run's fault mix from the mix stream (swarm
@@ -92,9 +101,7 @@ func Generate(sc scenarios.Scenario, seed uint64, mix FaultMix) []Event {
 	advances := []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
 		100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, sc.Lease + 100*time.Millisecond}
 	for len(events) < sc.Events {
-		if f, ok := drawFault(sc, mix, faultRng); ok {
-			events = append(events, f)
-		}
+		events = append(events, drawFault(sc, mix, faultRng)...)
 		r := sched.IntN(1000)
 		switch {
 		case r < 610:
@@ -116,38 +123,70 @@ func Generate(sc scenarios.Scenario, seed uint64, mix FaultMix) []Event {
 	return events
 }
 
-// drawFault decides, from the faults stream, whether a fault precedes the
-// next scheduled event, and which.
-func drawFault(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) (Event, bool) {
+// drawFault decides, from the faults stream, whether a fault (or an act
+// of the world's other actors) precedes the next scheduled event, and
+// which: none, one event, or a short run of them.
+func drawFault(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) []Event {
+	one := func(make func() Event) func() []Event { return func() []Event { return []Event{make()} } }
 	rates := []struct {
 		rate int
-		make func() Event
+		make func() []Event
 	}{
-		{mix.Crash, func() Event { return Event{Kind: EvCrash, Worker: rng.IntN(sc.Workers)} }},
-		{mix.Crash, func() Event { return Event{Kind: EvRestart, Worker: rng.IntN(sc.Workers)} }},
-		{mix.Stall, func() Event { return Event{Kind: EvStall, Worker: rng.IntN(sc.Workers)} }},
-		{mix.Stall, func() Event { return Event{Kind: EvResume, Worker: rng.IntN(sc.Workers)} }},
-		{mix.StorageDown, func() Event {
+		{mix.Crash, one(func() Event { return Event{Kind: EvCrash, Worker: rng.IntN(sc.Workers)} })},
+		{mix.Crash, one(func() Event { return Event{Kind: EvRestart, Worker: rng.IntN(sc.Workers)} })},
+		{mix.Stall, one(func() Event { return Event{Kind: EvStall, Worker: rng.IntN(sc.Workers)} })},
+		{mix.Stall, one(func() Event { return Event{Kind: EvResume, Worker: rng.IntN(sc.Workers)} })},
+		{mix.StorageDown, one(func() Event {
 			return Event{Kind: EvStorageDown, Delay: time.Duration(100+rng.IntN(3000)) * time.Millisecond}
-		}},
-		{mix.StorageFault, func() Event {
+		})},
+		{mix.StorageFault, one(func() Event {
 			kinds := faults.StorageFaults()
 			return Event{Kind: EvStorageFault, Fault: kinds[rng.IntN(len(kinds))]}
+		})},
+		{mix.Duplicate, one(func() Event { return Event{Kind: EvDuplicate, Worker: rng.IntN(sc.Workers)} })},
+		{mix.Duplicate, one(func() Event { return Event{Kind: EvHold, Worker: rng.IntN(sc.Workers)} })},
+		{mix.Duplicate, one(func() Event { return Event{Kind: EvRedeliver, Worker: rng.IntN(sc.Workers)} })},
+		{mix.LoseResponse, one(func() Event { return Event{Kind: EvLoseResponse} })},
+		{mix.CrashAfterCall, one(func() Event { return Event{Kind: EvCrashAfterCall, Worker: rng.IntN(sc.Workers)} })},
+		{mix.Shutdown, one(func() Event { return Event{Kind: EvShutdown, Worker: rng.IntN(sc.Workers)} })},
+		{mix.Shutdown, one(func() Event { return Event{Kind: EvRestart, Worker: rng.IntN(sc.Workers)} })},
+		{mix.Boundary, func() []Event { return drawBoundary(sc, rng) }},
+		{mix.Careless, func() []Event {
+			burst := make([]Event, 1+rng.IntN(3))
+			for i := range burst {
+				burst[i] = Event{Kind: EvCareless}
+			}
+			return burst
 		}},
-		{mix.Duplicate, func() Event { return Event{Kind: EvDuplicate, Worker: rng.IntN(sc.Workers)} }},
-		{mix.Duplicate, func() Event { return Event{Kind: EvHold, Worker: rng.IntN(sc.Workers)} }},
-		{mix.Duplicate, func() Event { return Event{Kind: EvRedeliver, Worker: rng.IntN(sc.Workers)} }},
-		{mix.LoseResponse, func() Event { return Event{Kind: EvLoseResponse} }},
-		{mix.CrashAfterCall, func() Event { return Event{Kind: EvCrashAfterCall, Worker: rng.IntN(sc.Workers)} }},
+		{mix.Limits, one(func() Event {
+			names := LimitNames()
+			return Event{Kind: EvLimit, Name: names[rng.IntN(len(names))]}
+		})},
+		{mix.Limits, one(func() Event { return Event{Kind: EvLimitsRestore} })},
 	}
 	r := rng.IntN(1000)
 	for _, f := range rates {
 		if r < f.rate {
-			return f.make(), true
+			return f.make()
 		}
 		r -= f.rate
 	}
-	return Event{}, false
+	return nil
+}
+
+// drawBoundary draws a clock advance onto a boundary (or 1 ms before it)
+// and what happens at that instant: a reap, or a worker's step.
+func drawBoundary(sc scenarios.Scenario, rng *rand.Rand) []Event {
+	names := BoundaryNames()
+	to := Event{Kind: EvAdvanceTo, Name: names[rng.IntN(len(names))]}
+	if rng.IntN(2) == 1 {
+		to.Delay = time.Millisecond
+	}
+	then := Event{Kind: EvReap}
+	if rng.IntN(3) > 0 {
+		then = Event{Kind: EvStep, Worker: rng.IntN(sc.Workers)}
+	}
+	return []Event{to, then}
 }
 
 // FormatSchedule renders events one per line.

@@ -14,6 +14,9 @@ import (
 // crashed workers restart and stalled ones resume (except a claimant a
 // script stalled, which its script resumes once the task is reclaimed).
 func (w *World) heal(tr *tracer) {
+	if w.limitsMoved {
+		w.storage.Bypass(func() { tr.line("heal limits: " + w.restoreLimits()) })
+	}
 	for s := range w.schedDown {
 		w.schedDown[s] = 0
 	}
@@ -25,7 +28,7 @@ func (w *World) heal(tr *tracer) {
 		sw.queue.Disarm()
 		sw.crashAt = false
 		switch {
-		case sw.proc.Crashed():
+		case sw.proc.Crashed() || sw.stopped:
 			tr.line(fmt.Sprintf("heal w%d: %s", i, w.restart(i)))
 		case sw.proc.Stalled() && !w.scriptStalled(i):
 			tr.line(fmt.Sprintf("heal w%d: resumed %v", i, sw.proc.Resume()))
@@ -81,6 +84,9 @@ func (w *World) liveness(tr *tracer) (int, string, *model.Violation) {
 		for i, sw := range w.workers {
 			if !sw.proc.Runnable() {
 				continue
+			}
+			if sw.draining && sw.w.Drained() {
+				tr.line(fmt.Sprintf("L%d w%d: %s; %s", round, i, w.exited(i), w.restart(i)))
 			}
 			for n := 0; n < stepsPerRoundMax; n++ {
 				r := sw.w.Step(w.ctx)
@@ -149,7 +155,7 @@ func (w *World) settled() (bool, string) {
 		switch {
 		case t.State.Terminal():
 		case t.State == model.WaitingForApproval && !w.approverWaits(t.ID) && t.Deadline.IsZero():
-		case t.State == model.NeedsReview && w.recoveries[t.ID] >= operatorRecoveriesMax:
+		case t.State == model.NeedsReview && w.recoveries[t.ID] > operatorRecoveriesMax:
 		default:
 			return false, fmt.Sprintf("task %s is %s", t.ID, t.State)
 		}
@@ -185,14 +191,21 @@ func (w *World) approverWaits(id string) bool {
 // is settled with what the provider reports (applied or not), then the
 // task is requeued with a zero grant (fresh attempts, no extra budget); a
 // dead-lettered task is requeued the same way. Each task gets a bounded
-// number of recoveries.
+// number of recoveries; a task parked again after the last is resolved as
+// failed (operator_resolved).
 func (w *World) operator() string {
 	var out []string
 	for _, task := range w.allTasks() {
-		if task.State != model.NeedsReview || w.recoveries[task.ID] >= operatorRecoveriesMax {
+		if task.State != model.NeedsReview || w.recoveries[task.ID] > operatorRecoveriesMax {
 			continue
 		}
 		w.recoveries[task.ID]++
+		if w.recoveries[task.ID] > operatorRecoveriesMax {
+			err := w.q.Resolve(w.ctx, task.ID, model.Failed, operatorActor)
+			w.cover.refusal(err)
+			out = append(out, fmt.Sprintf("resolve %s (%s) as failed after %d requeues: %s", task.ID, task.Reason, operatorRecoveriesMax, errText(err)))
+			continue
+		}
 		if task.Reason == model.UncertainEffect {
 			var effects []model.Effect
 			var err error

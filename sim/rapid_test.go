@@ -13,12 +13,13 @@ import (
 )
 
 // drawEvent draws one schedule event for a scenario: worker steps, clock
-// advances (including past a lease), reaper runs, ticks, scripted caller
-// actions and every kind of fault.
+// advances (including past a lease, and onto a boundary), reaper runs,
+// ticks, scripted caller actions, every kind of fault, graceful
+// shutdowns, the careless client and the operator's limit changes.
 func drawEvent(sc scenarios.Scenario) *rapid.Generator[Event] {
 	return rapid.Custom(func(t *rapid.T) Event {
 		w := rapid.IntRange(0, sc.Workers-1)
-		switch rapid.IntRange(0, 15).Draw(t, "kind") {
+		switch rapid.IntRange(0, 19).Draw(t, "kind") {
 		case 0, 1, 2, 3, 4, 5:
 			return Event{Kind: EvStep, Worker: w.Draw(t, "worker")}
 		case 6, 7:
@@ -39,6 +40,21 @@ func drawEvent(sc scenarios.Scenario) *rapid.Generator[Event] {
 			return Event{Kind: EvStorageFault, Fault: rapid.SampledFrom(faults.StorageFaults()).Draw(t, "fault")}
 		case 14:
 			return Event{Kind: EvLoseResponse}
+		case 15:
+			e := Event{Kind: EvAdvanceTo, Name: rapid.SampledFrom(BoundaryNames()).Draw(t, "boundary")}
+			if rapid.Bool().Draw(t, "before") {
+				e.Delay = time.Millisecond
+			}
+			return e
+		case 16:
+			return Event{Kind: rapid.SampledFrom([]EventKind{EvShutdown, EvRestart}).Draw(t, "shutdown"), Worker: w.Draw(t, "worker")}
+		case 17:
+			return Event{Kind: EvCareless}
+		case 18:
+			if rapid.Bool().Draw(t, "restore") {
+				return Event{Kind: EvLimitsRestore}
+			}
+			return Event{Kind: EvLimit, Name: rapid.SampledFrom(LimitNames()).Draw(t, "limit")}
 		}
 		return Event{Kind: EvTick}
 	})
@@ -51,7 +67,7 @@ func drawEvent(sc scenarios.Scenario) *rapid.Generator[Event] {
 // schedule; one found should be kept as a named regression test (none has
 // been found so far).
 func TestRapidSchedules(t *testing.T) {
-	for _, name := range []string{"portfolio", "late-result"} {
+	for _, name := range []string{"portfolio", "late-result", "boundaries"} {
 		sc, err := scenarios.Get(name)
 		if err != nil {
 			t.Fatal(err)

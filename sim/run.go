@@ -71,6 +71,8 @@ type Result struct {
 	Stats        Stats
 	Timeline     []TimelineEntry // when Config.Timeline
 	Workers      int
+	// Coverage is the run's coverage map (Seeds 1).
+	Coverage Coverage
 }
 
 // Stats counts what a run exercised.
@@ -165,6 +167,10 @@ func Run(cfg Config) (res Result) {
 	res.Workers = sc.Workers
 	defer func() {
 		res.Simulated, res.Stats = w.clock.Since(Epoch), w.stats()
+		var err error
+		if res.Coverage, err = w.coverage(); err != nil {
+			res.Anomalies = append(res.Anomalies, err.Error())
+		}
 		if res.Violation != nil {
 			w.timelineAdd(TimelineEntry{Kind: TimelineViolation, TaskID: res.Violation.TaskID, Detail: res.Violation.Error()})
 		}
@@ -179,7 +185,7 @@ func Run(cfg Config) (res Result) {
 			}
 			w.timelineAdd(entry)
 		}
-		out := w.apply(e)
+		out := w.applyCovered(e)
 		tr.line(fmt.Sprintf("%d +%dms %s: %s", i, w.clock.Since(Epoch).Milliseconds(), e, out))
 		res.Events++
 		if v := w.checker.check(); v != nil {

@@ -17,52 +17,38 @@ import (
 // sweepSeeds is how many seeds of each scenario go test sweeps.
 const sweepSeeds = 200
 
-func sweep(t *testing.T, name string, count int) []Result {
-	t.Helper()
-	sc, err := scenarios.Get(name)
-	require.NoError(t, err)
-	var failed []Result
-	Sweep(SweepConfig{Scenario: sc, From: 1, Count: count}, func(r Result) {
-		if !r.Pass {
-			failed = append(failed, r)
-		}
-	})
-	for _, r := range failed {
-		t.Errorf("seed %d: %s\n%s\nreproduce: %s", r.Seed, r.Summary(), strings.Join(r.Tail, "\n"), r.Command())
-	}
-	return failed
-}
-
-// TestPortfolioSweep runs the portfolio over 200 seeds with faults on.
-func TestPortfolioSweep(t *testing.T) { sweep(t, "portfolio", sweepSeeds) }
-
-// TestOtherScenariosSweep runs every other scenario over a shorter sweep
-// (make sim SEEDS=10000 SCENARIO=name is the long one).
-func TestOtherScenariosSweep(t *testing.T) {
+// TestScenarioSweeps runs every scenario over 200 seeds with faults on
+// (make sim SEEDS=10000 SCENARIO=name is the long one), the scenarios in
+// parallel: every seed must pass, and every cell of the coverage map the
+// scenario declares must be reached by some seed. In the late-result
+// exercise the story itself (a stalled claimant resumed after another
+// worker took over, its late result refused) must happen in most seeds.
+func TestScenarioSweeps(t *testing.T) {
 	for _, name := range scenarios.Names() {
-		if name == "portfolio" || name == "late-result" {
-			continue
-		}
-		t.Run(name, func(t *testing.T) { sweep(t, name, 60) })
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			sc, err := scenarios.Get(name)
+			require.NoError(t, err)
+			var cov Coverage
+			told := 0
+			Sweep(SweepConfig{Scenario: sc, From: 1, Count: sweepSeeds, Parallel: 1}, func(r Result) {
+				cov.Add(r.Coverage)
+				if r.Stats.LateRefused > 0 {
+					told++
+				}
+				if !r.Pass {
+					t.Errorf("seed %d: %s\n%s\nreproduce: %s", r.Seed, r.Summary(), strings.Join(r.Tail, "\n"), r.Command())
+				}
+			})
+			require.Equal(t, sweepSeeds, cov.Seeds)
+			require.True(t, cov.Enforced())
+			require.Empty(t, cov.Missing(sc), "declared cells no seed reached:\n%s", cov.Table(sc))
+			if name == "late-result" {
+				t.Logf("the late result was delivered and refused in %d of %d seeds", told, sweepSeeds)
+				require.Greater(t, told, sweepSeeds/2, "the late-result story should happen in most seeds")
+			}
+		})
 	}
-}
-
-// TestLateResultSweep runs the late-result exercise over 200 seeds with
-// faults on, and checks that the story (a stalled claimant resumed after
-// another worker took over, its late result refused) happens in most.
-func TestLateResultSweep(t *testing.T) {
-	sc, err := scenarios.Get("late-result")
-	require.NoError(t, err)
-	told := 0
-	for seed := uint64(1); seed <= sweepSeeds; seed++ {
-		r := Run(Config{Scenario: sc, Seed: seed})
-		require.True(t, r.Pass, "seed %d: %s\n%s", seed, r.Summary(), strings.Join(r.Tail, "\n"))
-		if r.Stats.LateRefused > 0 {
-			told++
-		}
-	}
-	t.Logf("the late result was delivered and refused in %d of %d seeds", told, sweepSeeds)
-	require.Greater(t, told, sweepSeeds/2, "the late-result story should happen in most seeds")
 }
 
 // TestSameSeedSameFingerprint runs seeds in separate processes under
@@ -128,10 +114,13 @@ func TestEventStringsParse(t *testing.T) {
 		}
 	}
 	for _, k := range []EventKind{EvStep, EvAdvance, EvReap, EvTick, EvScript, EvCrash, EvRestart, EvStall, EvResume,
-		EvStorageDown, EvStorageFault, EvDuplicate, EvHold, EvRedeliver, EvLoseResponse, EvCrashAfterCall, EvRestartSched} {
+		EvStorageDown, EvStorageFault, EvDuplicate, EvHold, EvRedeliver, EvLoseResponse, EvCrashAfterCall, EvRestartSched,
+		EvAdvanceTo, EvShutdown, EvCareless, EvLimit, EvLimitsRestore} {
 		require.True(t, kinds[k], "no scenario's seeds 1-3 generate %s: the round trip does not cover it", k)
 	}
-	for _, bad := range []string{"storage_fault", "storage_fault melt", "step", "step x1", "advance 5", "tick now", "warp w1"} {
+	for _, bad := range []string{"storage_fault", "storage_fault melt", "step", "step x1", "advance 5", "tick now", "warp w1",
+		"advance_to", "advance_to noon", "advance_to deadline-", "advance_to deadline-0ms", "advance_to run_at-5", "limit",
+		"limit speed", "careless now", "shutdown", "limits_restore all"} {
 		_, err := ParseEvent(bad)
 		require.Error(t, err, bad)
 	}
@@ -179,6 +168,7 @@ func TestFaultFloorsNameRates(t *testing.T) {
 			require.True(t, known[floor], "scenario %s: floor %q names no fault rate", name, floor)
 		}
 	}
-	require.Equal(t, "service=plain crash=8 stall=8 storage_down=6 storage_fault=12 duplicate=15 lose_response=10 crash_after_call=6 (per mille)",
+	require.Equal(t, "service=plain crash=8 stall=8 storage_down=6 storage_fault=12 duplicate=15 lose_response=10 crash_after_call=6 "+
+		"shutdown=6 boundary=15 careless=10 limits=6 (per mille)",
 		DefaultMix(worker.Plain).String())
 }

@@ -30,8 +30,11 @@ const (
 type simWorker struct {
 	proc    *faults.Process
 	queue   *faults.Queue
-	w       *worker.Worker // nil while crashed
+	w       *worker.Worker // nil while crashed or shut down
 	crashAt bool           // crash right after the next external call
+	// draining: the worker was told to shut down and is releasing its
+	// claims; stopped: it drained and exited (a restart starts it again).
+	draining, stopped bool
 }
 
 // taskState is the world's view of one scenario task's caller.
@@ -78,6 +81,19 @@ type World struct {
 	stopped    []model.Schedule
 	stoppedAt  time.Time
 	recoveries map[string]int // operator recoveries per task
+	// cover collects the run's coverage map; where names what the
+	// current event's storage operations are (a worker's action, or an
+	// operation of the world).
+	cover recorder
+	where string
+	// careless is the careless client (see carelessClient).
+	careless carelessClient
+	// base is the scenario's limits as set up; limitsMoved says the
+	// operator has changed the stored limits since; probes counts the
+	// operator's probes (probe task keys, and the values they try).
+	base        model.Limits
+	limitsMoved bool
+	probes      int
 }
 
 // worldOptions are the test-only switches of a world.
@@ -173,6 +189,7 @@ func (w *World) setup() error {
 	if err := w.q.SetLimits(w.ctx, limits, operatorActor); err != nil {
 		return err
 	}
+	w.base = limits
 	for _, u := range w.sc.UserLimits {
 		if err := w.q.SetUserLimit(w.ctx, u, operatorActor); err != nil {
 			return err
@@ -272,12 +289,19 @@ func (w *World) step(i int) string {
 	if !sw.proc.Runnable() {
 		return "no-op: " + sw.proc.String()
 	}
+	if sw.w == nil {
+		return "no-op: shut down"
+	}
 	r := sw.w.Step(w.ctx)
+	w.where = r.Action
 	w.observe(i, r)
 	out := r.String()
 	if r.Called && sw.crashAt {
 		sw.crashAt = false
+		w.cover.fault(FaultCrashAfterCall, sw.w.Phases()...)
 		out += "; " + w.crash(i)
+	} else if sw.draining && sw.w.Drained() {
+		out += "; " + w.exited(i)
 	}
 	return out
 }
@@ -298,6 +322,8 @@ func (w *World) redeliver(i int) string {
 		r.StorageError = true // it may have been applied
 	}
 	w.checker.report(r)
+	w.cover.fault(FaultRedeliver, write)
+	w.cover.refusal(err)
 	if err != nil {
 		return fmt.Sprintf("late %s task=%s fence=%d -> refused: %v", write, claim.TaskID, claim.Fence, err)
 	}
@@ -306,23 +332,30 @@ func (w *World) redeliver(i int) string {
 
 func (w *World) crash(i int) string {
 	sw := w.workers[i]
+	if sw.stopped {
+		return "no-op: shut down"
+	}
 	if err := sw.proc.Crash(); err != nil {
 		return "no-op: " + err.Error()
 	}
-	sw.w = nil
+	sw.w, sw.draining = nil, false
 	return "crashed"
 }
 
 func (w *World) restart(i int) string {
 	sw := w.workers[i]
-	if err := sw.proc.Restart(); err != nil {
+	out := "restarted"
+	if sw.stopped {
+		out = "restarted after its shutdown"
+	} else if err := sw.proc.Restart(); err != nil {
 		return "no-op: " + err.Error()
 	}
 	var err error
 	if sw.w, err = w.newWorker(i, sw); err != nil {
 		return "error: " + err.Error()
 	}
-	return "restarted"
+	sw.stopped, sw.draining = false, false
+	return out
 }
 
 // schedulerDownTicks is how many ticks a restarted scheduler misses.
@@ -350,6 +383,7 @@ func (w *World) tick() string {
 // timeline, anomalies and the late-result story.
 func (w *World) observe(i int, r worker.Report) {
 	w.checker.report(r)
+	w.cover.refusal(r.Err)
 	w.timelineReport(r)
 	if r.Anomaly != "" {
 		w.anomalies = append(w.anomalies, r.String())
@@ -422,8 +456,12 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 			if t.spec.Deadline > 0 {
 				t.request.Deadline = w.clock.Now().Add(t.spec.Deadline)
 			}
+			if t.spec.RunAt > 0 {
+				t.request.RunAt = w.clock.Now().Add(t.spec.RunAt)
+			}
 		}
 		res, err := w.q.Submit(w.ctx, t.request)
+		w.cover.refusal(err)
 		if errors.Is(err, model.ErrInvalidInput) && t.spec.Deadline > 0 {
 			t.lateSubmit = true
 			return "refused: the deadline passed before the submit got through: " + err.Error(), true
@@ -436,6 +474,7 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 		return fmt.Sprintf("task %s replay=%t", res.TaskID, res.Replay), true
 	case scenarios.Replay:
 		res, err := w.q.Submit(w.ctx, t.request)
+		w.cover.refusal(err)
 		if err != nil {
 			return "error (caller retries): " + err.Error(), false
 		}
@@ -447,6 +486,7 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 		changed := t.request
 		changed.Payload = `{"steps":[{"cost":1}],"changed":true}`
 		res, err := w.q.Submit(w.ctx, changed)
+		w.cover.refusal(err)
 		switch {
 		case errors.Is(err, model.ErrIdempotencyConflict):
 			return "refused: " + err.Error(), true
@@ -459,7 +499,7 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 		if cur.State != model.Running {
 			return "no-op: task is " + string(cur.State), false
 		}
-		if _, err := w.q.Cancel(w.ctx, t.id, t.spec.Request.User); err != nil {
+		if err := w.cancel(t); err != nil {
 			return "error (caller retries): " + err.Error(), false
 		}
 		return "cancellation requested while running", true
@@ -473,6 +513,7 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 			return "no-op: task is " + string(cur.State), false
 		}
 		err := w.q.Approve(w.ctx, t.id, cur.ApprovalVersion-1, approverActor)
+		w.cover.refusal(err)
 		if errors.Is(err, model.ErrVersionMismatch) {
 			return "refused: " + err.Error(), true
 		}
@@ -491,6 +532,7 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 		} else {
 			err = w.q.Reject(w.ctx, t.id, approverActor)
 		}
+		w.cover.refusal(err)
 		if err != nil {
 			return "error (approver retries): " + err.Error(), false
 		}
@@ -528,6 +570,7 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 			return "story interrupted: the claimant no longer holds the claim", true
 		}
 		err := sw.queue.Complete(w.ctx, old)
+		w.cover.refusal(err)
 		w.checker.report(worker.Report{Worker: workerName(t.stalledBy), Action: "late_complete", TaskID: t.id,
 			Attempt: old.Attempt, Fence: old.Fence, Write: "complete", Accepted: err == nil})
 		if err == nil {
@@ -553,5 +596,5 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 		t.resumed = true
 		return fmt.Sprintf("resumed w%d with its old fence %d (task now at %d)", t.stalledBy, t.stalledAt, cur.Version), true
 	}
-	return "no-op: unknown act", false
+	return w.cancelAct(t, act, cur)
 }

@@ -231,6 +231,18 @@ func (w *Worker) Claims() []model.Claim {
 	return out
 }
 
+// Phases names, in slot order, what each held claim's slot will do next
+// (see Slot.Phase): where a crash or a stall would catch the worker.
+func (w *Worker) Phases() []string {
+	var out []string
+	for _, s := range w.slots {
+		if s != nil {
+			out = append(out, s.Phase())
+		}
+	}
+	return out
+}
+
 // Shutdown stops claiming and asks every slot to finish any effect in
 // flight and release its claim. Step on until Drained.
 func (w *Worker) Shutdown() {

@@ -45,6 +45,9 @@ type sweepStats struct {
 	lateRefused int
 	reviews     int64
 	failures    []string
+	// coverageMissing names the declared coverage cells no seed reached
+	// (a sweep of at least scenarios.CoverageSeedsMin seeds fails on it).
+	coverageMissing string
 }
 
 func runEvidence(e *env, args []string) int {
@@ -177,7 +180,9 @@ func sweepScenario(name string, seeds int) sweepStats {
 	st := sweepStats{sweep: reports.Sweep{Scenario: name, From: 1, Seeds: seeds,
 		Faults:  "swarm per seed" + floors(sc),
 		Command: fmt.Sprintf("make sim SEED=1 SEEDS=%d SCENARIO=%s", seeds, name)}}
+	var cov sim.Coverage
 	sim.Sweep(sim.SweepConfig{Scenario: sc, From: 1, Count: seeds, Parallel: runtime.NumCPU()}, func(res sim.Result) {
+		cov.Add(res.Coverage)
 		if res.Pass {
 			st.sweep.Passed++
 		} else {
@@ -193,6 +198,10 @@ func sweepScenario(name string, seeds int) sweepStats {
 		st.lateRefused += res.Stats.LateRefused
 		st.reviews += res.Stats.Reviews
 	})
+	for _, row := range cov.Rows(sc) {
+		st.sweep.Coverage = append(st.sweep.Coverage, reports.CoverageCell{Cell: row.Cell.String(), Seeds: row.Seeds, Declared: row.Declared})
+	}
+	st.coverageMissing = cov.MissingSummary(sc)
 	return st
 }
 
@@ -454,8 +463,11 @@ func fixtureResult(st sweepStats, inputs, observed string) reports.Result {
 	if len(st.failures) > 0 {
 		obs = fmt.Sprintf("%d of %d seeds failed; first: %s", st.sweep.Failed, st.sweep.Seeds, st.failures[0])
 	}
+	if st.coverageMissing != "" {
+		obs += "; " + st.coverageMissing
+	}
 	return reports.Result{Kind: reports.Fixture, Inputs: fmt.Sprintf("%s (%d seeds, %s)", inputs, st.sweep.Seeds, st.sweep.Faults),
-		Observed: obs, Pass: st.sweep.Failed == 0, Command: st.sweep.Command}
+		Observed: obs, Pass: st.sweep.Failed == 0 && st.coverageMissing == "", Command: st.sweep.Command}
 }
 
 func buildChecks(stats map[string]sweepStats, seeds int, d demoResult, runbook map[string]bool) []reports.Check {

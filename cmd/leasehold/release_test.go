@@ -788,11 +788,11 @@ func TestSimReport(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("LEASEHOLD_DATA_DIR", dir)
 	out := filepath.Join(dir, "reports", "late")
-	r := lh(t, "sim", "--scenario", "late-result", "--seed", "4", "--seeds", "12", "--parallel", "1", "--report", out)
+	r := lh(t, "sim", "--scenario", "late-result", "--seed", "4", "--seeds", "12", "--parallel", "1", "--report", out, "--json")
 	requireOK(t, r)
-	printed := parseSeedRecords([]byte(r.stdout))
+	printed, err := readSeedRecords([]byte(r.stdout))
+	require.NoError(t, err)
 	require.Len(t, printed, 12)
-	require.Contains(t, r.stdout, "report: "+out)
 
 	b, err := os.ReadFile(filepath.Join(out, "report.json"))
 	require.NoError(t, err)
@@ -808,13 +808,13 @@ func TestSimReport(t *testing.T) {
 	require.Zero(t, sw.Failed)
 	require.Len(t, sw.Fingerprints, 10, "the first 10 seeds (none failed)")
 	for i, fp := range sw.Fingerprints {
-		require.Equal(t, printed[i].seed, fp.Seed)
-		require.Equal(t, printed[i].fingerprint, fp.Fingerprint, "the report lists what the run printed")
+		require.Equal(t, printed[i].Seed, fp.Seed)
+		require.Equal(t, printed[i].Fingerprint, fp.Fingerprint, "the report lists what the run printed")
 	}
 	require.Empty(t, rep.Live.Sweeps)
 	require.Empty(t, rep.Live.Outcomes)
 	require.Len(t, rep.Fixture.Timelines, 1)
-	require.Contains(t, rep.Fixture.Timelines[0].Caption, printed[0].fingerprint)
+	require.Contains(t, rep.Fixture.Timelines[0].Caption, printed[0].Fingerprint)
 	require.Len(t, rep.Checks, 1)
 	require.Equal(t, reports.Fixture, rep.Checks[0].Results[0].Kind)
 
@@ -833,14 +833,33 @@ func TestSimReport(t *testing.T) {
 	}
 }
 
-func TestParseSeedRecordsReadsEveryMode(t *testing.T) {
-	out := "seed: 7\nscenario: quota\nfaults: service=plain\nfingerprint: aa\nverdict: pass\n" +
-		"seed: 8\nscenario: quota\nfaults: service=dedup\nfingerprint: bb\nverdict: fail\nbroken: invariant x broken\nevents leading to it:\n  1 step w0\n" +
-		"summary: scenario quota seeds 7..8: 1 passed, 1 failed\n"
-	require.Equal(t, []seedRecord{
-		{seed: 7, faults: "service=plain", fingerprint: "aa", pass: true, judged: true},
-		{seed: 8, faults: "service=dedup", fingerprint: "bb", broken: "invariant x broken", judged: true},
-	}, parseSeedRecords([]byte(out)))
+// sim --json prints one record a seed and a summary record, which
+// readSeedRecords reads back; a line that is not a record is an error.
+func TestSimJSONRecords(t *testing.T) {
+	r := lh(t, "sim", "--scenario", "late-result", "--seed", "2", "--seeds", "3", "--parallel", "1", "--json")
+	requireOK(t, r)
+	recs, err := readSeedRecords([]byte(r.stdout))
+	require.NoError(t, err)
+	require.Len(t, recs, 3)
+	for i, rec := range recs {
+		require.Equal(t, uint64(2+i), rec.Seed)
+		require.True(t, rec.Pass)
+		require.Len(t, rec.Fingerprint, 64)
+		require.Equal(t, 1, rec.Coverage.Seeds)
+		require.NotEmpty(t, rec.Coverage.Cells)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 4)
+	var sum summaryRecord
+	require.NoError(t, json.Unmarshal([]byte(lines[3]), &sum))
+	require.Equal(t, recordSummary, sum.Record)
+	require.Equal(t, 3, sum.Passed)
+	require.Equal(t, 3, sum.Coverage.Seeds)
+	require.False(t, sum.CoverageEnforced, "3 seeds report coverage but are not held to it")
+	require.True(t, sum.Pass)
+
+	_, err = readSeedRecords([]byte(lines[0] + "\nseed: 7\n"))
+	require.ErrorContains(t, err, "line 2 is not a record")
 }
 
 // A sweep process's seeds count only when it exited 0 or 1 (as its
@@ -850,19 +869,22 @@ func TestParseSeedRecordsReadsEveryMode(t *testing.T) {
 func TestJudgeSweepChild(t *testing.T) {
 	t.Parallel()
 	block := func(seed uint64, verdict string) string {
-		return fmt.Sprintf("seed: %d\nscenario: quota\nfaults: service=plain\nfingerprint: f%d\nverdict: %s\n", seed, seed, verdict)
+		rec := seedRecord{Record: recordSeed, Scenario: "quota", Seed: seed, Faults: "service=plain",
+			Fingerprint: fmt.Sprintf("f%d", seed), Pass: verdict == "pass"}
+		b, err := json.Marshal(rec)
+		require.NoError(t, err)
+		return string(b) + "\n"
 	}
-	pass3 := block(10, "pass") + block(11, "pass") + block(12, "pass") + "summary: scenario quota seeds 10..12: 3 passed, 0 failed\n"
-	oneFailed := block(10, "pass") + block(11, "fail") + "broken: x\n" + block(12, "fail") + "broken: y\n"
+	summary := `{"record":"summary","scenario":"quota"}` + "\n"
+	pass3 := block(10, "pass") + block(11, "pass") + block(12, "pass") + summary
+	oneFailed := block(10, "pass") + block(11, "fail") + block(12, "fail")
 
-	failed, first, err := judgeSweepChild([]byte(pass3), exitOK, "exit status 0", "quota", 10, 3)
+	recs, err := judgeSweepChild([]byte(pass3), exitOK, "exit status 0", "quota", 10, 3)
 	require.NoError(t, err)
-	require.Zero(t, failed)
-	require.Zero(t, first)
-	failed, first, err = judgeSweepChild([]byte(oneFailed), exitFail, "exit status 1", "quota", 10, 3)
+	require.Len(t, recs, 3)
+	recs, err = judgeSweepChild([]byte(oneFailed), exitFail, "exit status 1", "quota", 10, 3)
 	require.NoError(t, err)
-	require.Equal(t, 2, failed)
-	require.Equal(t, uint64(11), first)
+	require.Equal(t, []bool{true, false, false}, []bool{recs[0].Pass, recs[1].Pass, recs[2].Pass})
 
 	bad := []struct {
 		name string
@@ -876,16 +898,17 @@ func TestJudgeSweepChild(t *testing.T) {
 		{"killed before printing", "", -1, "signal: killed", []string{"signal: killed", "0 of 3"}},
 		{"exit 0 with seeds missing", block(10, "pass") + block(11, "pass"), exitOK, "exit status 0", []string{"2 of its 3"}},
 		{"exit 1 with seeds missing", block(10, "pass"), exitFail, "exit status 1", []string{"1 of its 3"}},
-		{"a seed without a verdict", block(10, "pass") + "seed: 11\nscenario: quota\n" + block(12, "pass"), exitOK, "exit status 0", []string{"1 of its 3"}},
+		{"text among the records", block(10, "pass") + "seed: 11\n" + block(12, "pass"), exitOK, "exit status 0", []string{"not a record"}},
 		{"seeds out of range", block(10, "pass") + block(12, "pass") + block(13, "pass"), exitOK, "exit status 0", []string{"1 of its 3"}},
+		{"another scenario's seeds", strings.ReplaceAll(pass3, `"quota"`, `"periodic"`), exitOK, "exit status 0", []string{"0 of its 3"}},
 		{"exit 0 with a failed seed", oneFailed, exitOK, "exit status 0", []string{"exited 0", "2 of its 3 seeds failed"}},
 		{"exit 1 with every seed passed", pass3, exitFail, "exit status 1", []string{"exited 1", "0 of its 3 seeds failed"}},
 	}
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {
-			failed, _, err := judgeSweepChild([]byte(c.out), c.code, c.how, "quota", 10, 3)
+			recs, err := judgeSweepChild([]byte(c.out), c.code, c.how, "quota", 10, 3)
 			require.Error(t, err)
-			require.Zero(t, failed)
+			require.Nil(t, recs)
 			for _, w := range append(c.want, "seeds 10..12", "leasehold sim --scenario quota --seed 10 --seeds 3 --parallel 1") {
 				require.Contains(t, err.Error(), w)
 			}

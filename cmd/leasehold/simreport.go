@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,64 +14,13 @@ import (
 	"github.com/leasehold/leasehold/sim"
 )
 
-// seedRecord is what a run printed about one seed.
-type seedRecord struct {
-	seed                        uint64
-	faults, fingerprint, broken string
-	pass                        bool
-	judged                      bool // a verdict line was printed
-}
-
-// parseSeedRecords reads the per-seed blocks sim prints (seed:, faults:,
-// fingerprint:, verdict:, broken:), whichever mode ran them.
-func parseSeedRecords(out []byte) []seedRecord {
-	var recs []seedRecord
-	var cur *seedRecord
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		key, value, ok := strings.Cut(line, ": ")
-		if !ok {
-			continue
-		}
-		switch key {
-		case "seed":
-			n, err := strconv.ParseUint(value, 10, 64)
-			if err != nil {
-				continue
-			}
-			recs = append(recs, seedRecord{seed: n})
-			cur = &recs[len(recs)-1]
-		case "faults":
-			if cur != nil {
-				cur.faults = value
-			}
-		case "fingerprint":
-			if cur != nil {
-				cur.fingerprint = value
-			}
-		case "verdict":
-			if cur != nil {
-				cur.pass, cur.judged = value == "pass", true
-			}
-		case "broken":
-			if cur != nil {
-				cur.broken = value
-			}
-		}
-	}
-	return recs
-}
-
 // reportFingerprintsMax bounds the fingerprints a sim report lists: the
 // first seeds and every failed one, up to this many.
 const reportFingerprintsMax = 50
 
-// simReport builds the report of a simulator run from what it printed,
+// simReport builds the report of a simulator run from its seeds' records,
 // with the timeline of its first failed seed (or of its first seed).
-func simReport(sc scenarios.Scenario, from uint64, count int, keep []int, out []byte) (reports.Report, error) {
-	recs := parseSeedRecords(out)
+func simReport(sc scenarios.Scenario, from uint64, count int, keep []int, recs []seedRecord) (reports.Report, error) {
 	if len(recs) == 0 {
 		return reports.Report{}, errors.New("the run printed no seed results")
 	}
@@ -93,7 +40,7 @@ func simReport(sc scenarios.Scenario, from uint64, count int, keep []int, out []
 	var firstFailed *seedRecord
 	for i := range recs {
 		rec := &recs[i]
-		if rec.pass {
+		if rec.Pass {
 			sweep.Passed++
 		} else {
 			sweep.Failed++
@@ -101,8 +48,8 @@ func simReport(sc scenarios.Scenario, from uint64, count int, keep []int, out []
 				firstFailed = rec
 			}
 		}
-		if len(sweep.Fingerprints) < reportFingerprintsMax && (i < 10 || !rec.pass) {
-			sweep.Fingerprints = append(sweep.Fingerprints, reports.Fingerprint{Seed: rec.seed, Fingerprint: rec.fingerprint})
+		if len(sweep.Fingerprints) < reportFingerprintsMax && (i < 10 || !rec.Pass) {
+			sweep.Fingerprints = append(sweep.Fingerprints, reports.Fingerprint{Seed: rec.Seed, Fingerprint: rec.Fingerprint})
 		}
 	}
 	r.Fixture.Sweeps = []reports.Sweep{sweep}
@@ -115,23 +62,23 @@ func simReport(sc scenarios.Scenario, from uint64, count int, keep []int, out []
 	observed := fmt.Sprintf("%d of %d seeds passed", sweep.Passed, len(recs))
 	shown := recs[0]
 	if firstFailed != nil {
-		observed += fmt.Sprintf("; first failure: seed %d: %s", firstFailed.seed, firstFailed.broken)
+		observed += fmt.Sprintf("; first failure: seed %d: %s", firstFailed.Seed, firstFailed.Summary)
 		shown = *firstFailed
 	}
-	seedCmd := fmt.Sprintf("make sim SEED=%d SCENARIO=%s", shown.seed, sc.Name)
+	seedCmd := fmt.Sprintf("make sim SEED=%d SCENARIO=%s", shown.Seed, sc.Name)
 	r.Checks = []reports.Check{{ID: "sim", Title: "Invariants after every event, liveness once faults heal, and the scenario's expected outcomes",
 		Results: []reports.Result{{Kind: reports.Fixture, Inputs: fmt.Sprintf("scenario %s, %d seeds from %d, %s", sc.Name, len(recs), from, sweep.Faults),
 			Observed: observed, Pass: sweep.Failed == 0, Command: sweepCmd}}}}
 
-	res := sim.Run(sim.Config{Scenario: sc, Seed: shown.seed, Keep: keep, Timeline: true})
-	if res.Fingerprint != shown.fingerprint {
-		return r, fmt.Errorf("seed %d ran again with fingerprint %s, not %s: the run is not deterministic", shown.seed, res.Fingerprint, shown.fingerprint)
+	res := sim.Run(sim.Config{Scenario: sc, Seed: shown.Seed, Keep: keep, Timeline: true})
+	if res.Fingerprint != shown.Fingerprint {
+		return r, fmt.Errorf("seed %d ran again with fingerprint %s, not %s: the run is not deterministic", shown.Seed, res.Fingerprint, shown.Fingerprint)
 	}
 	verdict := "passed"
 	if !res.Pass {
 		verdict = "failed: " + res.Summary()
 	}
-	t := simTimeline(fmt.Sprintf("%s seed %d (%s)", sc.Name, shown.seed, verdict), res.Timeline, res.Workers)
+	t := simTimeline(fmt.Sprintf("%s seed %d (%s)", sc.Name, shown.Seed, verdict), res.Timeline, res.Workers)
 	t.Caption = fmt.Sprintf("Fixture, simulated time. Faults: %s. Reproduce: %s (fingerprint %s).", res.Mix, seedCmd, res.Fingerprint)
 	r.Fixture.Timelines = []reports.Timeline{t}
 
@@ -141,7 +88,7 @@ func simReport(sc scenarios.Scenario, from uint64, count int, keep []int, out []
 	}
 	if firstFailed != nil {
 		r.Commands = append(r.Commands, reports.Command{What: "the failure, shrunk to its fewest events",
-			Command: fmt.Sprintf("leasehold sim --scenario %s --seed %d --shrink", sc.Name, firstFailed.seed)})
+			Command: fmt.Sprintf("leasehold sim --scenario %s --seed %d --shrink", sc.Name, firstFailed.Seed)})
 	}
 	r.Pass = sweep.Failed == 0
 	return r, r.Validate()

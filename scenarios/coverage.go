@@ -1,0 +1,137 @@
+package scenarios
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// CoverageSeedsMin is the smallest sweep in which a declared coverage cell
+// no seed reached fails the sweep. A shorter sweep, or a single seed,
+// reports its coverage but is never failed by it.
+const CoverageSeedsMin = 200
+
+// CellKind names one part of a coverage map.
+type CellKind string
+
+// The parts of a coverage map.
+const (
+	// CellTransition is a state change the audit trail recorded, named by
+	// its from state, event kind and to state: "running -retry-> queued".
+	CellTransition CellKind = "transition"
+	// CellRefusal is a class of refusal an operation met: "stale_claim",
+	// "budget", "queue_full", ...
+	CellRefusal CellKind = "refusal"
+	// CellFault is a fault kind where it hit: the worker's phase, or the
+	// write or operation it hit, as "crash@send" or "ambiguous_commit@step".
+	CellFault CellKind = "fault"
+)
+
+// Cell is one cell of a coverage map.
+type Cell struct {
+	Kind CellKind
+	Name string
+}
+
+// TransitionCell names the state change from -kind-> to.
+func TransitionCell(from model.State, kind model.EventKind, to model.State) Cell {
+	return Cell{Kind: CellTransition, Name: fmt.Sprintf("%s -%s-> %s", from, kind, to)}
+}
+
+// RefusalCell names a class of refusal.
+func RefusalCell(class string) Cell { return Cell{Kind: CellRefusal, Name: class} }
+
+// FaultCell names a fault kind at a phase.
+func FaultCell(fault, phase string) Cell { return Cell{Kind: CellFault, Name: fault + "@" + phase} }
+
+// String renders the cell as "kind name".
+func (c Cell) String() string { return string(c.Kind) + " " + c.Name }
+
+// MarshalText renders the cell as String does, so a map keyed by cells
+// is a JSON object.
+func (c Cell) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText reads a cell in its String form.
+func (c *Cell) UnmarshalText(b []byte) error {
+	parsed, err := ParseCell(string(b))
+	if err != nil {
+		return err
+	}
+	*c = parsed
+	return nil
+}
+
+// ParseCell reads a cell in its String form.
+func ParseCell(s string) (Cell, error) {
+	kind, name, ok := strings.Cut(s, " ")
+	c := Cell{Kind: CellKind(kind), Name: name}
+	switch {
+	case !ok || name == "":
+		return Cell{}, fmt.Errorf("coverage cell %q: want \"kind name\"", s)
+	case c.Kind != CellTransition && c.Kind != CellRefusal && c.Kind != CellFault:
+		return Cell{}, fmt.Errorf("coverage cell %q: unknown kind %q", s, kind)
+	}
+	return c, nil
+}
+
+// transitions returns the transition cells named by "from kind to"
+// triples.
+func transitions(triples ...string) []Cell {
+	out := make([]Cell, 0, len(triples))
+	for _, t := range triples {
+		f := strings.Fields(t)
+		if len(f) != 3 {
+			panic(fmt.Sprintf("scenarios: transition %q is not \"from kind to\"", t))
+		}
+		out = append(out, TransitionCell(model.State(f[0]), model.EventKind(f[1]), model.State(f[2])))
+	}
+	return out
+}
+
+// refusals returns the refusal cells of classes.
+func refusals(classes ...string) []Cell {
+	out := make([]Cell, 0, len(classes))
+	for _, c := range classes {
+		out = append(out, RefusalCell(c))
+	}
+	return out
+}
+
+// faults returns the fault cells named "kind@phase".
+func faults(pairs ...string) []Cell {
+	out := make([]Cell, 0, len(pairs))
+	for _, p := range pairs {
+		kind, phase, ok := strings.Cut(p, "@")
+		if !ok {
+			panic(fmt.Sprintf("scenarios: fault cell %q is not \"kind@phase\"", p))
+		}
+		out = append(out, FaultCell(kind, phase))
+	}
+	return out
+}
+
+// cells joins lists of cells.
+func cells(lists ...[]Cell) []Cell {
+	var out []Cell
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
+
+// common returns the cells every scenario's sweep reaches: the claim and
+// the completion, a lease expiry's retry, a graceful release, an operator
+// requeue; stale claims, depth caps, out-of-range requests and actions
+// the state forbids (the operator's probes); crashes, stalls and
+// shutdowns of idle and busy workers; duplicated and late heartbeats; and
+// storage outages under claims, heartbeats, the reaper, the operator and
+// the careless client.
+func common() []Cell {
+	return cells(
+		transitions("queued claimed running", "running completed completed", "running lease_expired queued",
+			"running released queued", "needs_review requeued queued"),
+		refusals("stale_claim", "queue_full", "bad_input", "not_allowed"),
+		faults("crash@idle", "stall@idle", "shutdown@idle", "duplicate@heartbeat", "redeliver@heartbeat", "unavailable@claim", "unavailable@heartbeat", "unavailable@reap",
+			"unavailable@operator", "unavailable@careless"))
+}

@@ -1,0 +1,495 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/scenarios"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// Names the world acts under besides its workers: the careless client,
+// the operator's claim probe, and the user of the operator's probe tasks.
+const (
+	carelessActor = "careless"
+	proberActor   = "prober"
+	probeUser     = "probe"
+)
+
+// probePayload is the probe tasks' work: one cheap step.
+const probePayload = `{"steps":[{"cost":1}]}`
+
+// carelessClient is a caller that claims tasks and writes to the queue
+// under its real claims without any of the worker's pre-checks (budget,
+// step limit, lease, deadline): the queue's own refusals are what stop
+// it. It runs only plain tasks (no effect, gate or failure, which need
+// the handler); any other task it claims it releases at once.
+type carelessClient struct {
+	held   bool
+	claim  model.Claim
+	plan   []worker.SyntheticStep
+	next   int  // the step index it writes next
+	cancel bool // a step reply said cancellation was requested
+}
+
+// applyCovered applies one schedule event and records in the coverage map
+// the faults that fired during it, with where they hit.
+func (w *World) applyCovered(e Event) string {
+	storageBefore, serviceBefore := w.storage.Counts(), w.svc.Counts()
+	var dupBefore faults.QueueCounts
+	if e.Kind == EvStep {
+		dupBefore = w.workers[e.Worker].queue.Counts()
+	}
+	w.where = whereOf(e)
+	out := w.applyEvent(e)
+	storageAfter := w.storage.Counts()
+	if n := storageAfter.Unavailable - storageBefore.Unavailable; n > 0 {
+		w.cover.fault(FaultUnavailable, w.where)
+	}
+	for _, f := range faults.StorageFaults() {
+		if storageAfter.Fired(f) > storageBefore.Fired(f) {
+			w.cover.fault(string(f), w.where)
+		}
+	}
+	if w.svc.Counts().LostResponse > serviceBefore.LostResponse {
+		w.cover.fault(FaultLoseResponse, w.where)
+	}
+	if e.Kind == EvStep {
+		q := w.workers[e.Worker].queue
+		if q.Counts().Duplicated > dupBefore.Duplicated {
+			d, _ := q.Last()
+			w.cover.fault(FaultDuplicate, d.Write)
+		}
+	}
+	return out
+}
+
+// whereOf names where a storage fault during e hits, as fault cells name
+// it; a worker's step is named by its action once it has run (step sets
+// w.where).
+func whereOf(e Event) string {
+	switch e.Kind {
+	case EvReap:
+		return OpReap
+	case EvTick:
+		return OpEnqueue
+	case EvScript:
+		return OpCaller
+	case EvCareless:
+		return OpCareless
+	case EvLimit, EvLimitsRestore:
+		return OpOperator
+	case EvRedeliver:
+		return FaultRedeliver
+	}
+	return string(e.Kind)
+}
+
+// applyEvent applies the events the world's newer actors make, and hands
+// the rest to apply; worker faults are recorded with the phases they
+// caught the worker in.
+func (w *World) applyEvent(e Event) string {
+	switch e.Kind {
+	case EvAdvanceTo:
+		return w.advanceTo(e)
+	case EvShutdown:
+		return w.shutdown(e.Worker)
+	case EvCareless:
+		return w.carelessAct()
+	case EvLimit:
+		return w.limit(e.Name)
+	case EvLimitsRestore:
+		return w.restoreLimits()
+	case EvCrash, EvStall:
+		if e.Kind == EvStall && w.workers[e.Worker].stopped {
+			return "no-op: shut down"
+		}
+		var phases []string
+		if sw := w.workers[e.Worker]; sw.w != nil {
+			phases = sw.w.Phases()
+		}
+		out := w.apply(e)
+		if !strings.HasPrefix(out, "no-op") {
+			w.cover.fault(map[EventKind]string{EvCrash: FaultCrash, EvStall: FaultStall}[e.Kind], phases...)
+		}
+		return out
+	}
+	return w.apply(e)
+}
+
+// advanceTo moves the clock to the earliest boundary of its kind still
+// ahead (or e.Delay before it): the lease_until of a running task, the
+// run_at of a queued one, the deadline of an active one.
+func (w *World) advanceTo(e Event) string {
+	var tasks []model.Task
+	var err error
+	w.storage.Bypass(func() { tasks, err = w.q.List(w.ctx, model.ListFilter{Limit: model.ListLimitMax}) })
+	if err != nil {
+		return "no-op: tasks unreadable: " + err.Error()
+	}
+	now := w.clock.Now()
+	var best time.Time
+	var of string
+	for _, t := range tasks {
+		var at time.Time
+		switch {
+		case e.Name == BoundaryLease && t.State == model.Running:
+			at = t.LeaseUntil
+		case e.Name == BoundaryRunAt && t.State == model.Queued:
+			at = t.RunAt
+		case e.Name == BoundaryDeadline && t.State.Active():
+			at = t.Deadline
+		}
+		if at.IsZero() {
+			continue
+		}
+		if at = at.Add(-e.Delay); at.After(now) && (best.IsZero() || at.Before(best)) {
+			best, of = at, t.ID
+		}
+	}
+	if best.IsZero() {
+		return "no-op: no " + e.Name + " ahead"
+	}
+	w.clock.Advance(best.Sub(now))
+	return fmt.Sprintf("to %s of %s", e.Name, of)
+}
+
+// shutdown stops worker i gracefully, through the worker's own path: it
+// claims nothing more, finishes any effect in flight, releases its claims
+// as it is stepped, and exits once it holds none.
+func (w *World) shutdown(i int) string {
+	sw := w.workers[i]
+	switch {
+	case sw.w == nil && sw.stopped:
+		return "no-op: shut down already"
+	case sw.w == nil || !sw.proc.Runnable():
+		return "no-op: " + sw.proc.String()
+	case sw.draining:
+		return "no-op: shutting down already"
+	}
+	w.cover.fault(FaultShutdown, sw.w.Phases()...)
+	sw.w.Shutdown()
+	sw.draining = true
+	if sw.w.Drained() {
+		return "shutting down: " + w.exited(i)
+	}
+	return fmt.Sprintf("shutting down: draining %d claims", len(sw.w.Claims()))
+}
+
+// exited ends a drained worker's process; a restart starts a new one.
+func (w *World) exited(i int) string {
+	sw := w.workers[i]
+	sw.w, sw.stopped, sw.draining = nil, true, false
+	return "drained and exited"
+}
+
+// cancel asks the queue to cancel t as its caller, recording a refusal.
+func (w *World) cancel(t *taskState) error {
+	_, err := w.q.Cancel(w.ctx, t.id, t.spec.Request.User)
+	w.cover.refusal(err)
+	return err
+}
+
+// cancelAct performs the cancellation acts of a script.
+func (w *World) cancelAct(t *taskState, act scenarios.Act, cur model.Task) (string, bool) {
+	switch act {
+	case scenarios.CancelQueued:
+		// Meant to land while run_at holds the task queued; a task
+		// claimed already is cancelled all the same.
+		if err := w.cancel(t); err != nil {
+			return "error (caller retries): " + err.Error(), false
+		}
+		return "cancelled while " + string(cur.State), true
+	case scenarios.CancelWaiting:
+		if cur.State != model.WaitingForApproval {
+			return "no-op: task is " + string(cur.State), false
+		}
+		if err := w.cancel(t); err != nil {
+			return "error (caller retries): " + err.Error(), false
+		}
+		return "cancelled while waiting", true
+	case scenarios.CancelThenCrash:
+		if cur.State != model.Running {
+			return "no-op: task is " + string(cur.State), false
+		}
+		for i, sw := range w.workers {
+			if workerName(i) != cur.Owner {
+				continue
+			}
+			if _, held := sw.claim(t.id, cur.Version); !held || sw.proc.Crashed() {
+				break
+			}
+			if err := w.cancel(t); err != nil {
+				return "error (caller retries): " + err.Error(), false
+			}
+			w.cover.fault(FaultCrash, sw.w.Phases()...)
+			return fmt.Sprintf("cancellation requested, then %s %s", cur.Owner, w.crash(i)), true
+		}
+		return "no-op: no worker holds the claim", false
+	}
+	return "no-op: unknown act", false
+}
+
+// carelessAct takes the careless client's next action: a claim when it
+// holds none, else the next write under its claim, made without any
+// pre-check.
+func (w *World) carelessAct() string {
+	c := &w.careless
+	if !c.held {
+		return w.carelessClaim()
+	}
+	var write string
+	var err error
+	var res model.StepResult
+	switch {
+	case c.cancel:
+		write, err = "cancel_ack", w.q.AcknowledgeCancel(w.ctx, c.claim)
+	case c.next >= len(c.plan):
+		write, err = "complete", w.q.Complete(w.ctx, c.claim)
+	default:
+		write = "step"
+		res, err = w.q.CompleteStep(w.ctx, model.StepWrite{Claim: c.claim, Index: c.next, Cost: c.plan[c.next].Cost})
+	}
+	w.cover.refusal(err)
+	settled := errors.Is(err, model.ErrBudgetExhausted) || errors.Is(err, model.ErrStepsExhausted) ||
+		errors.Is(err, model.ErrDeadlineExceeded)
+	r := worker.Report{Worker: carelessActor, Action: write, TaskID: c.claim.TaskID, Attempt: c.claim.Attempt,
+		Fence: c.claim.Fence, Write: write, Accepted: err == nil || settled}
+	w.checker.report(r)
+	line := fmt.Sprintf("%s task=%s fence=%d", write, c.claim.TaskID, c.claim.Fence)
+	if write == "step" {
+		line = fmt.Sprintf("step %d cost %d task=%s fence=%d", c.next, c.plan[c.next].Cost, c.claim.TaskID, c.claim.Fence)
+	}
+	switch {
+	case err == nil && write == "step":
+		c.next++
+		c.cancel = res.CancelRequested
+		return line + " -> accepted"
+	case err == nil:
+		c.held = false
+		return line + " -> accepted; claim over"
+	case RefusalClass(err) != "":
+		c.held = false
+		return line + " -> refused: " + err.Error() + "; claim over"
+	}
+	return line + " -> error (retries): " + err.Error()
+}
+
+// carelessClaim claims one task for the careless client; one it cannot run
+// without the handler it releases at once.
+func (w *World) carelessClaim() string {
+	c := &w.careless
+	claimed, err := w.q.Claim(w.ctx, model.ClaimRequest{Worker: carelessActor, Max: 1, Lease: w.sc.Lease})
+	w.cover.refusal(err)
+	if err != nil {
+		return "claim -> error: " + err.Error()
+	}
+	if len(claimed) == 0 {
+		return "claim -> nothing due"
+	}
+	cl := claimed[0]
+	w.checker.report(worker.Report{Worker: carelessActor, Action: worker.ActionClaim, Write: "claim", Accepted: true,
+		Claims: []model.Claim{cl.Claim}})
+	plan, err := worker.ParseSynthetic(cl.Task.Payload)
+	plain := err == nil
+	for _, s := range plan {
+		plain = plain && s.Effect == "" && s.Approval == "" && s.Fail == ""
+	}
+	if !plain {
+		return fmt.Sprintf("claimed %s/%d, not a plain task: %s", cl.Claim.TaskID, cl.Claim.Fence, w.release(carelessActor, cl.Claim))
+	}
+	*c = carelessClient{held: true, claim: cl.Claim, plan: plan, next: cl.Task.StepsUsed, cancel: cl.Task.CancelRequested}
+	return fmt.Sprintf("claimed %s/%d at step %d", cl.Claim.TaskID, cl.Claim.Fence, c.next)
+}
+
+// release gives a claim the world's own actors hold back to the queue,
+// through the queue's graceful release.
+func (w *World) release(actor string, cl model.Claim) string {
+	to, err := w.q.Release(w.ctx, cl)
+	w.cover.refusal(err)
+	w.checker.report(worker.Report{Worker: actor, Action: worker.ActionRelease, TaskID: cl.TaskID, Attempt: cl.Attempt,
+		Fence: cl.Fence, Write: "release", Accepted: err == nil})
+	if err != nil {
+		return "release -> " + err.Error()
+	}
+	return "released to " + string(to)
+}
+
+// readLimits reads the stored limits on the fault-free path.
+func (w *World) readLimits() (model.Limits, []model.UserLimit, error) {
+	var l model.Limits
+	var users []model.UserLimit
+	var err error
+	w.storage.Bypass(func() { l, users, err = w.q.Limits(w.ctx) })
+	return l, users, err
+}
+
+// limitsChanged notes that the operator changed the stored limits (the
+// lockstep tells the checker the limits in force after every change,
+// whether or not the write was reported to succeed).
+func (w *World) limitsChanged() { w.limitsMoved = true }
+
+// setLimits stores l as the operator.
+func (w *World) setLimits(l model.Limits) error {
+	err := w.q.SetLimits(w.ctx, l, operatorActor)
+	w.cover.refusal(err)
+	w.limitsChanged()
+	return err
+}
+
+// setUserLimit stores a user's override as the operator.
+func (w *World) setUserLimit(u model.UserLimit) error {
+	err := w.q.SetUserLimit(w.ctx, u, operatorActor)
+	w.cover.refusal(err)
+	w.limitsChanged()
+	return err
+}
+
+// probeSubmit submits a probe task as the probe user and says how it went.
+func (w *World) probeSubmit(payload string) string {
+	w.probes++
+	req := model.SubmitRequest{User: probeUser, Key: fmt.Sprintf("probe-%d", w.probes), Payload: payload, CostBudget: 5, StepsMax: 3}
+	res, err := w.q.Submit(w.ctx, req)
+	w.cover.refusal(err)
+	if err != nil {
+		return req.Key + " refused: " + err.Error()
+	}
+	return req.Key + " accepted as " + res.TaskID
+}
+
+// active counts the active tasks, of everyone ("") or of one user.
+func (w *World) active(user string) int {
+	n := 0
+	for _, t := range w.allTasks() {
+		if t.State.Active() && (user == "" || t.User == user) {
+			n++
+		}
+	}
+	return n
+}
+
+// limit changes one stored limit as the operator and then makes requests
+// just under and just over it. The depth caps, the running limit and the
+// claim batch stay in force until the limits are restored; the grant
+// maxima and attempts_max are put back at once.
+func (w *World) limit(name string) string {
+	l, _, err := w.readLimits()
+	if err != nil {
+		return "no-op: limits unreadable: " + err.Error()
+	}
+	var out []string
+	note := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	switch name {
+	case LimitGrant:
+		changed := l
+		changed.GrantCostMax, changed.GrantStepsMax = 5+int64(w.probes%3), 2
+		w.probes++
+		note("grant maxima cost %d steps %d: %s", changed.GrantCostMax, changed.GrantStepsMax, errText(w.setLimits(changed)))
+		note("%s", w.probeGrant(changed))
+		note("restore: %s", errText(w.setLimits(w.base)))
+	case LimitDepth:
+		l.DepthMax = w.active("") + 1
+		note("depth_max %d: %s", l.DepthMax, errText(w.setLimits(l)))
+		note("%s", w.probeSubmit(probePayload))
+		note("%s", w.probeSubmit(probePayload))
+	case LimitUserDepth:
+		u := model.UserLimit{User: probeUser, RunningMax: model.Inherit, DepthMax: w.active(probeUser) + 1}
+		note("%s depth_max %d: %s", probeUser, u.DepthMax, errText(w.setUserLimit(u)))
+		note("%s", w.probeSubmit(probePayload))
+		note("%s", w.probeSubmit(probePayload))
+	case LimitUserRunning:
+		l.UserRunningMax = 1
+		note("user_running_max 1: %s", errText(w.setLimits(l)))
+	case LimitAttempts:
+		changed := l
+		changed.AttemptsMax = 1 + w.probes%2
+		note("attempts_max %d: %s", changed.AttemptsMax, errText(w.setLimits(changed)))
+		for _, times := range []int{changed.AttemptsMax - 1, changed.AttemptsMax} {
+			note("%s", w.probeSubmit(fmt.Sprintf(`{"steps":[{"cost":1,"fail":"transient","times":%d}]}`, times)))
+		}
+		note("restore: %s", errText(w.setLimits(w.base)))
+	case LimitClaimBatch:
+		l.ClaimBatchMax = 1 + w.probes%2
+		w.probes++
+		note("claim_batch_max %d: %s", l.ClaimBatchMax, errText(w.setLimits(l)))
+		note("%s", w.probeClaim(l.ClaimBatchMax+1))
+		note("%s", w.probeClaim(l.ClaimBatchMax))
+	default:
+		return "no-op: unknown limit " + name
+	}
+	return strings.Join(out, "; ")
+}
+
+// probeGrant requeues a dead-lettered task with a grant just over the
+// maxima (refused, nothing written) and then one at them (accepted). It
+// picks a task whose expected end a grant cannot change: not a scenario
+// task, or one expected to be resolved by the operator. With none in
+// review it aims both at another task: the first is still refused for its
+// size, the second for the task's state.
+func (w *World) probeGrant(l model.Limits) string {
+	var target string
+	for _, t := range w.allTasks() {
+		script := w.scriptOf(t.ID)
+		grantable := t.State == model.NeedsReview && t.Reason == model.AttemptsExhausted &&
+			(script == nil || script.spec.Expect.Reason == model.OperatorResolved)
+		if target == "" && t.State != model.NeedsReview || grantable {
+			target = t.ID
+		}
+	}
+	if target == "" {
+		return "no task to requeue"
+	}
+	var out []string
+	for _, g := range []model.Grant{{Cost: l.GrantCostMax + 1, Steps: l.GrantStepsMax}, {Cost: l.GrantCostMax, Steps: l.GrantStepsMax}} {
+		err := w.q.Requeue(w.ctx, target, g, operatorActor)
+		w.cover.refusal(err)
+		out = append(out, fmt.Sprintf("requeue %s grant cost %d steps %d: %s", target, g.Cost, g.Steps, errText(err)))
+	}
+	return strings.Join(out, "; ")
+}
+
+// probeClaim claims a batch of max as the prober and releases what it got.
+func (w *World) probeClaim(max int) string {
+	claimed, err := w.q.Claim(w.ctx, model.ClaimRequest{Worker: proberActor, Max: max, Lease: w.sc.Lease})
+	w.cover.refusal(err)
+	if err != nil {
+		return fmt.Sprintf("claim %d: %v", max, err)
+	}
+	out := []string{fmt.Sprintf("claim %d: %d claimed", max, len(claimed))}
+	if len(claimed) > 0 {
+		r := worker.Report{Worker: proberActor, Action: worker.ActionClaim, Write: "claim", Accepted: true}
+		for _, c := range claimed {
+			r.Claims = append(r.Claims, c.Claim)
+		}
+		w.checker.report(r)
+	}
+	for _, c := range claimed {
+		out = append(out, c.Claim.TaskID+" "+w.release(proberActor, c.Claim))
+	}
+	return strings.Join(out, ", ")
+}
+
+// restoreLimits puts the scenario's limits back: the defaults and every
+// per-user override, the probe user's included.
+func (w *World) restoreLimits() string {
+	if !w.limitsMoved {
+		return "no-op: limits unchanged"
+	}
+	errs := []error{w.q.SetLimits(w.ctx, w.base, operatorActor)}
+	for _, u := range append(append([]model.UserLimit(nil), w.sc.UserLimits...),
+		model.UserLimit{User: probeUser, RunningMax: model.Inherit, DepthMax: model.Inherit}) {
+		errs = append(errs, w.q.SetUserLimit(w.ctx, u, operatorActor))
+	}
+	err := errors.Join(errs...)
+	w.cover.refusal(err)
+	w.limitsChanged()
+	if err != nil {
+		return "restore: " + err.Error()
+	}
+	w.limitsMoved = false
+	return "restored"
+}
