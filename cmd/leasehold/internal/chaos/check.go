@@ -79,6 +79,17 @@ func judge(ev evidence) Findings {
 				t.StepsUsed, t.StepsMax, steps[t.ID])
 		}
 	}
+	// A task that ended for its budget or step limit stopped before the
+	// step that would have passed it: no effect of that step or a later
+	// one may have been applied.
+	for _, e := range ev.Effects {
+		t, ok := tasks[e.TaskID]
+		limited := t.Reason == model.BudgetExhausted || t.Reason == model.StepsExhausted
+		if ok && limited && e.Step >= t.StepsUsed && ev.Applied[e.OpID] > 0 {
+			f.Overspent++
+			note("overspent: task %s ended %s after %d steps, yet the service applied %s of step %d", t.ID, t.Reason, t.StepsUsed, e.OpID, e.Step)
+		}
+	}
 	for _, bad := range replay(entries(ev.Events, ev.Workers)) {
 		e := bad.Event
 		f.StaleAccepted++

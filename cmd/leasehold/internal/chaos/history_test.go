@@ -135,6 +135,16 @@ func TestJudgeCountsEachViolation(t *testing.T) {
 	require.Equal(t, 1, f.StaleAccepted, f.Details)
 	require.Equal(t, 1, f.Overspent, f.Details)
 	require.Len(t, f.Details, 6)
+
+	// An effect applied for the step a budget refused is overspending too.
+	limited := clean
+	limited.Tasks = []model.Task{{ID: "t_1", State: model.Failed, Reason: model.BudgetExhausted, CostBudget: 5, CostUsed: 3, StepsMax: 3, StepsUsed: 1}}
+	f = judge(limited)
+	require.Equal(t, 1, f.Overspent, f.Details)
+	limited.Applied = map[string]int{}
+	limited.Effects = []model.Effect{{OpID: "t_1.s1", TaskID: "t_1", Step: 1, IntentFence: 1}}
+	f = judge(limited)
+	require.Zero(t, f.Overspent, "an intent alone, never applied, spends nothing: %v", f.Details)
 }
 
 // A call is late when a newer claim of its task committed before the
