@@ -386,6 +386,9 @@ func (q *Queue) Release(ctx context.Context, c model.Claim) (model.State, error)
 			return t.settle(task, model.Cancelled, model.CancelledByCaller, model.EventCancelled, c.Owner, "")
 		}
 		task.RunAt = t.now
+		if broken("release-charges-attempt") {
+			task.AttemptsCharged++
+		}
 		to = model.Queued
 		return t.settle(task, model.Queued, model.NoReason, model.EventReleased, c.Owner, "")
 	})

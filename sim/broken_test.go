@@ -43,6 +43,8 @@ var brokenVariants = []struct{ variant, scenario, check string }{
 	{"worker-ignores-cancel", "portfolio", InvCancelObserved},
 	{"depth-cap-off-by-one", "quota", InvLimitsInForce},
 	{"pause-charges-attempt", "portfolio", InvNoCharge},
+	{"release-charges-attempt", "portfolio", InvNoCharge},
+	{"requeue-grant-unbounded", "portfolio", InvOracleOutcome},
 }
 
 // catch sweeps seeds 1 to seeds of the scenario and returns the first
