@@ -463,6 +463,8 @@ func badInputs() []badCase {
 		{"sim all with a report", w("sim"), []string{"--scenario", "all", "--report", "r"}, []string{"--scenario all", "--report"}, true},
 		{"sim json with trace", w("sim"), []string{"--json", "--trace"}, []string{"--json", "--trace"}, true},
 		{"sim bad coverage value", w("sim"), []string{"--coverage=maybe"}, []string{"coverage"}, true},
+		{"sim timeline into a missing directory", w("sim"), []string{"--timeline", "/nonexistent/dir/t.json"}, []string{"--timeline", "does not exist"}, true},
+		{"sim timeline onto a directory", w("sim"), []string{"--timeline", "/"}, []string{"--timeline", "directory"}, true},
 		// audit
 		{"audit unknown flag", w("audit"), []string{"--bogus"}, []string{"bogus"}, false},
 		{"audit bad task ID", w("audit"), []string{"--task", "nope"}, []string{"task", "nope"}, false},

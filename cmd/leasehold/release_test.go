@@ -821,6 +821,8 @@ func TestSimReport(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(out, "report.md"))
 	require.NoError(t, err)
 	require.Contains(t, string(md), "# leasehold sim: late-result, seeds 4..15")
+	require.Contains(t, string(md), "### Coverage: late-result (12 seeds)")
+	require.Contains(t, string(md), "`transition queued -claimed-> running` | 12 |")
 	page, err := os.ReadFile(filepath.Join(out, "index.html"))
 	require.NoError(t, err)
 	require.Contains(t, string(page), "<svg")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -118,6 +119,14 @@ func simFlags(args []string) (simOptions, error) {
 	}
 	if len(o.scenarios) > 1 && (*keep != "" || o.timeline != "" || o.report != "") {
 		return o, badUsage("--scenario all: --events, --timeline and --report name one scenario's run; pick a scenario")
+	}
+	if o.timeline != "" {
+		if fi, err := os.Stat(o.timeline); err == nil && fi.IsDir() {
+			return o, badUsage("--timeline: %s is a directory, not a file", o.timeline)
+		}
+		if fi, err := os.Stat(filepath.Dir(o.timeline)); err != nil || !fi.IsDir() {
+			return o, badUsage("--timeline: the directory of %s does not exist", o.timeline)
+		}
 	}
 	if o.json && o.trace {
 		return o, badUsage("--json and --trace: the trace is text; drop one")

@@ -52,6 +52,13 @@ func simReport(sc scenarios.Scenario, from uint64, count int, keep []int, recs [
 			sweep.Fingerprints = append(sweep.Fingerprints, reports.Fingerprint{Seed: rec.Seed, Fingerprint: rec.Fingerprint})
 		}
 	}
+	var cov sim.Coverage
+	for _, rec := range recs {
+		cov.Add(rec.Coverage)
+	}
+	for _, row := range cov.Rows(sc) {
+		sweep.Coverage = append(sweep.Coverage, reports.CoverageCell{Cell: row.Cell.String(), Seeds: row.Seeds, Declared: row.Declared})
+	}
 	r.Fixture.Sweeps = []reports.Sweep{sweep}
 	r.Fixture.About = []string{
 		"Fixture: the real queue (SQLite, in memory) driven by seeded schedules under a fake clock that starts at " + sim.Epoch.Format(time.RFC3339) + ".",
