@@ -170,24 +170,48 @@ var DefaultLimits = Limits{
 	ClaimBatchMax:  16,
 }
 
+// Range is an integer field's inclusive range.
+type Range struct{ Min, Max int64 }
+
+// Contains reports whether v is inside r, bounds included.
+func (r Range) Contains(v int64) bool { return v >= r.Min && v <= r.Max }
+
+// LimitRanges are the inclusive ranges of Limits' fields, by their names
+// on the wire.
+var LimitRanges = map[string]Range{
+	"depth_max":        {0, 10_000_000},
+	"user_depth_max":   {0, 10_000_000},
+	"user_running_max": {0, 100_000},
+	"attempts_max":     {1, 100},
+	"grant_cost_max":   {0, CostBudgetMax},
+	"grant_steps_max":  {0, StepsMaxLimit},
+	"claim_batch_max":  {1, ClaimBatchLimit},
+}
+
+// UserLimitRanges are the inclusive ranges of UserLimit's fields, Inherit
+// included.
+var UserLimitRanges = map[string]Range{
+	"running_max": {Inherit, 100_000},
+	"depth_max":   {Inherit, 10_000_000},
+}
+
 // Validate checks every limit's range.
 func (l Limits) Validate() error {
 	checks := []struct {
-		field    string
-		value    int64
-		min, max int64
+		field string
+		value int64
 	}{
-		{"depth_max", int64(l.DepthMax), 0, 10_000_000},
-		{"user_depth_max", int64(l.UserDepthMax), 0, 10_000_000},
-		{"user_running_max", int64(l.UserRunningMax), 0, 100_000},
-		{"attempts_max", int64(l.AttemptsMax), 1, 100},
-		{"grant_cost_max", l.GrantCostMax, 0, CostBudgetMax},
-		{"grant_steps_max", int64(l.GrantStepsMax), 0, StepsMaxLimit},
-		{"claim_batch_max", int64(l.ClaimBatchMax), 1, ClaimBatchLimit},
+		{"depth_max", int64(l.DepthMax)},
+		{"user_depth_max", int64(l.UserDepthMax)},
+		{"user_running_max", int64(l.UserRunningMax)},
+		{"attempts_max", int64(l.AttemptsMax)},
+		{"grant_cost_max", l.GrantCostMax},
+		{"grant_steps_max", int64(l.GrantStepsMax)},
+		{"claim_batch_max", int64(l.ClaimBatchMax)},
 	}
 	for _, c := range checks {
-		if c.value < c.min || c.value > c.max {
-			return invalid(c.field, "must be between %d and %d, got %d", c.min, c.max, c.value)
+		if r := LimitRanges[c.field]; !r.Contains(c.value) {
+			return invalid(c.field, "must be between %d and %d, got %d", r.Min, r.Max, c.value)
 		}
 	}
 	return nil
@@ -209,11 +233,11 @@ func (u UserLimit) Validate() error {
 	if err := CheckName("user", u.User); err != nil {
 		return err
 	}
-	if u.RunningMax < Inherit || u.RunningMax > 100_000 {
-		return invalid("running_max", "must be -1 (inherit) or between 0 and 100000, got %d", u.RunningMax)
+	if r := UserLimitRanges["running_max"]; !r.Contains(int64(u.RunningMax)) {
+		return invalid("running_max", "must be -1 (inherit) or between 0 and %d, got %d", r.Max, u.RunningMax)
 	}
-	if u.DepthMax < Inherit || u.DepthMax > 10_000_000 {
-		return invalid("depth_max", "must be -1 (inherit) or between 0 and 10000000, got %d", u.DepthMax)
+	if r := UserLimitRanges["depth_max"]; !r.Contains(int64(u.DepthMax)) {
+		return invalid("depth_max", "must be -1 (inherit) or between 0 and %d, got %d", r.Max, u.DepthMax)
 	}
 	return nil
 }

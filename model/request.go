@@ -3,9 +3,11 @@ package model
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -20,8 +22,9 @@ const (
 	PriorityMax     = 100
 )
 
-// timeMin and timeMax bound run_at and deadline: a time outside them is
-// almost certainly a unit mistake (seconds for milliseconds, or a zero date).
+// timeMin and timeMax bound run_at and deadline, both included: a time
+// outside them is almost certainly a unit mistake (seconds for
+// milliseconds, or a zero date).
 var (
 	timeMin = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 	timeMax = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
@@ -119,10 +122,25 @@ func checkName(field, value string, lengthMax int, allowed func(byte) bool) erro
 	}
 	for i := 0; i < len(value); i++ {
 		if !allowed(value[i]) {
-			return invalid(field, "character %q at offset %d is not allowed", value[i], i)
+			return invalid(field, "%s at offset %d is not allowed", describeChar(value[i:]), i)
 		}
 	}
 	return nil
+}
+
+// describeChar names the character s starts with as it reads: a printable
+// one quoted as itself ('ü', not the first byte of its encoding), any
+// other by its code point, and a byte that starts no valid UTF-8 by its
+// value.
+func describeChar(s string) string {
+	r, size := utf8.DecodeRuneInString(s)
+	switch {
+	case r == utf8.RuneError && size <= 1:
+		return fmt.Sprintf("byte 0x%02X (not UTF-8)", s[0])
+	case unicode.IsPrint(r):
+		return fmt.Sprintf("character %q", r)
+	}
+	return fmt.Sprintf("character %U", r)
 }
 
 func isAlnum(c byte) bool {
@@ -164,10 +182,23 @@ func normalizeTime(field string, t time.Time) (time.Time, error) {
 	if t.IsZero() {
 		return t, nil
 	}
-	if t.Before(timeMin) || t.After(timeMax) {
-		return time.Time{}, invalid(field, "%s is outside %d to %d", t.UTC().Format(time.RFC3339), timeMin.Year(), timeMax.Year())
+	if err := CheckTimeRange(field, t); err != nil {
+		return time.Time{}, err
 	}
 	return Truncate(t), nil
+}
+
+// CheckTimeRange refuses a time outside the bounds of run_at, deadline and
+// a schedule's origin (2000-01-01T00:00:00Z to 9999-12-31T00:00:00Z, both
+// included). The zero time is outside them: a parser that reads a time
+// written as 0001-01-01T00:00:00Z refuses it here rather than pass it on
+// as "not set".
+func CheckTimeRange(field string, t time.Time) error {
+	if t.Before(timeMin) || t.After(timeMax) {
+		return invalid(field, "must be from %s to %s inclusive, got %s", timeMin.Format(time.RFC3339),
+			timeMax.Format(time.RFC3339), t.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // requestHash hashes the canonical request: every field, in a fixed order,

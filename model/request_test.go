@@ -245,3 +245,32 @@ func TestPayloadErrorsNeverQuoteThePayload(t *testing.T) {
 		require.NotContains(t, err.Error(), "'S'", p)
 	}
 }
+
+// Refusals of a name quote the character as it reads, and a time outside
+// the bounds states them exactly (both included).
+func TestRefusalsStateWhatWasWrongExactly(t *testing.T) {
+	for _, c := range []struct {
+		edit func(*SubmitRequest)
+		want string
+	}{
+		{func(r *SubmitRequest) { r.User = "jürgen" }, "user: character 'ü' at offset 1 is not allowed"},
+		{func(r *SubmitRequest) { r.User = "a\x00b" }, "user: character U+0000 at offset 1 is not allowed"},
+		{func(r *SubmitRequest) { r.Key = "k\xff" }, "key: byte 0xFF (not UTF-8) at offset 1 is not allowed"},
+		{func(r *SubmitRequest) { r.RunAt = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC) },
+			"run_at: must be from 2000-01-01T00:00:00Z to 9999-12-31T00:00:00Z inclusive, got 9999-12-31T23:59:59Z"},
+		{func(r *SubmitRequest) { r.Deadline = time.Date(1999, 12, 31, 23, 59, 59, 0, time.UTC) },
+			"deadline: must be from 2000-01-01T00:00:00Z to 9999-12-31T00:00:00Z inclusive, got 1999-12-31T23:59:59Z"},
+	} {
+		r := validRequest()
+		c.edit(&r)
+		_, err := Normalize(r)
+		require.EqualError(t, err, c.want)
+	}
+	// The bounds themselves are accepted.
+	for _, at := range []time.Time{timeMin, timeMax} {
+		r := validRequest()
+		r.RunAt = at
+		_, err := Normalize(r)
+		require.NoError(t, err, "%s", at)
+	}
+}

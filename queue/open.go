@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +67,13 @@ type Options struct {
 	// modernc.org/sqlite connections underneath.
 	Driver  driver.Driver
 	Migrate MigrateMode
+	// ReadOnly opens an existing file database for reading only (SQLite's
+	// mode=ro): no journal-mode change, no migration, no file created
+	// where it cannot be. Its schema must be this build's: an older one is
+	// refused with ErrSchemaOutdated, an empty file with ErrNoSchema.
+	// Every write fails with a read_only storage error. See openReadOnly
+	// for a database in a place nobody can write.
+	ReadOnly bool
 	// Image, for an in-memory database, is a database image (from
 	// Queue.Image) to start from instead of an empty database: the
 	// simulator opens thousands of worlds from one migrated image.
@@ -123,10 +132,19 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	if o.Clock == nil || o.IDs == nil {
 		return nil, errors.New("queue: open: Options.Clock and Options.IDs are required")
 	}
+	if o.ReadOnly {
+		return openReadOnly(ctx, o)
+	}
 	dsn, pragmas, err := buildDSN(o)
 	if err != nil {
 		return nil, err
 	}
+	return open(ctx, o, dsn, pragmas)
+}
+
+// open opens the queue on dsn and checks (read-only) or migrates its
+// schema.
+func open(ctx context.Context, o Options, dsn string, pragmas []string) (*Queue, error) {
 	texts, err := queries()
 	if err != nil {
 		return nil, err
@@ -163,7 +181,11 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 			return nil, err
 		}
 	}
-	if err := q.migrate(ctx, o.Migrate); err != nil {
+	check := func() error { return q.migrate(ctx, o.Migrate) }
+	if o.ReadOnly {
+		check = func() error { return q.checkCurrent(ctx) }
+	}
+	if err := check(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -171,6 +193,123 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 		q.startWriter()
 	}
 	return q, nil
+}
+
+// openReadOnly opens o.Path with mode=ro. In WAL mode a reader needs the
+// -shm file, which it creates if it can: in a directory or on a mount
+// nobody can write, and with no -shm and -wal left by a writer, mode=ro
+// cannot open the file. Then, and only when no -wal file exists (so every
+// committed transaction is in the main file, and no writer can have the
+// database open: a writer would have had to create the -wal), the file is
+// opened as immutable, which SQLite reads without locks or companions.
+func openReadOnly(ctx context.Context, o Options) (*Queue, error) {
+	if o.Path == Memory || o.Image != nil {
+		return nil, &model.ValidationError{Field: "db", Problem: "only a database file opens read-only"}
+	}
+	if _, err := os.Stat(o.Path); err != nil {
+		return nil, fmt.Errorf("queue: open %s read-only: %w", o.Path, err)
+	}
+	dsn, pragmas, err := readOnlyDSN(o, false)
+	if err != nil {
+		return nil, err
+	}
+	q, err := open(ctx, o, dsn, pragmas)
+	if retry, err := immutableRetry(o.Path, err); !retry {
+		return q, err
+	}
+	if dsn, pragmas, err = readOnlyDSN(o, true); err != nil {
+		return nil, err
+	}
+	return open(ctx, o, dsn, pragmas)
+}
+
+// immutableRetry decides, after a mode=ro open of path failed with err,
+// whether to open it as immutable instead (see openReadOnly), or returns
+// the error to report.
+func immutableRetry(path string, err error) (bool, error) {
+	if ClassOf(err) != ClassCantOpen {
+		return false, err
+	}
+	if _, statErr := os.Stat(path + "-wal"); !errors.Is(statErr, os.ErrNotExist) {
+		return false, fmt.Errorf("queue: open %s read-only: its -wal file may hold transactions not yet in the file, and "+
+			"reading them needs a -shm file this process cannot create: %w", path, err)
+	}
+	return true, nil
+}
+
+// OpenReadOnlyDB opens the database file at path read-only as Open does
+// with Options.ReadOnly, without checking its schema (snapshots and
+// upgrades read databases of other versions), and makes a first read to
+// be sure it can be read. It has one connection.
+func OpenReadOnlyDB(ctx context.Context, path string) (*sql.DB, error) {
+	try := func(immutable bool) (*sql.DB, error) {
+		dsn, _, err := readOnlyDSN(Options{Path: path}, immutable)
+		if err != nil {
+			return nil, err
+		}
+		db := sql.OpenDB(connector{dsn: dsn, drv: &sqlite.Driver{}})
+		db.SetMaxOpenConns(1)
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlite_schema").Scan(&n); err != nil {
+			db.Close()
+			return nil, err
+		}
+		return db, nil
+	}
+	db, err := try(false)
+	if retry, err := immutableRetry(path, err); !retry {
+		return db, err
+	}
+	return try(true)
+}
+
+// readOnlyDSN is the DSN of a read-only open: a file: URI (SQLite reads
+// mode and immutable only from a URI) with the busy timeout and
+// query_only, and no journal_mode or synchronous, which are a writer's.
+func readOnlyDSN(o Options, immutable bool) (string, []string, error) {
+	if _, _, err := buildDSN(o); err != nil { // the same checks of the path and settings
+		return "", nil, err
+	}
+	abs, err := filepath.Abs(o.Path)
+	if err != nil {
+		return "", nil, fmt.Errorf("queue: open %s read-only: %w", o.Path, err)
+	}
+	busy := o.BusyTimeout
+	switch {
+	case busy == 0:
+		busy = 5 * time.Second
+	case busy < 0:
+		busy = 0
+	}
+	pragmas := []string{fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()), "query_only(1)"}
+	v := url.Values{}
+	v.Set("mode", "ro")
+	if immutable {
+		v.Set("immutable", "1")
+	}
+	for _, p := range pragmas {
+		v.Add("_pragma", p)
+	}
+	return (&url.URL{Scheme: "file", Path: abs}).String() + "?" + v.Encode(), pragmas, nil
+}
+
+// ErrNoSchema: a database opened read-only has no leasehold schema (an
+// empty or foreign file); nothing creates one in a read-only open.
+var ErrNoSchema = errors.New("database has no leasehold schema")
+
+// checkCurrent refuses a database whose schema is not exactly this
+// build's, changing nothing.
+func (q *Queue) checkCurrent(ctx context.Context) error {
+	applied, pending, err := Plan(ctx, q.db)
+	switch {
+	case err != nil:
+		return err
+	case len(applied) == 0:
+		return fmt.Errorf("queue: %s: %w", q.path, ErrNoSchema)
+	case len(pending) > 0:
+		return outdated(applied, pending)
+	}
+	return nil
 }
 
 func buildDSN(o Options) (string, []string, error) {

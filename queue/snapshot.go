@@ -52,14 +52,14 @@ const manifestFormat = "leasehold-snapshot-1"
 func ManifestPath(snapshot string) string { return snapshot + ".manifest.json" }
 
 // openRaw opens a database file with the queue's PRAGMAs (read-only when
-// readOnly), without checking or migrating its schema: snapshots and
-// upgrades work on databases of other versions.
+// readOnly: see OpenReadOnlyDB), without checking or migrating its schema:
+// snapshots and upgrades work on databases of other versions.
 func openRaw(path string, readOnly bool) (*sql.DB, error) {
+	if readOnly {
+		return OpenReadOnlyDB(context.Background(), path)
+	}
 	v := url.Values{}
 	v.Add("_pragma", "busy_timeout(5000)")
-	if readOnly {
-		v.Add("_pragma", "query_only(1)")
-	}
 	db := sql.OpenDB(connector{dsn: path + "?" + v.Encode(), drv: &sqlite.Driver{}})
 	db.SetMaxOpenConns(1)
 	if err := db.Ping(); err != nil {

@@ -145,7 +145,11 @@ func runLimits(e *env, args []string) int {
 			return fail(e, "limits", err)
 		}
 	}
-	return withQueue(e, "limits", c, func(q *queue.Queue) error {
+	with := withReader // showing only reads
+	if changing {
+		with = withQueue
+	}
+	return with(e, "limits", c, func(q *queue.Queue) error {
 		limits, users, err := q.Limits(e.ctx)
 		if err != nil {
 			return err
@@ -249,7 +253,7 @@ func runSchedule(e *env, args []string) int {
 		if err := parse(fs, args); err != nil {
 			return fail(e, "schedule", err)
 		}
-		return withQueue(e, "schedule", c, func(q *queue.Queue) error {
+		return withReader(e, "schedule", c, func(q *queue.Queue) error {
 			schedules, err := q.Schedules(e.ctx)
 			if err != nil {
 				return err

@@ -48,7 +48,7 @@ func runAudit(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "audit", err)
 	}
-	return withQueue(e, "audit", c, func(q *queue.Queue) error {
+	return withReader(e, "audit", c, func(q *queue.Queue) error {
 		events, err := q.Audit(e.ctx, f)
 		if err != nil {
 			return err

@@ -175,7 +175,7 @@ func runStatus(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "status", err)
 	}
-	return withQueue(e, "status", c, func(q *queue.Queue) error {
+	return withReader(e, "status", c, func(q *queue.Queue) error {
 		t, err := q.Task(e.ctx, id)
 		if err != nil {
 			return err
@@ -211,7 +211,7 @@ func runList(e *env, args []string) int {
 	if _, err := f.CheckedLimit(); err != nil {
 		return fail(e, "list", err)
 	}
-	return withQueue(e, "list", c, func(q *queue.Queue) error {
+	return withReader(e, "list", c, func(q *queue.Queue) error {
 		tasks, err := q.List(e.ctx, f)
 		if err != nil {
 			return err

@@ -5,11 +5,14 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -119,7 +122,9 @@ func checkDBPath(path string) error {
 	return nil
 }
 
-// openQueue opens the database for a command with the real clock.
+// openQueue opens the database for a command that writes, with the real
+// clock. A database this process cannot write is refused, saying so,
+// before anything is opened.
 func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Queue, error) {
 	if err := checkDBPath(*c.db); err != nil {
 		return nil, err
@@ -128,8 +133,71 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 	if err != nil {
 		return nil, err
 	}
-	return queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+	if err := checkWritable(*c.db); err != nil {
+		return nil, err
+	}
+	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
 		Synchronous: sync, Migrate: mode, BusyTimeout: busy, ValidatePayload: worker.ValidateSynthetic})
+	return q, explainOpen(*c.db, err)
+}
+
+// openReader opens an existing database for a command that only reads:
+// read-only (queue.Options.ReadOnly), so it works where the database
+// cannot be written and changes nothing in it.
+func openReader(ctx context.Context, c common) (*queue.Queue, error) {
+	if err := checkDBPath(*c.db); err != nil {
+		return nil, err
+	}
+	busy, _, err := c.settings()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(*c.db); err != nil {
+		return nil, fmt.Errorf("database %s: %w", *c.db, err)
+	}
+	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+		BusyTimeout: busy, ReadOnly: true})
+	return q, explainOpen(*c.db, err)
+}
+
+// errReadOnly: the database (or its directory, where SQLite keeps its
+// -wal and -shm files) cannot be written by this process.
+var errReadOnly = errors.New("database is read-only")
+
+// checkWritable refuses a database a writer could not use: the file, or
+// the directory its companions are created in, not writable by this
+// process (permissions, a read-only mount, an immutable file).
+func checkWritable(path string) error {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		if err := syscall.Access(dir, accessWrite); err != nil {
+			return fmt.Errorf("%w: %s (cannot create it in %s: %v)", errReadOnly, path, dir, err)
+		}
+		return nil
+	}
+	for _, p := range []string{path, dir} {
+		if err := syscall.Access(p, accessWrite); err != nil {
+			return fmt.Errorf("%w: %s", errReadOnly, path)
+		}
+	}
+	return nil
+}
+
+// accessWrite is access(2)'s W_OK.
+const accessWrite = 2
+
+// explainOpen words what an open's failure means for the command: a
+// read-only database, or one that needs migrate first.
+func explainOpen(path string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case queue.ClassOf(err) == queue.ClassReadOnly:
+		return fmt.Errorf("%w: %s", errReadOnly, path)
+	case errors.Is(err, queue.ErrSchemaOutdated):
+		return fmt.Errorf("%w; run leasehold migrate --db %s", err, path)
+	}
+	return err
 }
 
 // checkIntakePayload refuses, as the queue opened by openQueue would, a
@@ -162,13 +230,16 @@ func parseTime(field, s string) (time.Time, error) {
 	if rest, ok := strings.CutPrefix(s, "+"); ok {
 		d, err := time.ParseDuration(rest)
 		if err != nil || d < 0 {
-			return time.Time{}, badUsage("--%s: %q is not +DURATION (like +30s)", field, s)
+			return time.Time{}, badUsage("--%s: %s is not +DURATION (like +30s)", field, quote(s, 64))
 		}
 		return time.Now().Add(d), nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, badUsage("--%s: %q is not an RFC 3339 time or +DURATION", field, s)
+		return time.Time{}, badUsage("--%s: %s is not an RFC 3339 time or +DURATION", field, quote(s, 64))
+	}
+	if t.IsZero() { // the zero time is out of range, not "not set"
+		return time.Time{}, badUsage("--%s", model.CheckTimeRange(field, t))
 	}
 	return t, nil
 }

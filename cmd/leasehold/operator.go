@@ -23,15 +23,26 @@ func init() {
 	register("metrics", "print the queue's metrics", runMetrics)
 }
 
-// withQueue opens an existing database for one command.
+// withQueue opens an existing database for one command that writes.
 func withQueue(e *env, name string, c common, fn func(q *queue.Queue) error) int {
 	q, err := openExisting(e.ctx, c)
+	return runWith(e, name, *c.db, q, err, fn)
+}
+
+// withReader opens an existing database read-only for one command that
+// only reads.
+func withReader(e *env, name string, c common, fn func(q *queue.Queue) error) int {
+	q, err := openReader(e.ctx, c)
+	return runWith(e, name, *c.db, q, err, fn)
+}
+
+func runWith(e *env, name, path string, q *queue.Queue, err error, fn func(q *queue.Queue) error) int {
 	if err != nil {
 		return fail(e, name, err)
 	}
 	defer q.Close()
 	if err := fn(q); err != nil {
-		return fail(e, name, err)
+		return fail(e, name, explainOpen(path, err))
 	}
 	return exitOK
 }
@@ -167,7 +178,7 @@ func runEvents(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "events", err)
 	}
-	return withQueue(e, "events", c, func(q *queue.Queue) error {
+	return withReader(e, "events", c, func(q *queue.Queue) error {
 		if _, err := q.Task(e.ctx, id); err != nil {
 			return err
 		}
@@ -200,7 +211,7 @@ func runInspect(e *env, args []string) int {
 	if err := parse(fs, args); err != nil {
 		return fail(e, "inspect", err)
 	}
-	return withQueue(e, "inspect", c, func(q *queue.Queue) error {
+	return withReader(e, "inspect", c, func(q *queue.Queue) error {
 		now := time.Now()
 		var out []inspection
 		for _, state := range []model.State{model.Running, model.NeedsReview, model.WaitingForApproval, model.Queued} {
@@ -309,7 +320,7 @@ func runMetrics(e *env, args []string) int {
 	if err := parse(fs, args); err != nil {
 		return fail(e, "metrics", err)
 	}
-	return withQueue(e, "metrics", c, func(q *queue.Queue) error {
+	return withReader(e, "metrics", c, func(q *queue.Queue) error {
 		m, err := q.Metrics(e.ctx)
 		if err != nil {
 			return err

@@ -81,7 +81,7 @@ func tree(t *testing.T, dir string) map[string]string {
 		return nil
 	})
 	require.NoError(t, err)
-	return out
+	return withoutReaderFiles(out)
 }
 
 // sha256File returns the hex SHA-256 of a file.

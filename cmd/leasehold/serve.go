@@ -166,14 +166,40 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(err)
 	body := apiError{Error: oneLine(err.Error())}
 	var v *model.ValidationError
-	if errors.As(err, &v) {
+	var maxBytes *http.MaxBytesError
+	switch {
+	case errors.As(err, &v):
 		body.Field = v.Field
+	case errors.As(err, &maxBytes):
+		body.Field = "body"
+	default:
+		body.Field = refusedField(err, r)
 	}
 	if status == http.StatusServiceUnavailable {
 		s.log.Warn("request failed in storage", "method", r.Method, "path", r.URL.Path, "error", body.Error)
 		body.Error = "storage unavailable; retry later"
 	}
 	writeJSON(w, status, body)
+}
+
+// refusedField names what a refusal that is not a validation error is
+// about: the field that conflicts, or the path value naming what was not
+// found or is in the wrong state. "" for a queue-wide refusal (queue full)
+// and for storage failures.
+func refusedField(err error, r *http.Request) string {
+	switch {
+	case errors.Is(err, model.ErrVersionMismatch):
+		return "version"
+	case errors.Is(err, model.ErrIdempotencyConflict):
+		return "key"
+	case errors.Is(err, model.ErrNotFound), errors.Is(err, model.ErrInvalidTransition), errors.Is(err, model.ErrEffectReceipted):
+		for _, name := range []string{"id", "op", "user"} {
+			if r.PathValue(name) != "" {
+				return name
+			}
+		}
+	}
+	return ""
 }
 
 // handler is one route's work, given the caller's token.
@@ -228,28 +254,6 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
-// decode reads a JSON body into v, refusing unknown fields and trailing
-// data with a 400 that names the problem (a too-large body is a 413).
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var maxBytes *http.MaxBytesError
-		if errors.As(err, &maxBytes) {
-			return err
-		}
-		var wrongType *json.UnmarshalTypeError
-		if errors.As(err, &wrongType) && wrongType.Field != "" {
-			return &model.ValidationError{Field: wrongType.Field, Problem: "wrong type: got a JSON " + wrongType.Value}
-		}
-		return &model.ValidationError{Field: "body", Problem: err.Error()}
-	}
-	if dec.More() {
-		return &model.ValidationError{Field: "body", Problem: "trailing data after the JSON object"}
-	}
-	return nil
-}
-
 // taskID reads and checks the {id} path value.
 func taskID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
@@ -277,14 +281,17 @@ func parseAPITime(field, s string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, &model.ValidationError{Field: field, Problem: fmt.Sprintf("%q is not an RFC 3339 time", s)}
+		return time.Time{}, &model.ValidationError{Field: field, Problem: fmt.Sprintf("%s is not an RFC 3339 time", quote(s, 64))}
+	}
+	if t.IsZero() { // the zero time is out of range, not "not set"
+		return time.Time{}, model.CheckTimeRange(field, t)
 	}
 	return t, nil
 }
 
 func (s *server) submit(w http.ResponseWriter, r *http.Request, _ token) error {
 	var b submitBody
-	if err := decode(r, &b); err != nil {
+	if err := decode(r, &b, submitRanges); err != nil {
 		return err
 	}
 	req := model.SubmitRequest{User: b.User, Key: b.Key, Payload: string(b.Payload), CostBudget: b.CostBudget,
@@ -358,11 +365,14 @@ func (s *server) approve(w http.ResponseWriter, r *http.Request, who token) erro
 	var b struct {
 		Version *int64 `json:"version"`
 	}
-	if err := decode(r, &b); err != nil {
+	if err := decode(r, &b, approveRanges); err != nil {
 		return err
 	}
 	if b.Version == nil {
 		return &model.ValidationError{Field: "version", Problem: "required: the version recorded at the gate"}
+	}
+	if err := checkRange(approveRanges, "version", *b.Version); err != nil {
+		return err
 	}
 	if err := s.q.Approve(r.Context(), id, *b.Version, who.name); err != nil {
 		return err
@@ -390,7 +400,7 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request, who token) erro
 		GrantCost  *int64 `json:"grant_cost"`
 		GrantSteps *int   `json:"grant_steps"`
 	}
-	if err := decode(r, &b); err != nil {
+	if err := decode(r, &b, requeueRanges); err != nil {
 		return err
 	}
 	if b.GrantCost == nil || b.GrantSteps == nil {
@@ -410,7 +420,7 @@ func (s *server) resolve(w http.ResponseWriter, r *http.Request, who token) erro
 	var b struct {
 		As string `json:"as"`
 	}
-	if err := decode(r, &b); err != nil {
+	if err := decode(r, &b, noIntegerFields); err != nil {
 		return err
 	}
 	if err := s.q.Resolve(r.Context(), id, model.State(b.As), who.name); err != nil {
@@ -427,7 +437,7 @@ func (s *server) settle(w http.ResponseWriter, r *http.Request, who token) error
 	var b struct {
 		Applied *bool `json:"applied"`
 	}
-	if err := decode(r, &b); err != nil {
+	if err := decode(r, &b, noIntegerFields); err != nil {
 		return err
 	}
 	if b.Applied == nil {
@@ -494,7 +504,7 @@ func (s *server) getLimits(w http.ResponseWriter, r *http.Request, _ token) erro
 // /v1/limits/users/{user}).
 func (s *server) setLimits(w http.ResponseWriter, r *http.Request, who token) error {
 	var l limitsRecord
-	if err := decode(r, &l); err != nil {
+	if err := decode(r, &l, limitsRanges); err != nil {
 		return err
 	}
 	if err := s.q.SetLimits(r.Context(), model.Limits(l), who.name); err != nil {
@@ -508,7 +518,7 @@ func (s *server) setUserLimit(w http.ResponseWriter, r *http.Request, who token)
 		RunningMax *int `json:"running_max"`
 		DepthMax   *int `json:"depth_max"`
 	}
-	if err := decode(r, &b); err != nil {
+	if err := decode(r, &b, userLimitRanges); err != nil {
 		return err
 	}
 	u := model.UserLimit{User: r.PathValue("user"), RunningMax: model.Inherit, DepthMax: model.Inherit}
@@ -564,7 +574,11 @@ func (s *server) addSchedule(w http.ResponseWriter, r *http.Request, who token) 
 		Origin     string          `json:"origin"`
 		PeriodMs   int64           `json:"period_ms"`
 	}
-	if err := decode(r, &b); err != nil {
+	if err := decode(r, &b, scheduleRanges); err != nil {
+		return err
+	}
+	// Checked before the conversion to a duration, which would overflow.
+	if err := checkRange(scheduleRanges, "period_ms", b.PeriodMs); err != nil {
 		return err
 	}
 	origin, err := parseAPITime("origin", b.Origin)
@@ -573,7 +587,7 @@ func (s *server) addSchedule(w http.ResponseWriter, r *http.Request, who token) 
 	}
 	sch, err := s.q.AddSchedule(r.Context(), model.ScheduleSpec{User: b.User, Payload: string(b.Payload),
 		CostBudget: b.CostBudget, StepsMax: b.StepsMax, Priority: b.Priority, Origin: origin,
-		Period: time.Duration(b.PeriodMs) * time.Millisecond}, who.name)
+		Period: durationMs(b.PeriodMs)}, who.name)
 	if err != nil {
 		return err
 	}

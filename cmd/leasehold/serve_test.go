@@ -325,7 +325,7 @@ func TestServeSubmitAndRead(t *testing.T) {
 		b["payload"] = json.RawMessage(`{"steps":[{"cost":2}]}`)
 		b["deadline"] = apiEpoch.Add(time.Hour).Format(time.RFC3339)
 	})
-	msg := a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, changed, http.StatusConflict, "")
+	msg := a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, changed, http.StatusConflict, "key")
 	require.Contains(t, msg, id)
 	after, err := a.q.Task(context.Background(), id)
 	require.NoError(t, err)
@@ -397,7 +397,7 @@ func TestServeSubmitAndRead(t *testing.T) {
 		}
 	}
 	a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, submitJSON(t, "carol", "big-1", pad(model.PayloadBytesMax+1)), http.StatusBadRequest, "payload")
-	a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, submitJSON(t, "carol", "big-2", pad(requestBytesMax)), http.StatusRequestEntityTooLarge, "")
+	a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, submitJSON(t, "carol", "big-2", pad(requestBytesMax)), http.StatusRequestEntityTooLarge, "body")
 	require.Equal(t, rows, a.counts(t), "refused submits write nothing")
 
 	// GET: 200 with the snake_case record, times RFC 3339 UTC.
@@ -430,7 +430,7 @@ func TestServeSubmitAndRead(t *testing.T) {
 	}
 
 	// 404 for an unknown task; 400 for what cannot be a task ID.
-	a.refused(t, http.MethodGet, "/v1/tasks/"+unknownTask, secretSubmit, "", http.StatusNotFound, "")
+	a.refused(t, http.MethodGet, "/v1/tasks/"+unknownTask, secretSubmit, "", http.StatusNotFound, "id")
 	for _, bad := range []string{"nope", "t_XYZ", "t_" + strings.Repeat("a", 64), "1%20OR%201"} {
 		a.refused(t, http.MethodGet, "/v1/tasks/"+bad, secretSubmit, "", http.StatusBadRequest, "id")
 	}
@@ -440,7 +440,7 @@ func TestServeSubmitAndRead(t *testing.T) {
 	require.Len(t, events, 1)
 	require.Equal(t, "submitted", events[0]["kind"])
 	require.Equal(t, "carol", events[0]["actor"])
-	a.refused(t, http.MethodGet, "/v1/tasks/"+unknownTask+"/events", secretSubmit, "", http.StatusNotFound, "")
+	a.refused(t, http.MethodGet, "/v1/tasks/"+unknownTask+"/events", secretSubmit, "", http.StatusNotFound, "id")
 
 	// The mux's own refusals.
 	status, _, _ := a.do(t, http.MethodGet, "/v1/nothing", secretRoot, "")
@@ -519,9 +519,9 @@ func TestServeCancelApproveReject(t *testing.T) {
 	// 409 for a completed task; 404 for an unknown one.
 	done := a.submit(t, "carol", "c3", urgent)
 	require.NoError(t, a.q.Complete(ctx, a.claim(t, done)))
-	a.refused(t, http.MethodPost, "/v1/tasks/"+done+"/cancel", secretSubmit, "", http.StatusConflict, "")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+done+"/cancel", secretSubmit, "", http.StatusConflict, "id")
 	require.Equal(t, "completed", a.task(t, done)["state"])
-	a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/cancel", secretSubmit, "", http.StatusNotFound, "")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/cancel", secretSubmit, "", http.StatusNotFound, "id")
 	a.refused(t, http.MethodPost, "/v1/tasks/bogus/cancel", secretSubmit, "", http.StatusBadRequest, "id")
 
 	// Approve a task at its gate (both gated tasks are parked first: an
@@ -534,8 +534,8 @@ func TestServeCancelApproveReject(t *testing.T) {
 	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, `{}`, http.StatusBadRequest, "version")
 	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, ``, http.StatusBadRequest, "body")
 	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, `{"version": "one"}`, http.StatusBadRequest, "version")
-	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, fmt.Sprintf(`{"version": %d}`, version-1), http.StatusConflict, "")
-	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, fmt.Sprintf(`{"version": %d}`, version+1), http.StatusConflict, "")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, fmt.Sprintf(`{"version": %d}`, version-1), http.StatusConflict, "version")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, fmt.Sprintf(`{"version": %d}`, version+1), http.StatusConflict, "version")
 	require.Equal(t, "waiting_for_approval", a.task(t, gated)["state"], "a refused approval changes nothing")
 	out = a.call(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, fmt.Sprintf(`{"version": %d}`, version), http.StatusOK)
 	require.Equal(t, "queued", out["state"])
@@ -543,9 +543,9 @@ func TestServeCancelApproveReject(t *testing.T) {
 	require.EqualValues(t, version, out["version"])
 	require.Equal(t, "bob", a.event(t, gated, model.EventApproved).Actor)
 	// It is no longer waiting: approving or rejecting again is a conflict.
-	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, fmt.Sprintf(`{"version": %d}`, version), http.StatusConflict, "")
-	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/reject", secretApprove, "", http.StatusConflict, "")
-	a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/approve", secretApprove, `{"version": 1}`, http.StatusNotFound, "")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, fmt.Sprintf(`{"version": %d}`, version), http.StatusConflict, "id")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/reject", secretApprove, "", http.StatusConflict, "id")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/approve", secretApprove, `{"version": 1}`, http.StatusNotFound, "id")
 
 	// Reject: cancelled with approval_rejected, by the token's name.
 	out = a.call(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, "", http.StatusOK)
@@ -595,10 +595,10 @@ func TestServeOperator(t *testing.T) {
 		a.refused(t, http.MethodPost, "/v1/effects/"+uncertain+bad+"/settle", secretOperate, `{"applied": true}`, http.StatusBadRequest, "op")
 	}
 	a.refused(t, http.MethodPost, settle, secretOperate, `{}`, http.StatusBadRequest, "applied")
-	a.refused(t, http.MethodPost, "/v1/effects/"+unknownTask+".s0/settle", secretOperate, `{"applied": true}`, http.StatusNotFound, "")
+	a.refused(t, http.MethodPost, "/v1/effects/"+unknownTask+".s0/settle", secretOperate, `{"applied": true}`, http.StatusNotFound, "op")
 	out := a.call(t, http.MethodPost, settle, secretOperate, `{"applied": true}`, http.StatusOK)
 	require.Equal(t, map[string]any{"op_id": intent.OpID, "applied": true, "by": "olga"}, out)
-	a.refused(t, http.MethodPost, settle, secretOperate, `{"applied": false}`, http.StatusConflict, "")
+	a.refused(t, http.MethodPost, settle, secretOperate, `{"applied": false}`, http.StatusConflict, "op")
 	require.Equal(t, "olga", a.event(t, uncertain, model.EventEffectSettled).Actor)
 
 	// Limits: GET, a PUT that leaves a limit out is refused naming it, a
@@ -630,8 +630,8 @@ func TestServeOperator(t *testing.T) {
 	require.EqualValues(t, 30, out["cost_budget"])
 	require.EqualValues(t, 7, out["steps_max"])
 	require.Equal(t, "olga", a.event(t, uncertain, model.EventRequeued).Actor)
-	a.refused(t, http.MethodPost, requeue, secretOperate, `{"grant_cost": 0, "grant_steps": 0}`, http.StatusConflict, "")
-	a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/requeue", secretOperate, `{"grant_cost": 0, "grant_steps": 0}`, http.StatusNotFound, "")
+	a.refused(t, http.MethodPost, requeue, secretOperate, `{"grant_cost": 0, "grant_steps": 0}`, http.StatusConflict, "id")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/requeue", secretOperate, `{"grant_cost": 0, "grant_steps": 0}`, http.StatusNotFound, "id")
 
 	// Resolve: only to a terminal state.
 	resolve := "/v1/tasks/" + parked + "/resolve"
@@ -642,7 +642,7 @@ func TestServeOperator(t *testing.T) {
 	require.Equal(t, "failed", out["state"])
 	require.Equal(t, "operator_resolved", out["reason"])
 	require.Equal(t, "olga", a.event(t, parked, model.EventResolved).Actor)
-	a.refused(t, http.MethodPost, resolve, secretOperate, `{"as": "completed"}`, http.StatusConflict, "")
+	a.refused(t, http.MethodPost, resolve, secretOperate, `{"as": "completed"}`, http.StatusConflict, "id")
 
 	// Per-user limits.
 	out = a.call(t, http.MethodPut, "/v1/limits/users/carol", secretOperate, `{"running_max": 2}`, http.StatusOK)
@@ -659,7 +659,16 @@ func TestServeOperator(t *testing.T) {
 	require.Equal(t, "carol", added["user"])
 	require.EqualValues(t, 60000, added["period_ms"])
 	require.Equal(t, "2026-03-01T10:00:00Z", added["origin"])
-	a.refused(t, http.MethodPost, "/v1/schedules", secretOperate, strings.Replace(schedule, "60000", "5", 1), http.StatusBadRequest, "period")
+	a.refused(t, http.MethodPost, "/v1/schedules", secretOperate, strings.Replace(schedule, "60000", "5", 1), http.StatusBadRequest, "period_ms")
+	// A period whose conversion to a duration would overflow (2^58 ms plus
+	// an hour became a one-hour schedule) is refused naming period_ms.
+	for _, huge := range []string{"288230376155311744", "4611686018427387904", "9223372036854775807", "-9223372036854775808"} {
+		msg := a.refused(t, http.MethodPost, "/v1/schedules", secretOperate, strings.Replace(schedule, "60000", huge, 1), http.StatusBadRequest, "period_ms")
+		require.Contains(t, msg, "period_ms: must be from 1000 to 31622400000, got "+huge)
+	}
+	msg := a.refused(t, http.MethodPost, "/v1/schedules", secretOperate, strings.Replace(schedule, "60000", "1e30", 1), http.StatusBadRequest, "period_ms")
+	require.Equal(t, "period_ms: must be a whole number from 1000 to 31622400000, got the number 1e30", msg)
+	a.refused(t, http.MethodPost, "/v1/schedules", secretOperate, strings.Replace(schedule, "2026-03-01T10:00:00Z", "0001-01-01T00:00:00Z", 1), http.StatusBadRequest, "origin")
 	a.refused(t, http.MethodPost, "/v1/schedules", secretOperate, strings.Replace(schedule, "2026-03-01T10:00:00Z", "soon", 1), http.StatusBadRequest, "origin")
 	schedules := a.list(t, "/v1/schedules", secretOperate)
 	require.Len(t, schedules, 1)
@@ -667,7 +676,7 @@ func TestServeOperator(t *testing.T) {
 	status, _, b := a.do(t, http.MethodDelete, "/v1/schedules/"+sid, secretOperate, "")
 	require.Equal(t, http.StatusNoContent, status, "%s", b)
 	require.Empty(t, b)
-	a.refused(t, http.MethodDelete, "/v1/schedules/"+sid, secretOperate, "", http.StatusNotFound, "")
+	a.refused(t, http.MethodDelete, "/v1/schedules/"+sid, secretOperate, "", http.StatusNotFound, "id")
 	a.refused(t, http.MethodDelete, "/v1/schedules/s%20x", secretOperate, "", http.StatusBadRequest, "id")
 	a.refused(t, http.MethodDelete, "/v1/schedules/bad%20id%21", secretOperate, "", http.StatusBadRequest, "id")
 	require.Empty(t, a.list(t, "/v1/schedules", secretOperate))
@@ -1061,4 +1070,43 @@ func TestScrapeGivesUpAtItsTimeout(t *testing.T) {
 	require.Equal(t, []string{"leasehold_metrics_up"}, g.names, "nothing but leasehold_metrics_up")
 	require.Equal(t, 0.0, g.up)
 	require.Contains(t, logs.String(), "metrics unreadable")
+}
+
+// A refused body is described in words that name the field and the rule,
+// never in the decoder's (Go types, a bare EOF), and a user's characters
+// are shown as themselves.
+func TestServeBodyErrorsSayWhatWasWrong(t *testing.T) {
+	a := setupAPI(t)
+	valid := func(edit func(map[string]any)) string { return submitJSON(t, "carol", "w1", edit) }
+	for _, c := range []struct {
+		body, field, want string
+	}{
+		{``, "body", "body: required: a JSON object"},
+		{`[1, 2]`, "body", "body: must be a JSON object, got a JSON array"},
+		{`"text"`, "body", "body: must be a JSON object, got a JSON string"},
+		{`{"user":`, "body", "body: the JSON ends before the object does"},
+		{`{"user" "carol"}`, "body", "body: not valid JSON at byte 9"},
+		{`{"bögus": 1}`, "body", `body: unknown field "bögus"`},
+		{valid(func(b map[string]any) { b["cost_budget"] = "ten" }), "cost_budget", "cost_budget: must be a whole number from 1 to 1000000000, got a JSON string"},
+		{valid(func(b map[string]any) { b["steps_max"] = 1.5 }), "steps_max", "steps_max: must be a whole number from 1 to 10000, got the number 1.5"},
+		{strings.Replace(valid(nil), `"cost_budget":10`, `"cost_budget":99999999999999999999`, 1), "cost_budget",
+			"cost_budget: must be a whole number from 1 to 1000000000, got the number 99999999999999999999"},
+		{valid(func(b map[string]any) { b["priority"] = []int{1} }), "priority", "priority: must be a whole number from -100 to 100, got a JSON array"},
+		{valid(func(b map[string]any) { b["user"] = 5 }), "user", "user: must be a string, got a JSON number"},
+		{valid(func(b map[string]any) { b["user"] = "jürgen" }), "user", "user: character 'ü' at offset 1 is not allowed"},
+		{valid(func(b map[string]any) { b["run_at"] = "0001-01-01T00:00:00Z" }), "run_at",
+			"run_at: must be from 2000-01-01T00:00:00Z to 9999-12-31T00:00:00Z inclusive, got 0001-01-01T00:00:00Z"},
+		{valid(func(b map[string]any) { b["deadline"] = "9999-12-31T23:59:59Z" }), "deadline",
+			"deadline: must be from 2000-01-01T00:00:00Z to 9999-12-31T00:00:00Z inclusive, got 9999-12-31T23:59:59Z"},
+		{valid(func(b map[string]any) { b["run_at"] = "demain à midi" }), "run_at", `run_at: "demain à midi" is not an RFC 3339 time`},
+	} {
+		msg := a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, c.body, http.StatusBadRequest, c.field)
+		require.Equal(t, c.want, msg, "body %s", c.body)
+		for _, internal := range []string{"json:", "Go ", "main.", "EOF", "struct"} {
+			require.NotContains(t, msg, internal)
+		}
+	}
+	msg := a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/approve", secretApprove, `{"version": -1}`, http.StatusBadRequest, "version")
+	require.Equal(t, "version: must be from 0 to 9223372036854775807, got -1", msg)
+	require.Equal(t, [3]int{0, 0, 0}, a.counts(t), "nothing was written")
 }
