@@ -145,7 +145,7 @@ func flipByte(t *testing.T, path string, offset int64) {
 // own, outside the queue.
 func execRaw(t *testing.T, path string, statements ...string) {
 	t.Helper()
-	db, err := openRaw(path, false)
+	db, _, err := openRaw(path, false)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 	conn, err := db.Conn(context.Background()) // PRAGMAs hold per connection
@@ -161,7 +161,7 @@ func execRaw(t *testing.T, path string, statements ...string) {
 // database's page size.
 func rootPage(t *testing.T, path, table string) (int64, int64) {
 	t.Helper()
-	db, err := openRaw(path, true)
+	db, _, err := openRaw(path, true)
 	require.NoError(t, err)
 	defer db.Close()
 	var root, size int64
@@ -274,7 +274,7 @@ func TestCreateSnapshotWhileWritesContinue(t *testing.T) {
 	// copy does not wait for it and does not contain it.
 	before, err := readState(ctx, b.q.DB())
 	require.NoError(t, err)
-	raw, err := openRaw(b.path, false)
+	raw, _, err := openRaw(b.path, false)
 	require.NoError(t, err)
 	defer raw.Close()
 	conn, err := raw.Conn(ctx)

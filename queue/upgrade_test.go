@@ -30,7 +30,7 @@ func TestUpgradeFromSchemaV2(t *testing.T) {
 	require.NotEmpty(t, pending)
 
 	// What the old database holds, read before the upgrade.
-	raw, err := openRaw(path, true)
+	raw, _, err := openRaw(path, true)
 	require.NoError(t, err)
 	texts, err := queries()
 	require.NoError(t, err)

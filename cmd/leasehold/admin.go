@@ -118,22 +118,37 @@ func printMetrics(e *env, m model.Metrics) {
 func runLimits(e *env, args []string) int {
 	fs := flag.NewFlagSet("limits", flag.ContinueOnError)
 	c := commonFlags(fs, true)
-	user := fs.String("user", "", "the user whose limits --running-max and --depth-max set (-1 inherits the default, 0 is unlimited); alone it only shows")
-	runningMax := fs.Int("running-max", -2, "running tasks (with --user: that user's; else the default per user)")
-	depthMax := fs.Int("depth-max", -2, "active tasks (with --user: that user's; else the overall cap)")
-	userDepthMax := fs.Int("user-depth-max", -2, "default active tasks per user")
-	attemptsMax := fs.Int("attempts-max", -2, "charged attempts before dead letter")
-	grantCostMax := fs.Int64("grant-cost-max", -2, "largest cost grant on requeue")
-	grantStepsMax := fs.Int("grant-steps-max", -2, "largest step grant on requeue")
-	batchMax := fs.Int("claim-batch-max", -2, "largest claim batch")
+	d := model.DefaultLimits
+	user := fs.String("user", "", "the user whose limits --running-max and --depth-max set; alone it only shows")
+	runningMax := fs.Int("running-max", 0, fmt.Sprintf("running tasks: with --user that user's (-1 inherits the default, 0 unlimited, up to %d); "+
+		"else the default per user (0 unlimited; a new database has %d)", model.UserLimitRanges["running_max"].Max, d.UserRunningMax))
+	depthMax := fs.Int("depth-max", 0, fmt.Sprintf("active tasks: with --user that user's (-1 inherits the default, 0 unlimited, up to %d); "+
+		"else the overall cap (0 unlimited; a new database has %d)", model.UserLimitRanges["depth_max"].Max, d.DepthMax))
+	userDepthMax := fs.Int("user-depth-max", 0, fmt.Sprintf("default active tasks per user, 0 unlimited (a new database has %d)", d.UserDepthMax))
+	attemptsMax := fs.Int("attempts-max", 0, fmt.Sprintf("charged attempts before dead letter, %d to %d (a new database has %d)",
+		model.LimitRanges["attempts_max"].Min, model.LimitRanges["attempts_max"].Max, d.AttemptsMax))
+	grantCostMax := fs.Int64("grant-cost-max", 0, fmt.Sprintf("largest cost grant on requeue (a new database has %d)", d.GrantCostMax))
+	grantStepsMax := fs.Int("grant-steps-max", 0, fmt.Sprintf("largest step grant on requeue (a new database has %d)", d.GrantStepsMax))
+	batchMax := fs.Int("claim-batch-max", 0, fmt.Sprintf("largest claim batch, %d to %d (a new database has %d)",
+		model.LimitRanges["claim_batch_max"].Min, model.LimitRanges["claim_batch_max"].Max, d.ClaimBatchMax))
 	if err := parse(fs, args); err != nil {
 		return fail(e, "limits", err)
 	}
-	set := func(v int) bool { return v != -2 }
-	changing := set(*runningMax) || set(*depthMax) || set(*userDepthMax) || set(*attemptsMax) ||
-		*grantCostMax != -2 || set(*grantStepsMax) || set(*batchMax)
-	if *user != "" && (set(*userDepthMax) || set(*attemptsMax) || *grantCostMax != -2 || set(*grantStepsMax) || set(*batchMax)) {
-		return fail(e, "limits", badUsage("--user takes only --running-max and --depth-max"))
+	// A limit flag given changes that limit; one not given leaves it (no
+	// sentinel value stands for "not given").
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	limitFlags := []string{"running-max", "depth-max", "user-depth-max", "attempts-max", "grant-cost-max", "grant-steps-max", "claim-batch-max"}
+	changing := false
+	for _, name := range limitFlags {
+		changing = changing || given[name]
+	}
+	if *user != "" {
+		for _, name := range limitFlags[2:] {
+			if given[name] {
+				return fail(e, "limits", badUsage("--user takes only --running-max and --depth-max, not --%s", name))
+			}
+		}
 	}
 	if *user != "" {
 		if err := model.CheckName("user", *user); err != nil {
@@ -162,10 +177,10 @@ func runLimits(e *env, args []string) int {
 					u = existing
 				}
 			}
-			if set(*runningMax) {
+			if given["running-max"] {
 				u.RunningMax = *runningMax
 			}
-			if set(*depthMax) {
+			if given["depth-max"] {
 				u.DepthMax = *depthMax
 			}
 			if err := q.SetUserLimit(e.ctx, u, *c.actor); err != nil {
@@ -173,16 +188,18 @@ func runLimits(e *env, args []string) int {
 			}
 		case changing:
 			apply := []struct {
-				v   int
-				dst *int
-			}{{*runningMax, &limits.UserRunningMax}, {*depthMax, &limits.DepthMax}, {*userDepthMax, &limits.UserDepthMax},
-				{*attemptsMax, &limits.AttemptsMax}, {*grantStepsMax, &limits.GrantStepsMax}, {*batchMax, &limits.ClaimBatchMax}}
+				flag string
+				v    int
+				dst  *int
+			}{{"running-max", *runningMax, &limits.UserRunningMax}, {"depth-max", *depthMax, &limits.DepthMax},
+				{"user-depth-max", *userDepthMax, &limits.UserDepthMax}, {"attempts-max", *attemptsMax, &limits.AttemptsMax},
+				{"grant-steps-max", *grantStepsMax, &limits.GrantStepsMax}, {"claim-batch-max", *batchMax, &limits.ClaimBatchMax}}
 			for _, a := range apply {
-				if set(a.v) {
+				if given[a.flag] {
 					*a.dst = a.v
 				}
 			}
-			if *grantCostMax != -2 {
+			if given["grant-cost-max"] {
 				limits.GrantCostMax = *grantCostMax
 			}
 			if err := q.SetLimits(e.ctx, limits, *c.actor); err != nil {
@@ -207,10 +224,10 @@ func runLimits(e *env, args []string) int {
 }
 
 func runSchedule(e *env, args []string) int {
-	if len(args) == 0 {
-		return fail(e, "schedule", badUsage("say add, list, run or remove"))
+	sub, args, err := dispatch("schedule", args)
+	if err != nil {
+		return fail(e, "schedule", err)
 	}
-	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("schedule "+sub, flag.ContinueOnError)
 	c := commonFlags(fs, true)
 	switch sub {

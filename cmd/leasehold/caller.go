@@ -112,6 +112,10 @@ func runSubmit(e *env, args []string) int {
 		printJSON(e.stdout, map[string]any{"task_id": res.TaskID, "replay": res.Replay})
 		return exitOK
 	}
+	if res.Replay {
+		fmt.Fprintf(e.stdout, "%s (replay: the task already existed)\n", res.TaskID)
+		return exitOK
+	}
 	fmt.Fprintln(e.stdout, res.TaskID)
 	return exitOK
 }

@@ -506,10 +506,10 @@ func badInputs() []badCase {
 		{"snapshot create unexpected argument", w("snapshot", "create"), []string{"--out", "s.db", "extra"}, []string{"extra"}, false},
 		{"snapshot verify unknown flag", w("snapshot", "verify"), []string{"s.db", "--bogus"}, []string{"bogus"}, true},
 		{"snapshot verify missing file", w("snapshot", "verify"), nil, []string{"argument"}, true},
-		{"snapshot verify outside", w("snapshot", "verify"), []string{"/etc/leasehold-snapshot.db"}, []string{"--snapshot", "outside"}, true},
+		{"snapshot verify outside", w("snapshot", "verify"), []string{"/etc/leasehold-snapshot.db"}, []string{"SNAPSHOT: ", "outside"}, true},
 		{"restore unknown flag", w("restore"), []string{"s.db", "--to", "r.db", "--bogus"}, []string{"bogus"}, true},
 		{"restore missing snapshot", w("restore"), []string{"--to", "r.db"}, []string{"argument"}, true},
-		{"restore from outside", w("restore"), []string{"/etc/leasehold-snapshot.db", "--to", "r.db"}, []string{"--snapshot", "outside"}, true},
+		{"restore from outside", w("restore"), []string{"/etc/leasehold-snapshot.db", "--to", "r.db"}, []string{"SNAPSHOT: ", "outside"}, true},
 		{"restore to outside", w("restore"), []string{"s.db", "--to", "/etc/leasehold-restored.db"}, []string{"--to", "outside"}, true},
 		{"restore bad actor", w("restore"), []string{"s.db", "--to", "r.db", "--actor", "a b"}, []string{"actor"}, true},
 		{"migrate unknown flag", w("migrate"), []string{"--bogus"}, []string{"bogus"}, false},
@@ -771,6 +771,10 @@ func TestSubmitPrintsTheIDAndRecognisesAReplay(t *testing.T) {
 	args[5] = `{"steps":[{"cost":1}]}`
 	require.Equal(t, map[string]any{"task_id": id, "replay": true}, replay("--json"))
 	require.Equal(t, before, snapshot(t, f.dir), "a replay writes nothing")
+	// Without --json the replay says so too.
+	r = f.do("submit", args...)
+	requireOK(t, r)
+	require.Equal(t, id+" (replay: the task already existed)\n", r.stdout)
 
 	args[3] = "order-2"
 	fresh := replay("--json")
@@ -1151,7 +1155,7 @@ func TestParseWithArgsKeepsArgumentsPositional(t *testing.T) {
 		{"everything after -- is an argument", []string{"--", "a", "--json"}, 2, []string{"a", "--json"}, false, "", ""},
 		{"-- as a flag's value is not the end of flags", []string{"--actor", "--", "a", "--json"}, 1, []string{"a"}, true, "--", ""},
 		{"a bool flag before --", []string{"--json", "--", "-x"}, 1, []string{"-x"}, true, "", ""},
-		{"too many after --", []string{"--", "-x", "-y"}, 1, nil, false, "", "expected 1 argument(s), got 2"},
+		{"too many after --", []string{"--", "-x", "-y"}, 1, nil, false, "", "one ARGUMENT argument expected, got 2"},
 		{"unexpected after --", []string{"--", "-x"}, 0, nil, false, "", `unexpected argument "-x"`},
 		{"unknown flag", []string{"a", "--bogus"}, 1, nil, false, "", "bogus"},
 	}
@@ -1221,4 +1225,87 @@ func TestLimitsWithABareUserOnlyShows(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []model.UserLimit{{User: "ana", RunningMax: model.Inherit, DepthMax: 3}}, users)
 	})
+}
+
+// Every command and subcommand answers --help with exit 0 and its usage
+// on stdout, touching nothing; the help says what restricts it.
+func TestHelpOnEveryCommandAndSubcommand(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	var all [][]string
+	for name := range commands {
+		all = append(all, []string{name})
+		for _, sub := range subcommands[name] {
+			all = append(all, []string{name, sub.name})
+		}
+	}
+	for _, words := range all {
+		for _, ask := range []string{"--help", "-h"} {
+			r := lh(t, append(words, ask)...)
+			requireOK(t, r)
+			require.True(t, strings.HasPrefix(r.stdout, "usage: leasehold "+strings.Join(words, " ")), "%v %s: %s", words, ask, r.stdout)
+		}
+	}
+	for _, name := range []string{"schedule", "snapshot"} {
+		for _, ask := range []string{"--help", "-h", "help"} {
+			r := lh(t, name, ask)
+			requireOK(t, r)
+			for _, sub := range subcommands[name] {
+				require.Contains(t, r.stdout, "  "+sub.name+" ", "%s %s lists %s", name, ask, sub.name)
+			}
+		}
+	}
+	for _, words := range [][]string{{"snapshot", "create"}, {"snapshot", "verify"}, {"restore"}, {"migrate"}} {
+		r := lh(t, append(words, "--help")...)
+		require.Contains(t, r.stdout, "LEASEHOLD_DATA_DIR", "%v states the allowed directory", words)
+		require.Contains(t, r.stdout, "working directory", "%v", words)
+	}
+	r := lh(t, "restore", "--help")
+	require.Contains(t, r.stdout, "usage: leasehold restore SNAPSHOT [flags]")
+	r = lh(t, "limits", "--help")
+	require.NotContains(t, r.stdout, "(default -2)")
+	require.Contains(t, r.stdout, fmt.Sprintf("a new database has %d", model.DefaultLimits.DepthMax))
+	require.Empty(t, snapshot(t, dir), "asking for help created nothing")
+}
+
+// Bad usage is told in the binary's words: the flag with its dashes, the
+// rule, the value as typed (its characters kept), the positional argument
+// by its name; never the flag package's or Go's.
+func TestUsageErrorsSayWhatWasWrong(t *testing.T) {
+	f := newFixture(t)
+	submit := func(extra ...string) []string {
+		return append([]string{"submit", "--db", f.db, "--user", "ana", "--key", "k1", "--payload", onePayload,
+			"--cost-budget", "5", "--steps-max", "2"}, extra...)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{submit("--cost-budget", "ten"), `--cost-budget: must be a whole number, got "ten"`},
+		{submit("--cost-budget", "99999999999999999999"), "--cost-budget: must be a whole number that fits in 64 bits"},
+		{submit("--bogus"), "unknown flag --bogus (leasehold submit --help lists the flags)"},
+		{submit("--json=maybe"), `--json: must be true or false, got "maybe"`},
+		{submit("--key"), "--key: needs a value"},
+		{submit("--user", "jürgen"), "user: character 'ü' at offset 1 is not allowed"},
+		{submit("--run-at", "0001-01-01T00:00:00Z"),
+			"--run-at: must be from 2000-01-01T00:00:00Z to 9999-12-31T00:00:00Z inclusive, got 0001-01-01T00:00:00Z"},
+		{submit("--deadline", "9999-12-31T23:59:59Z"),
+			"deadline: must be from 2000-01-01T00:00:00Z to 9999-12-31T00:00:00Z inclusive, got 9999-12-31T23:59:59Z"},
+		{submit("--run-at", "demain à midi"), `--run-at: "demain à midi" is not an RFC 3339 time or +DURATION`},
+		{[]string{"schedule", "add", "--period", "5x"}, `--period: must be a duration such as 500ms, 30s or 5m, got "5x"`},
+		{[]string{"schedule"}, "say add, list, run or remove (leasehold schedule --help)"},
+		{[]string{"snapshot"}, "say create or verify (leasehold snapshot --help)"},
+		{[]string{"status"}, "TASK argument required (usage: leasehold status TASK [flags])"},
+		{[]string{"restore"}, "SNAPSHOT argument required (usage: leasehold restore SNAPSHOT [flags])"},
+		{[]string{"restore", "a.db", "b.db", "--to", "c.db"}, "one SNAPSHOT argument expected, got 2"},
+		{[]string{"restore", "", "--to", "c.db"}, "SNAPSHOT: path required"},
+		{[]string{"list", "extra"}, `unexpected argument "extra" (leasehold list takes flags only)`},
+	} {
+		r := lh(t, c.args...)
+		requireUsage(t, r, c.want)
+		for _, internal := range []string{"flag provided", "parse error", "invalid value", "Go ", "EOF", "Ã"} {
+			require.NotContains(t, r.stderr, internal, "%v", c.args)
+		}
+	}
+	require.NoFileExists(t, f.db, "nothing was created")
 }

@@ -14,9 +14,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -120,7 +123,7 @@ func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 			if errors.Is(err, flag.ErrHelp) {
 				return helpRequested{helpText(fs)}
 			}
-			return usageError{strings.TrimSpace(err.Error())}
+			return flagError(fs, err)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -135,9 +138,16 @@ func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 	}
 	if len(positional) != n {
 		if n == 0 {
-			return badUsage("unexpected argument %q", positional[0])
+			return badUsage("unexpected argument %s (leasehold %s takes flags only)", quote(positional[0], 64), fs.Name())
 		}
-		return badUsage("expected %d argument(s), got %d", n, len(positional))
+		name := positionals[fs.Name()]
+		if name == "" {
+			name = "ARGUMENT"
+		}
+		if len(positional) == 0 {
+			return badUsage("%s argument required (usage: leasehold %s %s [flags])", name, fs.Name(), name)
+		}
+		return badUsage("one %s argument expected, got %d (usage: leasehold %s %s [flags])", name, len(positional), fs.Name(), name)
 	}
 	// Parsing "--" and the arguments sets no flag and leaves fs.Args()
 	// holding exactly the positional arguments.
@@ -174,12 +184,101 @@ type helpRequested struct{ text string }
 
 func (h helpRequested) Error() string { return h.text }
 
-// helpText is the command's summary and every flag with its default.
+// positionals names the positional argument of each command that takes
+// one, as its usage and its errors show it.
+var positionals = map[string]string{
+	"status": "TASK", "cancel": "TASK", "events": "TASK", "approve": "TASK", "reject": "TASK",
+	"requeue": "TASK", "resolve": "TASK", "settle": "OP", "schedule remove": "SCHEDULE",
+	"snapshot verify": "SNAPSHOT", "restore": "SNAPSHOT",
+}
+
+// subcommand is one word of a command that takes several (schedule,
+// snapshot).
+type subcommand struct{ name, summary string }
+
+// subcommands are the words of the commands that take several.
+var subcommands = map[string][]subcommand{
+	"schedule": {
+		{"add", "add a schedule: run k is due at --origin + k*--period"},
+		{"list", "list the schedules"},
+		{"run", "enqueue the runs due now (workers do this on their own)"},
+		{"remove", "remove a schedule: schedule remove SCHEDULE"},
+	},
+	"snapshot": {
+		{"create", "write a consistent copy of a live database: snapshot create --out FILE"},
+		{"verify", "check a snapshot against its manifest: snapshot verify SNAPSHOT"},
+	},
+}
+
+// dataDirNote states the restriction on the paths of the release
+// commands.
+const dataDirNote = "Every path it reads or writes (the database, the snapshot, --out, --to, --snapshot-dir) must lie\n" +
+	"inside the allowed data directory: $LEASEHOLD_DATA_DIR, or the working directory when it is not set.\n" +
+	"Symbolic links and paths with ? or # are refused."
+
+// helpNotes are what a command's help says of its restrictions.
+var helpNotes = map[string]string{
+	"snapshot create": dataDirNote, "snapshot verify": dataDirNote, "restore": dataDirNote, "migrate": dataDirNote,
+}
+
+// summaryOf is a command's or subcommand's one-line summary.
+func summaryOf(name string) string {
+	if c, ok := commands[name]; ok {
+		return c.summary
+	}
+	parent, word, _ := strings.Cut(name, " ")
+	for _, sub := range subcommands[parent] {
+		if sub.name == word {
+			return sub.summary
+		}
+	}
+	return ""
+}
+
+// subcommandHelp is the help of a command that takes a subcommand.
+func subcommandHelp(name string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: leasehold %s SUBCOMMAND [flags]\n\n%s\n\nsubcommands:\n", name, commands[name].summary)
+	for _, sub := range subcommands[name] {
+		fmt.Fprintf(&b, "  %-8s %s\n", sub.name, sub.summary)
+	}
+	fmt.Fprintf(&b, "\nleasehold %s SUBCOMMAND --help lists its flags.\n", name)
+	return b.String()
+}
+
+// dispatch splits a command that takes a subcommand into the subcommand
+// and its arguments. Asking for help (no subcommand words needed) returns
+// helpRequested.
+func dispatch(name string, args []string) (string, []string, error) {
+	if len(args) == 0 {
+		var words []string
+		for _, sub := range subcommands[name] {
+			words = append(words, sub.name)
+		}
+		last := len(words) - 1
+		return "", nil, badUsage("say %s or %s (leasehold %s --help)", strings.Join(words[:last], ", "), words[last], name)
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		return "", nil, helpRequested{subcommandHelp(name)}
+	}
+	return args[0], args[1:], nil
+}
+
+// helpText is the command's summary, what restricts it, and every flag
+// with its default.
 func helpText(fs *flag.FlagSet) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "usage: leasehold %s [flags]\n", fs.Name())
-	if c, ok := commands[fs.Name()]; ok && c.summary != "" {
-		fmt.Fprintf(&b, "\n%s\n", c.summary)
+	usage := fs.Name()
+	if p := positionals[fs.Name()]; p != "" {
+		usage += " " + p
+	}
+	fmt.Fprintf(&b, "usage: leasehold %s [flags]\n", usage)
+	if summary := summaryOf(fs.Name()); summary != "" {
+		fmt.Fprintf(&b, "\n%s\n", summary)
+	}
+	if note := helpNotes[fs.Name()]; note != "" {
+		fmt.Fprintf(&b, "\n%s\n", note)
 	}
 	b.WriteString("\nflags:\n")
 	fs.SetOutput(&b)
@@ -205,3 +304,48 @@ func fail(e *env, name string, err error) int {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// invalidFlagValue matches the flag package's refusal of a value, for
+// flagError to word it.
+var invalidFlagValue = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([^:]+): (.*)$`)
+
+// flagError words a flag package error as the binary's others are: the
+// flag named with its two dashes, the rule stated, the value quoted with
+// its characters kept.
+func flagError(fs *flag.FlagSet, err error) error {
+	msg := strings.TrimSpace(err.Error())
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		return badUsage("unknown flag --%s (leasehold %s --help lists the flags)", strings.TrimLeft(name, "-"), fs.Name())
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		return badUsage("--%s: needs a value", strings.TrimLeft(name, "-"))
+	}
+	m := invalidFlagValue.FindStringSubmatch(msg)
+	if m == nil {
+		return usageError{msg}
+	}
+	value, name, reason := m[1], m[2], m[3]
+	if unquoted, err := strconv.Unquote(value); err == nil {
+		value = quote(unquoted, 64)
+	}
+	var want string
+	if f := fs.Lookup(name); f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			switch g.Get().(type) {
+			case int, int64, uint, uint64:
+				want = "must be a whole number"
+				if strings.Contains(reason, "out of range") {
+					want = "must be a whole number that fits in 64 bits (see --help for its range)"
+				}
+			case time.Duration:
+				want = "must be a duration such as 500ms, 30s or 5m"
+			case bool:
+				want = "must be true or false"
+			}
+		}
+	}
+	if want == "" {
+		want = "invalid value"
+	}
+	return badUsage("--%s: %s, got %s", name, want, value)
+}

@@ -51,6 +51,19 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
+// stampLayout is RFC 3339 UTC with exactly three fractional digits: the
+// stored precision, at a fixed width so that columns of times line up.
+const stampLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// stamp is t as the human-readable outputs print it (stampLayout); "-"
+// for the zero time.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(stampLayout)
+}
+
 func recordOf(t model.Task) taskRecord {
 	return taskRecord{ID: t.ID, User: t.User, Key: t.Key, State: string(t.State), Reason: string(t.Reason),
 		Version: t.Version, Attempt: t.Attempt, AttemptsCharged: t.AttemptsCharged, AttemptsMax: t.AttemptsMax,
@@ -119,7 +132,7 @@ func printStatus(w io.Writer, t model.Task) {
 	fmt.Fprintf(w, "  version   %d (attempt %d; %d of %d attempts charged)\n", t.Version, t.Attempt, t.AttemptsCharged, t.AttemptsMax)
 	fmt.Fprintf(w, "  budget    %d of %d spent; %d of %d steps\n", t.CostUsed, t.CostBudget, t.StepsUsed, t.StepsMax)
 	if t.Owner != "" {
-		fmt.Fprintf(w, "  claim     held by %s until %s (last heartbeat %s)\n", t.Owner, rfc3339(t.LeaseUntil), rfc3339(t.HeartbeatAt))
+		fmt.Fprintf(w, "  claim     held by %s until %s (last heartbeat %s)\n", t.Owner, stamp(t.LeaseUntil), stamp(t.HeartbeatAt))
 	}
 	if t.CancelRequested || t.CancelledBy != "" {
 		fmt.Fprintf(w, "  cancel    requested=%t by %s\n", t.CancelRequested, t.CancelledBy)
@@ -133,9 +146,9 @@ func printStatus(w io.Writer, t model.Task) {
 	if t.LastError != "" {
 		fmt.Fprintf(w, "  error     %s\n", t.LastError)
 	}
-	fmt.Fprintf(w, "  times     created %s, updated %s, run at %s", rfc3339(t.CreatedAt), rfc3339(t.UpdatedAt), rfc3339(t.RunAt))
+	fmt.Fprintf(w, "  times     created %s, updated %s, run at %s", stamp(t.CreatedAt), stamp(t.UpdatedAt), stamp(t.RunAt))
 	if !t.Deadline.IsZero() {
-		fmt.Fprintf(w, ", deadline %s", rfc3339(t.Deadline))
+		fmt.Fprintf(w, ", deadline %s", stamp(t.Deadline))
 	}
 	fmt.Fprintln(w)
 }
@@ -190,6 +203,6 @@ func printEvents(w io.Writer, events []model.Event) {
 		if e.Detail != "" {
 			parts = append(parts, fmt.Sprintf("(%s)", e.Detail))
 		}
-		fmt.Fprintf(w, "%6d %s %-17s %s\n", e.Seq, rfc3339(e.At), e.Kind, strings.Join(parts, " "))
+		fmt.Fprintf(w, "%6d %s %-17s %s\n", e.Seq, stamp(e.At), e.Kind, strings.Join(parts, " "))
 	}
 }

@@ -36,14 +36,25 @@ func allowedRoot() (string, error) {
 	return filepath.EvalSymlinks(root)
 }
 
+// pathLabel is how errors name where a path came from: a flag by its name
+// ("db" is --db), a positional argument by its upper-case name
+// ("SNAPSHOT").
+func pathLabel(field string) string {
+	if field == strings.ToUpper(field) {
+		return field
+	}
+	return "--" + field
+}
+
 // safePath resolves p and refuses it unless it lies inside the allowed
 // directory (after following symbolic links in its parent).
 func safePath(field, p string) (string, error) {
+	label := pathLabel(field)
 	if strings.TrimSpace(p) == "" {
-		return "", badUsage("--%s: path required", field)
+		return "", badUsage("%s: path required", label)
 	}
 	if strings.ContainsAny(p, "\x00?#") {
-		return "", badUsage("--%s: %q has characters a database path may not", field, p)
+		return "", badUsage("%s: %s has characters a database path may not", label, quote(p, 64))
 	}
 	root, err := allowedRoot()
 	if err != nil {
@@ -51,15 +62,15 @@ func safePath(field, p string) (string, error) {
 	}
 	abs, err := filepath.Abs(p)
 	if err != nil {
-		return "", badUsage("--%s: %v", field, err)
+		return "", badUsage("%s: %v", label, err)
 	}
 	parent, err := filepath.EvalSymlinks(filepath.Dir(abs))
 	if err != nil {
-		return "", badUsage("--%s: directory of %s: %v", field, p, err)
+		return "", badUsage("%s: directory of %s: %v", label, p, err)
 	}
 	resolved := filepath.Join(parent, filepath.Base(abs))
 	if fi, err := os.Lstat(resolved); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		return "", badUsage("--%s: %s is a symbolic link", field, p)
+		return "", badUsage("%s: %s is a symbolic link", label, p)
 	}
 	if err := inside(field, p, root, resolved); err != nil {
 		return "", err
@@ -72,7 +83,7 @@ func safePath(field, p string) (string, error) {
 func inside(field, p, root, resolved string) error {
 	rel, err := filepath.Rel(root, resolved)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return badUsage("--%s: %s is outside the allowed directory %s (set LEASEHOLD_DATA_DIR)", field, p, root)
+		return badUsage("%s: %s is outside the allowed directory %s (set LEASEHOLD_DATA_DIR)", pathLabel(field), p, root)
 	}
 	return nil
 }
@@ -89,17 +100,17 @@ func notTheDatabase(field, out, db string) error {
 	}
 	for _, p := range []string{dbAbs, dbAbs + "-wal", dbAbs + "-shm", dbAbs + "-journal"} {
 		if out == p {
-			return badUsage("--%s: %s is the database itself", field, out)
+			return badUsage("%s: %s is the database itself", pathLabel(field), out)
 		}
 	}
 	return nil
 }
 
 func runSnapshot(e *env, args []string) int {
-	if len(args) == 0 {
-		return fail(e, "snapshot", badUsage("say create or verify"))
+	sub, args, err := dispatch("snapshot", args)
+	if err != nil {
+		return fail(e, "snapshot", err)
 	}
-	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("snapshot "+sub, flag.ContinueOnError)
 	switch sub {
 	case "create":
@@ -142,7 +153,7 @@ func runSnapshot(e *env, args []string) int {
 		if err := parseWithArgs(fs, args, 1); err != nil {
 			return fail(e, "snapshot", err)
 		}
-		file, err := safePath("snapshot", fs.Arg(0))
+		file, err := safePath("SNAPSHOT", fs.Arg(0))
 		if err != nil {
 			return fail(e, "snapshot", err)
 		}
@@ -170,7 +181,7 @@ func runRestore(e *env, args []string) int {
 	if err := parseWithArgs(fs, args, 1); err != nil {
 		return fail(e, "restore", err)
 	}
-	file, err := safePath("snapshot", fs.Arg(0))
+	file, err := safePath("SNAPSHOT", fs.Arg(0))
 	var target string
 	if err == nil {
 		target, err = safePath("to", *to)
