@@ -1300,6 +1300,10 @@ func TestUsageErrorsSayWhatWasWrong(t *testing.T) {
 		{[]string{"restore", "a.db", "b.db", "--to", "c.db"}, "one SNAPSHOT argument expected, got 2"},
 		{[]string{"restore", "", "--to", "c.db"}, "SNAPSHOT: path required"},
 		{[]string{"list", "extra"}, `unexpected argument "extra" (leasehold list takes flags only)`},
+		{[]string{"approve", "t_ab", "--version", "-3", "--db", f.db}, "--version: must be 0 or more, got -3"},
+		{[]string{"approve", "t_ab", "--db", f.db}, "--version: required"},
+		{[]string{"requeue", "t_ab", "--grant-cost", "-1", "--grant-steps", "0", "--db", f.db}, "--grant-cost: must be 0 or more, got -1"},
+		{[]string{"requeue", "t_ab", "--grant-cost", "1", "--db", f.db}, "--grant-cost and --grant-steps: both required"},
 	} {
 		r := lh(t, c.args...)
 		requireUsage(t, r, c.want)

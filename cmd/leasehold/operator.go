@@ -23,6 +23,13 @@ func init() {
 	register("metrics", "print the queue's metrics", runMetrics)
 }
 
+// given reports whether the flag name was set on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // withQueue opens an existing database for one command that writes.
 func withQueue(e *env, name string, c common, fn func(q *queue.Queue) error) int {
 	q, err := openExisting(e.ctx, c)
@@ -50,10 +57,14 @@ func runWith(e *env, name, path string, q *queue.Queue, err error, fn func(q *qu
 func runApprove(e *env, args []string) int {
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
 	c := commonFlags(fs, true)
-	version := fs.Int64("version", -1, "the version recorded when the task paused (status shows it)")
+	version := fs.Int64("version", 0, "the version recorded when the task paused (status shows it); required")
 	id, err := taskArg(fs, args)
-	if err == nil && *version < 0 {
+	switch {
+	case err != nil:
+	case !given(fs, "version"):
 		err = badUsage("--version: required (the version status shows for the gate)")
+	case *version < 0:
+		err = badUsage("--version: must be 0 or more, got %d", *version)
 	}
 	if err == nil {
 		err = model.CheckName("actor", *c.actor)
@@ -92,11 +103,17 @@ func runReject(e *env, args []string) int {
 func runRequeue(e *env, args []string) int {
 	fs := flag.NewFlagSet("requeue", flag.ContinueOnError)
 	c := commonFlags(fs, true)
-	cost := fs.Int64("grant-cost", -1, "budget to add (bounded by the configured maximum)")
-	steps := fs.Int("grant-steps", -1, "steps to add (bounded by the configured maximum)")
+	cost := fs.Int64("grant-cost", 0, "budget to add, 0 or more (bounded by the configured maximum); required")
+	steps := fs.Int("grant-steps", 0, "steps to add, 0 or more (bounded by the configured maximum); required")
 	id, err := taskArg(fs, args)
-	if err == nil && (*cost < 0 || *steps < 0) {
+	switch {
+	case err != nil:
+	case !given(fs, "grant-cost") || !given(fs, "grant-steps"):
 		err = badUsage("--grant-cost and --grant-steps: both required (0 grants nothing)")
+	case *cost < 0:
+		err = badUsage("--grant-cost: must be 0 or more, got %d", *cost)
+	case *steps < 0:
+		err = badUsage("--grant-steps: must be 0 or more, got %d", *steps)
 	}
 	if err == nil {
 		err = model.CheckName("actor", *c.actor)
