@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // fuzzRoute is one route of the API: its method and its path, in which
@@ -59,7 +60,7 @@ func newFuzzWorld(f *testing.F) *fuzzWorld {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(apiEpoch)
 	q, err := queue.Open(ctx, queue.Options{Path: filepath.Join(f.TempDir(), "fuzz.db"), Clock: clock,
-		IDs: model.NewSeededIDs(77), BusyTimeout: time.Second})
+		IDs: model.NewSeededIDs(77), BusyTimeout: time.Second, ValidatePayload: worker.ValidateSynthetic}) // as openQueue sets it
 	require.NoError(f, err)
 	tokens, err := parseTokens(testTokens)
 	require.NoError(f, err)
@@ -87,7 +88,7 @@ func newFuzzWorld(f *testing.F) *fuzzWorld {
 	_, err = q.Fail(ctx, c, model.Failure{Class: model.Uncertain, OpID: intent.OpID})
 	require.NoError(f, err)
 	queued := submit("queued")
-	sch, err := q.AddSchedule(ctx, model.ScheduleSpec{User: "carol", Payload: `{"steps":[]}`, CostBudget: 1, StepsMax: 1,
+	sch, err := q.AddSchedule(ctx, model.ScheduleSpec{User: "carol", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 1, StepsMax: 1,
 		Origin: apiEpoch.Add(time.Hour), Period: time.Hour}, "olga")
 	require.NoError(f, err)
 	s := &server{q: q, tokens: tokens, log: slog.New(slog.NewJSONHandler(io.Discard, nil))}
