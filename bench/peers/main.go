@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -56,8 +57,8 @@ func (c cell) String() string {
 type config struct {
 	rounds, jobs, oneJobs, latencyJobs int
 	goqiteConsumers                    []int
-	only                               string
-	dir                                string
+	only, system                       string
+	dir, cpuprofile                    string
 }
 
 func main() {
@@ -69,6 +70,8 @@ func main() {
 	flag.IntVar(&cfg.latencyJobs, "latency-jobs", 20, "jobs per idle-latency run")
 	flag.StringVar(&consumers, "goqite-consumers", "1,2,4", "goqite consumer counts tried; its best is reported")
 	flag.StringVar(&cfg.only, "only", "", "run only cells whose name contains this")
+	flag.StringVar(&cfg.system, "system", "", "run only systems whose name contains this")
+	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the databases (default: a new temporary one)")
 	flag.Parse()
 	for _, c := range strings.Split(consumers, ",") {
@@ -98,11 +101,25 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		defer os.RemoveAll(dir)
 		cfg.dir = dir
 	}
+	if cfg.cpuprofile != "" {
+		f, err := os.Create(cfg.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	printVersions(out)
 	fmt.Fprintf(out, "jobs %d per work run and bulk intake, %d per one-at-a-time intake, %d per latency run; %d rounds\n\n",
 		cfg.jobs, cfg.oneJobs, cfg.latencyJobs, cfg.rounds)
 
-	systems := allSystems(cfg)
+	systems := slices.DeleteFunc(allSystems(cfg), func(s system) bool { return !strings.Contains(s.name(), cfg.system) })
+	if len(systems) == 0 {
+		return fmt.Errorf("no system's name contains %q", cfg.system)
+	}
 	b := &bench{cfg: cfg, out: out, templates: map[string]string{}, results: map[string]map[string][]sample{},
 		latencies: map[string]map[string][]time.Duration{}}
 	cells := plan(cfg)
