@@ -14,11 +14,14 @@ import (
 // one process share one transaction, each inside its own savepoint, so ten
 // workers finishing at once pay one commit (one fsync under FULL), not ten.
 //
-// One writer goroutine per queue runs the groups. It never sleeps and
-// reads no clock to decide what to group: a group is what queued while
-// the previous group ran and committed, up to GroupMax operations. The
-// queue it takes them from holds at most GroupQueueMax; a caller past that
-// waits for room (back-pressure), or for its context.
+// There is no writer goroutine: the callers take turns leading. A caller
+// whose operation finds no group running leads: it runs its own operation
+// at once, and then, group after group, whatever queued meanwhile, until
+// its own is answered (see await). The leader never sleeps and reads no
+// clock to decide what to group: a group is what queued while the
+// previous group ran and committed, up to GroupMax operations. The queue
+// holds at most GroupQueueMax; a caller past that waits for room
+// (back-pressure), or for its context.
 //
 // Inside a group, each operation's outcome follows from how it ended:
 //
@@ -41,7 +44,7 @@ import (
 const (
 	// GroupMax bounds the operations one group commit carries.
 	GroupMax = 64
-	// GroupQueueMax bounds the operations waiting for the writer.
+	// GroupQueueMax bounds the operations waiting for a group.
 	GroupQueueMax = 4 * GroupMax
 )
 
@@ -139,55 +142,83 @@ func (q *Queue) writeGrouped(ctx context.Context, op string, fn func(t *txn) err
 	case q.ops <- m:
 	case <-ctx.Done():
 		return fmt.Errorf("queue: %s: %w", op, ctx.Err())
-	case <-q.writerDone:
+	case <-q.closing:
 		return fmt.Errorf("queue: %s: %w", op, ErrClosed)
 	}
-	select {
-	case <-m.done:
-	case <-q.writerDone:
-		// The writer answers every operation it took before it stops; one
-		// it never took was not run.
+	return q.await(m)
+}
+
+// await waits for m's group and returns m's outcome, leading groups
+// itself whenever no one else does: the caller that takes the lead runs
+// what is queued, group after group, until its own operation is answered,
+// then hands the lead on (to whichever waiting caller takes it). So an
+// operation arriving at an idle queue runs on its caller's goroutine at
+// once, and operations arriving while a group commits form the next group.
+func (q *Queue) await(m *member) error {
+	for {
+		// Once Close has begun, no new group starts: Close takes the lead
+		// for good and answers what is queued.
 		select {
 		case <-m.done:
+			return m.err
+		case <-q.closing:
+			select {
+			case <-m.done:
+				return m.err
+			default:
+				return notApplied(fmt.Errorf("queue: %s: %w", m.op, ErrClosed))
+			}
 		default:
-			return notApplied(fmt.Errorf("queue: %s: %w", op, ErrClosed))
+		}
+		select {
+		case <-m.done:
+			return m.err
+		case <-q.closing:
+		case q.lead <- struct{}{}:
+			select {
+			case <-q.closing:
+				<-q.lead // Close is waiting for the lead
+				continue
+			default:
+			}
+			q.leadUntil(m)
+			<-q.lead
+			return m.err
 		}
 	}
-	return m.err
 }
 
-// startWriter starts the queue's writer goroutine.
-func (q *Queue) startWriter() {
-	q.ops = make(chan *member, GroupQueueMax)
-	q.stopWriter = make(chan struct{})
-	q.writerDone = make(chan struct{})
-	go q.writer()
-}
-
-// writer runs groups until stopWriter closes, then answers whatever is
-// still queued with ErrClosed.
-func (q *Queue) writer() {
-	defer close(q.writerDone)
+// leadUntil runs groups of what is queued until m is answered. m is
+// queued or answered: only the leader takes operations off the queue.
+func (q *Queue) leadUntil(m *member) {
 	for {
-		// A stop comes first: once Close has begun, nothing more is run.
 		select {
-		case <-q.stopWriter:
-			q.refuseQueued()
+		case <-m.done:
 			return
 		default:
 		}
 		select {
-		case m := <-q.ops:
-			q.runGroup(q.gather(m))
-		case <-q.stopWriter:
-			q.refuseQueued()
-			return
+		case first := <-q.ops:
+			q.runGroup(q.gather(first))
+		default:
+			panic("queue: group leader found its own operation neither queued nor answered")
 		}
 	}
 }
 
-// refuseQueued answers every queued operation with ErrClosed.
-func (q *Queue) refuseQueued() {
+// startGroups makes the queue group its writes.
+func (q *Queue) startGroups() {
+	q.ops = make(chan *member, GroupQueueMax)
+	q.lead = make(chan struct{}, 1)
+	q.closing = make(chan struct{})
+}
+
+// stopGroups, for Close, stops new groups from starting, waits for the one
+// running, takes the lead for good and answers what is still queued with
+// ErrClosed.
+func (q *Queue) stopGroups() {
+	close(q.closing)
+	q.lead <- struct{}{}
 	for {
 		select {
 		case m := <-q.ops:
@@ -198,7 +229,7 @@ func (q *Queue) refuseQueued() {
 	}
 }
 
-// groupStats counts the groups a queue's writer has run.
+// groupStats counts the groups a queue has run.
 type groupStats struct {
 	groups, ops, largest atomic.Int64
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/leasehold/leasehold/model"
 )
 
-// groupRig is a file queue whose writer the test can hold, so that it
+// groupRig is a file queue whose group leader the test can hold, so that it
 // queues exactly the operations it wants into one group, in order, and
 // a storage fault injector under it.
 type groupRig struct {
@@ -36,7 +36,8 @@ func setupGroup(t *testing.T) *groupRig {
 	return &groupRig{bundle: b, storage: storage}
 }
 
-// hold runs an operation that blocks the writer until release is called;
+// hold runs an operation that, leading its group, blocks every other
+// group until release is called;
 // before it returns, the operation runs then (the fault it may arm fires
 // on the next group's first statement).
 func (g *groupRig) hold(then func()) (release func()) {
@@ -59,7 +60,7 @@ func (g *groupRig) hold(then func()) (release func()) {
 }
 
 // enqueue starts op on a goroutine of its own and returns once op's write
-// is queued behind the held writer (the queue holds want operations).
+// is queued behind the held group (the queue holds want operations).
 func (g *groupRig) enqueue(want int, op func() error) <-chan error {
 	out := make(chan error, 1)
 	go func() { out <- op() }()
@@ -165,7 +166,7 @@ func TestGroupStatementFaultRollsBackAll(t *testing.T) {
 }
 
 // armedSubmit is a submit (the queue's own, t.submit) that arms a fault
-// first, inside the writer: the fault fires on the operation's first
+// first, inside the group: the fault fires on the operation's first
 // statement, after its savepoint.
 func (g *groupRig) armedSubmit(key string, arm func()) error {
 	return g.q.write(g.ctx, "submit", func(t *txn) error {
@@ -179,7 +180,7 @@ func (g *groupRig) armedSubmit(key string, arm func()) error {
 	})
 }
 
-// armedSubmitAfter submits inside the writer and arms a fault after its
+// armedSubmitAfter submits inside the group and arms a fault after its
 // last statement: the fault fires on the next member's savepoint.
 func (g *groupRig) armedSubmitAfter(key string, arm func()) error {
 	return g.q.write(g.ctx, "submit", func(t *txn) error {
@@ -285,7 +286,7 @@ func TestGroupCommitFailureAcknowledgesNoMember(t *testing.T) {
 				_, err := g.q.Submit(g.ctx, model.SubmitRequest{User: "ana", Key: "used", Payload: `{"other":1}`, CostBudget: 10, StepsMax: 5})
 				return err
 			}
-			// The first member arms the fault inside the writer, after the
+			// The first member arms the fault inside the group, after the
 			// held write's commit: it fires on the group's.
 			armed := func() error { return g.armedSubmit("a", func() { g.storage.Arm(fault) }) }
 			errs := g.inGroup(nil, armed, conflict, g.submitOp("b"), g.submitOp("c"))
@@ -346,11 +347,11 @@ func TestGroupCancelledCaller(t *testing.T) {
 	require.Equal(t, 2, g.taskCount())
 }
 
-// A flood of submits from many goroutines, far past the writer's queue
+// A flood of submits from many goroutines, far past the group queue's
 // bound, is held back: the queue never holds more than GroupQueueMax,
 // callers past it wait (and one whose context ends while waiting gives up
 // with nothing written), no group exceeds GroupMax, and every other
-// submit is stored once the writer runs again.
+// submit is stored once groups run again.
 func TestGroupFloodBackPressure(t *testing.T) {
 	g := setupGroup(t)
 	limits := model.DefaultLimits
@@ -386,7 +387,7 @@ func TestGroupFloodBackPressure(t *testing.T) {
 	for len(g.q.ops) < GroupQueueMax {
 		runtime.Gosched()
 	}
-	// The queue is full and the writer held: nobody has been answered.
+	// The queue is full and the groups held: nobody has been answered.
 	require.Equal(t, GroupQueueMax, len(g.q.ops))
 	require.Zero(t, stored.Load())
 	cancel()
@@ -412,9 +413,7 @@ func TestGroupClose(t *testing.T) {
 	out := g.enqueue(1, g.submitOp("late"))
 	closed := make(chan error, 1)
 	go func() { closed <- g.q.Close() }()
-	for !g.q.closed.Load() {
-		runtime.Gosched()
-	}
+	<-g.q.closing
 	release()
 	require.NoError(t, <-closed)
 	g.closed = true

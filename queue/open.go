@@ -116,13 +116,13 @@ type Queue struct {
 
 	health health // Health's last probe and the writes failed since
 
-	// The group-commit writer (group.go); ops is nil for an Ungrouped
-	// queue.
-	ops        chan *member
-	stopWriter chan struct{}
-	writerDone chan struct{}
-	stopOnce   sync.Once
-	stats      groupStats
+	// Group commit (group.go): the operations waiting, the lead token and
+	// Close's signal; ops is nil for an Ungrouped queue.
+	ops      chan *member
+	lead     chan struct{}
+	closing  chan struct{}
+	stopOnce sync.Once
+	stats    groupStats
 }
 
 // Open opens (creating if needed) the database at o.Path and checks its
@@ -190,7 +190,7 @@ func open(ctx context.Context, o Options, dsn string, pragmas []string) (*Queue,
 		return nil, err
 	}
 	if !o.Ungrouped {
-		q.startWriter()
+		q.startGroups()
 	}
 	return q, nil
 }
@@ -364,8 +364,7 @@ func (q *Queue) DB() *sql.DB { return q.db }
 func (q *Queue) Close() error {
 	q.closed.Store(true)
 	if q.ops != nil {
-		q.stopOnce.Do(func() { close(q.stopWriter) })
-		<-q.writerDone
+		q.stopOnce.Do(q.stopGroups)
 	}
 	q.stmtMu.Lock()
 	for _, s := range q.stmts {
