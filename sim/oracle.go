@@ -129,11 +129,12 @@ func run[T any](l *lockstep, o op[T]) (T, error) {
 	if o.check != nil {
 		after = o.check(res, err)
 	}
+	storage := errors.Is(err, faults.ErrInjected) || errors.Is(err, queue.ErrNotApplied) || errors.Is(err, queue.ErrOutcomeUnknown)
 	switch {
-	case errors.Is(err, faults.ErrInjected) && !atCommit(err):
+	case storage && !atCommit(err):
 		// Refused before COMMIT: nothing may have changed.
 		l.settle(o, l.ref, nil, changed)
-	case errors.Is(err, faults.ErrInjected):
+	case storage:
 		before := l.ref.Clone()
 		_, _ = o.ref(l.ref)
 		l.settle(o, l.ref, before, changed)
@@ -199,6 +200,8 @@ var errorClasses = []struct {
 	{"deadline-exceeded", model.ErrDeadlineExceeded},
 	{"not-found", model.ErrNotFound},
 	{"storage", faults.ErrInjected},
+	{"storage", queue.ErrNotApplied},
+	{"storage", queue.ErrOutcomeUnknown},
 }
 
 // errorClass names err's class: "accepted" for nil, "other" for an error
