@@ -1313,3 +1313,15 @@ func TestUsageErrorsSayWhatWasWrong(t *testing.T) {
 	}
 	require.NoFileExists(t, f.db, "nothing was created")
 }
+
+// Without --db a command uses LEASEHOLD_DB, as DESIGN.md says.
+func TestDatabaseFromTheEnvironment(t *testing.T) {
+	f := newFixture(t)
+	id := f.submit("ana", "env-1", onePayload)
+	t.Setenv("LEASEHOLD_DB", f.db)
+	r := lh(t, "status", id)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "task "+id)
+	r = lh(t, "status", id, "--db", filepath.Join(f.dir, "other.db"))
+	requireFailed(t, r, "other.db")
+}

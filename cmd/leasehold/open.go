@@ -56,7 +56,7 @@ type common struct {
 
 func commonFlags(fs *flag.FlagSet, actor bool) common {
 	c := common{
-		db:          fs.String("db", "leasehold.db", "database file"),
+		db:          fs.String("db", defaultDB(), dbUsage),
 		json:        fs.Bool("json", false, "print records as JSON"),
 		synchronous: fs.String("synchronous", queue.SynchronousFull, "SQLite synchronous setting: FULL, or NORMAL (can lose the last commits on power loss)"),
 		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long to wait for another process's lock before reporting storage busy"),
@@ -65,6 +65,18 @@ func commonFlags(fs *flag.FlagSet, actor bool) common {
 		c.actor = fs.String("actor", defaultActor(), "who acts (recorded in the audit trail)")
 	}
 	return c
+}
+
+// dbUsage is the --db flag's help.
+const dbUsage = "database file (default: $LEASEHOLD_DB, or leasehold.db when it is not set)"
+
+// defaultDB is the database a command uses without --db: LEASEHOLD_DB, or
+// leasehold.db in the working directory.
+func defaultDB() string {
+	if db := os.Getenv("LEASEHOLD_DB"); db != "" {
+		return db
+	}
+	return "leasehold.db"
 }
 
 // commonFor returns the shared flags at their defaults, for path: what a
