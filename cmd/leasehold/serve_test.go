@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -937,6 +938,41 @@ func TestServeHealthOnAFullDisk(t *testing.T) {
 	health(http.StatusOK, ok)
 	a.submit(t, "carol", "f1", nil)
 	require.Contains(t, a.logs.String(), `"class":"disk_full"`)
+}
+
+// On a real full disk (a small tmpfs, filled) /healthz answers 503
+// disk_full while a submit fails, and 200 again once the disk has room.
+func TestServeHealthOnARealFullDisk(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "small")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs to fill (needs root and CAP_SYS_ADMIN): %v", err)
+	}
+	t.Cleanup(func() { require.NoError(t, syscall.Unmount(dir, 0)) }) // after the server's cleanup closes the queue
+	a := setupAPI(t, func(o *queue.Options) { o.Path = filepath.Join(dir, "api.db") })
+	a.submit(t, "carol", "r1", nil)
+	full := map[string]any{"status": "unavailable", "class": "disk_full"}
+	require.Equal(t, map[string]any{"status": "ok"}, a.call(t, http.MethodGet, "/healthz", "", "", http.StatusOK))
+
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	require.NoError(t, err)
+	block := make([]byte, 4096)
+	for range 1 << 12 {
+		if _, err = filler.Write(block); err != nil {
+			break
+		}
+	}
+	require.ErrorIs(t, err, syscall.ENOSPC, "the tmpfs filled")
+	require.NoError(t, filler.Close())
+	a.clock.Advance(time.Second)
+	require.Equal(t, full, a.call(t, http.MethodGet, "/healthz", "", "", http.StatusServiceUnavailable))
+	a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, submitJSON(t, "carol", "r2", nil), http.StatusServiceUnavailable, "")
+	require.Equal(t, full, a.call(t, http.MethodGet, "/healthz", "", "", http.StatusServiceUnavailable))
+
+	require.NoError(t, os.Remove(filler.Name()))
+	a.clock.Advance(time.Second)
+	require.Equal(t, map[string]any{"status": "ok"}, a.call(t, http.MethodGet, "/healthz", "", "", http.StatusOK))
+	a.submit(t, "carol", "r2", nil)
 }
 
 // metricValue returns the value of one series in a Prometheus text
