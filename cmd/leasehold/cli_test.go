@@ -446,7 +446,6 @@ func badInputs() []badCase {
 		{"worker zero lease", w("worker"), workerArgs("--lease", "0"), []string{"lease", "positive"}, false},
 		{"worker negative shutdown grace", w("worker"), workerArgs("--shutdown-grace", "-1s"), []string{"--shutdown-grace"}, false},
 		{"worker shutdown grace too long", w("worker"), workerArgs("--shutdown-grace", "2h"), []string{"--shutdown-grace"}, false},
-		{"worker unknown duplicate", w("worker"), workerArgs("--duplicate", "compleet"), []string{"duplicate", "compleet"}, false},
 		{"worker lease too short", w("worker"), workerArgs("--lease", "50ms"), []string{"lease"}, false},
 		{"worker lease too long", w("worker"), workerArgs("--lease", "2h"), []string{"lease"}, false},
 		{"worker lease not whole milliseconds", w("worker"), workerArgs("--lease", "1500us"), []string{"lease"}, false},

@@ -1,17 +1,15 @@
 package main
 
-// The demo's checks that need no live run: where it may work (it empties
-// its directory, so --dir is checked first), how it compares running
-// spans, and that it stops its metrics sampler before it reports.
+// The demo command's checks that need no live run: where it may work (it
+// empties its directory, so --dir is checked first). The live run's own
+// tests are in internal/liverun.
 //
 // Tests that set LEASEHOLD_DATA_DIR (t.Setenv) do not run in parallel.
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -71,60 +69,4 @@ func TestDemoDirIsCheckedBeforeAnythingIsRemoved(t *testing.T) {
 		require.NoError(t, err, name)
 		require.Equal(t, filepath.Join(root, name), dir)
 	}
-}
-
-// Running spans are compared as times, not as strings: RFC 3339 trims
-// trailing zeros of the fraction, so ".3Z" sorts after ".301Z" as text
-// although it is earlier.
-func TestSpansOverlapComparesTimes(t *testing.T) {
-	t.Parallel()
-	at := func(frac string) string { return "2030-01-01T00:00:00" + frac + "Z" }
-	cases := []struct {
-		name    string
-		a, b    [][2]string
-		overlap bool
-	}{
-		// As strings ".301Z" < ".3Z", so these touching spans would overlap.
-		{"one ends at .3, the other starts at .301", [][2]string{{at(".1"), at(".3")}}, [][2]string{{at(".301"), at(".5")}}, false},
-		// As strings ".3Z" < ".301Z" fails, so this overlap would be missed.
-		{"one starts at .3, the other ends at .301", [][2]string{{at(".3"), at(".6")}}, [][2]string{{at(".2"), at(".301")}}, true},
-		{"one ends where the other starts", [][2]string{{at(""), at(".5")}}, [][2]string{{at(".5"), at(".9")}}, false},
-		{"disjoint across a second", [][2]string{{at(".9"), "2030-01-01T00:00:01Z"}}, [][2]string{{"2030-01-01T00:00:01.001Z", "2030-01-01T00:00:02Z"}}, false},
-		{"one inside the other", [][2]string{{at(".1"), at(".9")}}, [][2]string{{at(".4"), at(".45")}}, true},
-		{"no spans", nil, [][2]string{{at(".1"), at(".2")}}, false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := spansOverlap(c.a, c.b)
-			require.NoError(t, err)
-			require.Equal(t, c.overlap, got)
-			got, err = spansOverlap(c.b, c.a)
-			require.NoError(t, err)
-			require.Equal(t, c.overlap, got, "symmetric")
-		})
-	}
-	_, err := spansOverlap([][2]string{{"noon", at(".1")}}, [][2]string{{at(".1"), at(".2")}})
-	require.ErrorContains(t, err, "noon")
-}
-
-// The demo waits for its sampler to return before it reports, so the
-// report reads samples nobody is still appending to. The sampler here runs
-// a stand-in for the binary that prints an empty metrics record.
-func TestDemoWaitsForTheSamplerBeforeReporting(t *testing.T) {
-	dir := t.TempDir()
-	self := filepath.Join(dir, "leasehold")
-	require.NoError(t, os.WriteFile(self, []byte("#!/bin/sh\necho '{}'\n"), 0o755))
-	d := &demo{e: &env{stdout: io.Discard, stderr: io.Discard}, dir: dir, db: filepath.Join(dir, "leasehold.db"),
-		self: self, start: time.Now(), sampling: make(chan struct{})}
-	d.startSampling()
-	d.stopSampling()
-	// The sampler takes its first sample before it looks at the stop
-	// signal; once stopSampling has returned, that sample is in.
-	require.NotEmpty(t, d.res.Samples)
-
-	// Stopping a sampler that never started (the run failed early)
-	// returns at once.
-	idle := &demo{sampling: make(chan struct{})}
-	idle.stopSampling()
-	require.Empty(t, idle.res.Samples)
 }

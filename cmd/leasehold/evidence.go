@@ -18,6 +18,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/reports"
@@ -117,7 +118,7 @@ func buildEvidence(e *env, seeds int, demoPath, brokenBin, runbookJSON string) (
 	}
 	r.Fixture.Timelines = append(r.Fixture.Timelines, takeover)
 
-	demo, err := readDemo(demoPath)
+	demo, err := liverun.Read(demoPath)
 	if err != nil {
 		return r, err
 	}
@@ -237,28 +238,12 @@ func fixtureTakeover() (reports.Timeline, error) {
 	return reports.Timeline{}, errors.New("no late-result seed in 1..50 showed the late result refused")
 }
 
-// readDemo reads the live demo's result.
-func readDemo(path string) (demoResult, error) {
-	var d demoResult
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return d, fmt.Errorf("read the live demo's result (run make demo first): %w", err)
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		return d, fmt.Errorf("read %s: %w", path, err)
-	}
-	if d.Kind != "live" {
-		return d, fmt.Errorf("%s is labelled %q, not live", path, d.Kind)
-	}
-	return d, nil
-}
-
-func fillLive(r *reports.Report, d demoResult) {
+func fillLive(r *reports.Report, d liverun.Result) {
 	r.Live.About = []string{
-		fmt.Sprintf("Live: two real worker processes (leasehold worker) over one file database, the wall clock, leases of %s; run %s, %.1f s, commit %s.",
-			d.Settings["lease"], d.Started, float64(d.DurationMs)/1000, dash(d.Version.Commit)),
+		fmt.Sprintf("Live: the %s scenario and the live fault stories over two real worker processes (leasehold worker), one file database, the wall clock, leases of %s; run %s, %.1f s, commit %s.",
+			dash(d.Scenario), d.Settings["lease"], rfc3339(d.Started), float64(d.DurationMs)/1000, dash(d.Commit)),
 		fmt.Sprintf("Machine: %s, %s/%s, %s CPUs, %s.", d.Machine["hostname"], d.Machine["goos"], d.Machine["goarch"], d.Machine["cpus"], d.Machine["go"]),
-		"Outcomes were observed from outside the demo's memory: task states and audit events read back through leasehold status --json and leasehold events, submissions by their own output and exit code, effects from the external service's ledger, and storage back-off from the worker logs. Reproduce: make demo.",
+		"Outcomes were observed from outside the workers' memory: task states, audit events and submissions through the queue's Go API on the same database file, effects from the external service's ledger, and storage back-off and local lease expiry from the worker logs' JSON records. Reproduce: make demo.",
 	}
 	for _, o := range d.Outcomes {
 		r.Live.Outcomes = append(r.Live.Outcomes, reports.Outcome{Name: o.Name, Expected: o.Expected, Observed: o.Observed, Pass: o.Pass, AtMs: o.AtMs})
@@ -268,7 +253,7 @@ func fillLive(r *reports.Report, d demoResult) {
 }
 
 // demoSeries turns the demo's metrics samples into chart series.
-func demoSeries(d demoResult) []reports.Series {
+func demoSeries(d liverun.Result) []reports.Series {
 	series := map[string]*reports.Series{}
 	var order []string
 	add := func(name, unit string, x int64, y float64) {
@@ -284,7 +269,7 @@ func demoSeries(d demoResult) []reports.Series {
 		s.Points = append(s.Points, reports.Point{X: x, Y: y})
 	}
 	for _, smp := range d.Samples {
-		m := smp.Metrics
+		m := metricsRecordOf(smp.Metrics)
 		for _, st := range model.States() {
 			add("depth "+string(st), "tasks", smp.AtMs, float64(m.Depth[string(st)]))
 		}
@@ -440,20 +425,12 @@ func readRunbookResults(path string) (map[string]bool, error) {
 	return results, nil
 }
 
-// outcome finds a live outcome by name prefix.
-func outcome(d demoResult, prefix string) (demoOutcome, bool) {
-	for _, o := range d.Outcomes {
-		if strings.HasPrefix(o.Name, prefix) {
-			return o, true
-		}
-	}
-	return demoOutcome{}, false
-}
-
-func liveResult(d demoResult, prefix, inputs string) reports.Result {
-	o, ok := outcome(d, prefix)
+// liveResult is the live outcome of story (of the scenario task named,
+// when task is not empty) as a check's result.
+func liveResult(d liverun.Result, story liverun.Story, task, inputs string) reports.Result {
+	o, ok := d.Find(story, task)
 	if !ok {
-		return reports.Result{Kind: reports.Live, Inputs: inputs, Observed: "not observed: the demo has no outcome " + prefix, Command: "make demo"}
+		return reports.Result{Kind: reports.Live, Inputs: inputs, Observed: fmt.Sprintf("not observed: the demo has no outcome %s %s", story, task), Command: "make demo"}
 	}
 	return reports.Result{Kind: reports.Live, Inputs: inputs, Observed: o.Observed, Pass: o.Pass, Command: "make demo"}
 }
@@ -470,7 +447,7 @@ func fixtureResult(st sweepStats, inputs, observed string) reports.Result {
 		Observed: obs, Pass: st.sweep.Failed == 0 && st.coverageMissing == "", Command: st.sweep.Command}
 }
 
-func buildChecks(stats map[string]sweepStats, seeds int, d demoResult, runbook map[string]bool) []reports.Check {
+func buildChecks(stats map[string]sweepStats, seeds int, d liverun.Result, runbook map[string]bool) []reports.Check {
 	total, events, stale := 0, 0, int64(0)
 	for _, st := range stats {
 		total += st.sweep.Seeds
@@ -503,45 +480,45 @@ func buildChecks(stats map[string]sweepStats, seeds int, d demoResult, runbook m
 		{ID: "single-claim", Title: "A task never executes under two valid claims", Results: []reports.Result{
 			{Kind: reports.Fixture, Inputs: fmt.Sprintf("every scenario, %d seeds each, swarm faults", seeds),
 				Observed: singleClaim, Pass: failedSeeds == 0, Command: fmt.Sprintf("make sim SEED=1 SEEDS=%d SCENARIO=<name>", seeds)},
-			liveResult(d, "worker stopped with SIGSTOP", fmt.Sprintf("a worker frozen with SIGSTOP past its lease (%s), then continued", lease)),
-			liveResult(d, "worker killed with SIGKILL", "a worker killed with SIGKILL mid-task"),
+			liveResult(d, liverun.StoryStop, "", fmt.Sprintf("a worker frozen with SIGSTOP past its lease (%s), then continued", lease)),
+			liveResult(d, liverun.StoryKill, "", "a worker killed with SIGKILL mid-task"),
 		}},
 		{ID: "budget-cancel", Title: "Budget and cancellation stops are visible to the caller", Results: []reports.Result{
 			fixtureResult(pf, "portfolio: the budget task must end failed/budget_exhausted, the cancel task cancelled/cancelled_by_caller with cancelled_by set", "every seed: both ends as expected, and the over-budget charge never applied"),
-			liveResult(d, "budget", "the budget task (cost 4+4+4 with a charge, budget 10), read by leasehold status"),
-			liveResult(d, "cancelled while running", "leasehold cancel on a running task, read by leasehold status"),
-			liveResult(d, "over-budget effect never made", "the service ledger after the run"),
+			liveResult(d, liverun.StoryExpect, "budget", "the portfolio's budget task (cost 4+4+4 with a charge, budget 10), read through the queue"),
+			liveResult(d, liverun.StoryCancel, "cancel", "the portfolio's cancel task cancelled by its caller while running, read through the queue"),
+			liveResult(d, liverun.StoryOverBudget, "budget", "the service ledger after the run"),
 		}},
 		{ID: "user-limit", Title: "The per-user concurrency limit holds", Results: []reports.Result{
 			fixtureResult(stats["quota"], "quota: users with running limits 1 and 2 and depth caps under three workers", "no claim ever left a user above its running limit"),
-			liveResult(d, "per-user limit", "two tasks of one user under a running limit of 1, two workers"),
+			liveResult(d, liverun.StoryUserLimit, "", "two tasks of one user under a running limit of 1, two workers"),
 		}},
 		{ID: "crash", Title: "A worker crash is survived", Results: []reports.Result{
 			fixtureResult(stats["crash-storm"], "crash-storm: frequent crashes and restarts, also right after an external call", "every task completed (or recovered by the operator) with no effect applied twice"),
-			liveResult(d, "worker killed with SIGKILL", fmt.Sprintf("SIGKILL mid-task, lease %s", lease)),
+			liveResult(d, liverun.StoryKill, "", fmt.Sprintf("SIGKILL mid-task, lease %s", lease)),
 		}},
 		{ID: "duplicate-delivery", Title: "Duplicate delivery changes nothing", Results: []reports.Result{
 			fixtureResult(pf, "portfolio with duplicated writes and late redeliveries in the fault mix", "no step charged twice, no receipt twice, no accepted write under an old fence"),
-			liveResult(d, "a completion delivered twice", "worker w2 run with --duplicate complete"),
+			liveResult(d, liverun.StoryDuplicateDeliver, "", "worker w2 started with "+liverun.DuplicateEnv+"=complete"),
 		}},
 		{ID: "storage", Title: "Unavailable storage is survived, never a false success", Results: []reports.Result{
 			fixtureResult(stats["storage-outage"], "storage-outage: long outages and failed, ambiguous and busy commits", "every submit durable or refused; ambiguous commits recognised on retry; everything completed"),
-			liveResult(d, "submit while storage is unavailable", "another connection holds an exclusive lock for 3 s; a submit meanwhile"),
-			liveResult(d, "workers back off", "the worker logs during the lock"),
+			liveResult(d, liverun.StoryStorageSubmit, "", "another connection holds an exclusive lock for 2.5 s; a submit meanwhile"),
+			liveResult(d, liverun.StoryStorageBackoff, "", "the worker logs during the lock"),
 		}},
 		{ID: "late-result", Title: "A late result is rejected by claim version", Results: []reports.Result{
 			fixtureResult(stats["late-result"], "late-result: the claimant stalled, its lease expired, another worker took over, the stalled one delivered its result",
 				fmt.Sprintf("the late result was refused in %d seeds (the rest: the story was interrupted by other faults); never accepted", stats["late-result"].lateRefused)),
-			liveResult(d, "worker stopped with SIGSTOP", "SIGSTOP past the lease, SIGCONT after the takeover"),
+			liveResult(d, liverun.StoryStop, "", "SIGSTOP past the lease, SIGCONT after the takeover"),
 		}},
 		{ID: "restart-paused", Title: "Restart while paused resumes with the recorded version", Results: []reports.Result{
 			fixtureResult(pf, "portfolio: a worker restarted while the approval task waits; an approval naming an outdated version refused, then the recorded one", "every seed: completed, approved_by manager"),
-			liveResult(d, "restart while paused", "SIGTERM and restart of a worker while the task waits at its gate; leasehold approve --version"),
+			liveResult(d, liverun.StoryApproval, "approval", "SIGTERM and restart of a worker while the task waits at its gate; an approval naming the recorded version"),
 		}},
 		{ID: "replay", Title: "An exact replay returns the original task; a changed payload is refused", Results: []reports.Result{
 			fixtureResult(pf, "portfolio: the duplicate task submitted, replayed exactly, then with a changed payload under the same key", "every seed: same ID with replay=true, then an idempotency conflict"),
-			liveResult(d, "exact duplicate submission", "leasehold submit twice with the same key and request"),
-			liveResult(d, "changed payload", "leasehold submit with the same key and a changed payload"),
+			liveResult(d, liverun.StoryReplay, "duplicate", "the same request submitted twice through the queue"),
+			liveResult(d, liverun.StoryConflict, "duplicate", "the same key submitted with a changed payload"),
 		}},
 	}
 	recovery := reports.Check{ID: "recovery", Title: "Pending, failed and uncertain-effect tasks recover as the runbook describes"}
@@ -675,24 +652,14 @@ func firstWord(s string) string {
 
 // liveTimeline draws the demo's run from its audit events and the moments
 // it noted (signals, the storage outage).
-func liveTimeline(d demoResult) reports.Timeline {
+func liveTimeline(d liverun.Result) reports.Timeline {
 	t := reports.Timeline{Title: "the live demo: two workers, signals and the wall clock", Kind: reports.Live, Unit: "wall ms",
 		Lanes: []string{"w1", "w2"}}
-	start, err := time.Parse(time.RFC3339Nano, d.Started)
-	if err != nil {
-		return t
-	}
-	at := func(s string) int64 {
-		ts, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return 0
-		}
-		return max(0, ts.Sub(start).Milliseconds())
-	}
+	at := func(ts time.Time) int64 { return max(0, ts.Sub(d.Started).Milliseconds()) }
 	type open struct{ bar reports.Bar }
 	claims := map[string]*open{}
 	var end int64 = d.DurationMs
-	events := append([]eventRecord(nil), d.Events...)
+	events := append([]model.Event(nil), d.Events...)
 	sort.SliceStable(events, func(i, j int) bool { return events[i].Seq < events[j].Seq })
 	for _, e := range events {
 		x := at(e.At)
@@ -713,7 +680,7 @@ func liveTimeline(d demoResult) reports.Timeline {
 			lane := e.Actor
 			if o, ok := claims[k]; ok {
 				o.bar.End = x
-				o.bar.Detail += "; ended: " + e.Kind
+				o.bar.Detail += "; ended: " + string(e.Kind)
 				lane = o.bar.Lane
 				t.Bars = append(t.Bars, o.bar)
 				delete(claims, k)
@@ -722,13 +689,13 @@ func liveTimeline(d demoResult) reports.Timeline {
 			if e.Kind == "lease_expired" {
 				kind = reports.MarkExpiry
 			}
-			t.Marks = append(t.Marks, reports.Mark{Lane: lane, At: x, Kind: kind, Label: e.Kind, Detail: detail})
+			t.Marks = append(t.Marks, reports.Mark{Lane: lane, At: x, Kind: kind, Label: string(e.Kind), Detail: detail})
 		case e.Kind == "stale_write":
 			t.Marks = append(t.Marks, reports.Mark{Lane: e.Actor, At: x, Kind: reports.MarkStale, Label: "refused", Detail: detail})
 		case e.Kind == "effect_intent" || e.Kind == "effect_receipt":
-			t.Marks = append(t.Marks, reports.Mark{Lane: e.Actor, At: x, Kind: reports.MarkEffect, Label: e.Kind, Detail: detail})
+			t.Marks = append(t.Marks, reports.Mark{Lane: e.Actor, At: x, Kind: reports.MarkEffect, Label: string(e.Kind), Detail: detail})
 		case e.From != e.To:
-			t.Marks = append(t.Marks, reports.Mark{At: x, Kind: reports.MarkState, Label: e.Kind, Detail: detail + " by " + e.Actor})
+			t.Marks = append(t.Marks, reports.Mark{At: x, Kind: reports.MarkState, Label: string(e.Kind), Detail: detail + " by " + e.Actor})
 		}
 	}
 	for _, o := range claims {
@@ -739,24 +706,20 @@ func liveTimeline(d demoResult) reports.Timeline {
 	var stopAt, downAt int64 = -1, -1
 	for _, m := range d.Timeline {
 		switch {
-		case strings.HasPrefix(m.What, "sent SIGSTOP"):
+		case m.Kind == liverun.WorkerSignalled && m.Signal == "SIGSTOP":
 			stopAt = m.AtMs
-		case strings.HasPrefix(m.What, "sent SIGCONT") && stopAt >= 0:
+		case m.Kind == liverun.WorkerSignalled && m.Signal == "SIGCONT" && stopAt >= 0:
 			t.Shades = append(t.Shades, reports.Shade{Start: stopAt, End: m.AtMs, Label: "worker frozen (SIGSTOP)"})
 			stopAt = -1
-		case strings.HasPrefix(m.What, "storage unavailable"):
+		case m.Kind == liverun.StorageLocked:
 			downAt = m.AtMs
-		case strings.HasPrefix(m.What, "storage available") && downAt >= 0:
+		case m.Kind == liverun.StorageUnlocked && downAt >= 0:
 			t.Shades = append(t.Shades, reports.Shade{Start: downAt, End: m.AtMs, Label: "exclusive lock held"})
 			downAt = -1
-		case strings.HasPrefix(m.What, "sent SIGKILL"), strings.HasPrefix(m.What, "sent SIGTERM"), strings.HasPrefix(m.What, "started worker"):
-			lane := ""
-			for _, l := range t.Lanes {
-				if strings.Contains(m.What, "worker "+l+" ") {
-					lane = l
-				}
-			}
-			t.Marks = append(t.Marks, reports.Mark{Lane: lane, At: m.AtMs, Kind: reports.MarkFault, Label: firstWord(strings.TrimPrefix(m.What, "sent ")), Detail: m.What})
+		case m.Kind == liverun.WorkerSignalled && (m.Signal == "SIGKILL" || m.Signal == "SIGTERM"):
+			t.Marks = append(t.Marks, reports.Mark{Lane: m.Worker, At: m.AtMs, Kind: reports.MarkFault, Label: m.Signal, Detail: m.String()})
+		case m.Kind == liverun.WorkerStarted:
+			t.Marks = append(t.Marks, reports.Mark{Lane: m.Worker, At: m.AtMs, Kind: reports.MarkFault, Label: "started", Detail: m.String()})
 		}
 		end = max(end, m.AtMs)
 	}

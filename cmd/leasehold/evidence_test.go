@@ -7,9 +7,11 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
 	"github.com/leasehold/leasehold/reports"
 	"github.com/leasehold/leasehold/scenarios"
 )
@@ -51,9 +53,9 @@ func checkResult(t *testing.T, checks []reports.Check, id string, kind reports.K
 
 func TestEvidenceChecksSayWhatHappened(t *testing.T) {
 	t.Parallel()
-	demo := demoResult{Kind: "live", Settings: map[string]string{"lease": "3s"}, Outcomes: []demoOutcome{
-		{Name: "worker stopped with SIGSTOP past its lease, then continued", Observed: "refused", Pass: true},
-		{Name: "worker killed with SIGKILL mid-task", Observed: "taken over", Pass: true},
+	demo := liverun.Result{Kind: liverun.Kind, Settings: map[string]string{"lease": "3s"}, Outcomes: []liverun.Outcome{
+		{Story: liverun.StoryStop, Name: "worker stopped with SIGSTOP past its lease, then continued", Observed: "refused", Pass: true},
+		{Story: liverun.StoryKill, Name: "worker killed with SIGKILL mid-task", Observed: "taken over", Pass: true},
 	}}
 
 	// Every sweep passed: the single-claim result says what was checked.
@@ -88,10 +90,10 @@ func TestEvidenceChecksSayWhatHappened(t *testing.T) {
 func TestEvidenceLiveSectionNamesItsSources(t *testing.T) {
 	t.Parallel()
 	r := reports.Report{Live: reports.Section{Kind: reports.Live}}
-	fillLive(&r, demoResult{Kind: "live", Started: "2030-01-01T00:00:00Z", Settings: map[string]string{"lease": "2s"}})
+	fillLive(&r, liverun.Result{Kind: liverun.Kind, Started: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Settings: map[string]string{"lease": "2s"}})
 	about := strings.Join(r.Live.About, " ")
 	require.NotContains(t, about, "Every outcome was read back through")
-	for _, source := range []string{"leasehold status --json", "leasehold events", "service's ledger", "worker logs"} {
+	for _, source := range []string{"queue's Go API", "service's ledger", "worker logs"} {
 		require.Contains(t, about, source)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/reports"
@@ -437,19 +438,18 @@ func renderReport(t *testing.T, db string, out *captured) {
 	m, err := q.Metrics(ctx)
 	require.NoError(t, err)
 
-	d := demoResult{Kind: "live", Started: rfc3339(events[0].At), Machine: map[string]string{"hostname": "test"},
-		Settings: map[string]string{"lease": "2s"}, Pass: true, Metrics: metricsRecordOf(m)}
+	d := liverun.Result{Kind: liverun.Kind, Started: events[0].At, Machine: map[string]string{"hostname": "test"},
+		Settings: map[string]string{"lease": "2s"}, Pass: true, Metrics: m, Events: events}
 	for _, e := range events {
-		d.Events = append(d.Events, eventRecordOf(e))
 		d.DurationMs = max(d.DurationMs, e.At.Sub(events[0].At).Milliseconds())
 	}
 	for _, task := range tasks {
-		rec := recordOf(task)
+		rec := liverun.TaskOf(task.Key, task)
 		d.Tasks = append(d.Tasks, rec)
-		d.Outcomes = append(d.Outcomes, demoOutcome{Name: rec.ID, Expected: "settled",
+		d.Outcomes = append(d.Outcomes, liverun.Outcome{Story: liverun.StoryExpect, Task: rec.Name, Name: rec.ID, Expected: "settled",
 			Observed: strings.Join([]string{rec.State, rec.Reason, rec.LastError, rec.CancelledBy, rec.ApprovedBy}, " "), Pass: true})
 	}
-	d.Samples = append(d.Samples, demoSample{AtMs: 0, Metrics: metricsRecordOf(m)})
+	d.Samples = append(d.Samples, liverun.Sample{AtMs: 0, Metrics: m})
 	r := reports.Report{Title: "secrets", Generated: rfc3339(time.Now()), Fixture: reports.Section{Kind: reports.Fixture},
 		Live: reports.Section{Kind: reports.Live}}
 	fillLive(&r, d)

@@ -7,14 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
-	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/worker"
@@ -36,7 +34,6 @@ func runWorker(e *env, args []string) int {
 	costCapacity := fs.Int64("cost-capacity", 0, "claim nothing new while the held tasks' unspent budget reaches this (0: no bound)")
 	serviceDB := fs.String("service-db", "", "the external service's ledger file (default: next to --db)")
 	serviceKind := fs.String("service-kind", string(worker.Dedup), "what the service can do: dedup, fenced, queryable or plain")
-	duplicate := fs.String("duplicate", "", "fault injection: deliver every write of this kind twice (e.g. complete), as a retrying network would")
 	if err := parse(fs, args); err != nil {
 		return fail(e, "worker", err)
 	}
@@ -60,9 +57,6 @@ func runWorker(e *env, args []string) int {
 	}
 	if *shutdownGrace < 0 || *shutdownGrace > model.LeaseMax {
 		return fail(e, "worker", badUsage("--shutdown-grace: must be between 0 (the lease) and %s, got %s", model.LeaseMax, *shutdownGrace))
-	}
-	if *duplicate != "" && !slices.Contains(faults.Writes, *duplicate) {
-		return fail(e, "worker", badUsage("--duplicate: unknown write %q (one of %s)", *duplicate, strings.Join(faults.Writes, ", ")))
 	}
 	probe := cfg
 	probe.Queue, probe.Service = nopQueue{}, nopService{}
@@ -93,11 +87,9 @@ func runWorker(e *env, args []string) int {
 		}
 		closeAll()
 	}()
-	cfg.Queue, cfg.Service = q, svc
-	if *duplicate != "" {
-		dup := faults.NewQueue(q)
-		dup.DuplicateEvery(*duplicate)
-		cfg.Queue = dup
+	cfg.Service = svc
+	if cfg.Queue, err = liverun.WorkerQueue(q, os.Getenv); err != nil {
+		return fail(e, "worker", err)
 	}
 	r, err := worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q, ShutdownGrace: *shutdownGrace})
 	if err != nil {

@@ -1,0 +1,97 @@
+package liverun
+
+// The live run's parts that need no live run: the fault entry, the span
+// comparison and the result record's round trip.
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/worker"
+)
+
+type nopQueue struct{ worker.Queue }
+
+// The worker's queue is wrapped only when the variable names a write; an
+// unknown write is refused naming the variable.
+func TestWorkerQueueWrapsOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	inner := nopQueue{}
+	got, err := WorkerQueue(inner, func(string) string { return "" })
+	require.NoError(t, err)
+	require.Equal(t, inner, got)
+
+	got, err = WorkerQueue(inner, func(k string) string { return map[string]string{DuplicateEnv: "complete"}[k] })
+	require.NoError(t, err)
+	require.IsType(t, &faults.Queue{}, got)
+
+	_, err = WorkerQueue(inner, func(string) string { return "compleet" })
+	require.ErrorContains(t, err, DuplicateEnv)
+	require.ErrorContains(t, err, "compleet")
+}
+
+func TestSpansOverlap(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	cases := []struct {
+		name string
+		a, b []span
+		want bool
+	}{
+		{"one ends where the other starts", []span{{at(0), at(500)}}, []span{{at(500), at(900)}}, false},
+		{"one starts a millisecond early", []span{{at(300), at(600)}}, []span{{at(200), at(301)}}, true},
+		{"one inside the other", []span{{at(100), at(900)}}, []span{{at(400), at(450)}}, true},
+		{"no spans", nil, []span{{at(100), at(200)}}, false},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, overlap(c.a, c.b), c.name)
+		require.Equal(t, c.want, overlap(c.b, c.a), c.name+", swapped")
+	}
+}
+
+// runSpans pairs each entry into running with the next exit from it.
+func TestRunSpansFromEvents(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	events := []model.Event{
+		{Kind: model.EventSubmitted, To: model.Queued, At: base},
+		{Kind: model.EventClaimed, From: model.Queued, To: model.Running, At: base.Add(time.Second)},
+		{Kind: model.EventStep, From: model.Running, To: model.Running, At: base.Add(2 * time.Second)},
+		{Kind: model.EventLeaseExpired, From: model.Running, To: model.Queued, At: base.Add(3 * time.Second)},
+		{Kind: model.EventClaimed, From: model.Queued, To: model.Running, At: base.Add(4 * time.Second)},
+		{Kind: model.EventCompleted, From: model.Running, To: model.Completed, At: base.Add(5 * time.Second)},
+	}
+	require.Equal(t, []span{{base.Add(time.Second), base.Add(3 * time.Second)}, {base.Add(4 * time.Second), base.Add(5 * time.Second)}}, runSpans(events))
+}
+
+// A result written is read back with its typed timeline; a file that is
+// not a live result is refused.
+func TestResultRoundTrip(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "result.json")
+	want := Result{Kind: Kind, Scenario: "portfolio", Started: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
+		Outcomes: []Outcome{{Story: StoryKill, Name: "killed", Pass: true}},
+		Timeline: []Moment{{AtMs: 5, Kind: WorkerSignalled, Worker: "w1", PID: 7, Signal: "SIGSTOP"}}}
+	require.NoError(t, want.Write(path))
+	got, err := Read(path)
+	require.NoError(t, err)
+	require.Equal(t, want.Timeline, got.Timeline)
+	require.True(t, want.Started.Equal(got.Started))
+	o, ok := got.Find(StoryKill, "")
+	require.True(t, ok)
+	require.Equal(t, "killed", o.Name)
+	_, ok = got.Find(StoryStop, "")
+	require.False(t, ok)
+	require.Equal(t, "sent SIGSTOP to worker w1 (pid 7)", got.Timeline[0].String())
+
+	require.NoError(t, Result{Kind: "fixture"}.Write(path))
+	_, err = Read(path)
+	require.ErrorContains(t, err, "not live")
+}
