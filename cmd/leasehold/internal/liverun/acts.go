@@ -41,7 +41,7 @@ func (r *run) actCancelRunning(t scenarios.Task) error {
 	if _, err := r.q.Cancel(r.ctx, r.ids[t.Name], t.Request.User); err != nil {
 		return fmt.Errorf("cancel %s: %w", t.Name, err)
 	}
-	r.note("cancelled the running task %s as %s", t.Name, t.Request.User)
+	r.moment(Moment{Kind: CancelRequested, Task: t.Name, TaskID: r.ids[t.Name], Actor: t.Request.User})
 	done, err := r.waitState(t.Name, ended...)
 	if err != nil {
 		return err
@@ -59,7 +59,7 @@ func (r *run) actRestartWhilePaused(t scenarios.Task) error {
 	if err != nil {
 		return err
 	}
-	r.note("%s waits at gate %s with version %d", t.Name, w.ApprovalGate, w.ApprovalVersion)
+	r.moment(Moment{Kind: TaskWaiting, Task: t.Name, TaskID: r.ids[t.Name], Version: w.ApprovalVersion})
 	if err := r.signal("w1", syscall.SIGTERM); err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func (r *run) actApprove(t scenarios.Task) error {
 	if err := r.q.Approve(r.ctx, r.ids[t.Name], w.ApprovalVersion, approver); err != nil {
 		return fmt.Errorf("approve %s: %w", t.Name, err)
 	}
-	r.note("approved %s as %s naming version %d", t.Name, approver, w.ApprovalVersion)
+	r.moment(Moment{Kind: TaskApproved, Task: t.Name, TaskID: r.ids[t.Name], Actor: approver, Version: w.ApprovalVersion})
 	done, err := r.waitState(t.Name, ended...)
 	if err != nil {
 		return err

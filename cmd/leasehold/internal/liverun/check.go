@@ -39,7 +39,7 @@ func (r *run) settle() error {
 			return err
 		}
 	}
-	r.note("every task has ended")
+	r.moment(Moment{Kind: AllEnded})
 	for _, t := range r.sc.Tasks {
 		if err := r.checkExpect(t); err != nil {
 			return err

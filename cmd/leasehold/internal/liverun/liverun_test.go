@@ -4,14 +4,18 @@ package liverun
 // comparison and the result record's round trip.
 
 import (
+	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -94,4 +98,37 @@ func TestResultRoundTrip(t *testing.T) {
 	require.NoError(t, Result{Kind: "fixture"}.Write(path))
 	_, err = Read(path)
 	require.ErrorContains(t, err, "not live")
+}
+
+// countingIDs numbers the IDs it hands out.
+type countingIDs struct{ n int }
+
+func (c *countingIDs) NewID(prefix string) string {
+	c.n++
+	return fmt.Sprintf("%s%016x", prefix, c.n)
+}
+
+// The run waits for its sampler to return before it reads the result, so
+// nothing still appends to the samples it reports; the sampler reads the
+// metrics of a real queue file.
+func TestRunWaitsForTheSampler(t *testing.T) {
+	ctx := context.Background()
+	q, err := queue.Open(ctx, queue.Options{Path: filepath.Join(t.TempDir(), "q.db"), Clock: clockwork.NewRealClock(), IDs: &countingIDs{}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, q.Close()) }()
+	_, err = q.Submit(ctx, model.SubmitRequest{User: "ana", Key: "k", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 5, StepsMax: 2})
+	require.NoError(t, err)
+	r := &run{ctx: ctx, q: q, start: time.Now(), sampling: make(chan struct{})}
+	r.startSampling()
+	r.stopSampling()
+	// The sampler takes its first sample before it looks at the stop
+	// signal; once stopSampling has returned, that sample is in.
+	require.NotEmpty(t, r.res.Samples)
+	require.Equal(t, int64(1), r.res.Samples[0].Metrics.Submitted)
+
+	// Stopping a sampler that never started (the run failed early)
+	// returns at once.
+	idle := &run{sampling: make(chan struct{})}
+	idle.stopSampling()
+	require.Empty(t, idle.res.Samples)
 }

@@ -59,7 +59,14 @@ const (
 	StorageLocked   MomentKind = "storage_locked"
 	StorageUnlocked MomentKind = "storage_unlocked"
 	TaskSubmitted   MomentKind = "task_submitted"
-	Noted           MomentKind = "noted"
+	// TaskReclaimed: another worker claimed the task again after its
+	// claimant was killed or stopped (Worker is the new claimant).
+	TaskReclaimed   MomentKind = "task_reclaimed"
+	CancelRequested MomentKind = "cancel_requested"
+	TaskWaiting     MomentKind = "task_waiting"
+	TaskApproved    MomentKind = "task_approved"
+	LimitSet        MomentKind = "limit_set"
+	AllEnded        MomentKind = "all_ended"
 )
 
 // Moment is one thing the run did, with its wall-clock offset.
@@ -71,7 +78,11 @@ type Moment struct {
 	Signal string     `json:"signal,omitempty"` // SIGKILL, SIGSTOP, SIGCONT or SIGTERM
 	Task   string     `json:"task,omitempty"`   // the scenario task's name
 	TaskID string     `json:"task_id,omitempty"`
-	Detail string     `json:"detail,omitempty"`
+	// Actor is who cancelled or approved, or the user a limit is for.
+	Actor string `json:"actor,omitempty"`
+	// Version is the approval version named, the fence of a new claim, or
+	// a running limit.
+	Version int64 `json:"version,omitempty"`
 }
 
 // String is the moment as the run prints it.
@@ -89,8 +100,20 @@ func (m Moment) String() string {
 		return "storage available again"
 	case TaskSubmitted:
 		return fmt.Sprintf("submitted %s as %s", m.Task, m.TaskID)
+	case TaskReclaimed:
+		return fmt.Sprintf("%s is running again under claim %d by %s", m.Task, m.Version, m.Worker)
+	case CancelRequested:
+		return fmt.Sprintf("cancelled the running task %s as %s", m.Task, m.Actor)
+	case TaskWaiting:
+		return fmt.Sprintf("%s waits at its gate with version %d", m.Task, m.Version)
+	case TaskApproved:
+		return fmt.Sprintf("approved %s as %s naming version %d", m.Task, m.Actor, m.Version)
+	case LimitSet:
+		return fmt.Sprintf("set user %s's running limit to %d", m.Actor, m.Version)
+	case AllEnded:
+		return "every task has ended"
 	}
-	return m.Detail
+	return string(m.Kind)
 }
 
 // Sample is one metrics reading during the run.

@@ -117,10 +117,6 @@ func (r *run) moment(m Moment) {
 	fmt.Fprintf(r.cfg.Stdout, "[%6.2fs] %s\n", float64(m.AtMs)/1000, m)
 }
 
-func (r *run) note(format string, args ...any) {
-	r.moment(Moment{Kind: Noted, Detail: fmt.Sprintf(format, args...)})
-}
-
 func (r *run) outcome(story Story, task, name, expected, observed string, pass bool) {
 	r.res.Outcomes = append(r.res.Outcomes, Outcome{Story: story, Task: task, Name: name, Expected: expected,
 		Observed: observed, Pass: pass, AtMs: r.since()})
@@ -377,7 +373,7 @@ func (r *run) setLimits() error {
 		if err := r.q.SetUserLimit(r.ctx, u, operator); err != nil {
 			return fmt.Errorf("set user %s's limits: %w", u.User, err)
 		}
-		r.note("set user %s's running limit to %d", u.User, u.RunningMax)
+		r.moment(Moment{Kind: LimitSet, Actor: u.User, Version: int64(u.RunningMax)})
 	}
 	return nil
 }

@@ -63,6 +63,9 @@ func (r *run) storyKill() error {
 	if err := r.signal(victim, syscall.SIGKILL); err != nil {
 		return err
 	}
+	if err := r.waitReclaimed("crash", t, victim); err != nil {
+		return err
+	}
 	done, err := r.waitState("crash", ended...)
 	if err != nil {
 		return err
@@ -84,6 +87,22 @@ func (r *run) storyKill() error {
 		fmt.Sprintf("killed %s holding fence %d; lease_expired=%t; taken over by %s; %s", victim, t.Version, expired, dash(takenBy), done.State),
 		expired && takenBy != "" && takenBy != victim && done.State == model.Completed)
 	return r.restart(victim)
+}
+
+// waitReclaimed waits until a worker other than was claims the task under
+// a newer claim than before's, and records the recovery.
+func (r *run) waitReclaimed(name string, before model.Task, was string) error {
+	var cur model.Task
+	err := r.waitFor(name+" to be claimed again", func() (bool, error) {
+		var err error
+		cur, err = r.task(name)
+		return err == nil && cur.Version > before.Version && cur.Owner != was, err
+	})
+	if err != nil {
+		return err
+	}
+	r.moment(Moment{Kind: TaskReclaimed, Task: name, TaskID: cur.ID, Worker: cur.Owner, Version: cur.Version})
+	return nil
 }
 
 // logRecord is the part of a worker's JSON log record the stories read.
@@ -135,14 +154,9 @@ func (r *run) storyStop() error {
 	if err := r.signal(stopped, syscall.SIGSTOP); err != nil {
 		return err
 	}
-	err = r.waitFor("late to be claimed again", func() (bool, error) {
-		cur, err := r.task("late")
-		return err == nil && cur.Version > t.Version && cur.Owner != stopped, err
-	})
-	if err != nil {
+	if err := r.waitReclaimed("late", t, stopped); err != nil {
 		return err
 	}
-	r.note("late is running again under a newer claim")
 	if err := r.signal(stopped, syscall.SIGCONT); err != nil {
 		return err
 	}
