@@ -124,7 +124,7 @@ func cells(lists ...[]Cell) []Cell {
 // the completion, a lease expiry's retry, a graceful release, an operator
 // requeue; stale claims, depth caps, out-of-range requests and actions
 // the state forbids (the operator's probes); crashes, stalls and
-// shutdowns of idle and busy workers; duplicated and late heartbeats; and
+// shutdowns of idle workers; duplicated heartbeats; and
 // storage outages under claims, heartbeats, the reaper, the operator and
 // the careless client.
 func common() []Cell {
@@ -132,6 +132,6 @@ func common() []Cell {
 		transitions("queued claimed running", "running completed completed", "running lease_expired queued",
 			"running released queued", "needs_review requeued queued"),
 		refusals("stale_claim", "queue_full", "bad_input", "not_allowed"),
-		faults("crash@idle", "stall@idle", "shutdown@idle", "duplicate@heartbeat", "redeliver@heartbeat", "unavailable@claim", "unavailable@heartbeat", "unavailable@reap",
+		faults("crash@idle", "stall@idle", "shutdown@idle", "duplicate@heartbeat", "unavailable@claim", "unavailable@heartbeat", "unavailable@reap",
 			"unavailable@operator", "unavailable@careless"))
 }

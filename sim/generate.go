@@ -152,7 +152,7 @@ func drawFault(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) []Event {
 		{mix.Shutdown, one(func() Event { return Event{Kind: EvRestart, Worker: rng.IntN(sc.Workers)} })},
 		{mix.Boundary, func() []Event { return drawBoundary(sc, rng) }},
 		{mix.Careless, func() []Event {
-			burst := make([]Event, 1+rng.IntN(3))
+			burst := make([]Event, 2+rng.IntN(4))
 			for i := range burst {
 				burst[i] = Event{Kind: EvCareless}
 			}
