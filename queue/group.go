@@ -138,6 +138,21 @@ func (q *Queue) writeGrouped(ctx context.Context, op string, fn func(t *txn) err
 		q.runGroup([]*member{m})
 		return m.err
 	}
+	// The lead is free: run m at once, with whatever is queued, without
+	// queueing it.
+	select {
+	case q.lead <- struct{}{}:
+		select {
+		case <-q.closing:
+			<-q.lead
+			return fmt.Errorf("queue: %s: %w", op, ErrClosed)
+		default:
+		}
+		q.runGroup(q.gather(m))
+		<-q.lead
+		return m.err
+	default:
+	}
 	select {
 	case q.ops <- m:
 	case <-ctx.Done():
