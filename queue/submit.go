@@ -93,24 +93,7 @@ func (t *txn) submit(n model.Normalized, actor string) (model.SubmitResult, erro
 	if err := t.admit(n.User, limits); err != nil {
 		return model.SubmitResult{}, err
 	}
-	runAt := n.RunAt
-	if runAt.IsZero() {
-		runAt = t.now
-	}
-	id = t.q.newID(model.TaskIDPrefix, model.TaskKey(n.User, n.Key))
-	if err := t.execOne("task_insert",
-		sql.Named("id", id), sql.Named("user", n.User), sql.Named("key", n.Key),
-		sql.Named("hash", n.Hash), sql.Named("payload", n.Payload), sql.Named("priority", n.Priority),
-		sql.Named("run_at", model.Millis(runAt)), sql.Named("deadline", model.Millis(n.Deadline)),
-		sql.Named("attempts_max", limits.AttemptsMax), sql.Named("now", model.Millis(t.now)),
-		sql.Named("cost_budget", n.CostBudget), sql.Named("steps_max", n.StepsMax),
-		sql.Named("schedule_id", n.ScheduleID), sql.Named("schedule_run", n.ScheduleRun)); err != nil {
-		return model.SubmitResult{}, err
-	}
-	if err := t.emit(model.Event{TaskID: id, Kind: model.EventSubmitted, To: model.Queued, Actor: actor}); err != nil {
-		return model.SubmitResult{}, err
-	}
-	return model.SubmitResult{TaskID: id}, nil
+	return t.insertTask(n, actor, limits)
 }
 
 // admit refuses a submit beyond the user's or the overall depth cap.

@@ -153,7 +153,8 @@ func (t *txn) userDepth(depths map[string]*userDepth, user string) (*userDepth, 
 	return d, nil
 }
 
-// insertTask writes a new task and its submitted event, as submit does.
+// insertTask writes a new task and its submitted event (for Submit and
+// SubmitMany alike).
 func (t *txn) insertTask(n model.Normalized, actor string, limits model.Limits) (model.SubmitResult, error) {
 	runAt := n.RunAt
 	if runAt.IsZero() {
