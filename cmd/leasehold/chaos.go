@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -104,30 +103,10 @@ func printChaos(e *env, r chaos.Result, dir string) {
 // inside the allowed directory and not that directory itself, and empty or
 // holding a previous chaos run's result.json.
 func chaosDir(p string) (string, error) {
-	dir, err := checkedDir("out", p)
-	if err != nil {
-		return "", err
-	}
-	root, err := allowedRoot()
-	if err != nil {
-		return "", err
-	}
-	if dir == root {
-		return "", badUsage("--out: %s is the allowed directory itself; name a directory inside it", p)
-	}
-	entries, err := os.ReadDir(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return dir, nil
-	case err != nil:
-		return "", badUsage("--out: %v", err)
-	case len(entries) == 0:
-		return dir, nil
-	}
-	if _, err := chaos.ReadResult(filepath.Join(dir, "result.json")); err != nil {
-		return "", badUsage("--out: %s is not empty and holds no previous chaos run's result.json, so chaos will not empty it (remove it or name another directory)", p)
-	}
-	return dir, nil
+	return runDir("out", "chaos run", "chaos", p, func(path string) error {
+		_, err := chaos.ReadResult(path)
+		return err
+	})
 }
 
 // addChaos adds the chaos run's figures to the evidence as live results,

@@ -55,7 +55,19 @@ func runDemo(e *env, args []string) int {
 // and, if it exists, be a directory that is empty or holds a previous
 // demo's result.json. It returns the directory resolved.
 func demoDir(p string) (string, error) {
-	dir, err := checkedDir("dir", p)
+	return runDir("dir", "demo", "the demo", p, func(path string) error {
+		_, err := liverun.Read(path)
+		return err
+	})
+}
+
+// runDir checks a run's output directory (--flag) before anything in it is
+// removed: inside the allowed directory and not that directory itself, and
+// missing, empty, or holding a previous run's result.json, which previous
+// reads. run names the run's result ("demo"), by the run as it acts ("the
+// demo").
+func runDir(flag, run, by, p string, previous func(path string) error) (string, error) {
+	dir, err := checkedDir(flag, p)
 	if err != nil {
 		return "", err
 	}
@@ -64,19 +76,19 @@ func demoDir(p string) (string, error) {
 		return "", err
 	}
 	if dir == root {
-		return "", badUsage("--dir: %s is the allowed directory itself; name a directory inside it", p)
+		return "", badUsage("--%s: %s is the allowed directory itself; name a directory inside it", flag, p)
 	}
 	entries, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return dir, nil
 	case err != nil:
-		return "", badUsage("--dir: %v", err)
+		return "", badUsage("--%s: %v", flag, err)
 	case len(entries) == 0:
 		return dir, nil
 	}
-	if _, err := liverun.Read(filepath.Join(dir, "result.json")); err != nil {
-		return "", badUsage("--dir: %s is not empty and holds no previous demo's result.json, so the demo will not empty it (remove it or name another directory)", p)
+	if err := previous(filepath.Join(dir, "result.json")); err != nil {
+		return "", badUsage("--%s: %s is not empty and holds no previous %s's result.json, so %s will not empty it (remove it or name another directory)", flag, p, run, by)
 	}
 	return dir, nil
 }
