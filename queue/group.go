@@ -120,6 +120,7 @@ func isRefusal(err error) bool {
 // unhealthy until a probe succeeds after it.
 func (q *Queue) write(ctx context.Context, op string, fn func(t *txn) error) error {
 	err := q.writeGrouped(ctx, op, fn)
+	q.commits.broadcast() // wake WaitEvents (watch.go)
 	if err != nil {
 		q.health.noteFailure(err)
 	}

@@ -123,6 +123,8 @@ type Queue struct {
 	closing  chan struct{}
 	stopOnce sync.Once
 	stats    groupStats
+
+	commits notifier // woken after every write; see WaitEvents
 }
 
 // Open opens (creating if needed) the database at o.Path and checks its

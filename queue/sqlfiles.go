@@ -14,7 +14,7 @@ import (
 	"sync"
 )
 
-//go:embed sql/sqlite/migrations/*.sql sql/sqlite/queries.sql
+//go:embed sql/sqlite/migrations/*.sql sql/sqlite/queries.sql sql/sqlite/pages.sql
 var sqliteFiles embed.FS
 
 // Migration is one numbered schema change.
@@ -83,6 +83,13 @@ func loadQueries() (map[string]string, error) {
 	}
 	queries := map[string]string{}
 	if err := parseQueries(string(body), queries); err != nil {
+		return nil, err
+	}
+	pages, err := sqliteFiles.ReadFile("sql/sqlite/pages.sql")
+	if err != nil {
+		return nil, fmt.Errorf("read queries: %w", err)
+	}
+	if err := parseQueries(string(pages), queries); err != nil {
 		return nil, err
 	}
 	if err := brokenQueries(queries); err != nil {

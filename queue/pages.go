@@ -1,0 +1,112 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// PageFilter selects one page of tasks for ListPage. Zero values select
+// everything; CreatedUntil is exclusive.
+type PageFilter struct {
+	State model.State
+	// User selects one user's tasks.
+	User string
+	// Users, when not nil, is every user the caller may see: a task of
+	// any other user is left out (an empty, non-nil list sees nothing).
+	Users        []string
+	CreatedFrom  time.Time
+	CreatedUntil time.Time
+	ScheduleID   string
+	// After is a cursor: the Next of the previous page, 0 for the first.
+	After int64
+	Limit int // 0 means model.ListLimitDefault
+}
+
+// Page is one page of tasks in submission order. Next is the cursor of
+// the page after it, 0 when this page is the last.
+type Page struct {
+	Tasks []model.Task
+	Next  int64
+}
+
+// ListPage returns a page of the tasks f selects, in submission order. A
+// page's cursor is the insertion sequence of its last task, so paging by
+// Next neither skips nor repeats a task while tasks are added (a task
+// removed by retention is simply no longer there).
+func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
+	limit, err := model.ListFilter{State: f.State, Limit: f.Limit}.CheckedLimit()
+	if err != nil {
+		return Page{}, err
+	}
+	if f.After < 0 {
+		return Page{}, &model.ValidationError{Field: "after", Problem: fmt.Sprintf("must be a cursor a page returned, got %d", f.After)}
+	}
+	if f.Users != nil && len(f.Users) == 0 {
+		return Page{Tasks: []model.Task{}}, nil
+	}
+	until := int64(math.MaxInt64)
+	if !f.CreatedUntil.IsZero() {
+		until = model.Millis(f.CreatedUntil)
+	}
+	args := []any{sql.Named("after", f.After), sql.Named("state", string(f.State)),
+		sql.Named("created_from", model.Millis(f.CreatedFrom)), sql.Named("created_until", until),
+		sql.Named("schedule_id", f.ScheduleID), sql.Named("limit", limit+1)}
+	name := "list_page"
+	switch {
+	case f.User != "" && f.Users != nil && !contains(f.Users, f.User):
+		return Page{Tasks: []model.Task{}}, nil
+	case f.User != "":
+		name = "list_page_by_user"
+		args = append(args, sql.Named("user", f.User))
+	default:
+		users, err := usersArg(f.Users)
+		if err != nil {
+			return Page{}, err
+		}
+		args = append(args, sql.Named("users", users))
+	}
+	rows, err := q.readRows(ctx, name, args...)
+	if err != nil {
+		return Page{}, err
+	}
+	tasks, err := scanTasks(rows)
+	if err != nil {
+		return Page{}, err
+	}
+	page := Page{Tasks: tasks}
+	if len(tasks) > limit {
+		page.Tasks = tasks[:limit]
+		page.Next = tasks[limit-1].Seq
+	}
+	if page.Tasks == nil {
+		page.Tasks = []model.Task{}
+	}
+	return page, nil
+}
+
+// usersArg is the :users parameter: ” for any user, else a JSON array.
+func usersArg(users []string) (string, error) {
+	if users == nil {
+		return "", nil
+	}
+	b, err := json.Marshal(users)
+	if err != nil {
+		return "", fmt.Errorf("queue: users: %w", err)
+	}
+	return string(b), nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
