@@ -90,7 +90,7 @@ func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
 	return page, nil
 }
 
-// usersArg is the :users parameter: ” for any user, else a JSON array.
+// usersArg is the :users parameter: empty for any user, else a JSON array.
 func usersArg(users []string) (string, error) {
 	if users == nil {
 		return "", nil
