@@ -1,0 +1,248 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+func TestSignInMakesAFreshSession(t *testing.T) {
+	b := setup(t)
+	c := b.client(t)
+	form := c.get("/ui/signin")
+	require.Equal(t, http.StatusOK, form.status)
+	anonymous := c.cookie
+	require.NotEmpty(t, anonymous, "the sign-in form comes with a session for its CSRF token")
+	setCookie := form.header.Get("Set-Cookie")
+	for _, attr := range []string{"HttpOnly", "SameSite=Strict", "Path=/ui/"} {
+		require.Contains(t, setCookie, attr)
+	}
+	require.NotContains(t, form.body, anaSecret)
+
+	res := c.post("/ui/signin", url.Values{"csrf": {form.csrf(t)}, "token": {anaSecret}})
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	require.NotEqual(t, anonymous, c.cookie, "sign-in issues a new session ID")
+	require.NotContains(t, res.header.Get("Location"), anaSecret, "no token in a URL")
+	require.NotContains(t, res.header.Get("Set-Cookie"), anaSecret, "the cookie holds a session ID, not the token")
+	require.Equal(t, 1, b.backend.auths)
+
+	tasks := c.get("/ui/tasks")
+	require.Equal(t, http.StatusOK, tasks.status)
+	require.Contains(t, tasks.body, `<span id="who">ana</span>`)
+	require.Contains(t, tasks.body, "Signed in as ana.")
+
+	// The anonymous session it replaced is gone.
+	old := b.client(t)
+	old.cookie = anonymous
+	require.Equal(t, http.StatusSeeOther, old.get("/ui/tasks").status)
+}
+
+func TestSignInRefusesAWrongToken(t *testing.T) {
+	b := setup(t)
+	c := b.client(t)
+	form := c.get("/ui/signin")
+	res := c.post("/ui/signin", url.Values{"csrf": {form.csrf(t)}, "token": {"not-a-token-at-all-0000"}})
+	require.Equal(t, http.StatusUnauthorized, res.status)
+	require.Contains(t, res.body, "That token was not recognised.")
+	require.NotContains(t, res.body, "not-a-token-at-all-0000", "the page does not echo the secret")
+	require.Equal(t, http.StatusSeeOther, c.get("/ui/tasks").status, "still signed out")
+
+	// Sign-in itself needs the form's CSRF token: no login forgery.
+	form = c.get("/ui/signin")
+	res = c.post("/ui/signin", url.Values{"csrf": {"forged"}, "token": {anaSecret}})
+	require.Equal(t, http.StatusForbidden, res.status)
+	require.Equal(t, 1, b.backend.auths, "the token was not even checked")
+}
+
+func TestSessionExpiresAndSignOutRevokes(t *testing.T) {
+	b := setup(t)
+	c := b.client(t)
+	c.signIn(anaSecret)
+	b.clock.Advance(9 * time.Minute)
+	require.Equal(t, http.StatusOK, c.get("/ui/tasks").status, "used within the idle period")
+	b.clock.Advance(9 * time.Minute)
+	require.Equal(t, http.StatusOK, c.get("/ui/tasks").status, "each use restarts the idle period")
+	b.clock.Advance(10 * time.Minute)
+	res := c.get("/ui/tasks")
+	require.Equal(t, http.StatusSeeOther, res.status, "idle for 10 minutes: expired")
+	require.Equal(t, "/ui/signin", res.header.Get("Location"))
+
+	// The absolute lifetime holds however busy the session is.
+	c.signIn(anaSecret)
+	for range 6 { // 54 minutes, never idle for 10
+		b.clock.Advance(9 * time.Minute)
+		require.Equal(t, http.StatusOK, c.get("/ui/tasks").status)
+	}
+	b.clock.Advance(9 * time.Minute) // 63 minutes since sign-in
+	require.Equal(t, http.StatusSeeOther, c.get("/ui/tasks").status, "past the one-hour lifetime")
+
+	// Sign-out revokes the session on the server, not just in the browser.
+	c.signIn(anaSecret)
+	id := c.cookie
+	res = c.form("/ui/tasks", "/ui/signout", nil)
+	require.Equal(t, http.StatusSeeOther, res.status)
+	stolen := b.client(t)
+	stolen.cookie = id
+	require.Equal(t, http.StatusSeeOther, stolen.get("/ui/tasks").status, "a copied cookie is dead after sign-out")
+}
+
+func TestForgedPostsAreRefusedAndWriteNothing(t *testing.T) {
+	b := setup(t)
+	id := b.submit(t, "ana", "k1", `{"steps": [{"cost": 1}]}`)
+	c := b.client(t)
+	c.signIn(anaSecret)
+	before := b.eventCount(t)
+
+	// No CSRF token, a wrong one, and the right one from another origin.
+	res := c.post(taskPath(id)+"/cancel", url.Values{})
+	require.Equal(t, http.StatusForbidden, res.status)
+	res = c.post(taskPath(id)+"/cancel", url.Values{"csrf": {"wrong"}})
+	require.Equal(t, http.StatusForbidden, res.status)
+	require.Contains(t, res.body, "security token did not match")
+	token := c.get(taskPath(id)).csrf(t)
+	c.origin = "http://127.0.0.1:1"
+	res = c.post(taskPath(id)+"/cancel", url.Values{"csrf": {token}})
+	require.Equal(t, http.StatusForbidden, res.status)
+	require.Contains(t, res.body, "another origin")
+
+	task, err := b.q.Task(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, model.Queued, task.State)
+	require.Equal(t, before, b.eventCount(t), "refused posts wrote no event")
+
+	// The same post from the console's own origin goes through.
+	c.origin = b.srv.URL
+	res = c.post(taskPath(id)+"/cancel", url.Values{"csrf": {token}})
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	task, err = b.q.Task(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, model.Cancelled, task.State)
+	require.Equal(t, "ana", task.CancelledBy)
+}
+
+func TestApproveNamesTheVersionShown(t *testing.T) {
+	b := setup(t)
+	id := b.submit(t, "ana", "gate", gatedPayload)
+	waiting := b.drive(t, id, model.WaitingForApproval)
+	c := b.client(t)
+	c.signIn(approverSecret)
+
+	list := c.get("/ui/approvals")
+	require.Equal(t, http.StatusOK, list.status)
+	require.Contains(t, list.body, `data-task="`+id+`"`)
+	require.Contains(t, list.body, "Approve version 1")
+	require.Equal(t, int64(1), waiting.ApprovalVersion)
+
+	// A stale version is refused, and the page says why.
+	res := c.form("/ui/approvals", taskPath(id)+"/approve", url.Values{"version": {"7"}})
+	require.Equal(t, http.StatusConflict, res.status)
+	require.Contains(t, res.body, "no longer at the version this page showed (7)")
+	task, err := b.q.Task(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, model.WaitingForApproval, task.State)
+
+	res = c.form("/ui/approvals", taskPath(id)+"/approve", url.Values{"version": {"1"}})
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	page := c.get(res.header.Get("Location"))
+	require.Contains(t, page.body, "Approved version 1")
+	require.Contains(t, page.body, `id="task-state">queued<`)
+	done := b.drive(t, id, model.Completed)
+	require.Equal(t, "approver", done.ApprovedBy)
+	page = c.get(taskPath(id))
+	require.Contains(t, page.body, `id="task-state">completed<`)
+	require.Contains(t, page.body, `<figure class="timeline live" id="task-timeline"`)
+	require.Contains(t, page.body, `data-fence="2"`, "the resumed claim is drawn")
+}
+
+func TestRejectNamesTheVersionShown(t *testing.T) {
+	b := setup(t)
+	id := b.submit(t, "ana", "gate", gatedPayload)
+	b.drive(t, id, model.WaitingForApproval)
+	c := b.client(t)
+	c.signIn(approverSecret)
+	res := c.form(taskPath(id), taskPath(id)+"/reject", url.Values{"version": {"2"}})
+	require.Equal(t, http.StatusConflict, res.status)
+	require.Contains(t, res.body, "no longer at the version this page showed (2)")
+	res = c.form(taskPath(id), taskPath(id)+"/reject", url.Values{"version": {"1"}})
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	task, err := b.q.Task(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, model.Cancelled, task.State)
+	require.Equal(t, model.ApprovalRejected, task.Reason)
+}
+
+func TestSubmitterSeesOnlyItsUsersAndNoApproveButton(t *testing.T) {
+	b := setup(t)
+	mine := b.submit(t, "ana", "a1", gatedPayload)
+	theirs := b.submit(t, "bob", "b1", gatedPayload)
+	b.drive(t, mine, model.WaitingForApproval)
+	b.drive(t, theirs, model.WaitingForApproval)
+	c := b.client(t)
+	c.signIn(anaSecret)
+
+	list := c.get("/ui/tasks")
+	require.Contains(t, list.body, mine)
+	require.NotContains(t, list.body, theirs)
+	require.NotContains(t, list.body, "/ui/approvals", "no approvals link")
+	page := c.get(taskPath(mine))
+	require.Equal(t, http.StatusOK, page.status)
+	require.NotContains(t, page.body, "Approve version")
+	require.NotContains(t, page.body, "/approve")
+
+	other := c.get(taskPath(theirs))
+	require.Equal(t, http.StatusNotFound, other.status, "another user's task is not found")
+	require.NotContains(t, other.body, "bob")
+	filtered := c.get("/ui/tasks?user=bob")
+	require.Equal(t, http.StatusOK, filtered.status)
+	require.NotContains(t, filtered.body, theirs)
+	require.Contains(t, filtered.body, "No tasks.")
+
+	// Posting an approval by hand is refused by the backend, not only hidden.
+	before := b.eventCount(t)
+	res := c.form(taskPath(mine), taskPath(mine)+"/approve", url.Values{"version": {"1"}})
+	require.Equal(t, http.StatusForbidden, res.status)
+	res = c.form(taskPath(mine), taskPath(theirs)+"/cancel", nil)
+	require.Equal(t, http.StatusNotFound, res.status)
+	require.Equal(t, before, b.eventCount(t))
+}
+
+func TestTaskListPages(t *testing.T) {
+	b := setup(t)
+	var ids []string
+	for _, k := range []string{"k1", "k2", "k3", "k4", "k5"} {
+		ids = append(ids, b.submit(t, "ana", k, `{"steps": [{"cost": 1}]}`))
+	}
+	c := b.client(t)
+	c.signIn(operatorSecret)
+	first := c.get("/ui/tasks")
+	require.Equal(t, 3, strings.Count(first.body, `class="task-row"`))
+	next := nextLink(t, first.body)
+	b.submit(t, "ana", "k6", `{"steps": [{"cost": 1}]}`) // added while paging
+	second := c.get(next)
+	require.Equal(t, 3, strings.Count(second.body, `class="task-row"`))
+	for _, id := range ids[3:] {
+		require.Contains(t, second.body, id)
+	}
+	require.NotContains(t, second.body, ids[2], "no task repeats across pages")
+
+	filtered := c.get("/ui/tasks?state=cancelled")
+	require.Contains(t, filtered.body, "No tasks.")
+	bad := c.get("/ui/tasks?state=sleeping")
+	require.Equal(t, http.StatusBadRequest, bad.status)
+	require.Contains(t, bad.body, "state")
+}
+
+func nextLink(t *testing.T, body string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(body, `id="next-page" href="`)
+	require.True(t, ok, "no next page link")
+	link, _, _ := strings.Cut(rest, `"`)
+	return strings.ReplaceAll(link, "&amp;", "&")
+}

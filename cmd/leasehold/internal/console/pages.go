@@ -1,0 +1,419 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/reports"
+)
+
+// tokenBytesMax bounds the secret accepted at sign-in.
+const tokenBytesMax = 4096
+
+func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
+	if _, ok := c.signedIn(r); ok {
+		http.Redirect(w, r, "/ui/tasks", http.StatusSeeOther)
+		return
+	}
+	c.renderSignin(w, r, http.StatusOK, "")
+}
+
+// renderSignin draws the sign-in form under a fresh anonymous session,
+// which exists only to carry the form's CSRF token.
+func (c *Console) renderSignin(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	id, ses, err := c.sessions.create(nil)
+	if err != nil {
+		c.log.Warn("console: cannot make a session", "error", err.Error())
+		c.refuse(w, r, nil, http.StatusServiceUnavailable, "The console cannot start a session now; retry later.")
+		return
+	}
+	if old, err := r.Cookie(cookieName); err == nil {
+		c.sessions.revoke(old.Value)
+	}
+	setCookie(w, r, id)
+	v := c.view(nil, "Sign in")
+	v.CSRF, v.Error = ses.csrf, msg
+	c.render(w, status, "signin", v)
+}
+
+// signin checks the token and, if it is valid, replaces whatever session
+// the browser had with a fresh one under a new ID.
+func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
+	cookie, err := r.Cookie(cookieName)
+	var ses *session
+	ok := err == nil
+	if ok {
+		ses, ok = c.sessions.get(cookie.Value)
+	}
+	if !ok {
+		c.refuse(w, r, nil, http.StatusForbidden, "The sign-in form expired; nothing was changed. Open the sign-in page again.")
+		return
+	}
+	if !c.checkForm(w, r, ses) {
+		return
+	}
+	secret := r.PostForm.Get("token")
+	if secret == "" || len(secret) > tokenBytesMax {
+		c.renderSignin(w, r, http.StatusBadRequest, "Paste a token (the secret from the tokens file).")
+		return
+	}
+	p, err := c.backend.Authenticate(r.Context(), secret, r.RemoteAddr)
+	if err != nil {
+		status := statusOf(err)
+		msg := "That token was not recognised."
+		if status != http.StatusUnauthorized {
+			c.log.Warn("console: sign-in failed", "error", oneLine(err.Error()))
+			msg = "Sign-in is unavailable now; retry later."
+		}
+		c.renderSignin(w, r, status, msg)
+		return
+	}
+	c.sessions.revoke(cookie.Value)
+	id, fresh, err := c.sessions.create(&p)
+	if err != nil {
+		c.refuse(w, r, nil, http.StatusServiceUnavailable, "The console cannot start a session now; retry later.")
+		return
+	}
+	c.log.Info("console: signed in", "token", p.Name)
+	setCookie(w, r, id)
+	c.sessions.setFlash(fresh, "Signed in as "+p.Name+".")
+	http.Redirect(w, r, "/ui/tasks", http.StatusSeeOther)
+}
+
+func (c *Console) signout(w http.ResponseWriter, r *http.Request, req *request) error {
+	c.sessions.revoke(req.id)
+	setCookie(w, r, "")
+	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
+	return nil
+}
+
+// tasksView is the task list's data.
+type tasksView struct {
+	State  string
+	User   string
+	States []model.State
+	Tasks  []model.Task
+	Next   string // the next page's URL, "" on the last
+	First  bool
+}
+
+func (c *Console) tasksPage(w http.ResponseWriter, r *http.Request, req *request) error {
+	q := r.URL.Query()
+	f := TaskFilter{User: q.Get("user"), After: q.Get("after"), Limit: c.pageSize}
+	if s := q.Get("state"); s != "" {
+		state, err := model.ParseState(s)
+		if err != nil {
+			return &model.ValidationError{Field: "state", Problem: err.Error()}
+		}
+		f.State = state
+	}
+	if f.User != "" {
+		if err := model.CheckName("user", f.User); err != nil {
+			return err
+		}
+	}
+	page, err := c.backend.List(r.Context(), req.p, f)
+	if err != nil {
+		return err
+	}
+	tv := tasksView{State: string(f.State), User: f.User, States: model.States(), Tasks: page.Tasks, First: f.After == ""}
+	if page.Next != "" {
+		next := q
+		next.Set("after", page.Next)
+		tv.Next = "/ui/tasks?" + next.Encode()
+	}
+	v := c.view(req, "Tasks")
+	v.Nav, v.Data = "tasks", tv
+	c.render(w, http.StatusOK, "tasks", v)
+	return nil
+}
+
+// taskView is one task's page.
+type taskView struct {
+	Task     model.Task
+	Events   []model.Event
+	Effects  []model.Effect
+	Timeline template.HTML
+	Grant    *model.Limits // the grant maximum, for operators
+}
+
+func (c *Console) taskPage(w http.ResponseWriter, r *http.Request, req *request) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	t, err := c.backend.Task(r.Context(), req.p, id)
+	if err != nil {
+		return err
+	}
+	events, err := c.backend.Events(r.Context(), req.p, id)
+	if err != nil {
+		return err
+	}
+	effects, err := c.backend.Effects(r.Context(), req.p, id)
+	if err != nil {
+		return err
+	}
+	tv := taskView{Task: t, Events: events, Effects: effects}
+	if len(events) > 0 {
+		figure, err := reports.TimelineFigure("task-timeline", taskTimeline(t, events))
+		if err != nil {
+			return fmt.Errorf("console: draw the timeline of %s: %w", id, err)
+		}
+		tv.Timeline = figure
+	}
+	if t.State == model.NeedsReview && req.p.Can(model.ScopeOperate) {
+		limits, _, err := c.backend.Limits(r.Context(), req.p)
+		if err != nil {
+			return err
+		}
+		tv.Grant = &limits
+	}
+	v := c.view(req, "Task "+id)
+	v.Nav, v.Data = "tasks", tv
+	c.render(w, http.StatusOK, "task", v)
+	return nil
+}
+
+// taskID reads the {id} path value.
+func taskID(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	if !strings.HasPrefix(id, model.TaskIDPrefix) || model.CheckName("id", id) != nil {
+		return "", &model.ValidationError{Field: "id", Problem: "not a task ID (t_ followed by hex digits)"}
+	}
+	return id, nil
+}
+
+// done records a one-time message and sends the browser to the task.
+func (c *Console) done(w http.ResponseWriter, r *http.Request, req *request, id, msg string) error {
+	c.sessions.setFlash(req.ses, msg)
+	http.Redirect(w, r, "/ui/tasks/"+id, http.StatusSeeOther)
+	return nil
+}
+
+func (c *Console) cancel(w http.ResponseWriter, r *http.Request, req *request) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	t, err := c.backend.Cancel(r.Context(), req.p, id)
+	if err != nil {
+		return err
+	}
+	msg := "Cancelled."
+	if t.State == model.Running {
+		msg = "Cancellation requested: the worker stops before its next step."
+	}
+	return c.done(w, r, req, id, msg)
+}
+
+// formInt reads a required integer form field.
+func formInt(r *http.Request, field string) (int64, error) {
+	s := strings.TrimSpace(r.PostForm.Get(field))
+	if s == "" {
+		return 0, &model.ValidationError{Field: field, Problem: "required"}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, &model.ValidationError{Field: field, Problem: "not a whole number"}
+	}
+	return n, nil
+}
+
+// shownVersion reads the version the page showed when its button was
+// drawn.
+func shownVersion(r *http.Request) (int64, error) {
+	v, err := formInt(r, "version")
+	if err == nil && v < 1 {
+		err = &model.ValidationError{Field: "version", Problem: "must be positive"}
+	}
+	return v, err
+}
+
+// stale explains a refusal because the task moved on since its page was
+// drawn.
+func stale(id string, shown int64, err error) error {
+	return fmt.Errorf("task %s is no longer at the version this page showed (%d): it changed since the page was drawn; look at it again before deciding: %w", id, shown, err)
+}
+
+func (c *Console) approve(w http.ResponseWriter, r *http.Request, req *request) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	version, err := shownVersion(r)
+	if err != nil {
+		return err
+	}
+	if err := c.backend.Approve(r.Context(), req.p, id, version); err != nil {
+		if errors.Is(err, model.ErrVersionMismatch) || errors.Is(err, model.ErrInvalidTransition) {
+			return stale(id, version, err)
+		}
+		return err
+	}
+	return c.done(w, r, req, id, fmt.Sprintf("Approved version %d: the task is queued to resume.", version))
+}
+
+// reject refuses when the task is no longer at the version its button
+// named. The queue's reject takes no version, so this check is the
+// console's and comes before the call; the queue still refuses a reject
+// of a task that is not waiting.
+func (c *Console) reject(w http.ResponseWriter, r *http.Request, req *request) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	version, err := shownVersion(r)
+	if err != nil {
+		return err
+	}
+	t, err := c.backend.Task(r.Context(), req.p, id)
+	if err != nil {
+		return err
+	}
+	if t.State != model.WaitingForApproval || t.ApprovalVersion != version {
+		return stale(id, version, model.ErrVersionMismatch)
+	}
+	if err := c.backend.Reject(r.Context(), req.p, id); err != nil {
+		if errors.Is(err, model.ErrInvalidTransition) {
+			return stale(id, version, err)
+		}
+		return err
+	}
+	return c.done(w, r, req, id, fmt.Sprintf("Rejected version %d: the task is cancelled.", version))
+}
+
+func (c *Console) requeue(w http.ResponseWriter, r *http.Request, req *request) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	cost, err := formInt(r, "grant_cost")
+	if err != nil {
+		return err
+	}
+	steps, err := formInt(r, "grant_steps")
+	if err != nil {
+		return err
+	}
+	if err := c.backend.Requeue(r.Context(), req.p, id, model.Grant{Cost: cost, Steps: int(steps)}); err != nil {
+		return err
+	}
+	return c.done(w, r, req, id, fmt.Sprintf("Requeued with a grant of %d cost and %d steps.", cost, steps))
+}
+
+func (c *Console) resolve(w http.ResponseWriter, r *http.Request, req *request) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	as, err := model.ParseState(r.PostForm.Get("as"))
+	if err != nil {
+		return &model.ValidationError{Field: "as", Problem: err.Error()}
+	}
+	if err := c.backend.Resolve(r.Context(), req.p, id, as); err != nil {
+		return err
+	}
+	return c.done(w, r, req, id, "Resolved as "+string(as)+".")
+}
+
+func (c *Console) approvalsPage(w http.ResponseWriter, r *http.Request, req *request) error {
+	page, err := c.backend.List(r.Context(), req.p, TaskFilter{State: model.WaitingForApproval, After: r.URL.Query().Get("after"), Limit: c.pageSize})
+	if err != nil {
+		return err
+	}
+	tv := tasksView{Tasks: page.Tasks, First: r.URL.Query().Get("after") == ""}
+	if page.Next != "" {
+		tv.Next = "/ui/approvals?after=" + page.Next
+	}
+	v := c.view(req, "Waiting for approval")
+	v.Nav, v.Data = "approvals", tv
+	c.render(w, http.StatusOK, "approvals", v)
+	return nil
+}
+
+// inspectView is the operator's inspect page.
+type inspectView struct {
+	Items  []Inspection
+	Limits model.Limits
+}
+
+func (c *Console) inspectPage(w http.ResponseWriter, r *http.Request, req *request) error {
+	items, err := c.backend.Inspect(r.Context(), req.p)
+	if err != nil {
+		return err
+	}
+	limits, _, err := c.backend.Limits(r.Context(), req.p)
+	if err != nil {
+		return err
+	}
+	v := c.view(req, "Inspect")
+	v.Nav, v.Data = "inspect", inspectView{Items: items, Limits: limits}
+	c.render(w, http.StatusOK, "inspect", v)
+	return nil
+}
+
+func (c *Console) schedulesPage(w http.ResponseWriter, r *http.Request, req *request) error {
+	schedules, err := c.backend.Schedules(r.Context(), req.p)
+	if err != nil {
+		return err
+	}
+	v := c.view(req, "Schedules")
+	v.Nav, v.Data = "schedules", schedules
+	c.render(w, http.StatusOK, "schedules", v)
+	return nil
+}
+
+// limitsView is the limits page.
+type limitsView struct {
+	Limits model.Limits
+	Users  []model.UserLimit
+}
+
+func (c *Console) limitsPage(w http.ResponseWriter, r *http.Request, req *request) error {
+	limits, users, err := c.backend.Limits(r.Context(), req.p)
+	if err != nil {
+		return err
+	}
+	v := c.view(req, "Limits")
+	v.Nav, v.Data = "limits", limitsView{Limits: limits, Users: users}
+	c.render(w, http.StatusOK, "limits", v)
+	return nil
+}
+
+// liveView is the live page: depth, the oldest queued task's age and the
+// latest failures.
+type liveView struct {
+	Depth    []depthRow
+	Oldest   string
+	Failures []model.Event
+}
+
+type depthRow struct {
+	State model.State
+	Count int64
+}
+
+func (c *Console) livePage(w http.ResponseWriter, r *http.Request, req *request) error {
+	m, err := c.backend.Metrics(r.Context(), req.p)
+	if err != nil {
+		return err
+	}
+	failures, err := c.backend.RecentFailures(r.Context(), req.p, recentFailuresMax)
+	if err != nil {
+		return err
+	}
+	lv := liveView{Oldest: roundDuration(m.OldestQueuedAge).String(), Failures: failures}
+	for _, s := range model.States() {
+		lv.Depth = append(lv.Depth, depthRow{State: s, Count: m.Depth[s]})
+	}
+	v := c.view(req, "Live")
+	v.Nav, v.Data = "live", lv
+	c.render(w, http.StatusOK, "live", v)
+	return nil
+}
