@@ -30,6 +30,13 @@ type EventFilter struct {
 	Limit int // 0 means model.ListLimitDefault
 }
 
+// TrailEvent is an audit event with the user of its task beside it (""
+// for an event that concerns no task).
+type TrailEvent struct {
+	model.Event
+	User string
+}
+
 // EventsSince returns up to f.Limit of the events f selects with a
 // sequence number above f.After, in sequence order.
 //
@@ -37,7 +44,7 @@ type EventFilter struct {
 // number is given in commit order: once a reader has seen event n, no
 // event below n can still appear, and a reader that resumes after the
 // last sequence number it saw misses nothing and repeats nothing.
-func (q *Queue) EventsSince(ctx context.Context, f EventFilter) ([]model.Event, error) {
+func (q *Queue) EventsSince(ctx context.Context, f EventFilter) ([]TrailEvent, error) {
 	limit, err := model.ListFilter{Limit: f.Limit}.CheckedLimit()
 	if err != nil {
 		return nil, err
@@ -48,35 +55,64 @@ func (q *Queue) EventsSince(ctx context.Context, f EventFilter) ([]model.Event, 
 	var rows *sql.Rows
 	switch {
 	case f.TaskID != "":
-		rows, err = q.readRows(ctx, "events_by_task_after", sql.Named("task_id", f.TaskID),
+		rows, err = q.readRows(ctx, "trail_by_task_after", sql.Named("task_id", f.TaskID),
 			sql.Named("after", f.After), sql.Named("limit", limit))
 	case f.Users == nil:
-		rows, err = q.readRows(ctx, "events_after", sql.Named("after", f.After), sql.Named("limit", limit))
+		rows, err = q.readRows(ctx, "trail_after", sql.Named("after", f.After), sql.Named("limit", limit))
 	case len(f.Users) == 0:
-		return []model.Event{}, nil
+		return []TrailEvent{}, nil
 	default:
 		users, uerr := usersArg(f.Users)
 		if uerr != nil {
 			return nil, uerr
 		}
-		rows, err = q.readRows(ctx, "events_after_for_users", sql.Named("users", users),
+		rows, err = q.readRows(ctx, "trail_after_for_users", sql.Named("users", users),
 			sql.Named("after", f.After), sql.Named("limit", limit))
 	}
 	if err != nil {
 		return nil, err
 	}
-	events, err := scanEvents(rows)
-	if events == nil && err == nil {
-		events = []model.Event{}
+	return scanTrail(rows)
+}
+
+// scanTrail reads rows of the trail_* queries.
+func scanTrail(rows *sql.Rows) ([]TrailEvent, error) {
+	defer rows.Close()
+	out := []TrailEvent{}
+	for rows.Next() {
+		var e TrailEvent
+		var kind, from, to, reason string
+		var at int64
+		if err := rows.Scan(&e.Seq, &e.TaskID, &kind, &e.Attempt, &e.Fence, &e.OpID, &from, &to,
+			&reason, &e.Actor, &at, &e.Detail, &e.Scope, &e.User); err != nil {
+			return nil, fmt.Errorf("queue: scan event: %w", err)
+		}
+		e.Kind, e.From, e.To, e.Reason = model.EventKind(kind), model.State(from), model.State(to), model.Reason(reason)
+		e.At = model.FromMillis(at)
+		out = append(out, e)
 	}
-	return events, err
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queue: read events: %w", err)
+	}
+	return out, nil
+}
+
+// LastEventSeq returns the sequence number of a task's latest event (0
+// if it has none): what a caller waiting for the task's next change waits
+// past.
+func (q *Queue) LastEventSeq(ctx context.Context, taskID string) (int64, error) {
+	var seq int64
+	if err := q.readRow(ctx, "task_last_event_seq", sql.Named("task_id", taskID)).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("queue: last event of %s: %w", taskID, err)
+	}
+	return seq, nil
 }
 
 // WaitEvents returns the events f selects as soon as there is at least
 // one, waiting for it if need be until ctx ends (then it returns ctx's
 // error). A write by this process wakes it at once; a write by another
 // process is seen within WaitPollInterval of the queue's clock.
-func (q *Queue) WaitEvents(ctx context.Context, f EventFilter) ([]model.Event, error) {
+func (q *Queue) WaitEvents(ctx context.Context, f EventFilter) ([]TrailEvent, error) {
 	for {
 		// Take the signal before reading, so a commit between the read and
 		// the wait still wakes this waiter.

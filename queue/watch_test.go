@@ -18,6 +18,14 @@ func seqs(events []model.Event) []int64 {
 	return out
 }
 
+func trailSeqs(events []TrailEvent) []int64 {
+	out := []int64{}
+	for _, e := range events {
+		out = append(out, e.Seq)
+	}
+	return out
+}
+
 func TestEventsSinceResumesWithoutGapOrRepeat(t *testing.T) {
 	b := setup(t)
 	a := b.submit()
@@ -36,7 +44,7 @@ func TestEventsSinceResumesWithoutGapOrRepeat(t *testing.T) {
 		if len(events) == 0 {
 			break
 		}
-		got = append(got, seqs(events)...)
+		got = append(got, trailSeqs(events)...)
 		after = events[len(events)-1].Seq
 	}
 	require.Equal(t, seqs(all), got)
@@ -46,6 +54,7 @@ func TestEventsSinceResumesWithoutGapOrRepeat(t *testing.T) {
 	require.NotEmpty(t, mine)
 	for _, e := range mine {
 		require.Equal(t, bob, e.TaskID, "an event of another user's task")
+		require.Equal(t, "bob", e.User)
 	}
 	none, err := b.q.EventsSince(b.ctx, EventFilter{Users: []string{}})
 	require.NoError(t, err)
@@ -53,7 +62,36 @@ func TestEventsSinceResumesWithoutGapOrRepeat(t *testing.T) {
 
 	one, err := b.q.EventsSince(b.ctx, EventFilter{TaskID: a, After: b.events(a)[0].Seq})
 	require.NoError(t, err)
-	require.Equal(t, seqs(b.events(a)[1:]), seqs(one))
+	require.Equal(t, seqs(b.events(a)[1:]), trailSeqs(one))
+	require.Equal(t, "ana", one[0].User)
+
+	last, err := b.q.LastEventSeq(b.ctx, a)
+	require.NoError(t, err)
+	require.Equal(t, b.lastEvent(a).Seq, last)
+	last, err = b.q.LastEventSeq(b.ctx, "t-none")
+	require.NoError(t, err)
+	require.Zero(t, last)
+}
+
+// TestSubmitActorFromContext: a submit through a context naming an actor
+// records that actor; the actor is not part of the request's hash, so the
+// same request through another actor is a replay.
+func TestSubmitActorFromContext(t *testing.T) {
+	b := setup(t)
+	req := b.request()
+	res, err := b.q.Submit(model.WithActor(b.ctx, "alice-laptop"), req)
+	require.NoError(t, err)
+	require.Equal(t, "alice-laptop", b.events(res.TaskID)[0].Actor)
+	again, err := b.q.Submit(model.WithActor(b.ctx, "alice-ci"), req)
+	require.NoError(t, err)
+	require.True(t, again.Replay)
+	require.Equal(t, res.TaskID, again.TaskID)
+
+	many, err := b.q.SubmitMany(model.WithActor(b.ctx, "alice-ci"), []model.SubmitRequest{b.request()})
+	require.NoError(t, err)
+	require.Equal(t, "alice-ci", b.events(many[0].TaskID)[0].Actor)
+	plain := b.submit()
+	require.Equal(t, "ana", b.events(plain)[0].Actor, "without an actor the user is the actor")
 }
 
 // TestWaitEventsWokenByWrite: a waiter with nothing to read is woken by a
@@ -64,7 +102,7 @@ func TestWaitEventsWokenByWrite(t *testing.T) {
 	last := b.lastEvent(id).Seq
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second) // a safety net, not a synchronisation
 	defer cancel()
-	got := make(chan []model.Event, 1)
+	got := make(chan []TrailEvent, 1)
 	errs := make(chan error, 1)
 	go func() {
 		events, err := b.q.WaitEvents(ctx, EventFilter{TaskID: id, After: last})
@@ -89,7 +127,7 @@ func TestWaitEventsPollsForAnotherProcess(t *testing.T) {
 	last := b.lastEvent(id).Seq
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	got := make(chan []model.Event, 1)
+	got := make(chan []TrailEvent, 1)
 	go func() {
 		events, err := b.q.WaitEvents(ctx, EventFilter{TaskID: id, After: last})
 		if err != nil {

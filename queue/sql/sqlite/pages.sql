@@ -23,12 +23,27 @@ WHERE user = :user AND seq > :after
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
 ORDER BY seq LIMIT :limit;
 
--- name: events_by_task_after
-SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
-FROM events WHERE task_id = :task_id AND seq > :after ORDER BY seq LIMIT :limit;
+-- The audit trail with each event's task's user beside it ('' for an
+-- event that concerns no task). The join is on tasks.id, which is unique.
 
--- name: events_after_for_users
-SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope
+-- name: trail_by_task_after
+SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
+       COALESCE(t.user, '')
+FROM events e LEFT JOIN tasks t ON t.id = e.task_id
+WHERE e.task_id = :task_id AND e.seq > :after ORDER BY e.seq LIMIT :limit;
+
+-- name: trail_after
+SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
+       COALESCE(t.user, '')
+FROM events e LEFT JOIN tasks t ON t.id = e.task_id
+WHERE e.seq > :after ORDER BY e.seq LIMIT :limit;
+
+-- name: trail_after_for_users
+SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
+       t.user
 FROM events e JOIN tasks t ON t.id = e.task_id
 WHERE e.seq > :after AND t.user IN (SELECT value FROM json_each(:users))
 ORDER BY e.seq LIMIT :limit;
+
+-- name: task_last_event_seq
+SELECT COALESCE(MAX(seq), 0) FROM events WHERE task_id = :task_id;
