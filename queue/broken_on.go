@@ -3,8 +3,9 @@
 package queue
 
 import (
-	_ "embed"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 )
@@ -23,12 +24,17 @@ func broken(name string) bool {
 	return false
 }
 
-//go:embed sql/sqlite/broken.sql
-var brokenSQL string
-
-// brokenQueries adds the broken variants' queries.
-func brokenQueries(queries map[string]string) error {
-	if err := parseQueries(brokenSQL, queries); err != nil {
+// brokenQueries adds the broken variants' queries, from the dialect's
+// broken.sql when it has one.
+func brokenQueries(files fs.FS, queries map[string]string) error {
+	body, err := fs.ReadFile(files, "broken.sql")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("broken.sql: %w", err)
+	}
+	if err := parseQueries(string(body), queries); err != nil {
 		return fmt.Errorf("broken.sql: %w", err)
 	}
 	return nil

@@ -47,17 +47,14 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 				return err
 			}
 		}
-		for len(out) < req.Max {
-			c, ok, err := t.claimNext(req)
+		return q.store.claim(t, req, req.Max, func(task model.Task) error {
+			c, err := t.claimed(task, req)
 			if err != nil {
 				return err
 			}
-			if !ok {
-				break
-			}
 			out = append(out, c)
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -65,21 +62,12 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 	return out, nil
 }
 
-func (t *txn) claimNext(req model.ClaimRequest) (model.Claimed, bool, error) {
+// claimed records the claim of task, which the store has just taken for
+// req, and returns it with the task as the claim left it (times as the row
+// stores them).
+func (t *txn) claimed(task model.Task, req model.ClaimRequest) (model.Claimed, error) {
 	now := model.Millis(t.now)
-	task, err := scanTask(t.queryRow(t.q.variant("claim_next"), sql.Named("now", now)))
-	if errors.Is(err, sql.ErrNoRows) {
-		return model.Claimed{}, false, nil
-	}
-	if err != nil {
-		return model.Claimed{}, false, fmt.Errorf("queue: claim: select: %w", err)
-	}
 	leaseUntil := model.Millis(t.now.Add(req.Lease))
-	if err := t.execOne("claim_task", sql.Named("seq", task.Seq), sql.Named("owner", req.Worker),
-		sql.Named("lease_until", leaseUntil), sql.Named("now", now)); err != nil {
-		return model.Claimed{}, false, fmt.Errorf("queue: claim: update: %w", err)
-	}
-	// The snapshot as claim_task left the row (times as the row stores them).
 	task.State, task.Version = model.Running, task.Version+1
 	task.Attempt, task.Owner = int(task.Version), req.Worker
 	task.LeaseUntil = model.FromMillis(leaseUntil)
@@ -87,7 +75,7 @@ func (t *txn) claimNext(req model.ClaimRequest) (model.Claimed, bool, error) {
 	claim := model.Claim{TaskID: task.ID, Fence: task.Version, Owner: task.Owner, Attempt: task.Attempt, LeaseUntil: task.LeaseUntil}
 	if err := t.emit(model.Event{TaskID: task.ID, Kind: model.EventClaimed, Attempt: task.Attempt,
 		Fence: task.Version, From: model.Queued, To: model.Running, Actor: req.Worker}); err != nil {
-		return model.Claimed{}, false, err
+		return model.Claimed{}, err
 	}
-	return model.Claimed{Claim: claim, Task: task}, true, nil
+	return model.Claimed{Claim: claim, Task: task}, nil
 }

@@ -2,12 +2,9 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // StorageClass names the kind of storage failure an error is, as /healthz
@@ -23,36 +20,30 @@ const (
 	ClassReadOnly StorageClass = "read_only"   // the file, its directory or the mount cannot be written
 	ClassCantOpen StorageClass = "cannot_open" // the file (or its -wal, -shm) cannot be opened
 	ClassCorrupt  StorageClass = "corrupt"     // the file is not a sound SQLite database
-	ClassNoMemory StorageClass = "no_memory"   // SQLite could not allocate memory
+	ClassNoMemory StorageClass = "no_memory"   // the database could not allocate memory
+	// ClassConflict: the database aborted the transaction to keep
+	// transactions serializable (a serialization failure or a deadlock);
+	// the operation may be retried.
+	ClassConflict StorageClass = "conflict"
+	// ClassConnection: the connection to a database server was lost or
+	// could not be made.
+	ClassConnection StorageClass = "connection_lost"
+	// ClassConstraint: a statement broke a constraint the protocol should
+	// have checked first (a unique key raced by another process).
+	ClassConstraint StorageClass = "constraint"
 )
 
-// coder is an error that carries a SQLite result code: modernc.org/sqlite's
-// *sqlite.Error, and the errors fault injectors make up in its place.
-type coder interface{ Code() int }
-
 // ClassOf returns the storage class of err, or "" when err is no storage
-// failure. It reads the SQLite result code of the first error in err's
-// chain that carries one.
+// failure: the class the first store that knows err's driver error gives
+// it.
 func ClassOf(err error) StorageClass {
-	var c coder
-	if !errors.As(err, &c) {
+	if err == nil {
 		return ""
 	}
-	switch c.Code() & 0xff {
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL:
-		return ClassBusy
-	case sqlite3.SQLITE_FULL:
-		return ClassDiskFull
-	case sqlite3.SQLITE_IOERR:
-		return ClassIO
-	case sqlite3.SQLITE_READONLY:
-		return ClassReadOnly
-	case sqlite3.SQLITE_CANTOPEN:
-		return ClassCantOpen
-	case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
-		return ClassCorrupt
-	case sqlite3.SQLITE_NOMEM:
-		return ClassNoMemory
+	for _, b := range backends {
+		if c := b.classify(err); c != "" {
+			return c
+		}
 	}
 	return ""
 }

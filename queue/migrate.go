@@ -22,20 +22,16 @@ type querier interface {
 }
 
 // readApplied returns the migrations recorded in db, in order.
-func readApplied(ctx context.Context, db querier) ([]AppliedMigration, error) {
-	texts, err := queries()
-	if err != nil {
-		return nil, err
-	}
+func readApplied(ctx context.Context, db querier, set *sqlSet) ([]AppliedMigration, error) {
 	var exists int
-	err = db.QueryRowContext(ctx, texts["migrations_table_exists"]).Scan(&exists)
+	err := db.QueryRowContext(ctx, set.queries["migrations_table_exists"].text).Scan(&exists)
 	if err != nil {
 		return nil, fmt.Errorf("queue: read schema version: %w", err)
 	}
 	if exists == 0 {
 		return nil, nil
 	}
-	rows, err := db.QueryContext(ctx, texts["migrations_applied"])
+	rows, err := db.QueryContext(ctx, set.queries["migrations_applied"].text)
 	if err != nil {
 		return nil, fmt.Errorf("queue: read schema version: %w", err)
 	}
@@ -51,19 +47,21 @@ func readApplied(ctx context.Context, db querier) ([]AppliedMigration, error) {
 	return out, rows.Err()
 }
 
-// Plan compares the database's applied migrations with this build's and
-// returns the ones still to apply. It refuses a database that is newer than
-// this build or whose applied migrations differ from this build's.
+// Plan compares a SQLite database's applied migrations with this build's
+// and returns the ones still to apply. It refuses a database that is newer
+// than this build or whose applied migrations differ from this build's.
 func Plan(ctx context.Context, db *sql.DB) (applied []AppliedMigration, pending []Migration, err error) {
-	return plan(ctx, db)
-}
-
-func plan(ctx context.Context, db querier) (applied []AppliedMigration, pending []Migration, err error) {
-	known, err := Migrations()
+	set, err := sqlOf(backends[0])
 	if err != nil {
 		return nil, nil, err
 	}
-	applied, err = readApplied(ctx, db)
+	return plan(ctx, db, set)
+}
+
+// plan is Plan for the store whose SQL files are set.
+func plan(ctx context.Context, db querier, set *sqlSet) (applied []AppliedMigration, pending []Migration, err error) {
+	known := set.migrations
+	applied, err = readApplied(ctx, db, set)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -80,7 +78,7 @@ func plan(ctx context.Context, db querier) (applied []AppliedMigration, pending 
 }
 
 func (q *Queue) migrate(ctx context.Context, mode MigrateMode) error {
-	applied, pending, err := Plan(ctx, q.db)
+	applied, pending, err := plan(ctx, q.db, q.sql)
 	if err != nil {
 		return err
 	}
@@ -104,16 +102,12 @@ func outdated(applied []AppliedMigration, pending []Migration) error {
 // have migrated the database since the first look (two workers starting on
 // a new file), and no process may see a schema migrated only in part.
 func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
-	texts, err := queries()
-	if err != nil {
-		return err
-	}
 	tx, err := q.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("queue: migrate: begin: %w", err)
 	}
 	defer tx.Rollback()
-	applied, pending, err := plan(ctx, tx)
+	applied, pending, err := plan(ctx, tx, q.sql)
 	if err != nil {
 		return err
 	}
@@ -123,15 +117,20 @@ func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 	if len(applied) > 0 && mode != MigrateAll {
 		return outdated(applied, pending)
 	}
-	if _, err := tx.ExecContext(ctx, texts["migrations_table"]); err != nil {
+	if _, err := tx.ExecContext(ctx, q.sql.queries["migrations_table"].text); err != nil {
 		return fmt.Errorf("queue: migrate: %w", err)
 	}
 	for _, m := range pending {
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return fmt.Errorf("queue: migration %d (%s): %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.ExecContext(ctx, texts["migration_record"], sql.Named("version", m.Version),
-			sql.Named("name", m.Name), sql.Named("checksum", m.Checksum), sql.Named("now", model.Millis(q.now()))); err != nil {
+		record := q.sql.queries["migration_record"]
+		args, err := bindArgs("migration_record", record, []any{sql.Named("version", m.Version),
+			sql.Named("name", m.Name), sql.Named("checksum", m.Checksum), sql.Named("now", model.Millis(q.now()))})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, record.text, args...); err != nil {
 			return fmt.Errorf("queue: migration %d: record: %w", m.Version, err)
 		}
 	}

@@ -23,7 +23,7 @@ func TestMigration0002CarriesCounters(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v1.db")
 	migrations, err := Migrations()
 	require.NoError(t, err)
-	queries, err := loadQueries()
+	queries, err := queries()
 	require.NoError(t, err)
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
 	now := model.Millis(clock.Now())

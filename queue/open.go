@@ -7,16 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -51,7 +46,7 @@ const (
 
 // Options configures Open. Clock and IDs are required.
 type Options struct {
-	Path        string          // database file, or Memory
+	Path        string          // database file, or Memory (SQLite), or a URL another store handles
 	Clock       clockwork.Clock // the only source of time
 	IDs         model.IDSource  // task and schedule IDs
 	Rand        model.Rand      // backoff jitter; nil: a fixed-seed PCG
@@ -94,10 +89,11 @@ type Options struct {
 // serialised by SQLite (BEGIN IMMEDIATE).
 type Queue struct {
 	db      *sql.DB
+	store   backend // the database's part: connections, SQL, claims, errors
+	sql     *sqlSet // store's queries and migrations
 	clock   clockwork.Clock
 	ids     model.IDSource
 	backoff model.Backoff
-	queries map[string]string
 	// validatePayload is Options.ValidatePayload.
 	validatePayload func(payload string) error
 
@@ -129,48 +125,23 @@ type Queue struct {
 
 // Open opens (creating if needed) the database at o.Path and checks its
 // schema version, creating or migrating the schema as o.Migrate allows.
-// The queue's statements are prepared on first use, not here.
+// o.Path picks the store (see backendFor): a file path or Memory is
+// SQLite's. The queue's statements are prepared on first use, not here.
 func Open(ctx context.Context, o Options) (*Queue, error) {
 	if o.Clock == nil || o.IDs == nil {
 		return nil, errors.New("queue: open: Options.Clock and Options.IDs are required")
 	}
-	if o.ReadOnly {
-		return openReadOnly(ctx, o)
-	}
-	dsn, pragmas, err := buildDSN(o)
+	b := backendFor(o.Path)
+	set, err := sqlOf(b)
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, o, dsn, pragmas)
-}
-
-// open opens the queue on dsn and checks (read-only) or migrates its
-// schema.
-func open(ctx context.Context, o Options, dsn string, pragmas []string) (*Queue, error) {
-	texts, err := queries()
+	db, settings, err := b.connect(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	drv := o.Driver
-	if drv == nil {
-		drv = &sqlite.Driver{}
-	}
-	db := sql.OpenDB(connector{dsn: dsn, drv: drv})
-	if o.Path == Memory {
-		db.SetMaxOpenConns(1)
-		db.SetMaxIdleConns(1)
-		db.SetConnMaxLifetime(0)
-		db.SetConnMaxIdleTime(0)
-	} else {
-		conns := o.MaxConns
-		if conns <= 0 {
-			conns = 4
-		}
-		db.SetMaxOpenConns(conns)
-		db.SetMaxIdleConns(conns)
-	}
-	q := &Queue{db: db, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: o.Path, pragmas: pragmas,
-		queries: texts, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
+	q := &Queue{db: db, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: o.Path,
+		pragmas: settings, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff
 	}
@@ -191,108 +162,10 @@ func open(ctx context.Context, o Options, dsn string, pragmas []string) (*Queue,
 		db.Close()
 		return nil, err
 	}
-	if !o.Ungrouped {
+	if !o.Ungrouped && b.groups() {
 		q.startGroups()
 	}
 	return q, nil
-}
-
-// openReadOnly opens o.Path with mode=ro. In WAL mode a reader needs the
-// -shm file, which it creates if it can: in a directory or on a mount
-// nobody can write, and with no -shm and -wal left by a writer, mode=ro
-// cannot open the file. Then, and only when no -wal file exists (so every
-// committed transaction is in the main file, and no writer can have the
-// database open: a writer would have had to create the -wal), the file is
-// opened as immutable, which SQLite reads without locks or companions.
-func openReadOnly(ctx context.Context, o Options) (*Queue, error) {
-	if o.Path == Memory || o.Image != nil {
-		return nil, &model.ValidationError{Field: "db", Problem: "only a database file opens read-only"}
-	}
-	if _, err := os.Stat(o.Path); err != nil {
-		return nil, fmt.Errorf("queue: open %s read-only: %w", o.Path, err)
-	}
-	dsn, pragmas, err := readOnlyDSN(o, false)
-	if err != nil {
-		return nil, err
-	}
-	q, err := open(ctx, o, dsn, pragmas)
-	if retry, err := immutableRetry(o.Path, err); !retry {
-		return q, err
-	}
-	if dsn, pragmas, err = readOnlyDSN(o, true); err != nil {
-		return nil, err
-	}
-	return open(ctx, o, dsn, pragmas)
-}
-
-// immutableRetry decides, after a mode=ro open of path failed with err,
-// whether to open it as immutable instead (see openReadOnly), or returns
-// the error to report.
-func immutableRetry(path string, err error) (bool, error) {
-	if ClassOf(err) != ClassCantOpen {
-		return false, err
-	}
-	if _, statErr := os.Stat(path + "-wal"); !errors.Is(statErr, os.ErrNotExist) {
-		return false, fmt.Errorf("queue: open %s read-only: its -wal file may hold transactions not yet in the file, and "+
-			"reading them needs a -shm file this process cannot create: %w", path, err)
-	}
-	return true, nil
-}
-
-// OpenReadOnlyDB opens the database file at path read-only as Open does
-// with Options.ReadOnly, without checking its schema (snapshots and
-// upgrades read databases of other versions), and makes a first read to
-// be sure it can be read. It has one connection.
-func OpenReadOnlyDB(ctx context.Context, path string) (*sql.DB, error) {
-	try := func(immutable bool) (*sql.DB, error) {
-		dsn, _, err := readOnlyDSN(Options{Path: path}, immutable)
-		if err != nil {
-			return nil, err
-		}
-		db := sql.OpenDB(connector{dsn: dsn, drv: &sqlite.Driver{}})
-		db.SetMaxOpenConns(1)
-		var n int
-		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlite_schema").Scan(&n); err != nil {
-			db.Close()
-			return nil, err
-		}
-		return db, nil
-	}
-	db, err := try(false)
-	if retry, err := immutableRetry(path, err); !retry {
-		return db, err
-	}
-	return try(true)
-}
-
-// readOnlyDSN is the DSN of a read-only open: a file: URI (SQLite reads
-// mode and immutable only from a URI) with the busy timeout and
-// query_only, and no journal_mode or synchronous, which are a writer's.
-func readOnlyDSN(o Options, immutable bool) (string, []string, error) {
-	if _, _, err := buildDSN(o); err != nil { // the same checks of the path and settings
-		return "", nil, err
-	}
-	abs, err := filepath.Abs(o.Path)
-	if err != nil {
-		return "", nil, fmt.Errorf("queue: open %s read-only: %w", o.Path, err)
-	}
-	busy := o.BusyTimeout
-	switch {
-	case busy == 0:
-		busy = 5 * time.Second
-	case busy < 0:
-		busy = 0
-	}
-	pragmas := []string{fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()), "query_only(1)"}
-	v := url.Values{}
-	v.Set("mode", "ro")
-	if immutable {
-		v.Set("immutable", "1")
-	}
-	for _, p := range pragmas {
-		v.Add("_pragma", p)
-	}
-	return (&url.URL{Scheme: "file", Path: abs}).String() + "?" + v.Encode(), pragmas, nil
 }
 
 // ErrNoSchema: a database opened read-only has no leasehold schema (an
@@ -302,7 +175,7 @@ var ErrNoSchema = errors.New("database has no leasehold schema")
 // checkCurrent refuses a database whose schema is not exactly this
 // build's, changing nothing.
 func (q *Queue) checkCurrent(ctx context.Context) error {
-	applied, pending, err := Plan(ctx, q.db)
+	applied, pending, err := plan(ctx, q.db, q.sql)
 	switch {
 	case err != nil:
 		return err
@@ -312,42 +185,6 @@ func (q *Queue) checkCurrent(ctx context.Context) error {
 		return outdated(applied, pending)
 	}
 	return nil
-}
-
-func buildDSN(o Options) (string, []string, error) {
-	if o.Path == "" {
-		return "", nil, &model.ValidationError{Field: "db", Problem: "path required"}
-	}
-	if strings.ContainsAny(o.Path, "?#") || strings.HasPrefix(o.Path, "file:") {
-		return "", nil, &model.ValidationError{Field: "db", Problem: fmt.Sprintf("path %q may not contain ? or # or start with file:", o.Path)}
-	}
-	sync := o.Synchronous
-	if sync == "" {
-		sync = SynchronousFull
-	}
-	if sync != SynchronousFull && sync != SynchronousNormal {
-		return "", nil, &model.ValidationError{Field: "synchronous", Problem: fmt.Sprintf("must be FULL or NORMAL, got %q", sync)}
-	}
-	busy := o.BusyTimeout
-	switch {
-	case busy == 0:
-		busy = 5 * time.Second
-	case busy < 0:
-		busy = 0
-	}
-	// busy_timeout comes first so the pragmas after it wait for locks.
-	// journal_mode(WAL) can lose a race on a new file: see openAttempts.
-	pragmas := []string{fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds())}
-	if o.Path != Memory {
-		pragmas = append(pragmas, "journal_mode(WAL)")
-	}
-	pragmas = append(pragmas, "synchronous("+sync+")", "foreign_keys(1)")
-	v := url.Values{}
-	for _, p := range pragmas {
-		v.Add("_pragma", p)
-	}
-	v.Set("_txlock", "immediate")
-	return o.Path + "?" + v.Encode(), pragmas, nil
 }
 
 // Pragmas returns the PRAGMAs every connection is opened with, for
@@ -377,14 +214,9 @@ func (q *Queue) Close() error {
 	return q.db.Close()
 }
 
-// queries parses queries.sql once per process; every queue shares the
-// map, which nobody writes after it is built.
-var queries = sync.OnceValues(loadQueries)
-
-// queryText returns a named query's SQL; an unknown name is a programming
-// error.
-func (q *Queue) queryText(name string) string {
-	text, ok := q.queries[name]
+// query returns a named query; an unknown name is a programming error.
+func (q *Queue) query(name string) query {
+	text, ok := q.sql.queries[name]
 	if !ok || name == "task_columns" {
 		panic("queue: no query named " + name)
 	}
@@ -423,7 +255,7 @@ func (q *Queue) prepared(ctx context.Context, name string) (*sql.Stmt, error) {
 	if s := q.cachedStmt(name); s != nil {
 		return s, nil
 	}
-	s, err := q.db.PrepareContext(ctx, q.queryText(name))
+	s, err := q.db.PrepareContext(ctx, q.query(name).text)
 	if err != nil {
 		return nil, fmt.Errorf("queue: prepare %s: %w", name, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"regexp"
 	"strings"
 	"testing"
@@ -34,7 +35,7 @@ func TestMigrationsArePinned(t *testing.T) {
 		require.Equal(t, i+1, m.Version)
 		pinned, ok := pinnedMigrations[m.Name]
 		require.True(t, ok, "migration %s is not pinned; add its checksum to pinnedMigrations", m.Name)
-		body, err := sqliteFiles.ReadFile("sql/sqlite/migrations/" + m.Name)
+		body, err := fs.ReadFile(sqliteBackend{}.sqlFiles(), "migrations/"+m.Name)
 		require.NoError(t, err)
 		sum := sha256.Sum256(body)
 		require.Equal(t, pinned, hex.EncodeToString(sum[:]), "committed migration %s changed", m.Name)

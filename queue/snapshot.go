@@ -144,7 +144,11 @@ func describe(ctx context.Context, path string) (Manifest, error) {
 // whose SHA-256 and size the caller has taken.
 func describeDB(ctx context.Context, db *sql.DB, path, sum string, size int64) (Manifest, error) {
 	m := Manifest{Format: manifestFormat, States: map[string]int64{}, SHA256: sum, Bytes: size}
-	applied, err := readApplied(ctx, db)
+	set, err := sqlOf(backends[0])
+	if err != nil {
+		return m, err
+	}
+	applied, err := readApplied(ctx, db, set)
 	if err != nil {
 		return m, fmt.Errorf("%s: %v: %w", path, err, ErrSnapshotCorrupt)
 	}
@@ -277,11 +281,11 @@ func sortedCounts(m map[string]int64) []string {
 // checkTaskInvariants reads every task and checks the model's per-task
 // invariants, and the counters the triggers keep.
 func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
-	queries, err := queries()
+	set, err := sqlOf(backends[0])
 	if err != nil {
 		return err
 	}
-	columns, err := taskColumnsOf(ctx, db, queries["task_columns"])
+	columns, err := taskColumnsOf(ctx, db, set.queries["task_columns"].text)
 	if err != nil {
 		return err
 	}
@@ -298,7 +302,7 @@ func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
 			return vs[0]
 		}
 	}
-	return checkCounters(db.QueryRowContext(ctx, queries["counters_check"]))
+	return checkCounters(db.QueryRowContext(ctx, set.queries["counters_check"].text))
 }
 
 // taskColumnsOf returns the {task_columns} to read db's tasks with: as

@@ -3,7 +3,7 @@ package queue
 import (
 	"bufio"
 	"crypto/sha256"
-	"embed"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
@@ -14,8 +14,20 @@ import (
 	"sync"
 )
 
-//go:embed sql/sqlite/migrations/*.sql sql/sqlite/queries.sql sql/sqlite/pages.sql
-var sqliteFiles embed.FS
+// query is one named statement of a dialect's queries.sql, as the driver
+// takes it: for a positional dialect, rewritten to $n with params naming
+// each number's argument (see rewriteParams); otherwise params is nil and
+// the named arguments go to the driver as they are.
+type query struct {
+	text   string
+	params []string
+}
+
+// sqlSet is what a backend's SQL files hold, loaded once per process.
+type sqlSet struct {
+	queries    map[string]query
+	migrations []Migration
+}
 
 // Migration is one numbered schema change.
 type Migration struct {
@@ -29,15 +41,67 @@ type Migration struct {
 // They are embedded, so they are read and hashed once per process; each
 // call returns its own copy of the list.
 func Migrations() ([]Migration, error) {
-	ms, err := migrations()
-	return slices.Clone(ms), err
+	set, err := sqlOf(backends[0])
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(set.migrations), nil
 }
 
-// migrations reads and hashes the embedded migration files once.
-var migrations = sync.OnceValues(loadMigrations)
+// SchemaVersion is the newest schema version this build knows.
+func SchemaVersion() int {
+	ms, err := Migrations()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].Version
+}
 
-func loadMigrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(sqliteFiles, "sql/sqlite/migrations")
+var (
+	sqlMu   sync.Mutex
+	sqlSets = map[string]*sqlSet{}
+)
+
+// sqlOf returns b's SQL files, read, parsed and hashed on first use; every
+// queue of the dialect shares them, and nobody writes them after.
+func sqlOf(b backend) (*sqlSet, error) {
+	sqlMu.Lock()
+	defer sqlMu.Unlock()
+	if set := sqlSets[b.dialect()]; set != nil {
+		return set, nil
+	}
+	set, err := loadSQL(b.sqlFiles(), b.positional())
+	if err != nil {
+		return nil, fmt.Errorf("queue: %s store: %w", b.dialect(), err)
+	}
+	sqlSets[b.dialect()] = set
+	return set, nil
+}
+
+// loadSQL reads queries.sql and migrations/ from files.
+func loadSQL(files fs.FS, positional bool) (*sqlSet, error) {
+	ms, err := loadMigrations(files)
+	if err != nil {
+		return nil, err
+	}
+	texts, err := loadQueries(files)
+	if err != nil {
+		return nil, err
+	}
+	qs := make(map[string]query, len(texts))
+	for name, text := range texts {
+		if !positional {
+			qs[name] = query{text: text}
+			continue
+		}
+		rewritten, params := rewriteParams(text)
+		qs[name] = query{text: rewritten, params: params}
+	}
+	return &sqlSet{queries: qs, migrations: ms}, nil
+}
+
+func loadMigrations(files fs.FS) ([]Migration, error) {
+	entries, err := fs.ReadDir(files, "migrations")
 	if err != nil {
 		return nil, fmt.Errorf("read migrations: %w", err)
 	}
@@ -46,10 +110,10 @@ func loadMigrations() ([]Migration, error) {
 		name := e.Name()
 		number, _, ok := strings.Cut(name, "_")
 		version, err := strconv.Atoi(number)
-		if !ok || err != nil || version < 1 {
-			return nil, fmt.Errorf("migration file %s: name must start with its number", name)
+		if !ok || err != nil || version < 1 || !strings.HasSuffix(name, ".sql") {
+			return nil, fmt.Errorf("migration file %s: name must start with its number and end in .sql", name)
 		}
-		body, err := sqliteFiles.ReadFile("sql/sqlite/migrations/" + name)
+		body, err := fs.ReadFile(files, "migrations/"+name)
 		if err != nil {
 			return nil, fmt.Errorf("read migration %s: %w", name, err)
 		}
@@ -65,34 +129,32 @@ func loadMigrations() ([]Migration, error) {
 	return out, nil
 }
 
-// SchemaVersion is the newest schema version this build knows.
-func SchemaVersion() int {
-	ms, err := Migrations()
-	if err != nil || len(ms) == 0 {
-		return 0
-	}
-	return ms[len(ms)-1].Version
-}
-
-// loadQueries parses queries.sql into named statements, expanding
-// {task_columns}.
-func loadQueries() (map[string]string, error) {
-	body, err := sqliteFiles.ReadFile("sql/sqlite/queries.sql")
+// loadQueries parses the named statements of every .sql file at the root
+// of files (queries.sql, which must be there, and others such as
+// pages.sql; not broken.sql, which only the broken build reads), and
+// expands {task_columns}.
+func loadQueries(files fs.FS) (map[string]string, error) {
+	names, err := fs.Glob(files, "*.sql")
 	if err != nil {
 		return nil, fmt.Errorf("read queries: %w", err)
+	}
+	if !slices.Contains(names, "queries.sql") {
+		return nil, fmt.Errorf("read queries: no queries.sql")
 	}
 	queries := map[string]string{}
-	if err := parseQueries(string(body), queries); err != nil {
-		return nil, err
+	for _, name := range names {
+		if name == "broken.sql" {
+			continue
+		}
+		body, err := fs.ReadFile(files, name)
+		if err != nil {
+			return nil, fmt.Errorf("read queries: %w", err)
+		}
+		if err := parseQueries(string(body), queries); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
 	}
-	pages, err := sqliteFiles.ReadFile("sql/sqlite/pages.sql")
-	if err != nil {
-		return nil, fmt.Errorf("read queries: %w", err)
-	}
-	if err := parseQueries(string(pages), queries); err != nil {
-		return nil, err
-	}
-	if err := brokenQueries(queries); err != nil {
+	if err := brokenQueries(files, queries); err != nil {
 		return nil, err
 	}
 	columns := queries["task_columns"]
@@ -100,6 +162,33 @@ func loadQueries() (map[string]string, error) {
 		queries[n] = strings.ReplaceAll(q, "{task_columns}", columns)
 	}
 	return queries, nil
+}
+
+// bindArgs returns the arguments to run q with: args as they are for a
+// named dialect, or the named arguments' values in q's parameter order for
+// a positional one. A parameter with no argument is an error naming it;
+// an argument the query does not use is ignored, as SQLite ignores it.
+func bindArgs(name string, q query, args []any) ([]any, error) {
+	if q.params == nil {
+		return args, nil
+	}
+	values := make(map[string]any, len(args))
+	for _, a := range args {
+		named, ok := a.(sql.NamedArg)
+		if !ok {
+			return nil, fmt.Errorf("queue: %s: argument %T is not named", name, a)
+		}
+		values[named.Name] = named.Value
+	}
+	out := make([]any, len(q.params))
+	for i, p := range q.params {
+		v, ok := values[p]
+		if !ok {
+			return nil, fmt.Errorf("queue: %s: no argument for :%s", name, p)
+		}
+		out[i] = v
+	}
+	return out, nil
 }
 
 // parseQueries adds the "-- name: NAME" sections of body to queries.

@@ -48,7 +48,7 @@ func (t *txn) stmt(name string) (*sql.Stmt, error) {
 	if s := t.local[name]; s != nil {
 		return s, nil
 	}
-	s, err := t.tx.PrepareContext(t.ctx, t.q.queryText(name))
+	s, err := t.tx.PrepareContext(t.ctx, t.q.query(name).text)
 	if err != nil {
 		return nil, fmt.Errorf("queue: prepare %s: %w", name, err)
 	}
@@ -64,6 +64,9 @@ func (t *txn) stmt(name string) (*sql.Stmt, error) {
 func (t *txn) exec(name string, args ...any) (int64, error) {
 	stmt, err := t.stmt(name)
 	if err != nil {
+		return 0, err
+	}
+	if args, err = bindArgs(name, t.q.query(name), args); err != nil {
 		return 0, err
 	}
 	res, err := stmt.ExecContext(t.ctx, args...)
@@ -108,12 +111,18 @@ func (t *txn) queryRow(name string, args ...any) row {
 	if err != nil {
 		return row{err: err}
 	}
+	if args, err = bindArgs(name, t.q.query(name), args); err != nil {
+		return row{err: err}
+	}
 	return row{r: stmt.QueryRowContext(t.ctx, args...)}
 }
 
 func (t *txn) query(name string, args ...any) (*sql.Rows, error) {
 	stmt, err := t.stmt(name)
 	if err != nil {
+		return nil, err
+	}
+	if args, err = bindArgs(name, t.q.query(name), args); err != nil {
 		return nil, err
 	}
 	rows, err := stmt.QueryContext(t.ctx, args...)
@@ -145,12 +154,18 @@ func (q *Queue) readRow(ctx context.Context, name string, args ...any) row {
 	if err != nil {
 		return row{err: err}
 	}
+	if args, err = bindArgs(name, q.query(name), args); err != nil {
+		return row{err: err}
+	}
 	return row{r: stmt.QueryRowContext(ctx, args...)}
 }
 
 func (q *Queue) readRows(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
 	stmt, err := q.prepared(ctx, name)
 	if err != nil {
+		return nil, err
+	}
+	if args, err = bindArgs(name, q.query(name), args); err != nil {
 		return nil, err
 	}
 	rows, err := stmt.QueryContext(ctx, args...)
