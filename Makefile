@@ -20,10 +20,10 @@ test: ## Run the whole test suite (what CI runs)
 	$(GO) vet -tags leasehold_broken ./...
 	$(GO) test -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -timeout 10m -tags leasehold_broken -run 'Broken|Shrink|NoVariant' ./sim
-	$(GO) test -count=1 -timeout 5m -tags leasehold_broken -run 'ChaosBroken' ./cmd/leasehold
-	$(GO) test -run '^$$' -fuzz '^FuzzHandlers$$' -fuzztime 15s ./cmd/leasehold
+	$(GO) test -count=1 -timeout 5m -tags leasehold_broken -run 'ChaosBroken' ./cmd/leasehold/internal/cli
+	$(GO) test -run '^$$' -fuzz '^FuzzHandlers$$' -fuzztime 15s ./cmd/leasehold/internal/httpapi
 	$(GO) test -count=1 -race -timeout 10m ./worker ./faults
-	$(GO) test -count=1 -race -timeout 10m -run 'TestServe|TestTwoProcess|TestConcurrent' ./cmd/leasehold ./queue
+	$(GO) test -count=1 -race -timeout 10m -run 'TestServe|TestTwoProcess|TestConcurrent' ./cmd/leasehold/internal/httpapi ./queue
 
 .PHONY: rapid
 rapid: ## Run the property tests with RAPID_CHECKS=N checks (default 100)
@@ -31,10 +31,12 @@ rapid: ## Run the property tests with RAPID_CHECKS=N checks (default 100)
 
 COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILT := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+# CLIPKG is the package whose commit and built variables the build stamps.
+CLIPKG := github.com/leasehold/leasehold/cmd/leasehold/internal/cli
 
 .PHONY: build
 build: ## Build bin/leasehold with its version stamped
-	$(GO) build -ldflags "-X main.commit=$(COMMIT) -X main.built=$(BUILT)" -o bin/leasehold ./cmd/leasehold
+	$(GO) build -ldflags "-X $(CLIPKG).commit=$(COMMIT) -X $(CLIPKG).built=$(BUILT)" -o bin/leasehold ./cmd/leasehold
 
 .PHONY: demo
 demo: build ## The live portfolio run: two real worker processes, signals, the wall clock (out/demo)
@@ -50,7 +52,7 @@ evidence: build ## Simulated and live results into one report (out/evidence/inde
 	bin/leasehold demo
 	bin/leasehold chaos
 	mkdir -p out/evidence
-	$(GO) test -count=1 -run TestRunbook -json ./cmd/leasehold > out/evidence/runbook-test.json
+	$(GO) test -count=1 -run TestRunbook -json ./cmd/leasehold/internal/cli > out/evidence/runbook-test.json
 	bin/leasehold evidence --runbook out/evidence/runbook-test.json
 
 # chaos takes SEED only when it is given on the command line; otherwise the

@@ -1,0 +1,378 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+)
+
+func init() {
+	register("limits", "show or set limits: limits [--user U --running-max N --depth-max N] [--depth-max N ...]", runLimits)
+	register("schedule", "periodic schedules: schedule add|list|run|remove", runSchedule)
+	register("version", "print the module version, commit and build settings", runVersion)
+	register("reap", "run the reaper once: requeue expired leases, fail passed deadlines", runReap)
+}
+
+func runReap(e *env, args []string) int {
+	fs := flag.NewFlagSet("reap", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	if err := parse(fs, args); err != nil {
+		return fail(e, "reap", err)
+	}
+	return withQueue(e, "reap", c, func(q *queue.Queue) error {
+		total := model.ReapResult{}
+		for {
+			res, err := q.Reap(e.ctx)
+			if err != nil {
+				return err
+			}
+			total.Expired += res.Expired
+			total.Deadlines += res.Deadlines
+			if !res.More {
+				break
+			}
+		}
+		if *c.json {
+			return printJSON(e.stdout, map[string]int{"expired": total.Expired, "deadlines": total.Deadlines})
+		}
+		fmt.Fprintf(e.stdout, "expired leases settled: %d; tasks failed for their deadline: %d\n", total.Expired, total.Deadlines)
+		return nil
+	})
+}
+
+// metricsRecord is the metrics snapshot as --json prints it.
+type metricsRecord struct {
+	Depth           map[string]int64 `json:"depth"`
+	OldestQueuedMs  int64            `json:"oldest_queued_age_ms"`
+	Submitted       int64            `json:"submitted"`
+	Completions     int64            `json:"completions"`
+	Failures        int64            `json:"failures"`
+	Cancellations   int64            `json:"cancellations"`
+	Retries         int64            `json:"retries"`
+	LeaseExpiries   int64            `json:"lease_expiries"`
+	StaleWrites     int64            `json:"stale_writes"`
+	BudgetExhausted int64            `json:"budget_exhaustions"`
+	Reviews         int64            `json:"reviews"`
+	QueueWait       histogramRecord  `json:"queue_wait_ms"`
+	RunTime         histogramRecord  `json:"run_time_ms"`
+}
+
+type histogramRecord struct {
+	Bounds []int64 `json:"bounds"`
+	Counts []int64 `json:"counts"`
+	Sum    int64   `json:"sum"`
+	Count  int64   `json:"count"`
+}
+
+func metricsRecordOf(m model.Metrics) metricsRecord {
+	depth := map[string]int64{}
+	for s, n := range m.Depth {
+		depth[string(s)] = n
+	}
+	h := func(x model.Histogram) histogramRecord {
+		return histogramRecord{Bounds: model.HistogramBounds, Counts: x.Counts, Sum: x.SumMs, Count: x.Count}
+	}
+	return metricsRecord{Depth: depth, OldestQueuedMs: m.OldestQueuedAge.Milliseconds(), Submitted: m.Submitted,
+		Completions: m.Completions, Failures: m.Failures, Cancellations: m.Cancellations, Retries: m.Retries,
+		LeaseExpiries: m.LeaseExpiries, StaleWrites: m.StaleWrites, BudgetExhausted: m.BudgetExhausted,
+		Reviews: m.Reviews, QueueWait: h(m.QueueWait), RunTime: h(m.RunTime)}
+}
+
+func printMetrics(e *env, m model.Metrics) {
+	fmt.Fprintln(e.stdout, "depth by state:")
+	for _, s := range model.States() {
+		fmt.Fprintf(e.stdout, "  %-21s %d\n", s, m.Depth[s])
+	}
+	fmt.Fprintf(e.stdout, "oldest due queued task: %s\n", m.OldestQueuedAge.Round(time.Millisecond))
+	fmt.Fprintf(e.stdout, "submitted %d, completed %d, failed %d, cancelled %d, reviews %d\n",
+		m.Submitted, m.Completions, m.Failures, m.Cancellations, m.Reviews)
+	fmt.Fprintf(e.stdout, "retries %d, lease expiries %d, stale writes refused %d, budget exhaustions %d\n",
+		m.Retries, m.LeaseExpiries, m.StaleWrites, m.BudgetExhausted)
+	for _, h := range []struct {
+		name string
+		h    model.Histogram
+	}{{"queue wait (eligible -> claimed)", m.QueueWait}, {"run time (claimed -> claim ended)", m.RunTime}} {
+		mean := int64(0)
+		if h.h.Count > 0 {
+			mean = h.h.SumMs / h.h.Count
+		}
+		fmt.Fprintf(e.stdout, "%s: %d observations, mean %dms; ", h.name, h.h.Count, mean)
+		for i, n := range h.h.Counts {
+			if n == 0 {
+				continue
+			}
+			if i < len(model.HistogramBounds) {
+				fmt.Fprintf(e.stdout, "<=%dms:%d ", model.HistogramBounds[i], n)
+			} else {
+				fmt.Fprintf(e.stdout, ">%dms:%d ", model.HistogramBounds[len(model.HistogramBounds)-1], n)
+			}
+		}
+		fmt.Fprintln(e.stdout)
+	}
+}
+
+func runLimits(e *env, args []string) int {
+	fs := flag.NewFlagSet("limits", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	d := model.DefaultLimits
+	user := fs.String("user", "", "the user whose limits --running-max and --depth-max set; alone it only shows")
+	runningMax := fs.Int("running-max", 0, fmt.Sprintf("running tasks: with --user that user's (-1 inherits the default, 0 unlimited, up to %d); "+
+		"else the default per user (0 unlimited; a new database has %d)", model.UserLimitRanges["running_max"].Max, d.UserRunningMax))
+	depthMax := fs.Int("depth-max", 0, fmt.Sprintf("active tasks: with --user that user's (-1 inherits the default, 0 unlimited, up to %d); "+
+		"else the overall cap (0 unlimited; a new database has %d)", model.UserLimitRanges["depth_max"].Max, d.DepthMax))
+	userDepthMax := fs.Int("user-depth-max", 0, fmt.Sprintf("default active tasks per user, 0 unlimited (a new database has %d)", d.UserDepthMax))
+	attemptsMax := fs.Int("attempts-max", 0, fmt.Sprintf("charged attempts before dead letter, %d to %d (a new database has %d)",
+		model.LimitRanges["attempts_max"].Min, model.LimitRanges["attempts_max"].Max, d.AttemptsMax))
+	grantCostMax := fs.Int64("grant-cost-max", 0, fmt.Sprintf("largest cost grant on requeue (a new database has %d)", d.GrantCostMax))
+	grantStepsMax := fs.Int("grant-steps-max", 0, fmt.Sprintf("largest step grant on requeue (a new database has %d)", d.GrantStepsMax))
+	batchMax := fs.Int("claim-batch-max", 0, fmt.Sprintf("largest claim batch, %d to %d (a new database has %d)",
+		model.LimitRanges["claim_batch_max"].Min, model.LimitRanges["claim_batch_max"].Max, d.ClaimBatchMax))
+	if err := parse(fs, args); err != nil {
+		return fail(e, "limits", err)
+	}
+	// A limit flag given changes that limit; one not given leaves it (no
+	// sentinel value stands for "not given").
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	limitFlags := []string{"running-max", "depth-max", "user-depth-max", "attempts-max", "grant-cost-max", "grant-steps-max", "claim-batch-max"}
+	changing := false
+	for _, name := range limitFlags {
+		changing = changing || given[name]
+	}
+	if *user != "" {
+		for _, name := range limitFlags[2:] {
+			if given[name] {
+				return fail(e, "limits", badUsage("--user takes only --running-max and --depth-max, not --%s", name))
+			}
+		}
+	}
+	if *user != "" {
+		if err := model.CheckName("user", *user); err != nil {
+			return fail(e, "limits", err)
+		}
+	}
+	if changing {
+		if err := model.CheckName("actor", *c.actor); err != nil {
+			return fail(e, "limits", err)
+		}
+	}
+	with := withReader // showing only reads
+	if changing {
+		with = withQueue
+	}
+	return with(e, "limits", c, func(q *queue.Queue) error {
+		limits, users, err := q.Limits(e.ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case *user != "" && changing: // a bare --user only shows
+			u := model.UserLimit{User: *user, RunningMax: model.Inherit, DepthMax: model.Inherit}
+			for _, existing := range users {
+				if existing.User == *user {
+					u = existing
+				}
+			}
+			if given["running-max"] {
+				u.RunningMax = *runningMax
+			}
+			if given["depth-max"] {
+				u.DepthMax = *depthMax
+			}
+			if err := q.SetUserLimit(e.ctx, u, *c.actor); err != nil {
+				return err
+			}
+		case changing:
+			apply := []struct {
+				flag string
+				v    int
+				dst  *int
+			}{{"running-max", *runningMax, &limits.UserRunningMax}, {"depth-max", *depthMax, &limits.DepthMax},
+				{"user-depth-max", *userDepthMax, &limits.UserDepthMax}, {"attempts-max", *attemptsMax, &limits.AttemptsMax},
+				{"grant-steps-max", *grantStepsMax, &limits.GrantStepsMax}, {"claim-batch-max", *batchMax, &limits.ClaimBatchMax}}
+			for _, a := range apply {
+				if given[a.flag] {
+					*a.dst = a.v
+				}
+			}
+			if given["grant-cost-max"] {
+				limits.GrantCostMax = *grantCostMax
+			}
+			if err := q.SetLimits(e.ctx, limits, *c.actor); err != nil {
+				return err
+			}
+		}
+		limits, users, err = q.Limits(e.ctx)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return printJSON(e.stdout, view.LimitsOf(limits, users))
+		}
+		fmt.Fprintf(e.stdout, "depth_max=%d user_depth_max=%d user_running_max=%d attempts_max=%d grant_cost_max=%d grant_steps_max=%d claim_batch_max=%d\n",
+			limits.DepthMax, limits.UserDepthMax, limits.UserRunningMax, limits.AttemptsMax, limits.GrantCostMax,
+			limits.GrantStepsMax, limits.ClaimBatchMax)
+		for _, u := range users {
+			fmt.Fprintf(e.stdout, "user %s running_max=%d depth_max=%d (-1 inherits, 0 unlimited)\n", u.User, u.RunningMax, u.DepthMax)
+		}
+		return nil
+	})
+}
+
+func runSchedule(e *env, args []string) int {
+	sub, args, err := dispatch("schedule", args)
+	if err != nil {
+		return fail(e, "schedule", err)
+	}
+	fs := flag.NewFlagSet("schedule "+sub, flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	switch sub {
+	case "add":
+		user := fs.String("user", "", "user the runs belong to")
+		payload := fs.String("payload", "", "each run's payload: JSON, or @FILE")
+		costBudget := fs.Int64("cost-budget", 0, "each run's cost budget")
+		stepsMax := fs.Int("steps-max", 0, "each run's step limit")
+		priority := fs.Int("priority", 0, "each run's priority")
+		origin := fs.String("origin", "", "when run 0 is due: RFC 3339 or +DURATION")
+		period := fs.Duration("period", 0, "time between runs (run k is due at origin + k*period)")
+		if err := parse(fs, args); err != nil {
+			return fail(e, "schedule", err)
+		}
+		body, err := readPayload(*payload)
+		if err == nil {
+			err = model.CheckName("actor", *c.actor)
+		}
+		var at time.Time
+		if err == nil {
+			at, err = parseTime("origin", *origin)
+		}
+		spec := model.ScheduleSpec{User: *user, Payload: body, CostBudget: *costBudget, StepsMax: *stepsMax,
+			Priority: *priority, Origin: at, Period: *period}
+		if err == nil {
+			_, err = spec.Validate()
+		}
+		if err != nil {
+			return fail(e, "schedule", err)
+		}
+		return withQueue(e, "schedule", c, func(q *queue.Queue) error {
+			s, err := q.AddSchedule(e.ctx, spec, *c.actor)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(e.stdout, s.ID)
+			return nil
+		})
+	case "list":
+		if err := parse(fs, args); err != nil {
+			return fail(e, "schedule", err)
+		}
+		return withReader(e, "schedule", c, func(q *queue.Queue) error {
+			schedules, err := q.Schedules(e.ctx)
+			if err != nil {
+				return err
+			}
+			if *c.json {
+				return printJSON(e.stdout, view.All(schedules, view.ScheduleOf))
+			}
+			for _, s := range schedules {
+				fmt.Fprintf(e.stdout, "%s user=%s origin=%s period=%s last_run=%d next_due=%s\n", s.ID, s.User,
+					view.RFC3339(s.Origin), s.Period, s.LastRun, view.RFC3339(s.Origin.Add(time.Duration(s.LastRun+1)*s.Period)))
+			}
+			return nil
+		})
+	case "run":
+		if err := parse(fs, args); err != nil {
+			return fail(e, "schedule", err)
+		}
+		return withQueue(e, "schedule", c, func(q *queue.Queue) error {
+			res, err := q.EnqueueDue(e.ctx)
+			if err != nil {
+				return err
+			}
+			if *c.json {
+				return printJSON(e.stdout, res)
+			}
+			fmt.Fprintf(e.stdout, "enqueued %d due runs (%d missed runs collapsed, %d refused by admission)\n",
+				res.Enqueued, res.Collapsed, res.Refused)
+			return nil
+		})
+	case "remove":
+		if err := parseWithArgs(fs, args, 1); err != nil {
+			return fail(e, "schedule", err)
+		}
+		id := fs.Arg(0)
+		err := checkScheduleID(id)
+		if err == nil {
+			err = model.CheckName("actor", *c.actor)
+		}
+		if err != nil {
+			return fail(e, "schedule", err)
+		}
+		return withQueue(e, "schedule", c, func(q *queue.Queue) error {
+			if err := q.RemoveSchedule(e.ctx, id, *c.actor); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "schedule %s removed\n", id)
+			return nil
+		})
+	}
+	return fail(e, "schedule", badUsage("unknown schedule command %q (want add, list, run or remove)", sub))
+}
+
+// Build information stamped with -ldflags "-X PKG.commit=... -X PKG.built=...",
+// PKG being this package's import path.
+var (
+	commit = ""
+	built  = ""
+)
+
+// versionInfo is what version prints.
+type versionInfo struct {
+	Module   string            `json:"module"`
+	Version  string            `json:"version"`
+	Commit   string            `json:"commit"`
+	Built    string            `json:"built"`
+	Go       string            `json:"go"`
+	Schema   int               `json:"schema_version"`
+	Settings map[string]string `json:"settings"`
+}
+
+func buildVersion() versionInfo {
+	v := versionInfo{Commit: commit, Built: built, Schema: queue.SchemaVersion(), Settings: map[string]string{}}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		v.Module, v.Version, v.Go = info.Main.Path, info.Main.Version, info.GoVersion
+		for _, s := range info.Settings {
+			v.Settings[s.Key] = s.Value
+			if s.Key == "vcs.revision" && v.Commit == "" {
+				v.Commit = s.Value
+			}
+		}
+	}
+	return v
+}
+
+func runVersion(e *env, args []string) int {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print as JSON")
+	if err := parse(fs, args); err != nil {
+		return fail(e, "version", err)
+	}
+	v := buildVersion()
+	if *asJSON {
+		printJSON(e.stdout, v)
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "leasehold %s (module %s)\ncommit %s\nbuilt %s with %s\nschema version %d\n",
+		dash(v.Version), v.Module, dash(v.Commit), dash(v.Built), v.Go, v.Schema)
+	for _, k := range []string{"vcs.time", "vcs.modified", "-tags", "CGO_ENABLED", "GOARCH", "GOOS"} {
+		if val, ok := v.Settings[k]; ok {
+			fmt.Fprintf(e.stdout, "  %s=%s\n", k, val)
+		}
+	}
+	return exitOK
+}

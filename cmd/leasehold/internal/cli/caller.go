@@ -1,0 +1,231 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+)
+
+func init() {
+	register("submit", "submit a task: --user U --key K --payload JSON|@FILE --cost-budget N --steps-max N; or many: --batch FILE|-", runSubmit)
+	register("status", "show a task: status TASK", runStatus)
+	register("list", "list tasks: list [--state S] [--user U] [--limit N]", runList)
+	register("cancel", "cancel a task (a running one stops before its next step): cancel TASK", runCancel)
+}
+
+// readPayload reads --payload: JSON, or @FILE.
+func readPayload(p string) (string, error) {
+	file, ok := strings.CutPrefix(p, "@")
+	if !ok {
+		return p, nil
+	}
+	if file == "" {
+		return "", badUsage("--payload: @ needs a file name")
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		return "", badUsage("--payload: %v", err)
+	}
+	if st.Size() > model.PayloadBytesMax {
+		return "", badUsage("--payload: %s is larger than %d bytes", file, model.PayloadBytesMax)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", badUsage("--payload: %v", err)
+	}
+	return string(b), nil
+}
+
+func runSubmit(e *env, args []string) int {
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	user := fs.String("user", "", "user ID")
+	key := fs.String("key", "", "idempotency key (unique per user)")
+	payload := fs.String("payload", "", "the task's payload: JSON, or @FILE")
+	costBudget := fs.Int64("cost-budget", 0, "cost budget")
+	stepsMax := fs.Int("steps-max", 0, "step limit")
+	priority := fs.Int("priority", 0, "priority (higher first)")
+	runAt := fs.String("run-at", "", "earliest start: RFC 3339 or +DURATION")
+	deadline := fs.String("deadline", "", "deadline: RFC 3339 or +DURATION")
+	batch := fs.String("batch", "", fmt.Sprintf("submit JSON lines of submit fields from FILE (- for standard input), all in one transaction, at most %d", queue.SubmitBatchMax))
+	if err := parse(fs, args); err != nil {
+		return fail(e, "submit", err)
+	}
+	if *batch != "" {
+		var single []string
+		requestFlags := map[string]bool{"user": true, "key": true, "payload": true, "cost-budget": true,
+			"steps-max": true, "priority": true, "run-at": true, "deadline": true}
+		fs.Visit(func(f *flag.Flag) {
+			if requestFlags[f.Name] {
+				single = append(single, "--"+f.Name)
+			}
+		})
+		if len(single) > 0 {
+			return fail(e, "submit", badUsage("--batch takes its requests from the file, not %s", strings.Join(single, ", ")))
+		}
+		return submitBatch(e, c, *batch)
+	}
+	body, err := readPayload(*payload)
+	if err != nil {
+		return fail(e, "submit", err)
+	}
+	req := model.SubmitRequest{User: *user, Key: *key, Payload: body, CostBudget: *costBudget, StepsMax: *stepsMax, Priority: *priority}
+	if req.RunAt, err = parseTime("run-at", *runAt); err != nil {
+		return fail(e, "submit", err)
+	}
+	if req.Deadline, err = parseTime("deadline", *deadline); err != nil {
+		return fail(e, "submit", err)
+	}
+	// Validate before opening (and creating) anything: the queue's own
+	// checks too, the reserved key and, where no database exists yet (so
+	// this cannot be a replay, which is exempt), a deadline already passed.
+	n, err := model.Normalize(req)
+	if err == nil {
+		err = model.CheckCallerKey(n.Key)
+	}
+	if err == nil {
+		err = checkIntakePayload(n.Payload)
+	}
+	if _, statErr := os.Stat(*c.db); err == nil && errors.Is(statErr, os.ErrNotExist) {
+		err = n.CheckTimely(time.Now())
+	}
+	if err != nil {
+		return fail(e, "submit", err)
+	}
+	q, err := openQueue(e.ctx, c, queue.MigrateNew)
+	if err != nil {
+		return fail(e, "submit", err)
+	}
+	defer q.Close()
+	res, err := q.Submit(e.ctx, req)
+	if err != nil {
+		return fail(e, "submit", err)
+	}
+	if *c.json {
+		printJSON(e.stdout, map[string]any{"task_id": res.TaskID, "replay": res.Replay})
+		return exitOK
+	}
+	if res.Replay {
+		fmt.Fprintf(e.stdout, "%s (replay: the task already existed)\n", res.TaskID)
+		return exitOK
+	}
+	fmt.Fprintln(e.stdout, res.TaskID)
+	return exitOK
+}
+
+// taskArg reads the one TASK argument after the flags.
+func taskArg(fs *flag.FlagSet, args []string) (string, error) {
+	if err := parseWithArgs(fs, args, 1); err != nil {
+		return "", err
+	}
+	id := fs.Arg(0)
+	if err := model.CheckTaskID(id); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// checkScheduleID refuses what cannot be a schedule ID before it reaches a
+// query.
+func checkScheduleID(id string) error {
+	err := model.CheckName("schedule", id)
+	if err == nil {
+		return nil
+	}
+	problem := err.Error()
+	var v *model.ValidationError
+	if errors.As(err, &v) {
+		problem = v.Problem
+	}
+	return badUsage("schedule %q: not a schedule ID (%s)", id, problem)
+}
+
+func runStatus(e *env, args []string) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	id, err := taskArg(fs, args)
+	if err != nil {
+		return fail(e, "status", err)
+	}
+	return withReader(e, "status", c, func(q *queue.Queue) error {
+		t, err := q.Task(e.ctx, id)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return printJSON(e.stdout, view.TaskOf(t))
+		}
+		printStatus(e.stdout, t)
+		return nil
+	})
+}
+
+func runList(e *env, args []string) int {
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	state := fs.String("state", "", "only tasks in this state")
+	user := fs.String("user", "", "only this user's tasks")
+	limit := fs.Int("limit", model.ListLimitDefault, "at most this many tasks")
+	if err := parse(fs, args); err != nil {
+		return fail(e, "list", err)
+	}
+	f := model.ListFilter{State: model.State(*state), User: *user, Limit: *limit}
+	if *state != "" {
+		if _, err := model.ParseState(*state); err != nil {
+			return fail(e, "list", badUsage("--state: %v", err))
+		}
+	}
+	if *user != "" {
+		if err := model.CheckName("user", *user); err != nil {
+			return fail(e, "list", err)
+		}
+	}
+	if _, err := f.CheckedLimit(); err != nil {
+		return fail(e, "list", err)
+	}
+	return withReader(e, "list", c, func(q *queue.Queue) error {
+		tasks, err := q.List(e.ctx, f)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return printJSON(e.stdout, view.All(tasks, view.TaskOf))
+		}
+		printTable(e.stdout, tasks)
+		return nil
+	})
+}
+
+func runCancel(e *env, args []string) int {
+	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	id, err := taskArg(fs, args)
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "cancel", err)
+	}
+	return withQueue(e, "cancel", c, func(q *queue.Queue) error {
+		t, err := q.Cancel(e.ctx, id, *c.actor)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return printJSON(e.stdout, view.TaskOf(t))
+		}
+		if t.State == model.Running {
+			fmt.Fprintf(e.stdout, "task %s: cancellation requested by %s; its worker stops before the next step\n", t.ID, t.CancelledBy)
+		} else {
+			fmt.Fprintf(e.stdout, "task %s: %s by %s\n", t.ID, t.State, t.CancelledBy)
+		}
+		return nil
+	})
+}

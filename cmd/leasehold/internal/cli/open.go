@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// randomIDs hands out IDs from the operating system's randomness, so that
+// processes sharing a database never collide.
+type randomIDs struct{}
+
+// NewID returns prefix and 16 random hex digits.
+func (randomIDs) NewID(prefix string) string {
+	var b [8]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		panic("leasehold: no randomness for IDs: " + err.Error())
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// jitter returns a random source for backoff jitter, seeded from the
+// operating system.
+func jitter() *rand.Rand {
+	var b [16]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		panic("leasehold: no randomness for jitter: " + err.Error())
+	}
+	return rand.New(rand.NewPCG(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])))
+}
+
+// common holds the flags most commands share.
+type common struct {
+	db          *string
+	json        *bool
+	actor       *string
+	synchronous *string
+	busyTimeout *time.Duration
+}
+
+func commonFlags(fs *flag.FlagSet, actor bool) common {
+	c := common{
+		db:          fs.String("db", defaultDB(), dbUsage),
+		json:        fs.Bool("json", false, "print records as JSON"),
+		synchronous: fs.String("synchronous", queue.SynchronousFull, "SQLite synchronous setting: FULL, or NORMAL (can lose the last commits on power loss)"),
+		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long to wait for another process's lock before reporting storage busy"),
+	}
+	if actor {
+		c.actor = fs.String("actor", defaultActor(), "who acts (recorded in the audit trail)")
+	}
+	return c
+}
+
+// dbUsage is the --db flag's help.
+const dbUsage = "database file (default: $LEASEHOLD_DB, or leasehold.db when it is not set)"
+
+// defaultDB is the database a command uses without --db: LEASEHOLD_DB, or
+// leasehold.db in the working directory.
+func defaultDB() string {
+	if db := os.Getenv("LEASEHOLD_DB"); db != "" {
+		return db
+	}
+	return "leasehold.db"
+}
+
+// commonFor returns the shared flags at their defaults, for path: what a
+// command that opens a database it names some other way (restore's
+// target) opens it with.
+func commonFor(path string) common {
+	c := commonFlags(flag.NewFlagSet("", flag.ContinueOnError), false)
+	*c.db = path
+	return c
+}
+
+// withDB returns c naming path as the database (a path checked and
+// resolved by the command).
+func (c common) withDB(path string) common {
+	c.db = &path
+	return c
+}
+
+// settings checks --busy-timeout and --synchronous and returns what
+// queue.Options takes for them.
+func (c common) settings() (time.Duration, string, error) {
+	busy := *c.busyTimeout
+	switch {
+	case busy < 0 || busy > time.Hour:
+		return 0, "", badUsage("--busy-timeout: must be between 0 and 1h, got %s", busy)
+	case busy == 0:
+		busy = queue.NoBusyTimeout
+	}
+	sync := strings.ToUpper(*c.synchronous)
+	if sync == "" {
+		sync = queue.SynchronousFull
+	}
+	if sync != queue.SynchronousFull && sync != queue.SynchronousNormal {
+		return 0, "", badUsage("--synchronous: must be FULL or NORMAL, got %q", *c.synchronous)
+	}
+	return busy, sync, nil
+}
+
+// defaultActor is the operating system user, or "cli".
+func defaultActor() string {
+	if u := os.Getenv("USER"); model.CheckName("actor", u) == nil {
+		return u
+	}
+	return "cli"
+}
+
+// checkDBPath refuses a database path that names nothing usable.
+func checkDBPath(path string) error {
+	if strings.TrimSpace(path) == "" {
+		return badUsage("--db: path required")
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return badUsage("--db: %s is a directory", path)
+	}
+	return nil
+}
+
+// openQueue opens the database for a command that writes, with the real
+// clock. A database this process cannot write is refused, saying so,
+// before anything is opened.
+func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Queue, error) {
+	if err := checkDBPath(*c.db); err != nil {
+		return nil, err
+	}
+	busy, sync, err := c.settings()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkWritable(*c.db); err != nil {
+		return nil, err
+	}
+	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+		Synchronous: sync, Migrate: mode, BusyTimeout: busy, ValidatePayload: worker.ValidateSynthetic})
+	return q, explainOpen(*c.db, err)
+}
+
+// openReader opens an existing database for a command that only reads:
+// read-only (queue.Options.ReadOnly), so it works where the database
+// cannot be written and changes nothing in it.
+func openReader(ctx context.Context, c common) (*queue.Queue, error) {
+	if err := checkDBPath(*c.db); err != nil {
+		return nil, err
+	}
+	busy, _, err := c.settings()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(*c.db); err != nil {
+		return nil, fmt.Errorf("database %s: %w", *c.db, err)
+	}
+	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+		BusyTimeout: busy, ReadOnly: true})
+	return q, explainOpen(*c.db, err)
+}
+
+// errReadOnly: the database (or its directory, where SQLite keeps its
+// -wal and -shm files) cannot be written by this process.
+var errReadOnly = errors.New("database is read-only")
+
+// checkWritable refuses a database a writer could not use: the file, or
+// the directory its companions are created in, not writable by this
+// process (permissions, a read-only mount, an immutable file).
+func checkWritable(path string) error {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		if err := syscall.Access(dir, accessWrite); err != nil {
+			return fmt.Errorf("%w: %s (cannot create it in %s: %v)", errReadOnly, path, dir, err)
+		}
+		return nil
+	}
+	for _, p := range []string{path, dir} {
+		if err := syscall.Access(p, accessWrite); err != nil {
+			return fmt.Errorf("%w: %s", errReadOnly, path)
+		}
+	}
+	return nil
+}
+
+// accessWrite is access(2)'s W_OK.
+const accessWrite = 2
+
+// explainOpen words what an open's failure means for the command: a
+// read-only database, or one that needs migrate first.
+func explainOpen(path string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case queue.ClassOf(err) == queue.ClassReadOnly:
+		return fmt.Errorf("%w: %s", errReadOnly, path)
+	case errors.Is(err, queue.ErrSchemaOutdated):
+		return fmt.Errorf("%w; run leasehold migrate --db %s", err, path)
+	}
+	return err
+}
+
+// checkIntakePayload refuses, as the queue opened by openQueue would, a
+// payload the synthetic handler could not run; commands that may create
+// the database call it before opening anything.
+func checkIntakePayload(payload string) error {
+	if err := worker.ValidateSynthetic(payload); err != nil {
+		return queue.PayloadError(err)
+	}
+	return nil
+}
+
+// openExisting opens a database that must already exist (every command but
+// those that create one).
+func openExisting(ctx context.Context, c common) (*queue.Queue, error) {
+	if err := checkDBPath(*c.db); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(*c.db); err != nil {
+		return nil, fmt.Errorf("database %s: %w", *c.db, err)
+	}
+	return openQueue(ctx, c, queue.MigrateNew)
+}
+
+// parseTime reads an RFC 3339 time or "+DURATION" from now; empty is zero.
+func parseTime(field, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if rest, ok := strings.CutPrefix(s, "+"); ok {
+		d, err := time.ParseDuration(rest)
+		if err != nil || d < 0 {
+			return time.Time{}, badUsage("--%s: %s is not +DURATION (like +30s)", field, view.Quote(s, 64))
+		}
+		return time.Now().Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, badUsage("--%s: %s is not an RFC 3339 time or +DURATION", field, view.Quote(s, 64))
+	}
+	if t.IsZero() { // the zero time is out of range, not "not set"
+		return time.Time{}, badUsage("--%s", model.CheckTimeRange(field, t))
+	}
+	return t, nil
+}

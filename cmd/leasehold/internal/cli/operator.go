@@ -1,0 +1,273 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+)
+
+func init() {
+	register("approve", "approve a task waiting at its gate: approve TASK --version V", runApprove)
+	register("reject", "reject a task waiting at its gate: reject TASK", runReject)
+	register("requeue", "requeue a task from needs_review with a bounded grant: requeue TASK --grant-cost N --grant-steps N", runRequeue)
+	register("resolve", "settle a task in needs_review: resolve TASK --as completed|failed|cancelled", runResolve)
+	register("settle", "record what the provider says of an uncertain effect: settle OP --applied|--not-applied", runSettle)
+	register("inspect", "show stuck and uncertain tasks: lease age, last heartbeat, attempts, effects without receipts", runInspect)
+	register("events", "show a task's audit events: events TASK", runEvents)
+	register("metrics", "print the queue's metrics", runMetrics)
+}
+
+// given reports whether the flag name was set on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// withQueue opens an existing database for one command that writes.
+func withQueue(e *env, name string, c common, fn func(q *queue.Queue) error) int {
+	q, err := openExisting(e.ctx, c)
+	return runWith(e, name, *c.db, q, err, fn)
+}
+
+// withReader opens an existing database read-only for one command that
+// only reads.
+func withReader(e *env, name string, c common, fn func(q *queue.Queue) error) int {
+	q, err := openReader(e.ctx, c)
+	return runWith(e, name, *c.db, q, err, fn)
+}
+
+func runWith(e *env, name, path string, q *queue.Queue, err error, fn func(q *queue.Queue) error) int {
+	if err != nil {
+		return fail(e, name, err)
+	}
+	defer q.Close()
+	if err := fn(q); err != nil {
+		return fail(e, name, explainOpen(path, err))
+	}
+	return exitOK
+}
+
+func runApprove(e *env, args []string) int {
+	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	version := fs.Int64("version", 0, "the version recorded when the task paused (status shows it); required")
+	id, err := taskArg(fs, args)
+	switch {
+	case err != nil:
+	case !given(fs, "version"):
+		err = badUsage("--version: required (the version status shows for the gate)")
+	case *version < 0:
+		err = badUsage("--version: must be 0 or more, got %d", *version)
+	}
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "approve", err)
+	}
+	return withQueue(e, "approve", c, func(q *queue.Queue) error {
+		if err := q.Approve(e.ctx, id, *version, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "task %s approved by %s at version %d; it resumes from its checkpoint\n", id, *c.actor, *version)
+		return nil
+	})
+}
+
+func runReject(e *env, args []string) int {
+	fs := flag.NewFlagSet("reject", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	id, err := taskArg(fs, args)
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "reject", err)
+	}
+	return withQueue(e, "reject", c, func(q *queue.Queue) error {
+		if err := q.Reject(e.ctx, id, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "task %s rejected by %s\n", id, *c.actor)
+		return nil
+	})
+}
+
+func runRequeue(e *env, args []string) int {
+	fs := flag.NewFlagSet("requeue", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	cost := fs.Int64("grant-cost", 0, "budget to add, 0 or more (bounded by the configured maximum); required")
+	steps := fs.Int("grant-steps", 0, "steps to add, 0 or more (bounded by the configured maximum); required")
+	id, err := taskArg(fs, args)
+	switch {
+	case err != nil:
+	case !given(fs, "grant-cost") || !given(fs, "grant-steps"):
+		err = badUsage("--grant-cost and --grant-steps: both required (0 grants nothing)")
+	case *cost < 0:
+		err = badUsage("--grant-cost: must be 0 or more, got %d", *cost)
+	case *steps < 0:
+		err = badUsage("--grant-steps: must be 0 or more, got %d", *steps)
+	}
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "requeue", err)
+	}
+	return withQueue(e, "requeue", c, func(q *queue.Queue) error {
+		if err := q.Requeue(e.ctx, id, model.Grant{Cost: *cost, Steps: *steps}, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "task %s requeued by %s with a grant of cost %d and %d steps\n", id, *c.actor, *cost, *steps)
+		return nil
+	})
+}
+
+func runResolve(e *env, args []string) int {
+	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	as := fs.String("as", "", "completed, failed or cancelled")
+	id, err := taskArg(fs, args)
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	var to model.State
+	if err == nil {
+		to, err = model.ParseState(*as)
+		if err == nil && !to.Terminal() {
+			err = fmt.Errorf("%q is not terminal", *as)
+		}
+		if err != nil {
+			err = badUsage("--as: must be completed, failed or cancelled (%v)", err)
+		}
+	}
+	if err != nil {
+		return fail(e, "resolve", err)
+	}
+	return withQueue(e, "resolve", c, func(q *queue.Queue) error {
+		if err := q.Resolve(e.ctx, id, to, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "task %s resolved as %s by %s\n", id, to, *c.actor)
+		return nil
+	})
+}
+
+func runSettle(e *env, args []string) int {
+	fs := flag.NewFlagSet("settle", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	applied := fs.Bool("applied", false, "the provider applied the operation: record a receipt so it is never called again")
+	notApplied := fs.Bool("not-applied", false, "the provider did not apply it: remove the intent so the step makes it afresh")
+	err := parseWithArgs(fs, args, 1)
+	op := fs.Arg(0)
+	if err == nil && *applied == *notApplied {
+		err = badUsage("say exactly one of --applied and --not-applied")
+	}
+	if err == nil {
+		err = model.CheckOperationID(op)
+	}
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "settle", err)
+	}
+	return withQueue(e, "settle", c, func(q *queue.Queue) error {
+		if err := q.SettleEffect(e.ctx, op, *applied, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "operation %s recorded as applied=%t by %s\n", op, *applied, *c.actor)
+		return nil
+	})
+}
+
+func runEvents(e *env, args []string) int {
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	id, err := taskArg(fs, args)
+	if err != nil {
+		return fail(e, "events", err)
+	}
+	return withReader(e, "events", c, func(q *queue.Queue) error {
+		if _, err := q.Task(e.ctx, id); err != nil {
+			return err
+		}
+		events, err := q.Events(e.ctx, id)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return printJSON(e.stdout, view.All(events, view.EventOf))
+		}
+		printEvents(e.stdout, events)
+		return nil
+	})
+}
+
+func runInspect(e *env, args []string) int {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	if err := parse(fs, args); err != nil {
+		return fail(e, "inspect", err)
+	}
+	return withReader(e, "inspect", c, func(q *queue.Queue) error {
+		out, err := view.Inspect(e.ctx, q, time.Now())
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return printJSON(e.stdout, out)
+		}
+		if len(out) == 0 {
+			fmt.Fprintln(e.stdout, "nothing stuck, parked or uncertain")
+		}
+		for _, in := range out {
+			t := in.Task
+			fmt.Fprintf(e.stdout, "%s %s user=%s attempts=%d/%d cost=%d/%d steps=%d/%d", t.ID, t.State, t.User,
+				t.AttemptsCharged, t.AttemptsMax, t.CostUsed, t.CostBudget, t.StepsUsed, t.StepsMax)
+			if t.Reason != "" {
+				fmt.Fprintf(e.stdout, " reason=%s", t.Reason)
+			}
+			if t.Owner != "" {
+				fmt.Fprintf(e.stdout, " owner=%s last_heartbeat=%dms_ago lease_expired=%t", t.Owner, in.HeartbeatAgeMs, in.LeaseExpired)
+			}
+			if in.QueuedForMs > 0 {
+				fmt.Fprintf(e.stdout, " queued_for=%dms", in.QueuedForMs)
+			}
+			if len(in.Unreceipted) > 0 {
+				fmt.Fprintf(e.stdout, " effects_without_receipt=%s", strings.Join(in.Unreceipted, ","))
+			}
+			fmt.Fprintf(e.stdout, "\n    -> %s\n", in.Advice)
+		}
+		return nil
+	})
+}
+
+func runMetrics(e *env, args []string) int {
+	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	if err := parse(fs, args); err != nil {
+		return fail(e, "metrics", err)
+	}
+	return withReader(e, "metrics", c, func(q *queue.Queue) error {
+		m, err := q.Metrics(e.ctx)
+		if err != nil {
+			return err
+		}
+		if !m.Reconciles() {
+			return errors.New("metrics do not reconcile: the depths by state do not add up to the tasks submitted")
+		}
+		if *c.json {
+			return printJSON(e.stdout, metricsRecordOf(m))
+		}
+		printMetrics(e, m)
+		return nil
+	})
+}

@@ -1,0 +1,294 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+)
+
+func init() {
+	register("snapshot", "consistent copies of a live database: snapshot create --out FILE | snapshot verify FILE", runSnapshot)
+	register("restore", "restore a verified snapshot to a new database file: restore FILE --to PATH", runRestore)
+	register("migrate", "show and apply pending schema migrations, taking a verified snapshot first: migrate [--dry-run]", runMigrate)
+}
+
+// allowedRoot is the directory snapshot, restore and migrate may read and
+// write in: LEASEHOLD_DATA_DIR, or the working directory.
+func allowedRoot() (string, error) {
+	root := os.Getenv("LEASEHOLD_DATA_DIR")
+	if root == "" {
+		var err error
+		if root, err = os.Getwd(); err != nil {
+			return "", err
+		}
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(root)
+}
+
+// pathLabel is how errors name where a path came from: a flag by its name
+// ("db" is --db), a positional argument by its upper-case name
+// ("SNAPSHOT").
+func pathLabel(field string) string {
+	if field == strings.ToUpper(field) {
+		return field
+	}
+	return "--" + field
+}
+
+// safePath resolves p and refuses it unless it lies inside the allowed
+// directory (after following symbolic links in its parent).
+func safePath(field, p string) (string, error) {
+	label := pathLabel(field)
+	if strings.TrimSpace(p) == "" {
+		return "", badUsage("%s: path required", label)
+	}
+	if strings.ContainsAny(p, "\x00?#") {
+		return "", badUsage("%s: %s has characters a database path may not", label, view.Quote(p, 64))
+	}
+	root, err := allowedRoot()
+	if err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", badUsage("%s: %v", label, err)
+	}
+	parent, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return "", badUsage("%s: directory of %s: %v", label, p, err)
+	}
+	resolved := filepath.Join(parent, filepath.Base(abs))
+	if fi, err := os.Lstat(resolved); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		return "", badUsage("%s: %s is a symbolic link", label, p)
+	}
+	if err := inside(field, p, root, resolved); err != nil {
+		return "", err
+	}
+	return resolved, nil
+}
+
+// inside refuses resolved (what the flag's value p resolved to) unless it
+// lies in root.
+func inside(field, p, root, resolved string) error {
+	rel, err := filepath.Rel(root, resolved)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return badUsage("%s: %s is outside the allowed directory %s (set LEASEHOLD_DATA_DIR)", pathLabel(field), p, root)
+	}
+	return nil
+}
+
+// notTheDatabase refuses an output path that is a database file or one of
+// its companions.
+func notTheDatabase(field, out, db string) error {
+	dbAbs, err := filepath.Abs(db)
+	if err != nil {
+		return err
+	}
+	if parent, err := filepath.EvalSymlinks(filepath.Dir(dbAbs)); err == nil {
+		dbAbs = filepath.Join(parent, filepath.Base(dbAbs))
+	}
+	for _, p := range []string{dbAbs, dbAbs + "-wal", dbAbs + "-shm", dbAbs + "-journal"} {
+		if out == p {
+			return badUsage("%s: %s is the database itself", pathLabel(field), out)
+		}
+	}
+	return nil
+}
+
+func runSnapshot(e *env, args []string) int {
+	sub, args, err := dispatch("snapshot", args)
+	if err != nil {
+		return fail(e, "snapshot", err)
+	}
+	fs := flag.NewFlagSet("snapshot "+sub, flag.ContinueOnError)
+	switch sub {
+	case "create":
+		// Not commonFlags: the snapshot is read through a connection of its
+		// own (queue.CreateSnapshot), which --busy-timeout and --synchronous
+		// could not reach, so they are not offered.
+		dbFlag := fs.String("db", defaultDB(), dbUsage)
+		asJSON := fs.Bool("json", false, "print the manifest as JSON")
+		out := fs.String("out", "", "the snapshot file to write (its manifest goes to FILE.manifest.json)")
+		if err := parse(fs, args); err != nil {
+			return fail(e, "snapshot", err)
+		}
+		db, err := safePath("db", *dbFlag)
+		if err == nil {
+			_, err = os.Stat(db)
+		}
+		var target string
+		if err == nil {
+			target, err = safePath("out", *out)
+		}
+		if err == nil {
+			err = notTheDatabase("out", target, db)
+		}
+		if err != nil {
+			return fail(e, "snapshot", err)
+		}
+		m, err := queue.CreateSnapshot(e.ctx, db, target, time.Now())
+		if err != nil {
+			return fail(e, "snapshot", err)
+		}
+		if *asJSON {
+			printJSON(e.stdout, m)
+			return exitOK
+		}
+		fmt.Fprintf(e.stdout, "snapshot %s: schema version %d, %d tasks %v, %d events, sha256 %s\nmanifest %s\n",
+			target, m.SchemaVersion, m.Tasks, m.States, m.Events, m.SHA256, queue.ManifestPath(target))
+		return exitOK
+	case "verify":
+		asJSON := fs.Bool("json", false, "print the verification as JSON")
+		if err := parseWithArgs(fs, args, 1); err != nil {
+			return fail(e, "snapshot", err)
+		}
+		file, err := safePath("SNAPSHOT", fs.Arg(0))
+		if err != nil {
+			return fail(e, "snapshot", err)
+		}
+		v, err := queue.VerifySnapshot(e.ctx, file)
+		if err != nil {
+			return fail(e, "snapshot", fmt.Errorf("refused: %w", err))
+		}
+		if *asJSON {
+			printJSON(e.stdout, v)
+			return exitOK
+		}
+		fmt.Fprintf(e.stdout, "snapshot %s verified:\n", file)
+		for _, c := range v.Checks {
+			fmt.Fprintf(e.stdout, "  ok %s\n", c)
+		}
+		return exitOK
+	}
+	return fail(e, "snapshot", badUsage("unknown snapshot command %q (want create or verify)", sub))
+}
+
+func runRestore(e *env, args []string) int {
+	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
+	to := fs.String("to", "", "the new database file (must not exist)")
+	actor := fs.String("actor", defaultActor(), "who restores (recorded in the restored database's audit trail)")
+	if err := parseWithArgs(fs, args, 1); err != nil {
+		return fail(e, "restore", err)
+	}
+	file, err := safePath("SNAPSHOT", fs.Arg(0))
+	var target string
+	if err == nil {
+		target, err = safePath("to", *to)
+	}
+	if err == nil {
+		err = model.CheckName("actor", *actor)
+	}
+	if err != nil {
+		return fail(e, "restore", err)
+	}
+	v, err := queue.Restore(e.ctx, file, target)
+	if err != nil {
+		return fail(e, "restore", err)
+	}
+	// Record the restore in the restored database's own audit trail.
+	q, err := openQueue(e.ctx, commonFor(target), queue.MigrateNew)
+	if err == nil {
+		err = q.RecordOperatorEvent(e.ctx, model.EventRestored, *actor,
+			fmt.Sprintf("restored from snapshot sha256 %s (%d tasks)", v.Manifest.SHA256, v.Manifest.Tasks))
+		q.Close()
+	}
+	if err != nil && !errors.Is(err, queue.ErrSchemaOutdated) {
+		return fail(e, "restore", err)
+	}
+	fmt.Fprintf(e.stdout, "restored %s to %s after verifying it:\n", file, target)
+	for _, c := range v.Checks {
+		fmt.Fprintf(e.stdout, "  ok %s\n", c)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stdout, "the restored database is at schema version %d: run leasehold migrate --db %s (the restore is recorded in its audit trail once it is current)\n",
+			v.Manifest.SchemaVersion, target)
+	}
+	return exitOK
+}
+
+func runMigrate(e *env, args []string) int {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	c := commonFlags(fs, true)
+	dryRun := fs.Bool("dry-run", false, "show the plan and change nothing")
+	snapshots := fs.String("snapshot-dir", "", "where the pre-migration snapshot goes (default: snapshots next to the database)")
+	if err := parse(fs, args); err != nil {
+		return fail(e, "migrate", err)
+	}
+	// --busy-timeout and --synchronous apply to the migration's own
+	// connection (the snapshot and its verification open theirs at the
+	// queue's defaults); they are checked before anything is read.
+	_, _, err := c.settings()
+	var db string
+	if err == nil {
+		db, err = safePath("db", *c.db)
+	}
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	// The snapshot directory is checked before the database is opened,
+	// like every other path.
+	var dir string
+	if err == nil && !*dryRun {
+		if *snapshots == "" {
+			*snapshots = filepath.Join(filepath.Dir(db), "snapshots")
+		}
+		dir, err = safePath("snapshot-dir", *snapshots)
+	}
+	if err != nil {
+		return fail(e, "migrate", err)
+	}
+	applied, pending, err := queue.Inspect(e.ctx, db)
+	if err != nil {
+		return fail(e, "migrate", err)
+	}
+	current := 0
+	if len(applied) > 0 {
+		current = applied[len(applied)-1].Version
+	}
+	fmt.Fprintf(e.stdout, "database %s: schema version %d; this build: %d\n", db, current, queue.SchemaVersion())
+	for _, m := range pending {
+		fmt.Fprintf(e.stdout, "  pending %s (sha256 %s)\n", m.Name, m.Checksum[:16])
+	}
+	if len(pending) == 0 {
+		fmt.Fprintln(e.stdout, "nothing to do")
+		return exitOK
+	}
+	if *dryRun {
+		fmt.Fprintln(e.stdout, "dry run: nothing changed")
+		return exitOK
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fail(e, "migrate", err)
+	}
+	snap := filepath.Join(dir, fmt.Sprintf("%s-v%d-%s.db", strings.TrimSuffix(filepath.Base(db), filepath.Ext(db)), current, time.Now().UTC().Format("20060102T150405Z")))
+	if _, err := queue.CreateSnapshot(e.ctx, db, snap, time.Now()); err != nil {
+		return fail(e, "migrate", fmt.Errorf("snapshot before migrating: %w", err))
+	}
+	if _, err := queue.VerifySnapshot(e.ctx, snap); err != nil {
+		return fail(e, "migrate", fmt.Errorf("the pre-migration snapshot failed verification, nothing migrated: %w", err))
+	}
+	fmt.Fprintf(e.stdout, "verified snapshot %s\n", snap)
+	q, err := openQueue(e.ctx, c.withDB(db), queue.MigrateAll)
+	if err != nil {
+		return fail(e, "migrate", fmt.Errorf("migrate (restore %s if needed): %w", snap, err))
+	}
+	defer q.Close()
+	if err := q.RecordOperatorEvent(e.ctx, model.EventMigrated, *c.actor,
+		fmt.Sprintf("schema %d -> %d; snapshot %s", current, queue.SchemaVersion(), filepath.Base(snap))); err != nil {
+		return fail(e, "migrate", err)
+	}
+	fmt.Fprintf(e.stdout, "migrated %s to schema version %d\n", db, queue.SchemaVersion())
+	return exitOK
+}

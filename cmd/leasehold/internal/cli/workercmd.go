@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
+)
+
+func init() {
+	register("worker", "run a worker process: worker --id NAME [--concurrency N] (graceful stop on SIGTERM)", runWorker)
+}
+
+func runWorker(e *env, args []string) int {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	c := commonFlags(fs, false)
+	id := fs.String("id", "", "worker name (in every claim, log line and event)")
+	concurrency := fs.Int("concurrency", 1, fmt.Sprintf("tasks held at once (1 to %d)", worker.ConcurrencyMax))
+	lease := fs.Duration("lease", 30*time.Second, "lease asked for per claim")
+	heartbeat := fs.Duration("heartbeat", 0, "heartbeat interval (default lease/3; at most lease/2)")
+	shutdownGrace := fs.Duration("shutdown-grace", 0, "how long a stop waits for claims to be released or finished; "+
+		"after it the worker logs each claim it left to the reaper and exits 1 (default: the lease)")
+	costCapacity := fs.Int64("cost-capacity", 0, "claim nothing new while the held tasks' unspent budget reaches this (0: no bound)")
+	serviceDB := fs.String("service-db", "", "the external service's ledger file (default: next to --db)")
+	serviceKind := fs.String("service-kind", string(worker.Dedup), "what the service can do: dedup, fenced, queryable or plain")
+	if err := parse(fs, args); err != nil {
+		return fail(e, "worker", err)
+	}
+	kind, err := worker.ParseServiceKind(*serviceKind)
+	if err != nil {
+		return fail(e, "worker", badUsage("--service-kind: %v", err))
+	}
+	if *serviceDB == "" {
+		*serviceDB = filepath.Join(filepath.Dir(*c.db), "service.db")
+	}
+	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg := worker.Config{ID: *id, Handler: worker.Synthetic{}, Clock: clockwork.NewRealClock(), Logger: logger,
+		Concurrency: *concurrency, Lease: *lease, Heartbeat: *heartbeat, CostCapacity: *costCapacity}
+	// Validate every flag before touching a file. worker.Config reads a
+	// zero concurrency as its default; the flag's zero is a mistake.
+	if *concurrency < 1 || *concurrency > worker.ConcurrencyMax {
+		return fail(e, "worker", badUsage("--concurrency: must be between 1 and %d, got %d", worker.ConcurrencyMax, *concurrency))
+	}
+	if *lease <= 0 {
+		return fail(e, "worker", badUsage("--lease: must be positive, got %s", *lease))
+	}
+	if *shutdownGrace < 0 || *shutdownGrace > model.LeaseMax {
+		return fail(e, "worker", badUsage("--shutdown-grace: must be between 0 (the lease) and %s, got %s", model.LeaseMax, *shutdownGrace))
+	}
+	probe := cfg
+	probe.Queue, probe.Service = nopQueue{}, nopService{}
+	if _, err := worker.New(probe); err != nil {
+		return fail(e, "worker", err)
+	}
+	q, err := openQueue(e.ctx, c, queue.MigrateNew)
+	if err != nil {
+		return fail(e, "worker", err)
+	}
+	svc, err := ledger.Open(*serviceDB, kind)
+	if err != nil {
+		q.Close()
+		return fail(e, "worker", err)
+	}
+	// A shutdown that left claims may have left calls under way too; closing
+	// waits for them (a statement in use cannot close), so the worker exits
+	// without waiting and the database keeps only what was committed.
+	leftClaims := false
+	defer func() {
+		closeAll := func() {
+			svc.Close()
+			q.Close()
+		}
+		if leftClaims {
+			go closeAll()
+			return
+		}
+		closeAll()
+	}()
+	cfg.Service = svc
+	if cfg.Queue, err = liverun.WorkerQueue(q, os.Getenv); err != nil {
+		return fail(e, "worker", err)
+	}
+	r, err := worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q, ShutdownGrace: *shutdownGrace})
+	if err != nil {
+		return fail(e, "worker", err)
+	}
+	logger.Info("worker started", "worker", *id, "pid", os.Getpid(), "db", *c.db, "concurrency", *concurrency,
+		"lease_ms", lease.Milliseconds(), "service_kind", string(kind))
+	if err := r.Run(e.ctx); err != nil {
+		leftClaims = errors.Is(err, worker.ErrClaimsLeft)
+		return fail(e, "worker", err)
+	}
+	return exitOK
+}
+
+// nopQueue and nopService let the worker's configuration be validated
+// before any file is opened.
+type nopQueue struct{ worker.Queue }
+type nopService struct{ worker.Service }
