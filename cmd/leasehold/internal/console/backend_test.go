@@ -106,33 +106,27 @@ func (b *testBackend) Task(ctx context.Context, p Principal, id string) (model.T
 }
 
 func (b *testBackend) List(ctx context.Context, p Principal, f TaskFilter) (TaskPage, error) {
-	if f.User != "" && !p.ActsFor(f.User) {
-		return TaskPage{}, nil
-	}
 	var after int64
 	if f.After != "" {
 		n, err := strconv.ParseInt(f.After, 10, 64)
-		if err != nil || n < 0 {
+		if err != nil {
 			return TaskPage{}, &model.ValidationError{Field: "after", Problem: "not a cursor"}
 		}
 		after = n
 	}
-	all, err := b.q.List(ctx, model.ListFilter{State: f.State, User: f.User, Limit: model.ListLimitMax})
+	pf := queue.PageFilter{State: f.State, User: f.User, After: after, Limit: f.Limit}
+	if !p.AllUsers() {
+		pf.Users = append([]string{}, p.Users...)
+	}
+	page, err := b.q.ListPage(ctx, pf)
 	if err != nil {
 		return TaskPage{}, err
 	}
-	var page TaskPage
-	for _, t := range all {
-		if t.Seq <= after || !p.ActsFor(t.User) {
-			continue
-		}
-		if len(page.Tasks) == f.Limit {
-			page.Next = strconv.FormatInt(page.Tasks[len(page.Tasks)-1].Seq, 10)
-			break
-		}
-		page.Tasks = append(page.Tasks, t)
+	out := TaskPage{Tasks: page.Tasks}
+	if page.Next != 0 {
+		out.Next = strconv.FormatInt(page.Next, 10)
 	}
-	return page, nil
+	return out, nil
 }
 
 func (b *testBackend) Events(ctx context.Context, p Principal, id string) ([]model.Event, error) {

@@ -87,7 +87,7 @@ func (s *dedupService) Status(context.Context, string, int64) (bool, string, err
 }
 
 // gatedPayload pauses at an approval gate between two steps.
-const gatedPayload = `{"steps": [{"cost": 2}, {"cost": 1, "effect": "charge"}, {"approval": "manager"}, {"cost": 3}]}`
+const gatedPayload = `{"steps": [{"cost": 2, "duration_ms": 700}, {"cost": 1, "effect": "charge"}, {"approval": "manager"}, {"cost": 3, "duration_ms": 900}]}`
 
 // submit submits a task directly to the queue.
 func (b *bundle) submit(t *testing.T, user, key, payload string) string {

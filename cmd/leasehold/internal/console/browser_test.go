@@ -1,0 +1,305 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// browserTimeout bounds the whole browser test.
+const browserTimeout = 60 * time.Second
+
+// screenshotsEnv, when set, asks the browser test to save a screenshot of
+// each page under out/console-screenshots/ at the repository root.
+const screenshotsEnv = "LEASEHOLD_CONSOLE_SCREENSHOTS"
+
+// findBrowser looks for Debian's chromium, then other Chrome builds in
+// PATH; "" when there is none.
+func findBrowser() string {
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	return ""
+}
+
+// tabLog records the statuses of the documents a tab loaded and any
+// script error.
+type tabLog struct {
+	mu       sync.Mutex
+	statuses map[string]int64 // URL path -> last status
+	errors   []string
+}
+
+func (l *tabLog) listen(ev any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch e := ev.(type) {
+	case *network.EventResponseReceived:
+		if e.Type == network.ResourceTypeDocument && e.Response != nil {
+			path := e.Response.URL
+			if i := strings.Index(path, "/ui/"); i >= 0 {
+				path = path[i:]
+			}
+			l.statuses[path] = e.Response.Status
+		}
+	case *runtime.EventExceptionThrown:
+		l.errors = append(l.errors, "exception")
+	}
+}
+
+func (l *tabLog) status(path string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.statuses[path]
+}
+
+// cookieWatch records, for each POST the console gets, whether it carried
+// a session cookie and what the console answered.
+type cookieWatch struct {
+	mu    sync.Mutex
+	posts []string
+}
+
+func (c *cookieWatch) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		_, err := r.Cookie(cookieName)
+		c.mu.Lock()
+		c.posts = append(c.posts, fmt.Sprintf("%s cookie=%t origin=%s status=%d", r.URL.Path, err == nil, r.Header.Get("Origin"), rec.status))
+		c.mu.Unlock()
+	})
+}
+
+func (c *cookieWatch) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.posts...)
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// TestConsoleInBrowser drives the console in headless chromium: an
+// approver signs in, finds the waiting task, approves it and sees it
+// resume and complete; a stale approval shows the refusal; a submitter
+// sees neither other users' tasks nor an approve button; and a form on
+// another 127.0.0.1 port, posting with the session cookie but a wrong
+// CSRF token, is refused with 403 and writes nothing.
+func TestConsoleInBrowser(t *testing.T) {
+	browser := findBrowser()
+	if browser == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no chromium found (looked for /usr/bin/chromium, chromium, chromium-browser, google-chrome): .ci/run must install Debian's chromium")
+		}
+		t.Skip("no chromium found; install it with apt-get install -y chromium")
+	}
+	// Long sessions: driving the worker advances the fake clock.
+	b := setup(t, func(o *Options) { o.Idle, o.Lifetime, o.PageSize = 24*time.Hour, 48*time.Hour, 50 })
+	watch := &cookieWatch{}
+	b.srv.Config.Handler = watch.wrap(b.console)
+
+	gated := b.submit(t, "ana", "gated", gatedPayload)
+	twice := b.submit(t, "ana", "twice", `{"steps": [{"cost": 1}, {"approval": "first"}, {"approval": "second"}, {"cost": 1}]}`)
+	bobs := b.submit(t, "bob", "bobs", gatedPayload)
+	review := b.submit(t, "ana", "flaky", `{"steps": [{"cost": 1, "fail": "transient", "times": 9}]}`)
+	for _, id := range []string{gated, twice, bobs} {
+		b.drive(t, id, model.WaitingForApproval)
+	}
+	b.drive(t, review, model.NeedsReview)
+
+	shots := screenshotDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
+	t.Cleanup(cancel)
+	allocator, cancelAllocator := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-extensions", true), chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")), chromedp.WindowSize(1280, 900))
+	t.Cleanup(cancelAllocator)
+	log := &tabLog{statuses: map[string]int64{}}
+	tab, cancelTab := chromedp.NewContext(allocator, chromedp.WithListener(log.listen))
+	t.Cleanup(cancelTab)
+
+	run := func(actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(tab, actions...))
+	}
+	text := func(selector string) string {
+		t.Helper()
+		s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(selector)))
+		require.NoError(t, err, selector)
+		return strings.TrimSpace(s)
+	}
+	count := func(selector string) int {
+		t.Helper()
+		n, err := chromedp.Run(tab, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", selector)))
+		require.NoError(t, err, selector)
+		return n
+	}
+	shot := func(name string) {
+		t.Helper()
+		if shots == "" {
+			return
+		}
+		png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		path := filepath.Join(shots, name+".png")
+		require.NoError(t, os.WriteFile(path, png, 0o644))
+		t.Logf("screenshot: %s", path)
+	}
+	signIn := func(secret, name string) {
+		t.Helper()
+		run(chromedp.Navigate(b.srv.URL+"/ui/signin"), chromedp.WaitVisible(chromedp.ID("#token")))
+		if name == "approver" {
+			shot("signin")
+		}
+		run(chromedp.SendKeys(chromedp.ID("#token"), secret), chromedp.Click(chromedp.ID("#signin")),
+			chromedp.WaitVisible(chromedp.ID("#who")))
+		require.Equal(t, name, text("#who"))
+	}
+
+	// The approver finds the waiting task and approves the version shown.
+	signIn(approverSecret, "approver")
+	shot("tasks")
+	run(chromedp.Click(chromedp.CSS(`a[href="/ui/approvals"]`)), chromedp.WaitVisible(chromedp.CSS("table.approvals")))
+	require.Equal(t, 3, count("table.approvals tr.task-row"))
+	shot("approvals")
+	run(chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-task=%q] button.approve`, gated))), chromedp.WaitVisible(chromedp.ID("#flash")))
+	require.Contains(t, text("#flash"), "Approved version 1")
+	require.Equal(t, "queued", text("#task-state"))
+	done := b.drive(t, gated, model.Completed)
+	require.Equal(t, "approver", done.ApprovedBy)
+	run(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("#task-state")))
+	require.Equal(t, "completed", text("#task-state"))
+	require.Equal(t, "6 of 100", text("#task-cost"))
+	require.Equal(t, 2, count("figure.timeline g.bar"), "two claims: before and after the gate")
+	require.Equal(t, 0, count("button.approve"))
+	shot("task")
+
+	// A stale approval: the page shows version 1, the task moves on to its
+	// second gate (version 2) behind the approver's back.
+	run(chromedp.Navigate(b.srv.URL+"/ui/approvals"), chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-task=%q]`, twice))))
+	require.NoError(t, b.q.Approve(context.Background(), twice, 1, "someone-else"))
+	moved := b.drive(t, twice, model.WaitingForApproval)
+	require.Equal(t, int64(2), moved.ApprovalVersion)
+	run(chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-task=%q] button.approve`, twice))), chromedp.WaitVisible(chromedp.ID("#error")))
+	require.Contains(t, text("#error"), "no longer at the version this page showed (1)")
+	require.Equal(t, int64(http.StatusConflict), log.status("/ui/tasks/"+twice+"/approve"))
+	still, err := b.q.Task(context.Background(), twice)
+	require.NoError(t, err)
+	require.Equal(t, model.WaitingForApproval, still.State)
+	require.Equal(t, int64(2), still.ApprovalVersion)
+	shot("stale-approval")
+	run(chromedp.Click(chromedp.CSS(`form.who button`)), chromedp.WaitVisible(chromedp.ID("#token")))
+
+	// The submitter sees only ana's tasks, and no approve button anywhere.
+	signIn(anaSecret, "ana")
+	require.Equal(t, 0, count(fmt.Sprintf(`tr[data-task=%q]`, bobs)))
+	require.Equal(t, 1, count(fmt.Sprintf(`tr[data-task=%q]`, twice)))
+	require.Equal(t, 0, count(`a[href="/ui/approvals"]`))
+	shot("submitter-tasks")
+	run(chromedp.Navigate(b.srv.URL+"/ui/tasks/"+twice), chromedp.WaitVisible(chromedp.ID("#task-state")))
+	require.Equal(t, "waiting_for_approval", text("#task-state"))
+	require.Equal(t, 0, count("button.approve"))
+	require.Equal(t, 0, count(`form[action$="/approve"]`))
+	shot("submitter-task")
+	run(chromedp.Navigate(b.srv.URL + "/ui/tasks/" + bobs))
+	require.Equal(t, int64(http.StatusNotFound), log.status("/ui/tasks/"+bobs))
+
+	// A form on another 127.0.0.1 port posts with ana's cookie (same site,
+	// so SameSite lets it through) and a wrong CSRF token.
+	before := b.eventCount(t)
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!DOCTYPE html><title>elsewhere</title><form method="post" action="%s/ui/tasks/%s/cancel">`+
+			`<input type="hidden" name="csrf" value="guessed"><button id="go" type="submit">win a prize</button></form>`, b.srv.URL, twice)
+	}))
+	t.Cleanup(evil.Close)
+	require.NotEqual(t, b.srv.URL, evil.URL)
+	run(chromedp.Navigate(evil.URL), chromedp.Click(chromedp.ID("#go")), chromedp.WaitVisible(chromedp.ID("#error")))
+	require.Equal(t, int64(http.StatusForbidden), log.status("/ui/tasks/"+twice+"/cancel"))
+	shot("cross-origin-refused")
+	posts := watch.all()
+	require.Contains(t, posts, fmt.Sprintf("/ui/tasks/%s/cancel cookie=true origin=%s status=403", twice, evil.URL), "the forged post carried the session cookie and was refused")
+	after, err := b.q.Task(context.Background(), twice)
+	require.NoError(t, err)
+	require.Equal(t, model.WaitingForApproval, after.State)
+	require.False(t, after.CancelRequested)
+	require.Equal(t, before, b.eventCount(t), "the refused post wrote nothing")
+
+	// The submit form, as ana.
+	run(chromedp.Navigate(b.srv.URL+"/ui/submit"), chromedp.WaitVisible(chromedp.ID("#submit-one")))
+	shot("submit")
+	run(chromedp.SendKeys(chromedp.CSS(`input[name="key"]`), "from-browser"), chromedp.Click(chromedp.ID("#submit-one")),
+		chromedp.WaitVisible(chromedp.ID("#flash")))
+	require.Equal(t, "Submitted.", text("#flash"))
+	require.Equal(t, "queued", text("#task-state"))
+	run(chromedp.Click(chromedp.CSS(`form.who button`)), chromedp.WaitVisible(chromedp.ID("#token")))
+
+	// The operator's pages: inspect with the bounded requeue, live,
+	// schedules and limits.
+	signIn(operatorSecret, "operator")
+	run(chromedp.Navigate(b.srv.URL+"/ui/inspect"), chromedp.WaitVisible(chromedp.CSS("table.inspect")))
+	require.Equal(t, 1, count(fmt.Sprintf(`tr[data-task=%q] form[action$="/requeue"]`, review)))
+	grantMax, err := chromedp.Run(tab, chromedp.AttributeValue(chromedp.CSS(fmt.Sprintf(`tr[data-task=%q] input[name="grant_cost"]`, review)), "max"))
+	require.NoError(t, err)
+	require.Equal(t, "10000", grantMax.Value)
+	shot("inspect")
+	for _, page := range []string{"live", "schedules", "limits"} {
+		run(chromedp.Navigate(b.srv.URL+"/ui/"+page), chromedp.WaitVisible(chromedp.CSS("h1")))
+		require.Equal(t, int64(http.StatusOK), log.status("/ui/"+page))
+		if page == "live" {
+			require.Equal(t, 1, count(fmt.Sprintf(`.failures a[href="/ui/tasks/%s"]`, review)), "the dead-lettered task is a recent failure")
+			require.Equal(t, "1", text(`.stat[data-state="needs_review"] .num`))
+		}
+		shot(page)
+	}
+	log.mu.Lock()
+	require.Empty(t, log.errors)
+	log.mu.Unlock()
+}
+
+// screenshotDir is out/console-screenshots/ at the repository root when
+// screenshotsEnv is set, else "" (no screenshots).
+func screenshotDir(t *testing.T) string {
+	if os.Getenv(screenshotsEnv) == "" {
+		return ""
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "..", "..", "..", "out", "console-screenshots"))
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	return dir
+}

@@ -1,0 +1,170 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// flakyPayload fails transiently more often than a task has attempts, so
+// it ends in review.
+const flakyPayload = `{"steps": [{"cost": 1, "fail": "transient", "times": 9}]}`
+
+func TestRequeueIsBoundedAndShowsTheMaximum(t *testing.T) {
+	b := setup(t)
+	id := b.submit(t, "ana", "flaky", flakyPayload)
+	b.drive(t, id, model.NeedsReview)
+	c := b.client(t)
+	c.signIn(operatorSecret)
+	inspect := c.get("/ui/inspect")
+	require.Equal(t, http.StatusOK, inspect.status)
+	require.Contains(t, inspect.body, `data-task="`+id+`"`)
+	require.Contains(t, inspect.body, `name="grant_cost" type="number" min="0" max="10000"`)
+	require.Contains(t, inspect.body, "at most 10000")
+
+	before := b.eventCount(t)
+	res := c.form("/ui/inspect", taskPath(id)+"/requeue", url.Values{"grant_cost": {"10001"}, "grant_steps": {"1"}})
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, res.body, "grant_cost")
+	require.Equal(t, before, b.eventCount(t), "a grant past the maximum writes nothing")
+
+	res = c.form("/ui/inspect", taskPath(id)+"/requeue", url.Values{"grant_cost": {"5"}, "grant_steps": {"2"}})
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	task, err := b.q.Task(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, model.Queued, task.State)
+	require.Equal(t, int64(105), task.CostBudget)
+	require.Equal(t, 12, task.StepsMax)
+}
+
+func TestResolveAndScopes(t *testing.T) {
+	b := setup(t)
+	id := b.submit(t, "ana", "flaky", flakyPayload)
+	b.drive(t, id, model.NeedsReview)
+
+	// A submitter sees no review forms and its hand-made post is refused.
+	ana := b.client(t)
+	ana.signIn(anaSecret)
+	page := ana.get(taskPath(id))
+	require.NotContains(t, page.body, "/resolve")
+	require.NotContains(t, page.body, "/requeue")
+	res := ana.form(taskPath(id), taskPath(id)+"/resolve", url.Values{"as": {"completed"}})
+	require.Equal(t, http.StatusForbidden, res.status)
+	require.Equal(t, http.StatusForbidden, ana.get("/ui/inspect").status)
+
+	op := b.client(t)
+	op.signIn(operatorSecret)
+	res = op.form(taskPath(id), taskPath(id)+"/resolve", url.Values{"as": {"queued"}})
+	require.Equal(t, http.StatusBadRequest, res.status, "only a terminal state resolves")
+	res = op.form(taskPath(id), taskPath(id)+"/resolve", url.Values{"as": {"failed"}})
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	task, err := b.q.Task(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, model.Failed, task.State)
+	require.Equal(t, model.OperatorResolved, task.Reason)
+}
+
+func TestSubmitFormActsOnlyForTheTokensUsers(t *testing.T) {
+	b := setup(t)
+	c := b.client(t)
+	c.signIn(anaSecret)
+	form := c.get("/ui/submit")
+	require.Contains(t, form.body, `<select name="user"><option selected>ana</option></select>`, "ana's token names one user")
+
+	values := url.Values{"user": {"ana"}, "key": {"one"}, "payload": {`{"steps": [{"cost": 1}]}`}, "cost_budget": {"10"}, "steps_max": {"3"}, "priority": {"0"}}
+	res := c.form("/ui/submit", "/ui/submit", values)
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	id := strings.TrimPrefix(res.header.Get("Location"), "/ui/tasks/")
+	task, err := b.q.Task(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, "ana", task.User)
+
+	before := b.eventCount(t)
+	values.Set("user", "bob")
+	values.Set("key", "two")
+	res = c.form("/ui/submit", "/ui/submit", values)
+	require.Equal(t, http.StatusForbidden, res.status, "submitting as another user")
+	values.Set("user", "ana")
+	values.Set("payload", `{"steps": "many"}`)
+	res = c.form("/ui/submit", "/ui/submit", values)
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, res.body, "payload")
+	require.Contains(t, res.body, `value="two"`, "the form keeps what was typed")
+	require.Equal(t, before, b.eventCount(t), "refused submits wrote nothing")
+}
+
+func TestBulkSubmitIsAllOrNothing(t *testing.T) {
+	b := setup(t)
+	c := b.client(t)
+	c.signIn(operatorSecret)
+	batch := `{"user": "ana", "key": "b1", "payload": {"steps": [{"cost": 1}]}, "cost_budget": 10, "steps_max": 5}
+
+{"user": "bob", "key": "b2", "payload": {"steps": [{"cost": 1}]}, "cost_budget": 10, "steps_max": 5}`
+	res := c.form("/ui/submit", "/ui/submit/bulk", url.Values{"batch": {batch}})
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	require.Contains(t, res.body, "Submitted 2 requests in one transaction.")
+	require.Equal(t, 2, strings.Count(res.body, `class="bulk-row"`))
+
+	before := b.eventCount(t)
+	bad := batch + "\n" + `{"user": "ana", "key": "b3", "payload": {"steps": [{"cost": 1}]}, "cost_budget": 0, "steps_max": 5}`
+	res = c.form("/ui/submit", "/ui/submit/bulk", url.Values{"batch": {bad}})
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, res.body, "line 4")
+	require.Contains(t, res.body, "cost_budget")
+	res = c.form("/ui/submit", "/ui/submit/bulk", url.Values{"batch": {`{"user": "ana", "nonsense": 1}`}})
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, res.body, "line 1")
+	require.Equal(t, before, b.eventCount(t), "a refused batch wrote nothing")
+
+	ana := b.client(t)
+	ana.signIn(anaSecret)
+	res = ana.form("/ui/submit", "/ui/submit/bulk", url.Values{"batch": {strings.ReplaceAll(batch, `"b`, `"c`)}})
+	require.Equal(t, http.StatusForbidden, res.status, "ana's batch names bob")
+	require.Contains(t, res.body, "line 3")
+	require.Equal(t, before, b.eventCount(t))
+}
+
+func TestLiveSchedulesAndLimitsNeedOperate(t *testing.T) {
+	b := setup(t)
+	b.submit(t, "ana", "q1", `{"steps": [{"cost": 1}]}`)
+	b.clock.Advance(90_000_000_000) // 90 s
+	op := b.client(t)
+	op.signIn(operatorSecret)
+	live := op.get("/ui/live")
+	require.Equal(t, http.StatusOK, live.status)
+	require.Contains(t, live.body, `<meta http-equiv="refresh" content="5">`)
+	require.Contains(t, live.body, `<span class="num">1m30s</span>`)
+	require.Contains(t, op.get("/ui/limits").body, "10000 cost, 1000 steps")
+	require.Contains(t, op.get("/ui/schedules").body, "No schedules.")
+
+	ana := b.client(t)
+	ana.signIn(anaSecret)
+	for _, path := range []string{"/ui/live", "/ui/limits", "/ui/schedules", "/ui/inspect"} {
+		require.Equal(t, http.StatusForbidden, ana.get(path).status, path)
+	}
+}
+
+func TestEveryPostFormCarriesTheCSRFToken(t *testing.T) {
+	b := setup(t)
+	id := b.submit(t, "ana", "gate", gatedPayload)
+	b.drive(t, id, model.WaitingForApproval)
+	review := b.submit(t, "ana", "flaky", flakyPayload)
+	b.drive(t, review, model.NeedsReview)
+	c := b.client(t)
+	c.signIn(operatorSecret)
+	approver := b.client(t)
+	approver.signIn(approverSecret)
+	for _, p := range []page{c.get("/ui/tasks"), c.get(taskPath(review)), c.get("/ui/inspect"), c.get("/ui/submit"),
+		approver.get("/ui/approvals"), approver.get(taskPath(id)), b.client(t).get("/ui/signin")} {
+		forms := strings.Count(p.body, `method="post"`)
+		require.Positive(t, forms)
+		require.Equal(t, forms, strings.Count(p.body, `<input type="hidden" name="csrf" value="`), p.body)
+		require.NotContains(t, p.body, `method="get" action="/ui/sign`)
+	}
+}
