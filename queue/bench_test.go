@@ -117,7 +117,7 @@ BEGIN
         active = active
             + (NEW.state IN ('queued', 'running', 'waiting_for_approval'))
             - (OLD.state IN ('queued', 'running', 'waiting_for_approval'))
-    WHERE user = NEW.user;
+    WHERE user_id = NEW.user_id;
 END`
 
 // hotPathParts are the parts of the schema the hot path pays for that a
@@ -437,8 +437,8 @@ func bulkSubmit(b *testing.B, q *queue.Queue, ids model.IDSource, clock clockwor
 		require.NoError(b, err)
 		return s
 	}
-	user := prepare(`INSERT INTO users (user) VALUES (?) ON CONFLICT (user) DO NOTHING`)
-	task := prepare(`INSERT INTO tasks (id, user, idem_key, request_hash, payload, state, priority, run_at, deadline,
+	user := prepare(`INSERT INTO users (user_id) VALUES (?) ON CONFLICT (user_id) DO NOTHING`)
+	task := prepare(`INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
 		attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, '', 0, ?, ?)`)
 	event := prepare(`INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail)

@@ -285,7 +285,7 @@ func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	columns, err := taskColumnsOf(ctx, db, set.queries["task_columns"].text)
+	columns, err := forSchemaOf(ctx, db, set.queries["task_columns"].text)
 	if err != nil {
 		return err
 	}
@@ -302,22 +302,43 @@ func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
 			return vs[0]
 		}
 	}
-	return checkCounters(db.QueryRowContext(ctx, set.queries["counters_check"].text))
+	check, err := forSchemaOf(ctx, db, set.queries["counters_check"].text)
+	if err != nil {
+		return err
+	}
+	return checkCounters(db.QueryRowContext(ctx, check))
 }
 
-// taskColumnsOf returns the {task_columns} to read db's tasks with: as
-// they are, or, for a database older than schema version 4, with
-// attempts_charged in place of the attempts_failed it lacks (what
-// migration 0004 starts it at).
-func taskColumnsOf(ctx context.Context, db *sql.DB, columns string) (string, error) {
-	var has int
-	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pragma_table_info('tasks') WHERE name = 'attempts_failed'").Scan(&has); err != nil {
-		return "", fmt.Errorf("queue: read the tasks' columns: %w", err)
+// forSchemaOf returns a query text of this build (the {task_columns} or a
+// whole query) as db's schema can run it: as it is, or, for a database
+// older than schema version 4, with attempts_charged in place of the
+// attempts_failed it lacks (what migration 0004 starts it at), and older
+// than version 5, with user in place of user_id (migration 0005 renames
+// it).
+func forSchemaOf(ctx context.Context, db *sql.DB, text string) (string, error) {
+	has := func(column string) (bool, error) {
+		var n int
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pragma_table_info('tasks') WHERE name = ?", column).Scan(&n)
+		if err != nil {
+			return false, fmt.Errorf("queue: read the tasks' columns: %w", err)
+		}
+		return n > 0, nil
 	}
-	if has == 0 {
-		columns = strings.Replace(columns, "attempts_failed", "attempts_charged AS attempts_failed", 1)
+	failed, err := has("attempts_failed")
+	if err != nil {
+		return "", err
 	}
-	return columns, nil
+	if !failed {
+		text = strings.Replace(text, "attempts_failed", "attempts_charged AS attempts_failed", 1)
+	}
+	userID, err := has("user_id")
+	if err != nil {
+		return "", err
+	}
+	if !userID {
+		text = strings.ReplaceAll(text, "user_id", "user")
+	}
+	return text, nil
 }
 
 // Restore copies a verified snapshot to a new database file at to. It

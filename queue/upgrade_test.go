@@ -36,7 +36,7 @@ func TestUpgradeFromSchemaV2(t *testing.T) {
 	require.NoError(t, err)
 	// Version 2 has no attempts_failed; the upgrade starts it at each task's
 	// attempts charged, which is what this reads in its place.
-	columns, err := taskColumnsOf(ctx, raw, texts["task_columns"])
+	columns, err := forSchemaOf(ctx, raw, texts["task_columns"])
 	require.NoError(t, err)
 	require.Contains(t, columns, "attempts_charged AS attempts_failed")
 	rows, err := raw.Query("SELECT " + columns + " FROM tasks ORDER BY seq")

@@ -10,14 +10,14 @@
 SELECT {task_columns} FROM tasks
 WHERE seq > :after
   AND (:state = '' OR state = :state)
-  AND (:users = '' OR user IN (SELECT value FROM json_each(:users)))
+  AND (:users = '' OR user_id IN (SELECT value FROM json_each(:users)))
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
 ORDER BY seq LIMIT :limit;
 
 -- name: list_page_by_user
 SELECT {task_columns} FROM tasks
-WHERE user = :user AND seq > :after
+WHERE user_id = :user AND seq > :after
   AND (:state = '' OR state = :state)
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
@@ -28,21 +28,21 @@ ORDER BY seq LIMIT :limit;
 
 -- name: trail_by_task_after
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
-       COALESCE(t.user, '')
+       COALESCE(t.user_id, '')
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
 WHERE e.task_id = :task_id AND e.seq > :after ORDER BY e.seq LIMIT :limit;
 
 -- name: trail_after
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
-       COALESCE(t.user, '')
+       COALESCE(t.user_id, '')
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
 WHERE e.seq > :after ORDER BY e.seq LIMIT :limit;
 
 -- name: trail_after_for_users
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
-       t.user
+       t.user_id
 FROM events e JOIN tasks t ON t.id = e.task_id
-WHERE e.seq > :after AND t.user IN (SELECT value FROM json_each(:users))
+WHERE e.seq > :after AND t.user_id IN (SELECT value FROM json_each(:users))
 ORDER BY e.seq LIMIT :limit;
 
 -- name: task_last_event_seq

@@ -3,7 +3,7 @@
 -- the column order rows are scanned in.
 
 -- name: task_columns
-seq, id, user, idem_key, request_hash, payload, state, reason, priority, run_at, deadline,
+seq, id, user_id, idem_key, request_hash, payload, state, reason, priority, run_at, deadline,
 version, attempts_charged, attempts_max, owner, lease_until, heartbeat_at, claimed_at,
 queued_at, cost_budget, cost_used, steps_max, steps_used, checkpoint, cancel_requested,
 cancelled_by, approved_by, approval_gate, approval_version, schedule_id, schedule_run,
@@ -22,19 +22,19 @@ UPDATE settings SET value = :value WHERE key = :key;
 SELECT {task_columns} FROM tasks WHERE id = :id;
 
 -- name: task_by_key
-SELECT id, request_hash FROM tasks WHERE user = :user AND idem_key = :key;
+SELECT id, request_hash FROM tasks WHERE user_id = :user AND idem_key = :key;
 
 -- name: user_ensure
-INSERT INTO users (user) VALUES (:user) ON CONFLICT (user) DO NOTHING;
+INSERT INTO users (user_id) VALUES (:user) ON CONFLICT (user_id) DO NOTHING;
 
 -- name: user_depth
-SELECT active, depth_limit FROM user_caps WHERE user = :user;
+SELECT active, depth_limit FROM user_caps WHERE user_id = :user;
 
 -- name: active_total
 SELECT SUM(n) FROM tallies WHERE name IN ('state:queued', 'state:running', 'state:waiting_for_approval');
 
 -- name: task_insert
-INSERT INTO tasks (id, user, idem_key, request_hash, payload, state, priority, run_at, deadline,
+INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
                    attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
                    created_at, updated_at)
 VALUES (:id, :user, :key, :hash, :payload, 'queued', :priority, :run_at, :deadline,
@@ -150,10 +150,10 @@ SELECT {task_columns} FROM tasks ORDER BY seq LIMIT :limit;
 SELECT {task_columns} FROM tasks WHERE state = :state ORDER BY seq LIMIT :limit;
 
 -- name: list_by_user
-SELECT {task_columns} FROM tasks WHERE user = :user ORDER BY seq LIMIT :limit;
+SELECT {task_columns} FROM tasks WHERE user_id = :user ORDER BY seq LIMIT :limit;
 
 -- name: list_by_user_state
-SELECT {task_columns} FROM tasks WHERE user = :user AND state = :state ORDER BY seq LIMIT :limit;
+SELECT {task_columns} FROM tasks WHERE user_id = :user AND state = :state ORDER BY seq LIMIT :limit;
 
 -- name: events_by_task
 SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
@@ -164,33 +164,33 @@ SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, 
 FROM events ORDER BY seq;
 
 -- name: user_limits
-SELECT user, running_max, depth_max FROM users WHERE running_max >= 0 OR depth_max >= 0 ORDER BY user;
+SELECT user_id, running_max, depth_max FROM users WHERE running_max >= 0 OR depth_max >= 0 ORDER BY user_id;
 
 -- name: user_limit_set
-INSERT INTO users (user, running_max, depth_max) VALUES (:user, :running_max, :depth_max)
-ON CONFLICT (user) DO UPDATE SET running_max = excluded.running_max, depth_max = excluded.depth_max;
+INSERT INTO users (user_id, running_max, depth_max) VALUES (:user, :running_max, :depth_max)
+ON CONFLICT (user_id) DO UPDATE SET running_max = excluded.running_max, depth_max = excluded.depth_max;
 
 -- name: reblock_user
 UPDATE tasks
-SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_caps WHERE user = :user),
-    limited = (SELECT running_limit > 0 FROM user_caps WHERE user = :user)
-WHERE user = :user AND state = 'queued';
+SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_caps WHERE user_id = :user),
+    limited = (SELECT running_limit > 0 FROM user_caps WHERE user_id = :user)
+WHERE user_id = :user AND state = 'queued';
 
 -- name: reblock_all
 UPDATE tasks
-SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_caps c WHERE c.user = tasks.user),
-    limited = (SELECT running_limit > 0 FROM user_caps c WHERE c.user = tasks.user)
+SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_caps c WHERE c.user_id = tasks.user_id),
+    limited = (SELECT running_limit > 0 FROM user_caps c WHERE c.user_id = tasks.user_id)
 WHERE state = 'queued';
 
 -- name: schedule_insert
-INSERT INTO schedules (id, user, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
+INSERT INTO schedules (id, user_id, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
 VALUES (:id, :user, :payload, :cost_budget, :steps_max, :priority, :origin, :period_ms, :now);
 
 -- name: schedule_count
 SELECT COUNT(*) FROM schedules;
 
 -- name: schedules_all
-SELECT id, user, payload, cost_budget, steps_max, priority, origin, period_ms, last_run, created_at
+SELECT id, user_id, payload, cost_budget, steps_max, priority, origin, period_ms, last_run, created_at
 FROM schedules ORDER BY id;
 
 -- name: schedule_delete
@@ -211,10 +211,10 @@ SELECT
         LEFT JOIN (SELECT 'state:' || state AS name, COUNT(*) AS n FROM tasks GROUP BY state) c ON c.name = s.name
         WHERE s.name GLOB 'state:*' AND s.n != COALESCE(c.n, 0)),
     (SELECT COUNT(*) FROM users u
-        WHERE u.running != (SELECT COUNT(*) FROM tasks t WHERE t.user = u.user AND t.state = 'running')
-           OR u.active != (SELECT COUNT(*) FROM tasks t WHERE t.user = u.user
+        WHERE u.running != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id AND t.state = 'running')
+           OR u.active != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id
                                AND t.state IN ('queued', 'running', 'waiting_for_approval'))),
-    (SELECT COUNT(*) FROM tasks t JOIN user_caps c ON c.user = t.user WHERE t.state = 'queued'
+    (SELECT COUNT(*) FROM tasks t JOIN user_caps c ON c.user_id = t.user_id WHERE t.state = 'queued'
         AND (t.blocked != (c.running_limit > 0 AND c.running >= c.running_limit)
              OR t.limited != (c.running_limit > 0)));
 
