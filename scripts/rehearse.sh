@@ -85,21 +85,22 @@ fi
 
 echo "== plan and migrate a copy"
 BEFORE=$(sha256sum "$OUT/prod.db" | cut -d' ' -f1)
-lh migrate --db "$OUT/prod.db" --dry-run >"$OUT/plan.log" 2>&1
+lh migrate --db "$OUT/prod.db" --dry-run --json >"$OUT/plan.json" 2>"$OUT/plan.log"
+PLANNED=$?
 AFTER=$(sha256sum "$OUT/prod.db" | cut -d' ' -f1)
-if [ "$BEFORE" = "$AFTER" ] && grep -q pending "$OUT/plan.log"; then
-	gate "migration plan" pass "$(grep pending "$OUT/plan.log" | tr -s ' ' | paste -sd';'); production file unchanged"
+if [ $PLANNED -eq 0 ] && [ "$BEFORE" = "$AFTER" ] && [ "$(json "$OUT/plan.json" "len(d['pending'])")" -gt 0 ]; then
+	gate "migration plan" pass "schema $(json "$OUT/plan.json" "d['schema_version']") -> $(json "$OUT/plan.json" "d['build_schema_version']"): pending $(json "$OUT/plan.json" "' '.join(m['name'] for m in d['pending'])"); production file unchanged"
 else
-	gate "migration plan" fail "see $OUT/plan.log"
+	gate "migration plan" fail "see $OUT/plan.json and $OUT/plan.log"
 fi
 lh restore "$OUT/prod-before.db" --to "$OUT/upgrade.db" --actor release >"$OUT/restore.log" 2>&1 &&
-	lh migrate --db "$OUT/upgrade.db" --actor release >"$OUT/migrate.log" 2>&1
+	lh migrate --db "$OUT/upgrade.db" --actor release --json >"$OUT/migrate.json" 2>"$OUT/migrate.log"
 MIGRATED=$?
 lh list --db "$OUT/upgrade.db" --json --limit 1000 >"$OUT/upgraded-tasks.json" 2>/dev/null
 COUNTS_BEFORE=$(json "$OUT/prod-before.json" "sorted(d['states'].items())")
 COUNTS_AFTER=$(json "$OUT/upgraded-tasks.json" "sorted(__import__('collections').Counter(t['state'] for t in d).items())")
-if [ $MIGRATED -eq 0 ] && [ "$COUNTS_BEFORE" = "$COUNTS_AFTER" ] && ls "$OUT"/snapshots/*.manifest.json >/dev/null 2>&1; then
-	gate "copy migrated" pass "$(grep -o 'schema version [0-9]*' "$OUT/migrate.log" | tail -1); verified snapshot taken first; tasks by state unchanged $COUNTS_AFTER"
+if [ $MIGRATED -eq 0 ] && [ "$COUNTS_BEFORE" = "$COUNTS_AFTER" ] && [ -f "$(json "$OUT/migrate.json" "d['snapshot']")" ]; then
+	gate "copy migrated" pass "schema version $(json "$OUT/migrate.json" "d['migrated_to']"); verified snapshot taken first; tasks by state unchanged $COUNTS_AFTER"
 else
 	gate "copy migrated" fail "exit $MIGRATED; before $COUNTS_BEFORE after $COUNTS_AFTER; see $OUT/migrate.log"
 fi
@@ -163,11 +164,21 @@ echo "== simulator sweeps against the new build"
 SIMOK=0
 SIMSUM=""
 for sc in portfolio late-result crash-storm; do
-	if lh sim --scenario "$sc" --seeds "$SEEDS" >"$OUT/sim-$sc.log" 2>&1; then
-		SIMSUM="$SIMSUM$(grep '^summary' "$OUT/sim-$sc.log" | sed 's/ in [0-9.]*s.*//'); "
+	lh sim --scenario "$sc" --seeds "$SEEDS" --json >"$OUT/sim-$sc.jsonl" 2>"$OUT/sim-$sc.log"
+	CODE=$?
+	# The sweep's verdict is its summary record, not its printed text.
+	SUMMARY=$(python3 -c "
+import json,sys
+s=[r for r in map(json.loads,open(sys.argv[1])) if r['record']=='summary']
+if len(s)!=1: print('no summary record'); sys.exit(1)
+s=s[0]
+print(('%s seeds %d..%d: %d passed, %d failed' % (s['scenario'],s['from'],s['from']+s['seeds']-1,s['passed'],s['failed']))+('' if s['pass'] else '; first failure: make sim SEED=%d SCENARIO=%s' % (s.get('first_failed',0),s['scenario'])))
+sys.exit(0 if s['pass'] else 1)" "$OUT/sim-$sc.jsonl")
+	if [ $? -eq 0 ] && [ $CODE -eq 0 ]; then
+		SIMSUM="$SIMSUM$SUMMARY; "
 	else
 		SIMOK=1
-		SIMSUM="$SIMSUM$sc FAILED ($(grep '^first failure' "$OUT/sim-$sc.log")); "
+		SIMSUM="$SIMSUM$sc FAILED (exit $CODE: $SUMMARY); "
 	fi
 done
 if [ $SIMOK -eq 0 ]; then gate "simulator sweep" pass "$SIMSUM"; else gate "simulator sweep" fail "$SIMSUM"; fi

@@ -179,7 +179,10 @@ func Run(cfg Config) (res Result) {
 
 	for i, e := range events {
 		if w.recordTimeline && e.Kind != EvStep && e.Kind != EvAdvance && e.Kind != EvReap && e.Kind != EvTick && e.Kind != EvScript {
-			entry := TimelineEntry{Kind: TimelineFault, Detail: e.String()}
+			entry := TimelineEntry{Kind: TimelineFault, Detail: e.String(), Event: e.Kind}
+			if e.Kind == EvStorageDown {
+				entry.DurationMs = e.Delay.Milliseconds()
+			}
 			if e.Kind.onWorker() {
 				entry.Worker = workerName(e.Worker)
 			}

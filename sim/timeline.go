@@ -19,6 +19,11 @@ type TimelineEntry struct {
 	Fence   int64  `json:"fence,omitempty"`
 	OpID    string `json:"op_id,omitempty"`
 	Detail  string `json:"detail,omitempty"`
+	// Event is a fault entry's schedule event kind (crash, storage_down,
+	// ...), and DurationMs a storage outage's length: what a drawing of
+	// the timeline needs without reading Detail.
+	Event      EventKind `json:"event,omitempty"`
+	DurationMs int64     `json:"duration_ms,omitempty"`
 }
 
 // Timeline entry kinds beyond the worker actions (worker.Action*).

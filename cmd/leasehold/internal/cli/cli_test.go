@@ -477,7 +477,6 @@ func badInputs() []badCase {
 		{"sim negative parallel", w("sim"), []string{"--parallel", "-1"}, []string{"--parallel"}, true},
 		{"sim all with events", w("sim"), []string{"--scenario", "all", "--events", "1"}, []string{"--scenario all", "--events"}, true},
 		{"sim all with a report", w("sim"), []string{"--scenario", "all", "--report", "r"}, []string{"--scenario all", "--report"}, true},
-		{"sim json with trace", w("sim"), []string{"--json", "--trace"}, []string{"--json", "--trace"}, true},
 		{"sim bad coverage value", w("sim"), []string{"--coverage=maybe"}, []string{"coverage"}, true},
 		{"sim timeline into a missing directory", w("sim"), []string{"--timeline", "/nonexistent/dir/t.json"}, []string{"--timeline", "does not exist"}, true},
 		{"sim timeline onto a directory", w("sim"), []string{"--timeline", "/"}, []string{"--timeline", "directory"}, true},

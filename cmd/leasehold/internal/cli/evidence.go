@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -311,41 +310,38 @@ func failedAttempt(e *env, brokenBin string, seeds int) (*reports.Attempt, error
 			"Real bugs the harness found during development are in the commit history: a worker that never claimed again after a claim dropped following a failed heartbeat (found by the first portfolio sweeps; commit ae06659), cancellation seen mid-step acted on only after the effect call, concurrency above the claim batch limit never claiming, and a shrinker that accepted empty schedules (commit 7ab61d4).",
 		}}
 	env := append(os.Environ(), "LEASEHOLD_BROKEN="+failedVariant)
-	var seed uint64
-	for s := uint64(1); s <= uint64(seeds) && seed == 0; s++ {
-		out, err := runBin(brokenBin, env, "sim", "--scenario", failedScenario, "--seed", fmt.Sprint(s))
+	var failed seedRecord
+	for s := uint64(1); s <= uint64(seeds) && failed.Seed == 0; s++ {
+		recs, _, err := simRecords(brokenBin, env, "--scenario", failedScenario, "--seed", fmt.Sprint(s))
+		if err != nil {
+			return nil, err
+		}
 		a.SeedsRun = int(s)
-		if err != nil && strings.Contains(out, "verdict: fail") {
-			seed = s
+		if len(recs) == 1 && !recs[0].Pass {
+			failed = recs[0]
 		}
 	}
-	if seed == 0 {
+	if failed.Seed == 0 {
 		return nil, fmt.Errorf("broken variant %s was not caught within %d seeds of %s", failedVariant, seeds, failedScenario)
 	}
-	a.Seed = seed
+	seed := failed.Seed
+	a.Seed, a.Detail = seed, failed.Summary
 	tl := filepath.Join(os.TempDir(), fmt.Sprintf("leasehold-failed-%d.json", os.Getpid()))
 	defer os.Remove(tl)
-	out, _ := runBin(brokenBin, env, "sim", "--scenario", failedScenario, "--seed", fmt.Sprint(seed), "--shrink", "--timeline", tl)
-	sc := bufio.NewScanner(strings.NewReader(out))
-	inShrunk := false
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "broken: ") && a.Detail == "":
-			a.Detail = strings.TrimPrefix(line, "broken: ")
-		case strings.HasPrefix(line, "shrunk: "):
-			inShrunk = true
-			a.Invariant = line[strings.LastIndex(line, " ")+1:]
-		case strings.HasPrefix(line, "replay: "):
-			inShrunk = false
-			a.Replay = "LEASEHOLD_BROKEN=" + failedVariant + " " + strings.Replace(strings.TrimPrefix(line, "replay: "), "leasehold ", "bin/leasehold-broken ", 1)
-		case inShrunk && strings.HasPrefix(line, "  "):
-			a.Shrunk = append(a.Shrunk, strings.TrimSpace(line))
-		}
+	recs, _, err := simRecords(brokenBin, env, "--scenario", failedScenario, "--seed", fmt.Sprint(seed), "--shrink", "--timeline", tl)
+	if err != nil {
+		return nil, err
 	}
-	if a.Replay == "" {
-		return nil, fmt.Errorf("shrinking seed %d printed no replay command:\n%s", seed, out)
+	if len(recs) != 1 || recs[0].Shrunk == nil {
+		return nil, fmt.Errorf("shrinking seed %d gave no shrunk record", seed)
 	}
+	shrunk := recs[0].Shrunk
+	a.Invariant = shrunk.Broken
+	for i, ev := range shrunk.Events {
+		a.Shrunk = append(a.Shrunk, fmt.Sprintf("%d %s", shrunk.Keep[i], ev))
+	}
+	a.Replay = fmt.Sprintf("LEASEHOLD_BROKEN=%s bin/leasehold-broken sim --scenario %s --seed %d --events %s",
+		failedVariant, failedScenario, seed, joinInts(shrunk.Keep))
 	var f timelineFile
 	if b, err := os.ReadFile(tl); err == nil && json.Unmarshal(b, &f) == nil {
 		// The shrunk run happens in a few simulated milliseconds: draw it
@@ -359,13 +355,12 @@ func failedAttempt(e *env, brokenBin string, seeds int) (*reports.Attempt, error
 		t.Caption = "Fixture. The shrunk run takes a few simulated milliseconds, so it is drawn in the order things happened. The red mark is where the invariant broke. Replay: " + a.Replay
 		a.Timeline = &t
 	}
-	if i := strings.Index(a.Replay, " --events "); i >= 0 {
-		events := strings.TrimSpace(a.Replay[i+len(" --events "):])
-		out, _ := runBin(brokenBin, env, "sim", "--scenario", failedScenario, "--seed", fmt.Sprint(seed), "--events", events, "--trace")
-		for _, line := range strings.Split(out, "\n") {
-			if strings.HasPrefix(line, "seed: ") {
-				break
-			}
+	recs, _, err = simRecords(brokenBin, env, "--scenario", failedScenario, "--seed", fmt.Sprint(seed), "--events", joinInts(shrunk.Keep), "--trace")
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range recs {
+		for _, line := range rec.Trace {
 			if line == "" || strings.Contains(line, "nothing due") || strings.Contains(line, " idle") || strings.Contains(line, "no-op") {
 				continue
 			}
@@ -377,24 +372,39 @@ func failedAttempt(e *env, brokenBin string, seeds int) (*reports.Attempt, error
 	if err != nil {
 		return nil, err
 	}
-	out, err = runBin(self, os.Environ(), "sim", "--scenario", failedScenario, "--seed", "1", "--seeds", fmt.Sprint(seed), "--parallel", "1")
-	a.FixedPass = err == nil
-	summary := out
-	if i := strings.LastIndex(out, "summary: "); i >= 0 {
-		summary = strings.TrimSpace(out[i:])
+	_, sum, err := simRecords(self, os.Environ(), "--scenario", failedScenario, "--seed", "1", "--seeds", fmt.Sprint(seed), "--parallel", "1")
+	if err != nil {
+		return nil, err
 	}
+	a.FixedPass = sum.Pass
+	summary := fmt.Sprintf("scenario %s seeds %d..%d: %d passed, %d failed", sum.Scenario, sum.From, sum.From+uint64(sum.Seeds)-1, sum.Passed, sum.Failed)
 	a.FixedRun = fmt.Sprintf("leasehold sim --scenario %s --seed 1 --seeds %d (real build): %s", failedScenario, seed, summary)
 	fmt.Fprintf(e.stdout, "failed attempt: %s caught at seed %d, shrunk to %d events; real build: %s\n", failedVariant, seed, len(a.Shrunk), summary)
 	return a, nil
 }
 
-func runBin(bin string, env []string, args ...string) (string, error) {
-	cmd := exec.Command(bin, args...)
+// simRecords runs bin's sim command with args and --json under env, and
+// returns the seed records and the summary record it printed. Exit 1 (a
+// seed failed) is a verdict, not an error; any other failure, or output
+// without a summary record, is.
+func simRecords(bin string, env []string, args ...string) ([]seedRecord, summaryRecord, error) {
+	cmd := exec.Command(bin, append(append([]string{"sim"}, args...), "--json")...)
 	cmd.Env = env
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	return out.String(), err
+	var exit *exec.ExitError
+	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == exitFail) {
+		return nil, summaryRecord{}, fmt.Errorf("%s sim %s: %w: %s", bin, strings.Join(args, " "), err, oneLine(stderr.String()))
+	}
+	recs, sums, err := readRecords(stdout.Bytes())
+	if err == nil && len(sums) != 1 {
+		err = fmt.Errorf("%d summary records, want 1", len(sums))
+	}
+	if err != nil {
+		return nil, summaryRecord{}, fmt.Errorf("%s sim %s: %w", bin, strings.Join(args, " "), err)
+	}
+	return recs, sums[0], nil
 }
 
 // readRunbookResults reads go test -json output and returns each
@@ -604,14 +614,12 @@ func simTimeline(title string, entries []sim.TimelineEntry, workers int) reports
 		case sim.TimelineState:
 			t.Marks = append(t.Marks, reports.Mark{At: e.AtMs, Kind: reports.MarkState, Label: firstWord(e.Detail), Detail: detail})
 		case sim.TimelineFault:
-			if strings.HasPrefix(e.Detail, "storage_down") {
-				var ms int64
-				fmt.Sscanf(strings.TrimPrefix(e.Detail, "storage_down "), "%dms", &ms)
-				t.Shades = append(t.Shades, reports.Shade{Start: e.AtMs, End: e.AtMs + ms, Label: "storage down"})
-				end = max(end, e.AtMs+ms)
+			if e.Event == sim.EvStorageDown {
+				t.Shades = append(t.Shades, reports.Shade{Start: e.AtMs, End: e.AtMs + e.DurationMs, Label: "storage down"})
+				end = max(end, e.AtMs+e.DurationMs)
 			}
-			t.Marks = append(t.Marks, reports.Mark{Lane: e.Worker, At: e.AtMs, Kind: reports.MarkFault, Label: firstWord(e.Detail), Detail: e.Detail})
-			if strings.HasPrefix(e.Detail, "crash ") {
+			t.Marks = append(t.Marks, reports.Mark{Lane: e.Worker, At: e.AtMs, Kind: reports.MarkFault, Label: string(e.Event), Detail: e.Detail})
+			if e.Event == sim.EvCrash {
 				for k, o := range claims {
 					if o.bar.Lane == e.Worker {
 						closeBar(k, e.AtMs, "worker crashed")

@@ -253,42 +253,84 @@ func runMigrate(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "migrate", err)
 	}
-	current := 0
+	rec := migrateRecord{Database: db, From: 0, Build: queue.SchemaVersion(), Pending: []pendingMigration{}, DryRun: *dryRun}
 	if len(applied) > 0 {
-		current = applied[len(applied)-1].Version
+		rec.From = applied[len(applied)-1].Version
 	}
-	fmt.Fprintf(e.stdout, "database %s: schema version %d; this build: %d\n", db, current, queue.SchemaVersion())
 	for _, m := range pending {
-		fmt.Fprintf(e.stdout, "  pending %s (sha256 %s)\n", m.Name, m.Checksum[:16])
+		rec.Pending = append(rec.Pending, pendingMigration{Name: m.Name, SHA256: m.Checksum})
 	}
-	if len(pending) == 0 {
+	if !*c.json { // the plan first, so that a failed migration follows it
+		fmt.Fprintf(e.stdout, "database %s: schema version %d; this build: %d\n", db, rec.From, rec.Build)
+		for _, m := range rec.Pending {
+			fmt.Fprintf(e.stdout, "  pending %s (sha256 %s)\n", m.Name, m.SHA256[:16])
+		}
+	}
+	if len(pending) > 0 && !*dryRun {
+		if err := migrate(e, c.withDB(db), dir, *c.actor, &rec); err != nil {
+			return fail(e, "migrate", err)
+		}
+	}
+	if *c.json {
+		if err := printJSON(e.stdout, rec); err != nil {
+			return fail(e, "migrate", err)
+		}
+		return exitOK
+	}
+	switch {
+	case len(pending) == 0:
 		fmt.Fprintln(e.stdout, "nothing to do")
-		return exitOK
-	}
-	if *dryRun {
+	case *dryRun:
 		fmt.Fprintln(e.stdout, "dry run: nothing changed")
-		return exitOK
+	default:
+		fmt.Fprintf(e.stdout, "verified snapshot %s\n", rec.Snapshot)
+		fmt.Fprintf(e.stdout, "migrated %s to schema version %d\n", db, rec.MigratedTo)
 	}
+	return exitOK
+}
+
+// migrateRecord is what migrate did, as --json prints it.
+type migrateRecord struct {
+	Database   string             `json:"database"`
+	From       int                `json:"schema_version"`       // the database's, before
+	Build      int                `json:"build_schema_version"` // this build's
+	Pending    []pendingMigration `json:"pending"`
+	DryRun     bool               `json:"dry_run"`
+	Snapshot   string             `json:"snapshot,omitempty"`    // the verified pre-migration snapshot
+	MigratedTo int                `json:"migrated_to,omitempty"` // the schema version after, when it migrated
+}
+
+// pendingMigration is one migration the database has not applied.
+type pendingMigration struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+}
+
+// migrate snapshots the database c names into dir, verifies the
+// snapshot, applies the pending migrations and records the migration in
+// the audit trail, filling in rec.
+func migrate(e *env, c common, dir, actor string, rec *migrateRecord) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fail(e, "migrate", err)
+		return err
 	}
-	snap := filepath.Join(dir, fmt.Sprintf("%s-v%d-%s.db", strings.TrimSuffix(filepath.Base(db), filepath.Ext(db)), current, time.Now().UTC().Format("20060102T150405Z")))
+	db := *c.db
+	snap := filepath.Join(dir, fmt.Sprintf("%s-v%d-%s.db", strings.TrimSuffix(filepath.Base(db), filepath.Ext(db)), rec.From, time.Now().UTC().Format("20060102T150405Z")))
 	if _, err := queue.CreateSnapshot(e.ctx, db, snap, time.Now()); err != nil {
-		return fail(e, "migrate", fmt.Errorf("snapshot before migrating: %w", err))
+		return fmt.Errorf("snapshot before migrating: %w", err)
 	}
 	if _, err := queue.VerifySnapshot(e.ctx, snap); err != nil {
-		return fail(e, "migrate", fmt.Errorf("the pre-migration snapshot failed verification, nothing migrated: %w", err))
+		return fmt.Errorf("the pre-migration snapshot failed verification, nothing migrated: %w", err)
 	}
-	fmt.Fprintf(e.stdout, "verified snapshot %s\n", snap)
-	q, err := openQueue(e.ctx, c.withDB(db), queue.MigrateAll)
+	rec.Snapshot = snap
+	q, err := openQueue(e.ctx, c, queue.MigrateAll)
 	if err != nil {
-		return fail(e, "migrate", fmt.Errorf("migrate (restore %s if needed): %w", snap, err))
+		return fmt.Errorf("migrate (restore %s if needed): %w", snap, err)
 	}
 	defer q.Close()
-	if err := q.RecordOperatorEvent(e.ctx, model.EventMigrated, *c.actor,
-		fmt.Sprintf("schema %d -> %d; snapshot %s", current, queue.SchemaVersion(), filepath.Base(snap))); err != nil {
-		return fail(e, "migrate", err)
+	if err := q.RecordOperatorEvent(e.ctx, model.EventMigrated, actor,
+		fmt.Sprintf("schema %d -> %d; snapshot %s", rec.From, queue.SchemaVersion(), filepath.Base(snap))); err != nil {
+		return err
 	}
-	fmt.Fprintf(e.stdout, "migrated %s to schema version %d\n", db, queue.SchemaVersion())
-	return exitOK
+	rec.MigratedTo = queue.SchemaVersion()
+	return nil
 }

@@ -429,6 +429,17 @@ func TestMigrate(t *testing.T) {
 	require.Equal(t, sum, sha256File(t, prod), "a dry run leaves the database byte for byte")
 	require.Equal(t, before, tree(t, f.dir), "a dry run writes no file (no snapshot, no WAL)")
 
+	// --json: the same plan as a record, and still nothing written.
+	r = lh(t, "migrate", "--db", prod, "--dry-run", "--json")
+	requireOK(t, r)
+	var plan migrateRecord
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &plan), r.stdout)
+	require.Equal(t, migrateRecord{Database: prod, From: 2, Build: queue.SchemaVersion(), DryRun: true,
+		Pending: plan.Pending}, plan)
+	require.Len(t, plan.Pending, queue.SchemaVersion()-2)
+	require.Equal(t, pendingMigration{Name: last.Name, SHA256: last.Checksum}, plan.Pending[len(plan.Pending)-1])
+	require.Equal(t, sum, sha256File(t, prod))
+
 	// Every other command refuses the outdated database until it is migrated.
 	requireFailed(t, lh(t, "list", "--db", prod), "schema version 2")
 
@@ -477,7 +488,13 @@ func TestMigrate(t *testing.T) {
 	// Without --snapshot-dir the snapshot goes next to the database.
 	other := filepath.Join(f.dir, "other.db")
 	copyFixture(t, other)
-	requireOK(t, lh(t, "migrate", "--db", other, "--actor", "olga"))
+	r = lh(t, "migrate", "--db", other, "--actor", "olga", "--json")
+	requireOK(t, r)
+	var done migrateRecord
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &done), r.stdout)
+	require.Equal(t, queue.SchemaVersion(), done.MigratedTo)
+	require.False(t, done.DryRun)
+	require.FileExists(t, done.Snapshot)
 	entries, err = os.ReadDir(filepath.Join(f.dir, "snapshots"))
 	require.NoError(t, err)
 	require.Len(t, entries, 2, "one snapshot and its manifest")
@@ -779,6 +796,21 @@ func TestSimJSONRecords(t *testing.T) {
 
 	_, err = readSeedRecords([]byte(lines[0] + "\nseed: 7\n"))
 	require.ErrorContains(t, err, "line 2 is not a record")
+
+	// --check-determinism and --trace go into the record.
+	r = lh(t, "sim", "--scenario", "late-result", "--seed", "2", "--check-determinism", "--trace", "--json")
+	requireOK(t, r)
+	recs, sums, err := readRecords([]byte(r.stdout))
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Len(t, sums, 1)
+	require.NotNil(t, recs[0].Deterministic)
+	require.True(t, *recs[0].Deterministic)
+	require.NotEmpty(t, recs[0].Trace)
+	require.Nil(t, recs[0].Shrunk, "a passing seed has nothing to shrink")
+	text := lh(t, "sim", "--scenario", "late-result", "--seed", "2", "--trace")
+	requireOK(t, text)
+	require.True(t, strings.HasPrefix(text.stdout, strings.Join(recs[0].Trace, "\n")+"\nseed: 2\n"), "the text prints the same trace")
 }
 
 // A sweep process's seeds count only when it exited 0 or 1 (as its

@@ -128,9 +128,6 @@ func simFlags(args []string) (simOptions, error) {
 			return o, badUsage("--timeline: the directory of %s does not exist", o.timeline)
 		}
 	}
-	if o.json && o.trace {
-		return o, badUsage("--json and --trace: the trace is text; drop one")
-	}
 	var err error
 	if o.keep, err = parseIndices(*keep); err != nil {
 		return o, badUsage("--events: %v", err)
@@ -226,41 +223,34 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]seedRecord, int
 }
 
 // simOne runs one seed, optionally shrinking a failure or checking
-// determinism, and returns its record and whether everything asked of it
-// passed.
+// determinism, prints its record, and returns the record and whether
+// everything asked of it passed.
 func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64) (seedRecord, bool) {
 	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: o.keep, Trace: o.trace, Timeline: o.timeline != ""}
 	r := sim.Run(cfg)
-	for _, line := range r.Trace {
-		fmt.Fprintln(e.stdout, line)
-	}
 	rec := seedRecordOf(r)
-	printRecord(e, rec, o.json)
 	ok := r.Pass
-	say := func(format string, args ...any) {
-		if !o.json {
-			fmt.Fprintf(e.stdout, format, args...)
-		}
-	}
 	if o.determinism {
-		again := sim.Run(cfg)
-		if again.Fingerprint != r.Fingerprint {
-			say("determinism: FAILED: second run fingerprint %s\n", again.Fingerprint)
-			ok = false
-		} else {
-			say("determinism: same fingerprint twice\n")
-		}
+		same := sim.Run(cfg).Fingerprint == r.Fingerprint
+		rec.Deterministic = &same
+		ok = ok && same
 	}
 	if o.shrink && !r.Pass {
 		s := sim.Shrink(cfg, r)
-		say("shrunk: %d of %d events still break %s\n", len(s.Keep), len(r.Schedule), r.Broken())
+		rec.Shrunk = &shrunkRecord{Broken: r.Broken(), Of: len(r.Schedule), Keep: s.Keep, Events: make([]string, len(s.Events)),
+			Replay: fmt.Sprintf("leasehold sim --scenario %s --seed %d --events %s", sc.Name, seed, joinInts(s.Keep))}
 		for i, ev := range s.Events {
-			say("  %d %s\n", s.Keep[i], ev)
+			rec.Shrunk.Events[i] = ev.String()
 		}
-		say("replay: leasehold sim --scenario %s --seed %d --events %s\n", sc.Name, seed, joinInts(s.Keep))
 		if o.timeline != "" {
 			r = sim.Run(sim.Config{Scenario: sc, Seed: seed, Keep: s.Keep, Timeline: true})
 		}
+	}
+	if o.json {
+		rec.Trace = r.Trace
+		writeJSONLine(e.stdout, rec)
+	} else {
+		printSeedText(e.stdout, rec, r.Trace)
 	}
 	if o.timeline != "" {
 		if err := writeTimeline(o.timeline, r); err != nil {

@@ -34,6 +34,23 @@ type seedRecord struct {
 	Rounds      int          `json:"rounds"`
 	SimulatedMs int64        `json:"simulated_ms"`
 	Coverage    sim.Coverage `json:"coverage"`
+	// Deterministic is set by --check-determinism: whether a second run
+	// gave the same fingerprint.
+	Deterministic *bool `json:"deterministic,omitempty"`
+	// Shrunk is set by --shrink on a failed seed.
+	Shrunk *shrunkRecord `json:"shrunk,omitempty"`
+	// Trace is every trace line, with --trace.
+	Trace []string `json:"trace,omitempty"`
+}
+
+// shrunkRecord is a failed seed's schedule shrunk to the fewest events that
+// still break the same thing.
+type shrunkRecord struct {
+	Broken string   `json:"broken"` // what the shrunk run still breaks
+	Of     int      `json:"of"`     // the events of the whole schedule
+	Keep   []int    `json:"keep"`   // the kept events' indices
+	Events []string `json:"events"` // the kept events, as schedules print them
+	Replay string   `json:"replay"` // the command that replays the shrunk run
 }
 
 // summaryRecord closes a scenario's records: the sweep's counts, its merged
@@ -71,18 +88,41 @@ func printRecord(e *env, rec seedRecord, asJSON bool) {
 		writeJSONLine(e.stdout, rec)
 		return
 	}
-	fmt.Fprintf(e.stdout, "seed: %d\nscenario: %s\nfaults: %s\nfingerprint: %s\n", rec.Seed, rec.Scenario, rec.Faults, rec.Fingerprint)
+	printSeedText(e.stdout, rec, nil)
+}
+
+// printSeedText prints a seed's trace lines, if any, then its record as
+// text, then what --check-determinism and --shrink found.
+func printSeedText(w io.Writer, rec seedRecord, trace []string) {
+	for _, line := range trace {
+		fmt.Fprintln(w, line)
+	}
+	fmt.Fprintf(w, "seed: %d\nscenario: %s\nfaults: %s\nfingerprint: %s\n", rec.Seed, rec.Scenario, rec.Faults, rec.Fingerprint)
 	if rec.Pass {
-		fmt.Fprintln(e.stdout, "verdict: pass")
-		return
+		fmt.Fprintln(w, "verdict: pass")
+	} else {
+		fmt.Fprintln(w, "verdict: fail")
+		fmt.Fprintf(w, "broken: %s\n", rec.Summary)
+		fmt.Fprintln(w, "events leading to it:")
+		for _, line := range rec.Tail {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+		fmt.Fprintf(w, "reproduce: %s\n", rec.Reproduce)
 	}
-	fmt.Fprintln(e.stdout, "verdict: fail")
-	fmt.Fprintf(e.stdout, "broken: %s\n", rec.Summary)
-	fmt.Fprintln(e.stdout, "events leading to it:")
-	for _, line := range rec.Tail {
-		fmt.Fprintf(e.stdout, "  %s\n", line)
+	switch {
+	case rec.Deterministic == nil:
+	case *rec.Deterministic:
+		fmt.Fprintln(w, "determinism: same fingerprint twice")
+	default:
+		fmt.Fprintln(w, "determinism: FAILED: a second run gave another fingerprint")
 	}
-	fmt.Fprintf(e.stdout, "reproduce: %s\n", rec.Reproduce)
+	if s := rec.Shrunk; s != nil {
+		fmt.Fprintf(w, "shrunk: %d of %d events still break %s\n", len(s.Keep), s.Of, s.Broken)
+		for i, ev := range s.Events {
+			fmt.Fprintf(w, "  %d %s\n", s.Keep[i], ev)
+		}
+		fmt.Fprintf(w, "replay: %s\n", s.Replay)
+	}
 }
 
 // writeJSONLine writes v as one line of JSON.
@@ -97,7 +137,15 @@ func writeJSONLine(w io.Writer, v any) {
 // readSeedRecords reads the seed records of sim --json output, in order;
 // summary records are skipped. A line that is not a record is an error.
 func readSeedRecords(out []byte) ([]seedRecord, error) {
+	recs, _, err := readRecords(out)
+	return recs, err
+}
+
+// readRecords reads sim --json output: its seed records and its summary
+// records, each in order. A line that is not a record is an error.
+func readRecords(out []byte) ([]seedRecord, []summaryRecord, error) {
 	var recs []seedRecord
+	var sums []summaryRecord
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -109,16 +157,24 @@ func readSeedRecords(out []byte) ([]seedRecord, error) {
 			Record string `json:"record"`
 		}
 		if err := json.Unmarshal(line, &kind); err != nil {
-			return recs, fmt.Errorf("line %d is not a record: %w", n, err)
+			return recs, sums, fmt.Errorf("line %d is not a record: %w", n, err)
 		}
-		if kind.Record != recordSeed {
-			continue
+		var err error
+		switch kind.Record {
+		case recordSeed:
+			var rec seedRecord
+			err = json.Unmarshal(line, &rec)
+			recs = append(recs, rec)
+		case recordSummary:
+			var sum summaryRecord
+			err = json.Unmarshal(line, &sum)
+			sums = append(sums, sum)
+		default:
+			err = fmt.Errorf("unknown record %q", kind.Record)
 		}
-		var rec seedRecord
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return recs, fmt.Errorf("line %d: %w", n, err)
+		if err != nil {
+			return recs, sums, fmt.Errorf("line %d: %w", n, err)
 		}
-		recs = append(recs, rec)
 	}
-	return recs, sc.Err()
+	return recs, sums, sc.Err()
 }
