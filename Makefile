@@ -25,6 +25,14 @@ test: ## Run the whole test suite (what CI runs)
 	$(GO) test -count=1 -race -timeout 10m ./worker ./faults
 	$(GO) test -count=1 -race -timeout 10m -run 'TestServe|TestTwoProcess|TestConcurrent' ./cmd/leasehold/internal/httpapi ./queue
 
+# The PostgreSQL suites run inside make test whenever LEASEHOLD_TEST_POSTGRES
+# names a server (.ci/run sets it); test-postgres finds or starts one with
+# .ci/postgres and runs them alone.
+.PHONY: test-postgres
+test-postgres: ## Run the PostgreSQL store's suites, starting a test server if none answers
+	url="$$(.ci/postgres)" && LEASEHOLD_TEST_POSTGRES="$$url" $(GO) test -count=1 -timeout 5m ./internal/pgtest && \
+	  LEASEHOLD_TEST_POSTGRES="$$url" $(GO) test -count=1 -timeout 5m -run 'Postgres|Pg' ./queue/...
+
 .PHONY: rapid
 rapid: ## Run the property tests with RAPID_CHECKS=N checks (default 100)
 	RAPID_CHECKS=$(RAPID_CHECKS) $(GO) test -count=1 -timeout 60m -run 'Rapid' ./...

@@ -1,0 +1,327 @@
+-- Queries of the PostgreSQL store, under the same names as the SQLite
+-- store's (a test compares the two lists). Each starts with a "-- name: NAME"
+-- line and runs to the next one. {task_columns} expands to the fragment of
+-- that name, the column order rows are scanned in. Parameters are written
+-- :name, as in SQLite's file, and rewritten to $n when the file loads.
+-- Text is ordered with COLLATE "C", so the order does not depend on the
+-- server's locale.
+
+-- The advisory locks are keyed by a constant and the schema, so queues in
+-- different schemas of one database do not wait on each other.
+
+-- name: task_columns
+seq, id, user_id, idem_key, request_hash, payload, state, reason, priority, run_at, deadline,
+version, attempts_charged, attempts_max, owner, lease_until, heartbeat_at, claimed_at,
+queued_at, cost_budget, cost_used, steps_max, steps_used, checkpoint, cancel_requested,
+cancelled_by, approved_by, approval_gate, approval_version, schedule_id, schedule_run,
+last_error, created_at, updated_at, attempts_failed
+
+-- name: schema_version
+SELECT COALESCE(MAX(version), 0) FROM schema_migrations;
+
+-- name: settings_all
+SELECT key, value FROM settings;
+
+-- name: setting_set
+UPDATE settings SET value = :value WHERE key = :key;
+
+-- name: task_by_id
+SELECT {task_columns} FROM tasks WHERE id = :id;
+
+-- name: task_by_key
+SELECT id, request_hash FROM tasks WHERE user_id = :user AND idem_key = :key;
+
+-- name: user_ensure
+-- Admission's lock, then the user's row. Every submit takes the same
+-- transaction-scoped advisory lock first, so the depth checks that follow
+-- (user_depth, active_total, each a statement of its own and so reading
+-- after the lock is held) see every earlier submit: the caps cannot be
+-- raced by submits on other connections or machines. Claims and settles
+-- only lower the counts, and do not take it.
+WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked)
+INSERT INTO users (user_id) SELECT :user FROM admission
+ON CONFLICT (user_id) DO NOTHING;
+
+-- name: user_depth
+SELECT active, depth_limit FROM user_caps WHERE user_id = :user;
+
+-- name: active_total
+SELECT COALESCE(SUM(active), 0)::BIGINT FROM users;
+
+-- name: task_insert
+INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
+                   attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
+                   created_at, updated_at)
+VALUES (:id, :user, :key, :hash, :payload, 'queued', :priority, :run_at, :deadline,
+        :attempts_max, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :now, :now);
+
+-- name: event_insert
+-- The shared advisory lock, held until the transaction ends, is taken
+-- before the row's seq is drawn: see events_after_lock.
+WITH writing AS (SELECT pg_advisory_xact_lock_shared(7424602, hashtext(current_schema())) AS locked)
+INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+SELECT :task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail, :scope
+FROM writing;
+
+-- name: claim_next
+-- The next tasks in claim order, locked, skipping those another claimer
+-- holds. The user filter is a hint read from the statement's snapshot; the
+-- claim decides under claim_users_lock.
+SELECT {task_columns} FROM tasks
+WHERE state = 'queued' AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+  AND user_id IN (SELECT user_id FROM user_caps WHERE running_limit <= 0 OR running < running_limit)
+ORDER BY priority DESC, run_at, seq
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: claim_users_lock
+-- The counter rows of the users a claim would take tasks of, locked in one
+-- fixed order (so two claimers never wait on each other in a cycle) and
+-- read after the lock: running is then the count every committed claim
+-- and settle has left, and stays so until this transaction ends.
+SELECT u.user_id, u.running,
+       CASE WHEN u.running_max >= 0 THEN u.running_max
+            ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END
+FROM users u
+WHERE u.user_id = ANY(:users)
+ORDER BY u.user_id COLLATE "C"
+FOR UPDATE OF u;
+
+-- name: claim_any
+-- Whether any task is claimable, read without a transaction, so that an
+-- idle worker's poll takes no lock.
+SELECT 1 FROM tasks
+WHERE state = 'queued' AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+  AND user_id IN (SELECT user_id FROM user_caps WHERE running_limit <= 0 OR running < running_limit)
+LIMIT 1;
+
+-- name: claim_task
+UPDATE tasks
+SET state = 'running', version = version + 1, owner = :owner, lease_until = :lease_until,
+    claimed_at = :now, heartbeat_at = :now, updated_at = :now
+WHERE seq = :seq AND state = 'queued';
+
+-- name: heartbeat
+UPDATE tasks SET lease_until = :lease_until, heartbeat_at = :now, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now;
+
+-- name: step_apply
+UPDATE tasks
+SET steps_used = steps_used + 1, cost_used = cost_used + :cost, checkpoint = :checkpoint, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now AND steps_used = :index;
+
+-- name: touch
+UPDATE tasks SET updated_at = :now WHERE id = :id;
+
+-- name: pause_apply
+UPDATE tasks
+SET state = 'waiting_for_approval', owner = '', lease_until = 0, steps_used = steps_used + 1,
+    approval_gate = :gate, approval_version = version, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now AND steps_used = :index;
+
+-- name: complete_fenced
+UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now;
+
+-- name: settle
+UPDATE tasks
+SET state = :to_state, reason = :reason, owner = '', lease_until = 0, run_at = :run_at,
+    queued_at = CASE WHEN :to_state = 'queued' THEN :now ELSE queued_at END,
+    attempts_charged = :attempts_charged, attempts_failed = :attempts_failed, last_error = :last_error, cancelled_by = :cancelled_by,
+    approved_by = :approved_by, cost_budget = :cost_budget, steps_max = :steps_max, updated_at = :now
+WHERE id = :id AND state = :from_state AND version = :version;
+
+-- name: cancel_request
+UPDATE tasks SET cancel_requested = 1, cancelled_by = :actor, updated_at = :now
+WHERE id = :id AND state = 'running' AND cancel_requested = 0;
+
+-- name: effect_by_op
+SELECT op_id, task_id, step, intent_fence, intent_at, receipt_fence, receipt_at, receipt_by, result
+FROM effects WHERE op_id = :op_id;
+
+-- name: effect_insert
+INSERT INTO effects (op_id, task_id, step, intent_fence, intent_at)
+VALUES (:op_id, :task_id, :step, :fence, :now);
+
+-- name: effect_receipt
+UPDATE effects SET receipt_fence = :fence, receipt_at = :now, receipt_by = :by, result = :result
+WHERE op_id = :op_id AND receipt_at = 0;
+
+-- name: effect_delete
+DELETE FROM effects WHERE op_id = :op_id AND receipt_at = 0;
+
+-- name: effects_by_task
+SELECT e.op_id, e.task_id, e.step, e.intent_fence, e.intent_at, e.receipt_fence, e.receipt_at,
+       e.receipt_by, e.result
+FROM effects e WHERE e.task_id = :task_id ORDER BY e.step;
+
+-- name: effects_all
+SELECT e.op_id, e.task_id, e.step, e.intent_fence, e.intent_at, e.receipt_fence, e.receipt_at,
+       e.receipt_by, e.result
+FROM effects e JOIN tasks t ON t.id = e.task_id ORDER BY t.seq, e.step;
+
+-- name: reap_deadlines
+SELECT {task_columns} FROM tasks
+WHERE deadline != 0 AND state IN ('queued', 'running', 'waiting_for_approval') AND deadline < :now
+ORDER BY seq LIMIT :limit;
+
+-- name: reap_any
+SELECT EXISTS (SELECT 1 FROM tasks WHERE deadline != 0 AND state IN ('queued', 'running', 'waiting_for_approval') AND deadline < :now)
+    OR EXISTS (SELECT 1 FROM tasks WHERE state = 'running' AND lease_until <= :now);
+
+-- name: reap_leases
+SELECT {task_columns} FROM tasks
+WHERE state = 'running' AND lease_until <= :now
+ORDER BY seq LIMIT :limit;
+
+-- name: list_all
+SELECT {task_columns} FROM tasks ORDER BY seq LIMIT :limit;
+
+-- name: list_by_state
+SELECT {task_columns} FROM tasks WHERE state = :state ORDER BY seq LIMIT :limit;
+
+-- name: list_by_user
+SELECT {task_columns} FROM tasks WHERE user_id = :user ORDER BY seq LIMIT :limit;
+
+-- name: list_by_user_state
+SELECT {task_columns} FROM tasks WHERE user_id = :user AND state = :state ORDER BY seq LIMIT :limit;
+
+-- name: events_by_task
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
+FROM events WHERE task_id = :task_id ORDER BY seq;
+
+-- name: events_all
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
+FROM events ORDER BY seq;
+
+-- name: user_limits
+SELECT user_id, running_max, depth_max FROM users WHERE running_max >= 0 OR depth_max >= 0
+ORDER BY user_id COLLATE "C";
+
+-- name: user_limit_set
+INSERT INTO users (user_id, running_max, depth_max) VALUES (:user, :running_max, :depth_max)
+ON CONFLICT (user_id) DO UPDATE SET running_max = excluded.running_max, depth_max = excluded.depth_max;
+
+-- name: schedule_insert
+INSERT INTO schedules (id, user_id, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
+VALUES (:id, :user, :payload, :cost_budget, :steps_max, :priority, :origin, :period_ms, :now);
+
+-- name: schedule_count
+SELECT COUNT(*) FROM schedules;
+
+-- name: schedules_all
+SELECT id, user_id, payload, cost_budget, steps_max, priority, origin, period_ms, last_run, created_at
+FROM schedules ORDER BY id COLLATE "C";
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE id = :id;
+
+-- name: schedule_ran
+UPDATE schedules SET last_run = :k WHERE id = :id AND last_run < :k;
+
+-- name: tallies_all
+SELECT name, SUM(n)::BIGINT, SUM(sum_ms)::BIGINT FROM tally_deltas GROUP BY name ORDER BY name COLLATE "C";
+
+-- name: oldest_queued
+SELECT MIN(GREATEST(queued_at, run_at)) FROM tasks WHERE state = 'queued' AND run_at <= :now;
+
+-- name: counters_check
+-- Three counts that are zero when the counters agree with the tasks: state
+-- tallies that differ from a count of the tasks, users whose running or
+-- active count differs, and users running more tasks than their limit.
+SELECT
+    (SELECT COUNT(*) FROM (SELECT name, SUM(n) AS n FROM tally_deltas WHERE name LIKE 'state:%' GROUP BY name) s
+        LEFT JOIN (SELECT 'state:' || state AS name, COUNT(*) AS n FROM tasks GROUP BY state) c ON c.name = s.name
+        WHERE s.n != COALESCE(c.n, 0)),
+    (SELECT COUNT(*) FROM users u
+        WHERE u.running != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id AND t.state = 'running')
+           OR u.active != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id
+                               AND t.state IN ('queued', 'running', 'waiting_for_approval'))),
+    (SELECT COUNT(*) FROM user_caps WHERE running_limit > 0 AND running > running_limit);
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    BIGINT PRIMARY KEY,
+    name       TEXT NOT NULL,
+    checksum   TEXT NOT NULL,
+    applied_at BIGINT NOT NULL
+);
+
+-- name: migrations_lock
+-- Taken first by a migrating transaction, so two processes starting on an
+-- empty database migrate it once.
+SELECT pg_advisory_xact_lock(7424600, hashtext(current_schema()));
+
+-- name: migrations_table_exists
+SELECT COUNT(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = 'schema_migrations';
+
+-- name: migrations_applied
+SELECT version, name, checksum FROM schema_migrations ORDER BY version;
+
+-- name: migration_record
+INSERT INTO schema_migrations (version, name, checksum, applied_at)
+VALUES (:version, :name, :checksum, :now);
+
+-- name: savepoint
+SAVEPOINT submit_one;
+
+-- name: savepoint_rollback
+ROLLBACK TO submit_one;
+
+-- name: savepoint_release
+RELEASE submit_one;
+
+-- name: group_savepoint
+SAVEPOINT group_member;
+
+-- name: group_rollback
+ROLLBACK TO group_member;
+
+-- name: events_after_lock
+-- A follower's first statement, in a transaction of its own: it waits for
+-- every transaction that is inserting events (each holds the shared lock
+-- from its first event_insert until it ends), and holds new ones off until
+-- the follower's transaction ends. events_after, the next statement, then
+-- reads a snapshot in which every event numbered at or below the
+-- sequence's last value is committed or rolled back: none can appear
+-- behind the cursor later.
+SELECT pg_advisory_xact_lock(7424602, hashtext(current_schema()));
+
+-- name: events_after
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
+FROM events
+WHERE seq > :after AND seq <= (SELECT last_value FROM events_seq)
+ORDER BY seq LIMIT :limit;
+
+-- name: health
+-- The health probe: a write that commits.
+INSERT INTO settings (key, value) VALUES ('health_probe', 1)
+ON CONFLICT (key) DO UPDATE SET value = settings.value + 1;
+
+-- name: audit_by_task
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
+FROM events
+WHERE task_id = :task_id AND (:actor = '' OR actor = :actor) AND at >= :since AND at < :until
+ORDER BY seq
+LIMIT :limit;
+
+-- name: audit_by_actor
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
+FROM events
+WHERE actor = :actor AND at >= :since AND at < :until
+ORDER BY seq
+LIMIT :limit;
+
+-- name: audit_by_time
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
+FROM events
+WHERE at >= :since AND at < :until
+ORDER BY seq
+LIMIT :limit;
+
+-- name: audit_all
+SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
+FROM events
+WHERE at >= :since AND at < :until
+ORDER BY seq
+LIMIT :limit;
