@@ -17,11 +17,12 @@ func (q *Queue) EventsAfter(ctx context.Context, after int64, limit int) ([]mode
 	if limit < 1 || limit > model.ListLimitMax {
 		return nil, &model.ValidationError{Field: "limit", Problem: fmt.Sprintf("must be between 1 and %d, got %d", model.ListLimitMax, limit)}
 	}
-	rows, err := q.readRows(ctx, "events_after", sql.Named("after", after), sql.Named("limit", limit))
-	if err != nil {
-		return nil, err
-	}
-	return scanEvents(rows)
+	var out []model.Event
+	err := q.readSettled(ctx, "events_after", func(rows *sql.Rows) (err error) {
+		out, err = scanEvents(rows)
+		return err
+	}, sql.Named("after", after), sql.Named("limit", limit))
+	return out, err
 }
 
 // AuditFilter selects audit events. Zero values select everything; Until

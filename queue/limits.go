@@ -98,7 +98,7 @@ func (q *Queue) SetLimits(ctx context.Context, l model.Limits, actor string) err
 				return err
 			}
 		}
-		if _, err := t.exec("reblock_all"); err != nil {
+		if err := t.reblock("reblock_all"); err != nil {
 			return err
 		}
 		return t.emit(model.Event{Kind: model.EventLimitsSet, Actor: actor, Detail: model.DetailLimits(l)})
@@ -118,9 +118,21 @@ func (q *Queue) SetUserLimit(ctx context.Context, u model.UserLimit, actor strin
 			sql.Named("running_max", u.RunningMax), sql.Named("depth_max", u.DepthMax)); err != nil {
 			return err
 		}
-		if _, err := t.exec("reblock_user", sql.Named("user", u.User)); err != nil {
+		if err := t.reblock("reblock_user", sql.Named("user", u.User)); err != nil {
 			return err
 		}
 		return t.emit(model.Event{Kind: model.EventLimitsSet, Actor: actor, Detail: model.DetailUserLimit(u)})
 	})
+}
+
+// reblock re-evaluates the blocked flags of queued tasks after a limit
+// changed, in a store that keeps such flags (SQLite's triggers do). A store
+// whose claim reads each user's limit and running count under the user's
+// row lock (PostgreSQL's) keeps none, and its SQL has no reblock queries.
+func (t *txn) reblock(name string, args ...any) error {
+	if _, ok := t.q.sql.queries[name]; !ok {
+		return nil
+	}
+	_, err := t.exec(name, args...)
+	return err
 }

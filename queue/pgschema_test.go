@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"io/fs"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/internal/pgtest"
@@ -30,7 +32,7 @@ func TestPostgresMigrationsArePinned(t *testing.T) {
 		require.Equal(t, i+1, m.Version)
 		pinned, ok := pinnedPostgresMigrations[m.Name]
 		require.True(t, ok, "migration %s is not pinned; add its checksum to pinnedPostgresMigrations", m.Name)
-		body, err := postgresFiles.ReadFile("sql/postgres/migrations/" + m.Name)
+		body, err := fs.ReadFile(pgBackend{}.sqlFiles(), "migrations/"+m.Name)
 		require.NoError(t, err)
 		sum := sha256.Sum256(body)
 		require.Equal(t, pinned, hex.EncodeToString(sum[:]), "committed migration %s changed", m.Name)
@@ -42,17 +44,19 @@ func TestPostgresMigrationsArePinned(t *testing.T) {
 // postgresOnlyQueries and sqliteOnlyQueries are the differences between the
 // two stores' query lists, each for a reason the PostgreSQL files state:
 // the claim locks its users' counter rows (no blocked flags to re-block),
-// migrations and event followers take advisory locks first.
+// writes are never grouped (no group savepoints), event followers take an
+// advisory lock first.
 var (
-	postgresOnlyQueries = []string{"claim_users_lock", "events_after_lock", "migrations_lock"}
-	sqliteOnlyQueries   = []string{"reblock_all", "reblock_user"}
+	postgresOnlyQueries = []string{"claim_users_lock", "events_after_lock"}
+	sqliteOnlyQueries   = []string{"group_rollback", "group_savepoint", "reblock_all", "reblock_user"}
 )
 
 func TestPostgresQueriesMatchSQLite(t *testing.T) {
-	sqlite, err := queries()
+	sqliteSet, err := sqlOf(sqliteBackend{})
 	require.NoError(t, err)
-	pg, err := postgresQueries()
+	pgSet, err := sqlOf(pgBackend{})
 	require.NoError(t, err)
+	sqlite, pg := sqliteSet.queries, pgSet.queries
 	var onlySQLite, onlyPG []string
 	for name := range sqlite {
 		if _, ok := pg[name]; !ok && name != "task_columns" && !isBrokenVariant(name) {
@@ -81,84 +85,83 @@ func isBrokenVariant(name string) bool {
 	return false
 }
 
-func TestRewriteNamed(t *testing.T) {
-	for _, tc := range []struct {
-		in, out string
-		params  []string
-	}{
-		{"SELECT :a, :b, :a", "SELECT $1, $2, $1", []string{"a", "b"}},
-		{"SELECT x::BIGINT FROM t WHERE y = :y_2", "SELECT x::BIGINT FROM t WHERE y = $1", []string{"y_2"}},
-		{"SELECT 'state:queued', ':not' || :p", "SELECT 'state:queued', ':not' || $1", []string{"p"}},
-		{"SELECT 'it''s :x' -- :y\n, :z", "SELECT 'it''s :x' -- :y\n, $1", []string{"z"}},
-		{`SELECT "a:b" FROM t`, `SELECT "a:b" FROM t`, nil},
-		{"CREATE FUNCTION f() AS $$ SELECT :x $$", "CREATE FUNCTION f() AS $$ SELECT :x $$", nil},
-		{"SELECT $body$ :x $body$, :y", "SELECT $body$ :x $body$, $1", []string{"y"}},
-		{"SELECT a FROM t WHERE b = ANY(:users)", "SELECT a FROM t WHERE b = ANY($1)", []string{"users"}},
-	} {
-		out, params, err := rewriteNamed(tc.in)
-		require.NoError(t, err, tc.in)
-		require.Equal(t, tc.out, out, tc.in)
-		require.Equal(t, tc.params, params, tc.in)
-	}
-	for _, bad := range []string{"SELECT $1", "SELECT 'open", `SELECT "open`, "SELECT $$ open"} {
-		_, _, err := rewriteNamed(bad)
-		require.Error(t, err, bad)
-	}
-}
-
-func TestOrderedArguments(t *testing.T) {
-	params := map[string][]string{"q": {"b", "a"}}
-	named := func(n string, v any) driverValue { return driverValue{Name: n, Value: v} }
-	got, err := ordered(params, "q", namedValues2(named("a", 1), named("b", 2)))
-	require.NoError(t, err)
-	require.Equal(t, []any{2, 1}, valuesOf(got))
-	require.Equal(t, []int{1, 2}, ordinalsOf(got))
-
-	_, err = ordered(params, "q", namedValues2(named("a", 1)))
-	require.ErrorContains(t, err, "needs argument b")
-	_, err = ordered(params, "q", namedValues2(named("a", 1), named("b", 2), named("c", 3)))
-	require.ErrorContains(t, err, "no parameter c")
-	_, err = ordered(params, "other", namedValues2(named("a", 1)))
-	require.ErrorIs(t, err, errNamedUnknown)
-	positional, err := ordered(params, "other", namedValues2(named("", 7)))
-	require.NoError(t, err)
-	require.Equal(t, []any{7}, valuesOf(positional))
-}
-
 // migratePostgresURL is the pgtest.Setup of this package's PostgreSQL
-// tests: the store's migrations, recorded at the Unix epoch.
+// tests: Open migrates the new schema.
 func migratePostgresURL(ctx context.Context, url string) error {
-	db, err := openPostgresDB(url)
+	q, err := Open(ctx, Options{Path: url, Clock: clockwork.NewFakeClockAt(time.UnixMilli(0)), IDs: model.NewSeededIDs(1)})
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	return migratePostgres(ctx, db, MigrateNew, time.UnixMilli(0))
+	return q.Close()
 }
 
-// freshPostgres returns a pool on a new, migrated PostgreSQL schema.
-func freshPostgres(t *testing.T) *sql.DB {
+// pgFixture is a queue on a new, migrated PostgreSQL schema, with helpers
+// that run the store's statements by name.
+type pgFixture struct {
+	t   *testing.T
+	ctx context.Context
+	url string
+	q   *Queue
+	db  *sql.DB
+}
+
+// freshPostgres returns a fixture on a new, migrated PostgreSQL schema.
+func freshPostgres(t *testing.T) *pgFixture {
 	t.Helper()
 	url := pgtest.Fresh(t, migratePostgresURL)
-	db, err := openPostgresDB(url)
+	ctx := context.Background()
+	q, err := Open(ctx, Options{Path: url, Clock: clockwork.NewFakeClockAt(time.UnixMilli(1000)), IDs: model.NewSeededIDs(1)})
 	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	return db
+	t.Cleanup(func() { q.Close() })
+	return &pgFixture{t: t, ctx: ctx, url: url, q: q, db: q.DB()}
+}
+
+// args binds named arguments for the named statement.
+func (f *pgFixture) args(name string, args ...any) (string, []any) {
+	f.t.Helper()
+	qq := f.q.query(name)
+	bound, err := bindArgs(name, qq, args)
+	require.NoError(f.t, err)
+	return qq.text, bound
+}
+
+func (f *pgFixture) exec(name string, args ...any) int64 {
+	f.t.Helper()
+	text, bound := f.args(name, args...)
+	res, err := f.db.ExecContext(f.ctx, text, bound...)
+	require.NoError(f.t, err, name)
+	n, err := res.RowsAffected()
+	require.NoError(f.t, err)
+	return n
+}
+
+func (f *pgFixture) queryRow(name string, args ...any) *sql.Row {
+	f.t.Helper()
+	text, bound := f.args(name, args...)
+	return f.db.QueryRowContext(f.ctx, text, bound...)
+}
+
+func (f *pgFixture) query(name string, args ...any) *sql.Rows {
+	f.t.Helper()
+	text, bound := f.args(name, args...)
+	rows, err := f.db.QueryContext(f.ctx, text, bound...)
+	require.NoError(f.t, err, name)
+	return rows
 }
 
 // TestPostgresQueriesPrepare: the server parses and types every query of
 // the store against the migrated schema.
 func TestPostgresQueriesPrepare(t *testing.T) {
-	db := freshPostgres(t)
-	ctx := context.Background()
-	texts, err := postgresQueries()
-	require.NoError(t, err)
-	applied, pending, err := planPostgres(ctx, db, texts)
+	f := freshPostgres(t)
+	applied, pending, err := plan(f.ctx, f.db, f.q.sql)
 	require.NoError(t, err)
 	require.Empty(t, pending)
 	require.Len(t, applied, len(pinnedPostgresMigrations))
-	for name, q := range texts {
-		stmt, err := db.PrepareContext(ctx, q.Text)
+	for name, q := range f.q.sql.queries {
+		if name == "task_columns" {
+			continue
+		}
+		stmt, err := f.db.PrepareContext(f.ctx, q.text)
 		require.NoError(t, err, "prepare %s", name)
 		require.NoError(t, stmt.Close())
 	}
@@ -181,69 +184,47 @@ func TestPostgresSchemaStatesMatchModel(t *testing.T) {
 	}
 	require.Equal(t, reasons, checkList(t, text, "reason"))
 
-	db := freshPostgres(t)
-	ctx := context.Background()
-	pgInsertTask(t, db, "t1", "alice", 0)
-	_, err = db.ExecContext(ctx, "UPDATE tasks SET state = 'paused' WHERE id = 't1'")
+	f := freshPostgres(t)
+	f.insertTask("t1", "alice", 0)
+	_, err = f.db.ExecContext(f.ctx, "UPDATE tasks SET state = 'paused' WHERE id = 't1'")
 	require.ErrorContains(t, err, "tasks_state_check")
-	_, err = db.ExecContext(ctx, "UPDATE tasks SET reason = 'tired' WHERE id = 't1'")
+	_, err = f.db.ExecContext(f.ctx, "UPDATE tasks SET reason = 'tired' WHERE id = 't1'")
 	require.ErrorContains(t, err, "tasks_reason_check")
 }
 
-// pgInsertTask submits a bare task through the store's statements.
-func pgInsertTask(t *testing.T, db *sql.DB, id, user string, now int64) {
-	t.Helper()
-	texts, err := postgresQueries()
-	require.NoError(t, err)
-	ctx := context.Background()
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, texts["user_ensure"].Text, sql.Named("user", user))
-	require.NoError(t, err)
-	_, err = tx.ExecContext(ctx, texts["task_insert"].Text, sql.Named("id", id), sql.Named("user", user),
+// insertTask stores a bare task through the store's statements.
+func (f *pgFixture) insertTask(id, user string, now int64) {
+	f.t.Helper()
+	f.exec("user_ensure", sql.Named("user", user))
+	f.exec("task_insert", sql.Named("id", id), sql.Named("user", user),
 		sql.Named("key", "k-"+id), sql.Named("hash", "h"), sql.Named("payload", "{}"), sql.Named("priority", 0),
 		sql.Named("run_at", now), sql.Named("deadline", 0), sql.Named("attempts_max", 3), sql.Named("now", now),
 		sql.Named("cost_budget", 10), sql.Named("steps_max", 10), sql.Named("schedule_id", ""), sql.Named("schedule_run", 0))
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit())
 }
 
 // TestPostgresTriggersKeepTheCounters: the triggers count tasks by state,
 // running and active tasks by user, and the two distributions, as
 // SQLite's do, and counters_check finds them in agreement.
 func TestPostgresTriggersKeepTheCounters(t *testing.T) {
-	db := freshPostgres(t)
-	ctx := context.Background()
-	texts, err := postgresQueries()
-	require.NoError(t, err)
-	exec := func(name string, args ...any) int64 {
-		t.Helper()
-		res, err := db.ExecContext(ctx, texts[name].Text, args...)
-		require.NoError(t, err, name)
-		n, err := res.RowsAffected()
-		require.NoError(t, err)
-		return n
-	}
-	pgInsertTask(t, db, "t1", "alice", 1000)
-	pgInsertTask(t, db, "t2", "alice", 1000)
-	pgInsertTask(t, db, "t3", "bob", 1000)
+	f := freshPostgres(t)
+	f.insertTask("t1", "alice", 1000)
+	f.insertTask("t2", "alice", 1000)
+	f.insertTask("t3", "bob", 1000)
 	var seq int64
-	require.NoError(t, db.QueryRowContext(ctx, "SELECT seq FROM tasks WHERE id = 't1'").Scan(&seq))
-	require.EqualValues(t, 1, exec("claim_task", sql.Named("seq", seq), sql.Named("owner", "w1"),
+	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT seq FROM tasks WHERE id = 't1'").Scan(&seq))
+	require.EqualValues(t, 1, f.exec("claim_task", sql.Named("seq", seq), sql.Named("owner", "w1"),
 		sql.Named("lease_until", int64(9000)), sql.Named("now", int64(1040))))
-	require.EqualValues(t, 1, exec("settle", sql.Named("to_state", "completed"), sql.Named("reason", ""),
+	require.EqualValues(t, 1, f.exec("settle", sql.Named("to_state", "completed"), sql.Named("reason", ""),
 		sql.Named("run_at", int64(1000)), sql.Named("now", int64(1300)), sql.Named("attempts_charged", 0),
 		sql.Named("attempts_failed", 0), sql.Named("last_error", ""), sql.Named("cancelled_by", ""),
 		sql.Named("approved_by", ""), sql.Named("cost_budget", 10), sql.Named("steps_max", 10),
 		sql.Named("id", "t1"), sql.Named("from_state", "running"), sql.Named("version", 1)))
-	require.NoError(t, db.QueryRowContext(ctx, "SELECT seq FROM tasks WHERE id = 't2'").Scan(&seq))
-	require.EqualValues(t, 1, exec("claim_task", sql.Named("seq", seq), sql.Named("owner", "w1"),
+	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT seq FROM tasks WHERE id = 't2'").Scan(&seq))
+	require.EqualValues(t, 1, f.exec("claim_task", sql.Named("seq", seq), sql.Named("owner", "w1"),
 		sql.Named("lease_until", int64(9000)), sql.Named("now", int64(1300))))
 
 	tallies := map[string][2]int64{}
-	rows, err := db.QueryContext(ctx, texts["tallies_all"].Text)
-	require.NoError(t, err)
+	rows := f.query("tallies_all")
 	for rows.Next() {
 		var name string
 		var n, sum int64
@@ -260,14 +241,13 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 	require.Equal(t, [2]int64{1, 260}, tallies["run_time:4"], "t1 ran 260 ms")
 
 	var states, users, over int
-	require.NoError(t, db.QueryRowContext(ctx, texts["counters_check"].Text).Scan(&states, &users, &over))
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
 	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over})
 	var active int64
-	require.NoError(t, db.QueryRowContext(ctx, texts["active_total"].Text).Scan(&active))
+	require.NoError(t, f.queryRow("active_total").Scan(&active))
 	require.EqualValues(t, 2, active)
 
-	rows, err = db.QueryContext(ctx, texts["claim_users_lock"].Text, sql.Named("users", []string{"bob", "alice", "carol"}))
-	require.NoError(t, err)
+	rows = f.query("claim_users_lock", sql.Named("users", []string{"bob", "alice", "carol"}))
 	var got []string
 	for rows.Next() {
 		var user string
@@ -279,23 +259,23 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 	require.Equal(t, []string{"alice:r", "bob:"}, got, "in user order, with running counts")
 
 	// A counter that drifts is found.
-	_, err = db.ExecContext(ctx, "UPDATE users SET running = 5 WHERE user_id = 'bob'")
+	_, err := f.db.ExecContext(f.ctx, "UPDATE users SET running = 5 WHERE user_id = 'bob'")
 	require.NoError(t, err)
-	require.NoError(t, db.QueryRowContext(ctx, texts["counters_check"].Text).Scan(&states, &users, &over))
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
 	require.Equal(t, 1, users)
 }
 
 // TestPostgresBucketsMatchModel: leasehold_bucket repeats
 // model.HistogramBounds, so it buckets every duration as model.BucketOf.
 func TestPostgresBucketsMatchModel(t *testing.T) {
-	db := freshPostgres(t)
+	f := freshPostgres(t)
 	ms := []int64{0, 1}
 	for _, b := range model.HistogramBounds {
 		ms = append(ms, b-1, b, b+1)
 	}
 	for _, v := range ms {
 		var got int
-		require.NoError(t, db.QueryRowContext(context.Background(), "SELECT leasehold_bucket($1)", v).Scan(&got))
+		require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT leasehold_bucket($1)", v).Scan(&got))
 		require.Equal(t, model.BucketOf(v), got, "%d ms", v)
 	}
 }

@@ -52,13 +52,17 @@ func (q *Queue) EventsSince(ctx context.Context, f EventFilter) ([]TrailEvent, e
 	if f.After < 0 {
 		return nil, &model.ValidationError{Field: "after", Problem: fmt.Sprintf("must be 0 or a sequence number, got %d", f.After)}
 	}
-	var rows *sql.Rows
+	var out []TrailEvent
+	scan := func(rows *sql.Rows) (err error) {
+		out, err = scanTrail(rows)
+		return err
+	}
 	switch {
 	case f.TaskID != "":
-		rows, err = q.readRows(ctx, "trail_by_task_after", sql.Named("task_id", f.TaskID),
+		err = q.readSettled(ctx, "trail_by_task_after", scan, sql.Named("task_id", f.TaskID),
 			sql.Named("after", f.After), sql.Named("limit", limit))
 	case f.Users == nil:
-		rows, err = q.readRows(ctx, "trail_after", sql.Named("after", f.After), sql.Named("limit", limit))
+		err = q.readSettled(ctx, "trail_after", scan, sql.Named("after", f.After), sql.Named("limit", limit))
 	case len(f.Users) == 0:
 		return []TrailEvent{}, nil
 	default:
@@ -66,13 +70,13 @@ func (q *Queue) EventsSince(ctx context.Context, f EventFilter) ([]TrailEvent, e
 		if uerr != nil {
 			return nil, uerr
 		}
-		rows, err = q.readRows(ctx, "trail_after_for_users", sql.Named("users", users),
+		err = q.readSettled(ctx, "trail_after_for_users", scan, sql.Named("users", users),
 			sql.Named("after", f.After), sql.Named("limit", limit))
 	}
 	if err != nil {
 		return nil, err
 	}
-	return scanTrail(rows)
+	return out, nil
 }
 
 // scanTrail reads rows of the trail_* queries.

@@ -247,11 +247,6 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
     applied_at BIGINT NOT NULL
 );
 
--- name: migrations_lock
--- Taken first by a migrating transaction, so two processes starting on an
--- empty database migrate it once.
-SELECT pg_advisory_xact_lock(7424600, hashtext(current_schema()));
-
 -- name: migrations_table_exists
 SELECT COUNT(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = 'schema_migrations';
 
@@ -270,12 +265,6 @@ ROLLBACK TO submit_one;
 
 -- name: savepoint_release
 RELEASE submit_one;
-
--- name: group_savepoint
-SAVEPOINT group_member;
-
--- name: group_rollback
-ROLLBACK TO group_member;
 
 -- name: events_after_lock
 -- A follower's first statement, in a transaction of its own: it waits for

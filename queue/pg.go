@@ -1,0 +1,268 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+//go:embed sql/postgres
+var postgresFiles embed.FS
+
+func init() { registerBackend(pgBackend{}) }
+
+// pgBackend is the PostgreSQL store (pgx v5 through its database/sql
+// adapter), for workers on many machines sharing one database. Every write
+// is a transaction of its own at READ COMMITTED (no group commit: other
+// machines' writers interleave anyway, and one transaction per operation
+// keeps a conflict's retry to that operation). The claim takes a batch
+// with FOR UPDATE SKIP LOCKED and then its users' counter rows, locked in
+// user order, to hold the per-user running limit against every other
+// claimer (see claim).
+type pgBackend struct{}
+
+func (pgBackend) dialect() string  { return string(StorePostgres) }
+func (pgBackend) positional() bool { return true }
+func (pgBackend) groups() bool     { return false }
+
+// handles reports whether path is a postgres:// or postgresql:// URL.
+func (pgBackend) handles(path string) bool {
+	scheme, _, ok := strings.Cut(path, "://")
+	return ok && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql"))
+}
+
+func (pgBackend) sqlFiles() fs.FS {
+	sub, err := fs.Sub(postgresFiles, "sql/postgres")
+	if err != nil {
+		panic("queue: embedded sql/postgres: " + err.Error()) // fs.Sub fails only on an invalid name
+	}
+	return sub
+}
+
+// PostgresMigrations returns the PostgreSQL migrations this build carries,
+// in order; each call returns its own copy of the list.
+func PostgresMigrations() ([]Migration, error) {
+	set, err := sqlOf(pgBackend{})
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(set.migrations), nil
+}
+
+// pgConnsDefault is the pool size when Options.MaxConns is not set.
+const pgConnsDefault = 8
+
+// connect opens a pool on the URL in o.Path. The settings it reports are
+// for evidence and hold no password. Options.Driver, when set, must open
+// pgx connections from the URL (a fault injector wrapping
+// stdlib.GetDefaultDriver()).
+func (pgBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, error) {
+	loc, err := ParseLocation(o.Path)
+	if err != nil {
+		return nil, nil, &model.ValidationError{Field: "db", Problem: strings.TrimSuffix(err.Error(), ": "+ErrBadLocation.Error())}
+	}
+	if o.ReadOnly {
+		return nil, nil, &model.ValidationError{Field: "db", Problem: "a PostgreSQL database is not opened read-only; connect as a role that may only read"}
+	}
+	if o.Image != nil {
+		return nil, nil, &model.ValidationError{Field: "db", Problem: "a database image is SQLite's"}
+	}
+	cfg, err := pgx.ParseConfig(loc.URL)
+	if err != nil {
+		return nil, nil, &model.ValidationError{Field: "db", Problem: scrubPasswords("the URL "+loc.String()+" is not valid", loc.URL)}
+	}
+	var db *sql.DB
+	if o.Driver != nil {
+		db = sql.OpenDB(urlConnector{url: loc.URL, drv: o.Driver})
+	} else {
+		db = sql.OpenDB(stdlib.GetConnector(*cfg))
+	}
+	conns := o.MaxConns
+	if conns <= 0 {
+		conns = pgConnsDefault
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("queue: connect to %s: %w", loc.String(), scrubbed(err, loc.URL))
+	}
+	settings := []string{"server=" + loc.String(), "isolation=read committed", fmt.Sprintf("max_conns=%d", conns)}
+	return db, settings, nil
+}
+
+// urlConnector opens connections to url through drv.
+type urlConnector struct {
+	url string
+	drv driver.Driver
+}
+
+func (c urlConnector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.url) }
+func (c urlConnector) Driver() driver.Driver                        { return c.drv }
+
+// scrubbedError is an error whose message has a password removed; it
+// unwraps to the original, so its class is still read.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
+
+// scrubbed returns err with every password rawURL holds removed from its
+// message (pgx names the host, user and database, never the password, but
+// nothing that reaches a log may depend on that).
+func scrubbed(err error, rawURL string) error {
+	msg := scrubPasswords(err.Error(), rawURL)
+	if msg == err.Error() {
+		return err
+	}
+	return &scrubbedError{msg: msg, err: err}
+}
+
+// classify maps PostgreSQL's SQLSTATE codes and pgx's connection failures
+// to storage classes.
+func (pgBackend) classify(err error) StorageClass {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return classOfSQLState(pgErr.Code)
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone),
+		errors.Is(err, io.ErrUnexpectedEOF), pgconn.SafeToRetry(err):
+		return ClassConnection
+	}
+	return ""
+}
+
+// classOfSQLState is the storage class of a SQLSTATE, or "" for an error
+// that is no storage failure (a syntax error is a bug, and is reported as
+// itself).
+func classOfSQLState(code string) StorageClass {
+	switch code {
+	case "40001", "40P01": // serialization_failure, deadlock_detected
+		return ClassConflict
+	case "23505": // unique_violation: a key raced by another connection
+		return ClassConstraint
+	case "53100": // disk_full
+		return ClassDiskFull
+	case "53200": // out_of_memory
+		return ClassNoMemory
+	case "53300", "55P03", "57014": // too_many_connections, lock_not_available, query_canceled
+		return ClassBusy
+	case "58030": // io_error
+		return ClassIO
+	case "25006": // read_only_sql_transaction
+		return ClassReadOnly
+	case "XX001", "XX002": // data_corrupted, index_corrupted
+		return ClassCorrupt
+	case "3D000", "28000", "28P01", "42501": // no such database, auth, privilege
+		return ClassCantOpen
+	}
+	switch {
+	case strings.HasPrefix(code, "08"), code == "57P01", code == "57P02", code == "57P03":
+		return ClassConnection // connection exceptions, server shutting down or starting
+	case strings.HasPrefix(code, "53"):
+		return ClassNoMemory // insufficient resources
+	}
+	return ""
+}
+
+// claim takes up to max tasks in claim order. claim_next locks the first
+// max eligible tasks, skipping rows other claimers hold (SKIP LOCKED), so
+// two claimers never wait on each other over tasks. SKIP LOCKED alone does
+// not hold a per-user limit: claimer A locks t1 of user u, claimer B skips
+// it and locks t2 of u, and under READ COMMITTED both see u below its
+// limit. So the claim then locks the counter rows of the candidates' users
+// (claim_users_lock, in user order, so claimers never wait in a cycle) and
+// reads each user's running count after the lock: every claim and settle
+// of u that committed is counted, and none can commit until this
+// transaction ends. A task whose user is at its limit is left (its row
+// lock goes with the transaction). Taking a task moves the user's count
+// (the tasks_moved trigger), so later candidates of the batch see it.
+func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.Task) error) error {
+	now := model.Millis(t.now)
+	leaseUntil := model.Millis(t.now.Add(req.Lease))
+	rows, err := t.query("claim_next", sql.Named("now", now), sql.Named("limit", max))
+	if err != nil {
+		return fmt.Errorf("queue: claim: select: %w", err)
+	}
+	candidates, err := scanTasks(rows)
+	if err != nil {
+		return fmt.Errorf("queue: claim: %w", err)
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	room, err := pgUserRoom(t, candidates)
+	if err != nil {
+		return err
+	}
+	for _, task := range candidates {
+		left, limited := room[task.User]
+		if limited && left <= 0 && !broken("no-user-limit") {
+			continue
+		}
+		if err := t.execOne("claim_task", sql.Named("seq", task.Seq), sql.Named("owner", req.Worker),
+			sql.Named("lease_until", leaseUntil), sql.Named("now", now)); err != nil {
+			return fmt.Errorf("queue: claim: update: %w", err)
+		}
+		if limited {
+			room[task.User] = left - 1
+		}
+		if err := took(task); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pgUserRoom locks the counter rows of the candidates' users in user order
+// and returns, for each user with a running limit, how many more tasks it
+// may run now.
+func pgUserRoom(t *txn, candidates []model.Task) (map[string]int64, error) {
+	var users []string
+	for _, c := range candidates {
+		users = append(users, c.User)
+	}
+	slices.Sort(users) // byte order, as COLLATE "C"
+	users = slices.Compact(users)
+	rows, err := t.query("claim_users_lock", sql.Named("users", users))
+	if err != nil {
+		return nil, fmt.Errorf("queue: claim: lock users: %w", err)
+	}
+	defer rows.Close()
+	room := map[string]int64{}
+	for rows.Next() {
+		var user string
+		var running, limit int64
+		if err := rows.Scan(&user, &running, &limit); err != nil {
+			return nil, fmt.Errorf("queue: claim: lock users: %w", err)
+		}
+		if limit > 0 {
+			room[user] = limit - running
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queue: claim: lock users: %w", err)
+	}
+	return room, nil
+}

@@ -1,0 +1,54 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// readSettled runs a named read of the audit trail from a cursor and
+// scans its rows, so that the cursor never passes an event whose
+// transaction may still commit. In SQLite one transaction writes at a
+// time and sequence numbers are given in commit order, so the read is a
+// plain one. In a store where transactions commit in any order (its SQL
+// has events_after_lock; PostgreSQL's), the read runs in a transaction
+// whose first statement waits until no transaction that drew an event
+// number is still open, and the read is bounded by the last number drawn:
+// every event at or below it is then committed or gone.
+func (q *Queue) readSettled(ctx context.Context, name string, scan func(*sql.Rows) error, args ...any) error {
+	lock, ok := q.sql.queries["events_after_lock"]
+	if !ok {
+		rows, err := q.readRows(ctx, name, args...)
+		if err != nil {
+			return err
+		}
+		return scan(rows)
+	}
+	if err := q.checkOpen(name); err != nil {
+		return err
+	}
+	tx, err := q.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("queue: %s: begin: %w", name, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, lock.text); err != nil {
+		return fmt.Errorf("queue: %s: wait for writers: %w", name, err)
+	}
+	qq := q.query(name)
+	bound, err := bindArgs(name, qq, args)
+	if err != nil {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, qq.text, bound...)
+	if err != nil {
+		return fmt.Errorf("queue: %s: %w", name, err)
+	}
+	if err := scan(rows); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("queue: %s: commit: %w", name, err)
+	}
+	return nil
+}

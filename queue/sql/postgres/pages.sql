@@ -1,0 +1,51 @@
+-- Reads for the HTTP API's paging and watching (queue/pages.go and
+-- queue/watch.go), as SQLite's pages.sql. :users is '' (any user) or a
+-- JSON array of the users the caller may see; NULLIF keeps '' from ever
+-- being cast to jsonb.
+
+-- name: list_page
+SELECT {task_columns} FROM tasks
+WHERE seq > :after
+  AND (:state = '' OR state = :state)
+  AND (:users = '' OR user_id IN (SELECT jsonb_array_elements_text(NULLIF(:users, '')::jsonb)))
+  AND created_at >= :created_from AND created_at < :created_until
+  AND (:schedule_id = '' OR schedule_id = :schedule_id)
+ORDER BY seq LIMIT :limit;
+
+-- name: list_page_by_user
+SELECT {task_columns} FROM tasks
+WHERE user_id = :user AND seq > :after
+  AND (:state = '' OR state = :state)
+  AND created_at >= :created_from AND created_at < :created_until
+  AND (:schedule_id = '' OR schedule_id = :schedule_id)
+ORDER BY seq LIMIT :limit;
+
+-- The audit trail with each event's task's user beside it ('' for an
+-- event that concerns no task). The join is on tasks.id, which is unique.
+-- Each is a cursor, read after events_after_lock (see queries.sql) and
+-- bounded by the last event number drawn.
+
+-- name: trail_by_task_after
+SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
+       COALESCE(t.user_id, '')
+FROM events e LEFT JOIN tasks t ON t.id = e.task_id
+WHERE e.task_id = :task_id AND e.seq > :after AND e.seq <= (SELECT last_value FROM events_seq)
+ORDER BY e.seq LIMIT :limit;
+
+-- name: trail_after
+SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
+       COALESCE(t.user_id, '')
+FROM events e LEFT JOIN tasks t ON t.id = e.task_id
+WHERE e.seq > :after AND e.seq <= (SELECT last_value FROM events_seq)
+ORDER BY e.seq LIMIT :limit;
+
+-- name: trail_after_for_users
+SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
+       t.user_id
+FROM events e JOIN tasks t ON t.id = e.task_id
+WHERE e.seq > :after AND e.seq <= (SELECT last_value FROM events_seq)
+  AND t.user_id IN (SELECT jsonb_array_elements_text(NULLIF(:users, '')::jsonb))
+ORDER BY e.seq LIMIT :limit;
+
+-- name: task_last_event_seq
+SELECT COALESCE(MAX(seq), 0) FROM events WHERE task_id = :task_id;
