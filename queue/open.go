@@ -231,6 +231,8 @@ func (q *Queue) variant(name string) string {
 		return name + "_any_user"
 	case (name == "heartbeat" || name == "step_apply" || name == "pause_apply") && broken("write-after-lease-expiry"):
 		return name + "_after_expiry"
+	case (name == "heartbeat" || name == "step_apply" || name == "pause_apply" || name == "complete_fenced") && broken("write-at-lease-until"):
+		return name + "_at_lease_until"
 	case (name == "claim_next" || name == "claim_any") && broken("claim-past-deadline"):
 		return name + "_past_deadline"
 	case (name == "claim_next" || name == "claim_any") && broken("claim-exclusive-run-at"):

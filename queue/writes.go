@@ -33,6 +33,9 @@ func (t *txn) fenced(c model.Claim, write string, checkDeadline bool) (model.Tas
 	if broken("write-after-lease-expiry") {
 		leaseUntil = t.now.Add(time.Millisecond)
 	}
+	if broken("write-at-lease-until") && leaseUntil.Equal(t.now) {
+		leaseUntil = t.now.Add(time.Millisecond)
+	}
 	if broken("complete-without-fence") && write == "complete" && task.State == model.Running {
 		version, leaseUntil = c.Fence, t.now.Add(time.Millisecond)
 	}
@@ -390,7 +393,11 @@ func (q *Queue) Release(ctx context.Context, c model.Claim) (model.State, error)
 			task.AttemptsCharged++
 		}
 		to = model.Queued
-		return t.settle(task, model.Queued, model.NoReason, model.EventReleased, c.Owner, "")
+		kind := model.EventReleased
+		if broken("release-recorded-as-retry") {
+			kind = model.EventRetry
+		}
+		return t.settle(task, model.Queued, model.NoReason, kind, c.Owner, "")
 	})
 	return to, err
 }

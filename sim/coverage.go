@@ -22,6 +22,12 @@ type Coverage struct {
 	Cells map[scenarios.Cell]int `json:"cells"`
 }
 
+// CheckCoverage names the coverage rule among the checks a test may leave
+// on alone (Config.Only): with every per-seed check off, a sweep of at
+// least scenarios.CoverageSeedsMin seeds still fails on a declared cell no
+// seed reached.
+const CheckCoverage = "coverage"
+
 // Add merges o into c.
 func (c *Coverage) Add(o Coverage) {
 	if c.Cells == nil {

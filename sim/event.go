@@ -41,15 +41,19 @@ const (
 
 // Boundaries an EvAdvanceTo lands on: the earliest held lease_until, the
 // earliest run_at of a queued task still ahead, the earliest deadline of
-// an active task still ahead.
+// an active task still ahead, the lease_until of the careless client's
+// own claim.
 const (
-	BoundaryLease    = "lease_until"
-	BoundaryRunAt    = "run_at"
-	BoundaryDeadline = "deadline"
+	BoundaryLease         = "lease_until"
+	BoundaryRunAt         = "run_at"
+	BoundaryDeadline      = "deadline"
+	BoundaryCarelessLease = "careless_lease_until"
 )
 
 // BoundaryNames lists the boundaries in a fixed order.
-func BoundaryNames() []string { return []string{BoundaryLease, BoundaryRunAt, BoundaryDeadline} }
+func BoundaryNames() []string {
+	return []string{BoundaryLease, BoundaryRunAt, BoundaryDeadline, BoundaryCarelessLease}
+}
 
 // Limits an EvLimit changes: the grant maxima, the overall and the
 // per-user depth caps, the per-user running limit, attempts_max and the

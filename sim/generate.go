@@ -150,7 +150,7 @@ func drawFault(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) []Event {
 		{mix.CrashAfterCall, one(func() Event { return Event{Kind: EvCrashAfterCall, Worker: rng.IntN(sc.Workers)} })},
 		{mix.Shutdown, one(func() Event { return Event{Kind: EvShutdown, Worker: rng.IntN(sc.Workers)} })},
 		{mix.Shutdown, one(func() Event { return Event{Kind: EvRestart, Worker: rng.IntN(sc.Workers)} })},
-		{mix.Boundary, func() []Event { return drawBoundary(sc, rng) }},
+		{mix.Boundary, func() []Event { return drawBoundary(sc, mix, rng) }},
 		{mix.Careless, func() []Event {
 			burst := make([]Event, 2+rng.IntN(4))
 			for i := range burst {
@@ -175,12 +175,20 @@ func drawFault(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) []Event {
 }
 
 // drawBoundary draws a clock advance onto a boundary (or 1 ms before it)
-// and what happens at that instant: a reap, or a worker's step.
-func drawBoundary(sc scenarios.Scenario, rng *rand.Rand) []Event {
+// and what happens at that instant: a reap or a worker's step; after an
+// advance onto the careless client's own lease_until, in a run that has
+// the client, its next write. A worker drops its claim by its own clock
+// at lease_until and writes nothing; the careless client writes, so its
+// write at exactly that instant is the one the queue's lease check must
+// refuse (and its write 1 ms before, accept).
+func drawBoundary(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) []Event {
 	names := BoundaryNames()
 	to := Event{Kind: EvAdvanceTo, Name: names[rng.IntN(len(names))]}
 	if rng.IntN(2) == 1 {
 		to.Delay = time.Millisecond
+	}
+	if to.Name == BoundaryCarelessLease && mix.Careless > 0 {
+		return []Event{to, {Kind: EvCareless}}
 	}
 	then := Event{Kind: EvReap}
 	if rng.IntN(3) > 0 {

@@ -123,7 +123,8 @@ func (w *World) applyEvent(e Event) string {
 
 // advanceTo moves the clock to the earliest boundary of its kind still
 // ahead (or e.Delay before it): the lease_until of a running task, the
-// run_at of a queued one, the deadline of an active one.
+// run_at of a queued one, the deadline of an active one, the lease_until
+// of the careless client's claim.
 func (w *World) advanceTo(e Event) string {
 	var tasks []model.Task
 	var err error
@@ -138,6 +139,9 @@ func (w *World) advanceTo(e Event) string {
 		var at time.Time
 		switch {
 		case e.Name == BoundaryLease && t.State == model.Running:
+			at = t.LeaseUntil
+		case e.Name == BoundaryCarelessLease && t.State == model.Running && w.careless.held &&
+			t.ID == w.careless.claim.TaskID && t.Version == w.careless.claim.Fence:
 			at = t.LeaseUntil
 		case e.Name == BoundaryRunAt && t.State == model.Queued:
 			at = t.RunAt

@@ -57,3 +57,24 @@ LIMIT 1;
 -- name: charge_attempt
 -- Charges an attempt outside the settle (pause-charges-attempt).
 UPDATE tasks SET attempts_charged = attempts_charged + 1 WHERE id = :id;
+
+-- name: heartbeat_at_lease_until
+-- Fenced writes whose lease check is inclusive: a write at exactly
+-- lease_until, when the lease has run out, is still accepted.
+UPDATE tasks SET lease_until = :lease_until, heartbeat_at = :now, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until >= :now;
+
+-- name: step_apply_at_lease_until
+UPDATE tasks
+SET steps_used = steps_used + 1, cost_used = cost_used + :cost, checkpoint = :checkpoint, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until >= :now AND steps_used = :index;
+
+-- name: pause_apply_at_lease_until
+UPDATE tasks
+SET state = 'waiting_for_approval', owner = '', lease_until = 0, steps_used = steps_used + 1,
+    approval_gate = :gate, approval_version = version, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until >= :now AND steps_used = :index;
+
+-- name: complete_fenced_at_lease_until
+UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = :now
+WHERE id = :id AND version = :fence AND state = 'running' AND lease_until >= :now;
