@@ -86,7 +86,7 @@ type Backend interface {
 	Limits(ctx context.Context, p Principal) (model.Limits, []model.UserLimit, error)
 	Schedules(ctx context.Context, p Principal) ([]model.Schedule, error)
 	Metrics(ctx context.Context, p Principal) (model.Metrics, error)
-	// RecentFailures returns up to limit of the latest events that failed
-	// a task or sent it to review, newest first.
-	RecentFailures(ctx context.Context, p Principal, limit int) ([]model.Event, error)
+	// RecentFailures returns up to limit of the principal's tasks that
+	// most recently failed or went to review, the latest first.
+	RecentFailures(ctx context.Context, p Principal, limit int) ([]model.Task, error)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/jonboulle/clockwork"
 
@@ -249,19 +248,18 @@ func (b *testBackend) Metrics(ctx context.Context, p Principal) (model.Metrics, 
 	return b.q.Metrics(ctx)
 }
 
-func (b *testBackend) RecentFailures(ctx context.Context, p Principal, limit int) ([]model.Event, error) {
+func (b *testBackend) RecentFailures(ctx context.Context, p Principal, limit int) ([]model.Task, error) {
 	if err := need(p, model.ScopeOperate); err != nil {
 		return nil, err
 	}
-	events, err := b.q.Audit(ctx, queue.AuditFilter{Since: b.clock.Now().Add(-time.Hour)})
-	if err != nil {
-		return nil, err
-	}
-	var out []model.Event
-	for _, e := range slices.Backward(events) {
-		if (e.To == model.Failed || e.To == model.NeedsReview) && len(out) < limit {
-			out = append(out, e)
+	var out []model.Task
+	for _, state := range []model.State{model.Failed, model.NeedsReview} {
+		tasks, err := b.q.List(ctx, model.ListFilter{State: state, Limit: model.ListLimitMax})
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, tasks...)
 	}
-	return out, nil
+	slices.SortStableFunc(out, func(a, b model.Task) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	return out[:min(limit, len(out))], nil
 }

@@ -391,7 +391,7 @@ func (c *Console) limitsPage(w http.ResponseWriter, r *http.Request, req *reques
 type liveView struct {
 	Depth    []depthRow
 	Oldest   string
-	Failures []model.Event
+	Failures []model.Task
 }
 
 type depthRow struct {
