@@ -343,7 +343,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 func serveWithSecrets(t *testing.T, db string, out *captured, secret string) {
 	t.Helper()
 	ctx := context.Background()
-	tokens, err := httpapi.LoadTokens("")
+	tokens, err := httpapi.LoadTokens("", false)
 	require.NoError(t, err)
 	require.Len(t, tokens, 2)
 	q, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}})

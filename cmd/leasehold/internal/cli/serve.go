@@ -17,14 +17,15 @@ func runServe(e *env, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	c := commonFlags(fs, false)
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
-	tokensFile := fs.String("tokens", "", "file of NAME SCOPES SECRET lines (or set LEASEHOLD_TOKENS)")
+	tokensFile := fs.String("tokens", "", "file of NAME SCOPES SECRET USERS lines (or set LEASEHOLD_TOKENS)")
+	strict := fs.Bool("strict-tokens", false, "refuse a token line without USERS (otherwise it acts for every user, with a warning)")
 	if err := parse(fs, args); err != nil {
 		return fail(e, "serve", err)
 	}
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
 		return fail(e, "serve", badUsage("--addr: %v", err))
 	}
-	tokens, err := httpapi.LoadTokens(*tokensFile)
+	tokens, err := httpapi.LoadTokens(*tokensFile, *strict)
 	if err != nil {
 		return fail(e, "serve", badUsage("%v", err))
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,8 +54,14 @@ func (rs ranges) with(field string, r model.Range) ranges {
 // data and values of the wrong type with a 400 that names the field and
 // the rule, in words rather than the decoder's (a too-large body is a
 // 413).
-func decode(r *http.Request, v any, rs ranges) error {
-	dec := json.NewDecoder(r.Body)
+func decode(r *http.Request, v any, rs ranges) error { return decodeFrom(r.Body, v, rs) }
+
+// decodeBytes is decode of one JSON value already read (an item of a
+// batch).
+func decodeBytes(b []byte, v any, rs ranges) error { return decodeFrom(bytes.NewReader(b), v, rs) }
+
+func decodeFrom(body io.Reader, v any, rs ranges) error {
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return bodyError(err, rs)

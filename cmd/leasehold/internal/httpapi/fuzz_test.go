@@ -62,7 +62,7 @@ func newFuzzWorld(f *testing.F) *fuzzWorld {
 	q, err := queue.Open(ctx, queue.Options{Path: filepath.Join(f.TempDir(), "fuzz.db"), Clock: clock,
 		IDs: model.NewSeededIDs(77), BusyTimeout: time.Second, ValidatePayload: worker.ValidateSynthetic}) // as openQueue sets it
 	require.NoError(f, err)
-	tokens, err := ParseTokens(testTokens)
+	tokens, err := ParseTokens(testTokens, false)
 	require.NoError(f, err)
 	submit := func(key string) string {
 		res, err := q.Submit(ctx, model.SubmitRequest{User: "carol", Key: key, Payload: `{"steps":[{"cost":1},{"cost":1}]}`,

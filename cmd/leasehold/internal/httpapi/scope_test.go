@@ -41,7 +41,7 @@ func TestServeRecordsTheTokensScope(t *testing.T) {
 		e := a.event(t, id, kind)
 		return e.Actor + " " + e.Scope
 	}
-	require.Equal(t, "carol "+model.ScopeSubmit, scopeOf(cancelled, model.EventSubmitted), "a submit records the submit scope")
+	require.Equal(t, "alice "+model.ScopeSubmit, scopeOf(cancelled, model.EventSubmitted), "a submit records the token and the submit scope")
 
 	// Out of scope: 403, and nothing written.
 	rows := a.counts(t)

@@ -91,6 +91,13 @@ type api struct {
 // setupAPI starts a server; edit, if given, changes the queue's options.
 func setupAPI(t *testing.T, edit ...func(*queue.Options)) *api {
 	t.Helper()
+	return setupAPIWith(t, nil, edit...)
+}
+
+// setupAPIWith is setupAPI with options for the server after the tests'
+// own (the fake clock, no slowing of failed authentication).
+func setupAPIWith(t *testing.T, opts []Option, edit ...func(*queue.Options)) *api {
+	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "api.db")
 	clock := clockwork.NewFakeClockAt(apiEpoch)
@@ -101,7 +108,7 @@ func setupAPI(t *testing.T, edit ...func(*queue.Options)) *api {
 	}
 	q, err := queue.Open(ctx, o)
 	require.NoError(t, err)
-	tokens, err := ParseTokens(testTokens)
+	tokens, err := ParseTokens(testTokens+boundTokens, false)
 	require.NoError(t, err)
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
@@ -109,10 +116,11 @@ func setupAPI(t *testing.T, edit ...func(*queue.Options)) *api {
 	require.NoError(t, err)
 	serveCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- Serve(serveCtx, ln, New(q, tokens, logger)) }()
+	server := New(q, tokens, logger, append([]Option{WithClock(clock), WithAuthDelay(0)}, opts...)...)
+	go func() { done <- Serve(serveCtx, ln, server) }()
 	transport := &http.Transport{}
 	a := &api{q: q, path: path, clock: clock, base: "http://" + ln.Addr().String(), logs: logs,
-		client: &http.Client{Transport: transport, Timeout: 60 * time.Second}}
+		client: &http.Client{Transport: &conformance{t: t, next: transport}, Timeout: 60 * time.Second}}
 	stopped := false
 	a.stop = func(t *testing.T) {
 		if stopped {
@@ -440,15 +448,16 @@ func TestServeSubmitAndRead(t *testing.T) {
 	events := a.list(t, "/v1/tasks/"+id+"/events", secretSubmit)
 	require.Len(t, events, 1)
 	require.Equal(t, "submitted", events[0]["kind"])
-	require.Equal(t, "carol", events[0]["actor"])
+	require.Equal(t, "alice", events[0]["actor"], "the actor is the token's name")
+	require.Equal(t, "carol", events[0]["user"], "and the task's user is beside it")
 	a.refused(t, http.MethodGet, "/v1/tasks/"+unknownTask+"/events", secretSubmit, "", http.StatusNotFound, "id")
 
 	// The mux's own refusals.
-	status, _, _ := a.do(t, http.MethodGet, "/v1/nothing", secretRoot, "")
-	require.Equal(t, http.StatusNotFound, status)
-	status, header, _ := a.do(t, http.MethodDelete, "/v1/tasks", secretRoot, "")
+	a.refused(t, http.MethodGet, "/v1/nothing", secretRoot, "", http.StatusNotFound, "")
+	status, header, b := a.do(t, http.MethodDelete, "/v1/tasks", secretRoot, "")
 	require.Equal(t, http.StatusMethodNotAllowed, status)
-	require.Contains(t, header.Get("Allow"), http.MethodPost)
+	require.Equal(t, "GET, POST, HEAD", header.Get("Allow"))
+	require.JSONEq(t, `{"error":"DELETE \"/v1/tasks\": method not allowed (allowed: GET, POST, HEAD)","code":"method_not_allowed"}`, string(b))
 
 	a.requireNoSecrets(t)
 }
@@ -991,7 +1000,7 @@ func metricValue(t *testing.T, body, series string) float64 {
 }
 
 func TestParseTokens(t *testing.T) {
-	tokens, err := ParseTokens(testTokens)
+	tokens, err := ParseTokens(testTokens, false)
 	require.NoError(t, err)
 	require.Len(t, tokens, 4)
 	scopes := map[string][]string{}
@@ -1015,14 +1024,18 @@ func TestParseTokens(t *testing.T) {
 		"duplicate name":     {"alice submit " + secret + "\nalice approve other-secret-12345", "used twice"},
 		"duplicate secret":   {"alice submit " + secret + "\nbob approve " + secret, "used twice"},
 		"two fields":         {"alice " + secret, "want NAME SCOPES SECRET"},
-		"four fields":        {"alice submit " + secret + " extra", "want NAME SCOPES SECRET"},
+		"five fields":        {"alice submit " + secret + " ana extra", "want NAME SCOPES SECRET USERS"},
+		"bad user":           {"alice submit " + secret + " an/a", "users: user"},
+		"empty user":         {"alice submit " + secret + " ana,", "users: user"},
+		"star among users":   {"alice submit " + secret + " ana,*", "stands alone"},
+		"user twice":         {"alice submit " + secret + " ana,ana", "listed twice"},
 		"bad name":           {"al/ice submit " + secret, "token name"},
 		"nothing configured": {"# only a comment\n\n", "no tokens"},
 		"line number":        {"# header\nalice submit " + secret + "\nbob approve tiny", "line 3"},
 	}
 	for name, tc := range bad {
 		t.Run(name, func(t *testing.T) {
-			_, err := ParseTokens(tc.text)
+			_, err := ParseTokens(tc.text, false)
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.want)
 			for _, s := range []string{secret, "short-secret", "other-secret-12345", "tiny"} {
@@ -1034,7 +1047,7 @@ func TestParseTokens(t *testing.T) {
 
 func TestLoadTokens(t *testing.T) {
 	t.Setenv("LEASEHOLD_TOKENS", "alice submit env-secret-0123456789;bob approve,operate env-secret-9876543210")
-	tokens, err := LoadTokens("")
+	tokens, err := LoadTokens("", false)
 	require.NoError(t, err)
 	require.Len(t, tokens, 2)
 	require.Equal(t, "alice", tokens[0].name)
@@ -1043,20 +1056,20 @@ func TestLoadTokens(t *testing.T) {
 	// A file wins over the environment.
 	file := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(file, []byte(testTokens), 0o600))
-	tokens, err = LoadTokens(file)
+	tokens, err = LoadTokens(file, false)
 	require.NoError(t, err)
 	require.Len(t, tokens, 4)
 
-	_, err = LoadTokens(filepath.Join(t.TempDir(), "missing"))
+	_, err = LoadTokens(filepath.Join(t.TempDir(), "missing"), false)
 	require.ErrorContains(t, err, "--tokens: ")
 	require.ErrorIs(t, err, os.ErrNotExist)
 
 	t.Setenv("LEASEHOLD_TOKENS", "alice submit short")
-	_, err = LoadTokens("")
+	_, err = LoadTokens("", false)
 	require.ErrorContains(t, err, "shorter than 16")
 
 	t.Setenv("LEASEHOLD_TOKENS", "")
-	_, err = LoadTokens("")
+	_, err = LoadTokens("", false)
 	require.ErrorContains(t, err, "--tokens: required")
 	require.ErrorContains(t, err, "LEASEHOLD_TOKENS")
 }

@@ -1,0 +1,459 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
+	"github.com/leasehold/leasehold/model"
+)
+
+// The routes' HTTP side: each reads its request, calls its core (core.go)
+// and writes the answer.
+
+// taskView is a task on the wire: the record --json prints, and the
+// sequence number of its latest event (what a long-poll waits past).
+type taskView struct {
+	view.Task
+	LastEventSeq int64 `json:"last_event_seq"`
+}
+
+// eventView is an event on the wire, with its task's user beside the
+// actor.
+type eventView struct {
+	view.Event
+	User string `json:"user"`
+}
+
+func (s *Server) taskView(r *http.Request, t model.Task) (taskView, error) {
+	seq, err := s.q.LastEventSeq(r.Context(), t.ID)
+	return taskView{Task: view.TaskOf(t), LastEventSeq: seq}, err
+}
+
+func (s *Server) writeTask(w http.ResponseWriter, r *http.Request, status int, t model.Task) error {
+	v, err := s.taskView(r, t)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, v)
+	return nil
+}
+
+// submitBody is POST /v1/tasks, and one item of POST /v1/tasks/batch.
+type submitBody struct {
+	User       string          `json:"user"`
+	Key        string          `json:"key"`
+	Payload    json.RawMessage `json:"payload"`
+	CostBudget int64           `json:"cost_budget"`
+	StepsMax   int             `json:"steps_max"`
+	Priority   int             `json:"priority"`
+	RunAt      string          `json:"run_at"`
+	Deadline   string          `json:"deadline"`
+}
+
+func (b submitBody) request() (model.SubmitRequest, error) {
+	req := model.SubmitRequest{User: b.User, Key: b.Key, Payload: string(b.Payload), CostBudget: b.CostBudget,
+		StepsMax: b.StepsMax, Priority: b.Priority}
+	var err error
+	if req.RunAt, err = view.ParseTime("run_at", b.RunAt); err != nil {
+		return req, err
+	}
+	if req.Deadline, err = view.ParseTime("deadline", b.Deadline); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// taskLocation is the URL path of a task.
+func taskLocation(id string) string { return "/v1/tasks/" + url.PathEscape(id) }
+
+func (s *Server) submit(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var b submitBody
+	if err := decode(r, &b, submitRanges); err != nil {
+		return err
+	}
+	req, err := b.request()
+	if err != nil {
+		return err
+	}
+	res, err := s.Submit(r.Context(), p, req)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if res.Replay {
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", taskLocation(res.TaskID))
+	writeJSON(w, status, map[string]any{"task_id": res.TaskID, "replay": res.Replay})
+	return nil
+}
+
+// submitBatch is POST /v1/tasks/batch: {"tasks": [submit, ...]}, one
+// transaction. An item's refusal names its index (tasks[3].cost_budget).
+func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var b struct {
+		Tasks []json.RawMessage `json:"tasks"`
+	}
+	if err := decode(r, &b, noIntegerFields); err != nil {
+		return err
+	}
+	if b.Tasks == nil {
+		return &model.ValidationError{Field: "tasks", Problem: "required: an array of submits"}
+	}
+	if err := model.CheckBatchSize(len(b.Tasks)); err != nil {
+		return &model.ValidationError{Field: "tasks", Problem: fmt.Sprintf("%d items: want 1 to %d", len(b.Tasks), model.SubmitBatchMax)}
+	}
+	reqs := make([]model.SubmitRequest, len(b.Tasks))
+	for i, raw := range b.Tasks {
+		var item submitBody
+		if err := decodeBytes(raw, &item, submitRanges); err != nil {
+			return &model.BatchItemError{Index: i, Err: err}
+		}
+		req, err := item.request()
+		if err != nil {
+			return &model.BatchItemError{Index: i, Err: err}
+		}
+		reqs[i] = req
+	}
+	results, err := s.SubmitMany(r.Context(), p, reqs)
+	if err != nil {
+		return err
+	}
+	out := make([]map[string]any, len(results))
+	for i, res := range results {
+		out[i] = map[string]any{"task_id": res.TaskID, "replay": res.Replay}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+	return nil
+}
+
+// getTask is GET /v1/tasks/{id}, or with ?wait=D&after_seq=S a long-poll.
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request, p Principal) error {
+	query, err := queryOf(r, "wait", "after_seq")
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	if query.Has("wait") || query.Has("after_seq") {
+		return s.waitTask(w, r, p, id, query)
+	}
+	t, err := s.Task(r.Context(), p, id)
+	if err != nil {
+		return err
+	}
+	return s.writeTask(w, r, http.StatusOK, t)
+}
+
+func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, p Principal, id string, query url.Values) error {
+	if !query.Has("wait") || !query.Has("after_seq") {
+		return &model.ValidationError{Field: "wait", Problem: "wait and after_seq go together (wait=30s&after_seq=SEQ)"}
+	}
+	wait, err := time.ParseDuration(query.Get("wait"))
+	if err != nil {
+		return &model.ValidationError{Field: "wait", Problem: fmt.Sprintf("%s is not a duration such as 30s", view.Quote(query.Get("wait"), 32))}
+	}
+	after, err := strconv.ParseInt(query.Get("after_seq"), 10, 64)
+	if err != nil {
+		return &model.ValidationError{Field: "after_seq", Problem: fmt.Sprintf("%s is not a whole number", view.Quote(query.Get("after_seq"), 32))}
+	}
+	liftWriteDeadline(w)
+	t, seq, err := s.WaitTask(r.Context(), p, id, after, wait)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, taskView{Task: view.TaskOf(t), LastEventSeq: seq})
+	return nil
+}
+
+// listTasks is GET /v1/tasks.
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, p Principal) error {
+	query, err := queryOf(r, "state", "user", "created_from", "created_until", "schedule_id", "limit", "after")
+	if err != nil {
+		return err
+	}
+	f := ListFilter{State: model.State(query.Get("state")), User: query.Get("user"),
+		ScheduleID: query.Get("schedule_id"), After: query.Get("after"), Limit: model.ListLimitDefault}
+	if query.Has("limit") {
+		n, err := strconv.Atoi(query.Get("limit"))
+		if err != nil || n < 1 || n > model.ListLimitMax {
+			return &model.ValidationError{Field: "limit", Problem: fmt.Sprintf("must be a whole number from 1 to %d, got %s", model.ListLimitMax, view.Quote(query.Get("limit"), 32))}
+		}
+		f.Limit = n
+	}
+	if f.CreatedFrom, err = view.ParseTime("created_from", query.Get("created_from")); err != nil {
+		return err
+	}
+	if f.CreatedUntil, err = view.ParseTime("created_until", query.Get("created_until")); err != nil {
+		return err
+	}
+	if f.ScheduleID != "" {
+		if err := model.CheckName("schedule_id", f.ScheduleID); err != nil {
+			return err
+		}
+	}
+	page, err := s.List(r.Context(), p, f)
+	if err != nil {
+		return err
+	}
+	tasks := make([]taskView, 0, len(page.Tasks))
+	for _, t := range page.Tasks {
+		v, err := s.taskView(r, t)
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, v)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tasks": tasks, "next": page.Next})
+	return nil
+}
+
+// queryOf returns the request's query, refusing a parameter not in known
+// or given twice.
+func queryOf(r *http.Request, known ...string) (url.Values, error) {
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, &model.ValidationError{Field: "query", Problem: "not a valid query string"}
+	}
+	for name, values := range query {
+		if !slices.Contains(known, name) {
+			return nil, &model.ValidationError{Field: "query", Problem: "unknown parameter " + view.Quote(name, 32)}
+		}
+		if len(values) > 1 {
+			return nil, &model.ValidationError{Field: name, Problem: "given more than once"}
+		}
+	}
+	return query, nil
+}
+
+func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request, p Principal) error {
+	id := r.PathValue("id")
+	t, err := s.Task(r.Context(), p, id)
+	if err != nil {
+		return err
+	}
+	events, err := s.Events(r.Context(), p, id)
+	if err != nil {
+		return err
+	}
+	out := make([]eventView, 0, len(events))
+	for _, e := range events {
+		out = append(out, eventView{Event: view.EventOf(e), User: t.User})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// noBody refuses a body on a route that takes none (or an empty object).
+func noBody(r *http.Request) error {
+	var b struct{}
+	if err := decode(r, &b, noIntegerFields); err != nil {
+		if v, ok := err.(*model.ValidationError); ok && v.Problem == "required: a JSON object" {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if err := noBody(r); err != nil {
+		return err
+	}
+	t, err := s.Cancel(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return s.writeTask(w, r, http.StatusOK, t)
+}
+
+// answerTask writes the task after an action on it.
+func (s *Server) answerTask(w http.ResponseWriter, r *http.Request, p Principal) error {
+	t, err := s.Task(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return s.writeTask(w, r, http.StatusOK, t)
+}
+
+func (s *Server) approve(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var b struct {
+		Version *int64 `json:"version"`
+	}
+	if err := decode(r, &b, approveRanges); err != nil {
+		return err
+	}
+	if b.Version == nil {
+		return &model.ValidationError{Field: "version", Problem: "required: the version recorded at the gate"}
+	}
+	if err := checkRange(approveRanges, "version", *b.Version); err != nil {
+		return err
+	}
+	if err := s.Approve(r.Context(), p, r.PathValue("id"), *b.Version); err != nil {
+		return err
+	}
+	return s.answerTask(w, r, p)
+}
+
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if err := noBody(r); err != nil {
+		return err
+	}
+	if err := s.Reject(r.Context(), p, r.PathValue("id")); err != nil {
+		return err
+	}
+	return s.answerTask(w, r, p)
+}
+
+func (s *Server) requeue(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var b struct {
+		GrantCost  *int64 `json:"grant_cost"`
+		GrantSteps *int   `json:"grant_steps"`
+	}
+	if err := decode(r, &b, requeueRanges); err != nil {
+		return err
+	}
+	if b.GrantCost == nil || b.GrantSteps == nil {
+		return &model.ValidationError{Field: "grant_cost", Problem: "grant_cost and grant_steps are required (0 grants nothing)"}
+	}
+	if err := s.Requeue(r.Context(), p, r.PathValue("id"), model.Grant{Cost: *b.GrantCost, Steps: *b.GrantSteps}); err != nil {
+		return err
+	}
+	return s.answerTask(w, r, p)
+}
+
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var b struct {
+		As string `json:"as"`
+	}
+	if err := decode(r, &b, noIntegerFields); err != nil {
+		return err
+	}
+	if err := s.Resolve(r.Context(), p, r.PathValue("id"), model.State(b.As)); err != nil {
+		return err
+	}
+	return s.answerTask(w, r, p)
+}
+
+func (s *Server) settle(w http.ResponseWriter, r *http.Request, p Principal) error {
+	op := r.PathValue("op")
+	var b struct {
+		Applied *bool `json:"applied"`
+	}
+	if err := decode(r, &b, noIntegerFields); err != nil {
+		return err
+	}
+	if b.Applied == nil {
+		return &model.ValidationError{Field: "applied", Problem: "required: true or false, as the provider reports"}
+	}
+	if err := s.SettleEffect(r.Context(), p, op, *b.Applied); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"op_id": op, "applied": *b.Applied, "by": p.Name})
+	return nil
+}
+
+func (s *Server) inspect(w http.ResponseWriter, r *http.Request, p Principal) error {
+	out, err := s.Inspect(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getLimits(w http.ResponseWriter, r *http.Request, p Principal) error {
+	limits, users, err := s.Limits(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, view.LimitsOf(limits, users))
+	return nil
+}
+
+// setLimits replaces the queue-wide limits (PUT /v1/limits).
+func (s *Server) setLimits(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var l view.Limits
+	if err := decode(r, &l, limitsRanges); err != nil {
+		return err
+	}
+	if err := s.SetLimits(r.Context(), p, model.Limits(l)); err != nil {
+		return err
+	}
+	return s.getLimits(w, r, p)
+}
+
+// setUserLimit sets one user's limits (PUT /v1/limits/users/{user}).
+func (s *Server) setUserLimit(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var b struct {
+		RunningMax *int `json:"running_max"`
+		DepthMax   *int `json:"depth_max"`
+	}
+	if err := decode(r, &b, userLimitRanges); err != nil {
+		return err
+	}
+	u := model.UserLimit{User: r.PathValue("user"), RunningMax: model.Inherit, DepthMax: model.Inherit}
+	if b.RunningMax != nil {
+		u.RunningMax = *b.RunningMax
+	}
+	if b.DepthMax != nil {
+		u.DepthMax = *b.DepthMax
+	}
+	if err := s.SetUserLimit(r.Context(), p, u); err != nil {
+		return err
+	}
+	return s.getLimits(w, r, p)
+}
+
+func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, p Principal) error {
+	schedules, err := s.Schedules(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, view.All(schedules, view.ScheduleOf))
+	return nil
+}
+
+func (s *Server) addSchedule(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var b struct {
+		User       string          `json:"user"`
+		Payload    json.RawMessage `json:"payload"`
+		CostBudget int64           `json:"cost_budget"`
+		StepsMax   int             `json:"steps_max"`
+		Priority   int             `json:"priority"`
+		Origin     string          `json:"origin"`
+		PeriodMs   int64           `json:"period_ms"`
+	}
+	if err := decode(r, &b, scheduleRanges); err != nil {
+		return err
+	}
+	// Checked before the conversion to a duration, which would overflow.
+	if err := checkRange(scheduleRanges, "period_ms", b.PeriodMs); err != nil {
+		return err
+	}
+	origin, err := view.ParseTime("origin", b.Origin)
+	if err != nil {
+		return err
+	}
+	sch, err := s.AddSchedule(r.Context(), p, model.ScheduleSpec{User: b.User, Payload: string(b.Payload),
+		CostBudget: b.CostBudget, StepsMax: b.StepsMax, Priority: b.Priority, Origin: origin,
+		Period: durationMs(b.PeriodMs)})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, view.ScheduleOf(sch))
+	return nil
+}
+
+func (s *Server) removeSchedule(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if err := s.RemoveSchedule(r.Context(), p, r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
