@@ -45,44 +45,6 @@ func runReap(e *env, args []string) int {
 	})
 }
 
-// metricsRecord is the metrics snapshot as --json prints it.
-type metricsRecord struct {
-	Depth           map[string]int64 `json:"depth"`
-	OldestQueuedMs  int64            `json:"oldest_queued_age_ms"`
-	Submitted       int64            `json:"submitted"`
-	Completions     int64            `json:"completions"`
-	Failures        int64            `json:"failures"`
-	Cancellations   int64            `json:"cancellations"`
-	Retries         int64            `json:"retries"`
-	LeaseExpiries   int64            `json:"lease_expiries"`
-	StaleWrites     int64            `json:"stale_writes"`
-	BudgetExhausted int64            `json:"budget_exhaustions"`
-	Reviews         int64            `json:"reviews"`
-	QueueWait       histogramRecord  `json:"queue_wait_ms"`
-	RunTime         histogramRecord  `json:"run_time_ms"`
-}
-
-type histogramRecord struct {
-	Bounds []int64 `json:"bounds"`
-	Counts []int64 `json:"counts"`
-	Sum    int64   `json:"sum"`
-	Count  int64   `json:"count"`
-}
-
-func metricsRecordOf(m model.Metrics) metricsRecord {
-	depth := map[string]int64{}
-	for s, n := range m.Depth {
-		depth[string(s)] = n
-	}
-	h := func(x model.Histogram) histogramRecord {
-		return histogramRecord{Bounds: model.HistogramBounds, Counts: x.Counts, Sum: x.SumMs, Count: x.Count}
-	}
-	return metricsRecord{Depth: depth, OldestQueuedMs: m.OldestQueuedAge.Milliseconds(), Submitted: m.Submitted,
-		Completions: m.Completions, Failures: m.Failures, Cancellations: m.Cancellations, Retries: m.Retries,
-		LeaseExpiries: m.LeaseExpiries, StaleWrites: m.StaleWrites, BudgetExhausted: m.BudgetExhausted,
-		Reviews: m.Reviews, QueueWait: h(m.QueueWait), RunTime: h(m.RunTime)}
-}
-
 func printMetrics(e *env, m model.Metrics) {
 	fmt.Fprintln(e.stdout, "depth by state:")
 	for _, s := range model.States() {

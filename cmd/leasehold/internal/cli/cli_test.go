@@ -1078,7 +1078,7 @@ func TestMetricsJSONReconciles(t *testing.T) {
 
 	r := f.do("metrics", "--json")
 	requireOK(t, r)
-	var m metricsRecord
+	var m view.Metrics
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &m), r.stdout)
 	require.Equal(t, int64(4), m.Submitted)
 	var total int64

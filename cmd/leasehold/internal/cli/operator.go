@@ -265,7 +265,7 @@ func runMetrics(e *env, args []string) int {
 			return errors.New("metrics do not reconcile: the depths by state do not add up to the tasks submitted")
 		}
 		if *c.json {
-			return printJSON(e.stdout, metricsRecordOf(m))
+			return printJSON(e.stdout, view.MetricsOf(m))
 		}
 		printMetrics(e, m)
 		return nil

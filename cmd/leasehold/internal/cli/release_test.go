@@ -28,6 +28,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
@@ -786,9 +787,9 @@ func TestSimJSONRecords(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 4)
-	var sum summaryRecord
+	var sum evidence.SummaryRecord
 	require.NoError(t, json.Unmarshal([]byte(lines[3]), &sum))
-	require.Equal(t, recordSummary, sum.Record)
+	require.Equal(t, evidence.RecordSummary, sum.Record)
 	require.Equal(t, 3, sum.Passed)
 	require.Equal(t, 3, sum.Coverage.Seeds)
 	require.False(t, sum.CoverageEnforced, "3 seeds report coverage but are not held to it")
@@ -800,7 +801,7 @@ func TestSimJSONRecords(t *testing.T) {
 	// --check-determinism and --trace go into the record.
 	r = lh(t, "sim", "--scenario", "late-result", "--seed", "2", "--check-determinism", "--trace", "--json")
 	requireOK(t, r)
-	recs, sums, err := readRecords([]byte(r.stdout))
+	recs, sums, err := evidence.ReadRecords([]byte(r.stdout))
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Len(t, sums, 1)
@@ -820,7 +821,7 @@ func TestSimJSONRecords(t *testing.T) {
 func TestJudgeSweepChild(t *testing.T) {
 	t.Parallel()
 	block := func(seed uint64, verdict string) string {
-		rec := seedRecord{Record: recordSeed, Scenario: "quota", Seed: seed, Faults: "service=plain",
+		rec := evidence.SeedRecord{Record: evidence.RecordSeed, Scenario: "quota", Seed: seed, Faults: "service=plain",
 			Fingerprint: fmt.Sprintf("f%d", seed), Pass: verdict == "pass"}
 		b, err := json.Marshal(rec)
 		require.NoError(t, err)

@@ -32,6 +32,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
@@ -454,7 +455,7 @@ func renderReport(t *testing.T, db string, out *captured) {
 	d.Samples = append(d.Samples, liverun.Sample{AtMs: 0, Metrics: m})
 	r := reports.Report{Title: "secrets", Generated: view.RFC3339(time.Now()), Fixture: reports.Section{Kind: reports.Fixture},
 		Live: reports.Section{Kind: reports.Live}}
-	fillLive(&r, d)
+	evidence.FillLive(&r, d)
 	require.NotEmpty(t, r.Live.Timelines[0].Bars, "the report draws the claims")
 	for name, render := range map[string]func(io.Writer, reports.Report) error{
 		"JSON": reports.JSON, "Markdown": reports.Markdown, "HTML": reports.HTML,

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
+	"github.com/leasehold/leasehold/reports"
 	"github.com/leasehold/leasehold/scenarios"
 	"github.com/leasehold/leasehold/sim"
 )
@@ -56,7 +58,11 @@ func runSim(e *env, args []string) int {
 		}
 		code = max(code, c)
 		if dir != "" {
-			r, err := simReport(sc, o.seed, o.count, o.keep, recs)
+			facts, err := buildFacts()
+			var r reports.Report
+			if err == nil {
+				r, err = evidence.SimReport(sc, o.seed, o.count, o.keep, recs, facts, sim.Run)
+			}
 			if err == nil {
 				err = writeReport(dir, "report", r)
 			}
@@ -148,11 +154,11 @@ func simFlags(args []string) (simOptions, error) {
 // simScenario runs one scenario as the options say (one seed, or a sweep
 // in this process or in child processes), prints each seed and the
 // summary, and returns the seeds' records and the exit code.
-func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]seedRecord, int) {
-	var recs []seedRecord
+func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]evidence.SeedRecord, int) {
+	var recs []evidence.SeedRecord
 	var cov sim.Coverage
 	failed, firstFailed := 0, uint64(0)
-	take := func(rec seedRecord) {
+	take := func(rec evidence.SeedRecord) {
 		recs = append(recs, rec)
 		cov.Add(rec.Coverage)
 		if !rec.Pass {
@@ -177,7 +183,7 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]seedRecord, int
 			}
 		}
 	case o.parallel != 1:
-		err := sweepProcesses(sc.Name, o.seed, o.count, o.parallel, e.stderr, func(rec seedRecord) {
+		err := sweepProcesses(sc.Name, o.seed, o.count, o.parallel, e.stderr, func(rec evidence.SeedRecord) {
 			printRecord(e, rec, o.json)
 			take(rec)
 		})
@@ -186,14 +192,14 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]seedRecord, int
 		}
 	default:
 		sim.Sweep(sim.SweepConfig{Scenario: sc, From: o.seed, Count: o.count, Parallel: 1}, func(r sim.Result) {
-			rec := seedRecordOf(r)
+			rec := evidence.SeedRecordOf(r)
 			printRecord(e, rec, o.json)
 			take(rec)
 		})
 	}
 	elapsed := time.Since(start)
 	missing := cov.Missing(sc)
-	sum := summaryRecord{Record: recordSummary, Scenario: sc.Name, From: o.seed, Seeds: o.count, Passed: o.count - failed,
+	sum := evidence.SummaryRecord{Record: evidence.RecordSummary, Scenario: sc.Name, From: o.seed, Seeds: o.count, Passed: o.count - failed,
 		Failed: failed, FirstFailed: firstFailed, CoverageEnforced: cov.Enforced(), Unreached: cov.Unreached(sc),
 		Coverage: cov, Pass: failed == 0 && len(missing) == 0}
 	if sum.Unreached == nil {
@@ -225,10 +231,10 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]seedRecord, int
 // simOne runs one seed, optionally shrinking a failure or checking
 // determinism, prints its record, and returns the record and whether
 // everything asked of it passed.
-func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64) (seedRecord, bool) {
+func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64) (evidence.SeedRecord, bool) {
 	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: o.keep, Trace: o.trace, Timeline: o.timeline != ""}
 	r := sim.Run(cfg)
-	rec := seedRecordOf(r)
+	rec := evidence.SeedRecordOf(r)
 	ok := r.Pass
 	if o.determinism {
 		same := sim.Run(cfg).Fingerprint == r.Fingerprint
@@ -237,7 +243,7 @@ func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64) (seedRecor
 	}
 	if o.shrink && !r.Pass {
 		s := sim.Shrink(cfg, r)
-		rec.Shrunk = &shrunkRecord{Broken: r.Broken(), Of: len(r.Schedule), Keep: s.Keep, Events: make([]string, len(s.Events)),
+		rec.Shrunk = &evidence.ShrunkRecord{Broken: r.Broken(), Of: len(r.Schedule), Keep: s.Keep, Events: make([]string, len(s.Events)),
 			Replay: fmt.Sprintf("leasehold sim --scenario %s --seed %d --events %s", sc.Name, seed, joinInts(s.Keep))}
 		for i, ev := range s.Events {
 			rec.Shrunk.Events[i] = ev.String()
@@ -296,7 +302,7 @@ func writeTimeline(path string, r sim.Result) error {
 // order. A child that dies (a panic, a signal) or does not judge every
 // seed of its range is an error naming the range: its unjudged seeds are
 // never counted as passes.
-func sweepProcesses(scenario string, from uint64, count, parallel int, stderr io.Writer, each func(seedRecord)) error {
+func sweepProcesses(scenario string, from uint64, count, parallel int, stderr io.Writer, each func(evidence.SeedRecord)) error {
 	if parallel <= 0 {
 		parallel = runtime.NumCPU()
 	}
@@ -366,7 +372,7 @@ func sweepProcesses(scenario string, from uint64, count, parallel int, stderr io
 // record, a seed missing or out of order, or an exit that disagrees with
 // the verdicts is an error naming the range and the command that reruns
 // it.
-func judgeSweepChild(out []byte, code int, how, scenario string, from uint64, n int) ([]seedRecord, error) {
+func judgeSweepChild(out []byte, code int, how, scenario string, from uint64, n int) ([]evidence.SeedRecord, error) {
 	last := from + uint64(n) - 1
 	rerun := fmt.Sprintf("rerun them: leasehold sim --scenario %s --seed %d --seeds %d --parallel 1", scenario, from, n)
 	recs, err := readSeedRecords(out)

@@ -3,13 +3,12 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,7 +23,7 @@ func TestSimBrokenShrinkRecord(t *testing.T) {
 	args := []string{"sim", "--scenario", "portfolio", "--seed", "1", "--shrink"}
 	r := lh(t, append(args, "--json")...)
 	require.Equal(t, exitFail, r.code, r.String())
-	recs, sums, err := readRecords([]byte(r.stdout))
+	recs, sums, err := evidence.ReadRecords([]byte(r.stdout))
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Len(t, sums, 1)
@@ -45,7 +44,7 @@ func TestSimBrokenShrinkRecord(t *testing.T) {
 
 	replay := lh(t, "sim", "--scenario", "portfolio", "--seed", "1", "--events", joinInts(s.Keep), "--trace", "--json")
 	require.Equal(t, exitFail, replay.code, replay.String())
-	recs, _, err = readRecords([]byte(replay.stdout))
+	recs, _, err = evidence.ReadRecords([]byte(replay.stdout))
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, s.Broken, recs[0].Broken)
@@ -62,15 +61,16 @@ func TestSimBrokenFailedAttemptFromRecords(t *testing.T) {
 	t.Setenv(asBinary, "1")
 	self, err := os.Executable()
 	require.NoError(t, err)
-	var out bytes.Buffer
-	a, err := failedAttempt(&env{ctx: context.Background(), stdout: &out, stderr: &out}, self, 200)
-	require.NoError(t, err, out.String())
+	in, err := failedAttempt(self, 200)
+	require.NoError(t, err)
+	a, err := evidence.FailedAttempt(in)
+	require.NoError(t, err)
 	require.NotZero(t, a.Seed)
 	require.Equal(t, int(a.Seed), a.SeedsRun, "the search stops at the first failed seed")
 	require.NotEmpty(t, a.Detail)
 	require.NotEmpty(t, a.Invariant)
 	require.NotEmpty(t, a.Shrunk)
-	require.Contains(t, a.Replay, "LEASEHOLD_BROKEN="+failedVariant+" bin/leasehold-broken sim --scenario "+failedScenario)
+	require.Contains(t, a.Replay, "LEASEHOLD_BROKEN="+evidence.FailedVariant+" bin/leasehold-broken sim --scenario "+evidence.FailedScenario)
 	require.NotEmpty(t, a.Trace)
 	require.NotNil(t, a.Timeline)
 	require.True(t, a.FixedPass, a.FixedRun)

@@ -7,17 +7,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
 	"github.com/leasehold/leasehold/scenarios"
 )
 
 // summaries reads the summary records of sim --json output.
-func summaries(t *testing.T, out string) []summaryRecord {
+func summaries(t *testing.T, out string) []evidence.SummaryRecord {
 	t.Helper()
-	var sums []summaryRecord
+	var sums []evidence.SummaryRecord
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var s summaryRecord
+		var s evidence.SummaryRecord
 		require.NoError(t, json.Unmarshal([]byte(line), &s), line)
-		if s.Record == recordSummary {
+		if s.Record == evidence.RecordSummary {
 			sums = append(sums, s)
 		}
 	}

@@ -1,4 +1,4 @@
-package cli
+package evidence
 
 // The evidence report's words must match what happened: a failed sweep is
 // reported as failed in every check that rests on it, and the live inputs
@@ -19,10 +19,10 @@ import (
 // evidenceStats returns sweep statistics for every scenario, each with
 // seeds seeds passed, except those in failures (scenario -> its failure
 // lines).
-func evidenceStats(seeds int, failures map[string][]string) map[string]sweepStats {
-	stats := map[string]sweepStats{}
+func evidenceStats(seeds int, failures map[string][]string) map[string]Sweep {
+	stats := map[string]Sweep{}
 	for _, name := range scenarios.Names() {
-		st := sweepStats{sweep: reports.Sweep{Scenario: name, From: 1, Seeds: seeds, Passed: seeds, Command: "make sim SCENARIO=" + name},
+		st := Sweep{sweep: reports.Sweep{Scenario: name, From: 1, Seeds: seeds, Passed: seeds, Command: "make sim SCENARIO=" + name},
 			events: 100, staleWrites: 2, failures: failures[name]}
 		st.sweep.Failed = len(st.failures)
 		st.sweep.Passed -= st.sweep.Failed
@@ -90,7 +90,7 @@ func TestEvidenceChecksSayWhatHappened(t *testing.T) {
 func TestEvidenceLiveSectionNamesItsSources(t *testing.T) {
 	t.Parallel()
 	r := reports.Report{Live: reports.Section{Kind: reports.Live}}
-	fillLive(&r, liverun.Result{Kind: liverun.Kind, Started: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Settings: map[string]string{"lease": "2s"}})
+	FillLive(&r, liverun.Result{Kind: liverun.Kind, Started: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Settings: map[string]string{"lease": "2s"}})
 	about := strings.Join(r.Live.About, " ")
 	require.NotContains(t, about, "Every outcome was read back through")
 	for _, source := range []string{"queue's Go API", "service's ledger", "worker logs"} {
