@@ -35,7 +35,8 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 		return nil, fmt.Errorf("queue: claim: %w", err)
 	}
 	var out []model.Claimed
-	err = q.write(ctx, "claim", func(t *txn) error {
+	err = q.writeRetrying(ctx, "claim", func(t *txn) error {
+		out = nil
 		// A batch of one is within every stored limit (ClaimBatchMax is at
 		// least 1), so it needs no read of the limits.
 		if req.Max != 1 {

@@ -25,7 +25,8 @@ func (q *Queue) Reap(ctx context.Context) (model.ReapResult, error) {
 		return model.ReapResult{}, nil
 	}
 	var res model.ReapResult
-	err := q.write(ctx, "reap", func(t *txn) error {
+	err := q.writeRetrying(ctx, "reap", func(t *txn) error {
+		res = model.ReapResult{}
 		now := sql.Named("now", model.Millis(t.now))
 		limit := sql.Named("limit", model.ReapBatchMax+1)
 		rows, err := t.query("reap_deadlines", now, limit)

@@ -30,7 +30,7 @@ func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.Subm
 		return model.SubmitResult{}, err
 	}
 	var res model.SubmitResult
-	err = q.write(ctx, "submit", func(t *txn) error {
+	err = q.writeRetrying(ctx, "submit", func(t *txn) error {
 		res, err = t.submit(n, n.User)
 		return err
 	})

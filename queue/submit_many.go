@@ -35,7 +35,7 @@ func (q *Queue) SubmitMany(ctx context.Context, reqs []model.SubmitRequest) ([]m
 		ns[i] = n
 	}
 	var out []model.SubmitResult
-	err := q.write(ctx, "submit batch", func(t *txn) error {
+	err := q.writeRetrying(ctx, "submit batch", func(t *txn) error {
 		var err error
 		out, err = t.submitMany(ns)
 		return err
