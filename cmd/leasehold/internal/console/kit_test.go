@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/worker"
@@ -33,14 +35,36 @@ const (
 	operatorSecret = "operator-0123456789ab"
 )
 
-// bundle is a console over a real SQLite file, behind a real HTTP server.
+// bundle is a console over the HTTP API's cores and a real SQLite file,
+// mounted in the API's own handler behind a real HTTP server, as serve
+// mounts it.
 type bundle struct {
 	q       *queue.Queue
 	clock   *clockwork.FakeClock
-	backend *testBackend
+	backend *countingBackend
 	console *Console
 	srv     *httptest.Server
 	w       *worker.Worker
+}
+
+// tokenLines are the test's tokens file: NAME SCOPES SECRET USERS.
+var tokenLines = strings.Join([]string{
+	"ana submit " + anaSecret + " ana",
+	"bob submit " + bobSecret + " bob",
+	"approver approve " + approverSecret + " *",
+	"operator operate,submit " + operatorSecret + " *",
+}, "\n")
+
+// countingBackend counts sign-in checks, to show a forged sign-in never
+// reaches one.
+type countingBackend struct {
+	Backend
+	auths int
+}
+
+func (c *countingBackend) Authenticate(ctx context.Context, secret, remoteAddr string) (Principal, error) {
+	c.auths++
+	return c.Backend.Authenticate(ctx, secret, remoteAddr)
 }
 
 func setup(t *testing.T, edit ...func(*Options)) *bundle {
@@ -50,18 +74,20 @@ func setup(t *testing.T, edit ...func(*Options)) *bundle {
 		IDs: model.NewSeededIDs(7), ValidatePayload: worker.ValidateSynthetic})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Close() })
-	b := &testBackend{q: q, clock: clock}
-	b.addToken("ana", anaSecret, []string{model.ScopeSubmit}, []string{"ana"})
-	b.addToken("bob", bobSecret, []string{model.ScopeSubmit}, []string{"bob"})
-	b.addToken("approver", approverSecret, []string{model.ScopeApprove}, []string{"*"})
-	b.addToken("operator", operatorSecret, []string{model.ScopeOperate, model.ScopeSubmit}, []string{"*"})
+	tokens, err := httpapi.ParseTokens(tokenLines, true)
+	require.NoError(t, err)
+	var ui http.Handler
+	api := httpapi.New(q, tokens, slog.New(slog.DiscardHandler), httpapi.WithClock(clock), httpapi.WithAuthDelay(0),
+		httpapi.WithMount(func(m *http.ServeMux) { m.Handle(Prefix, ui) }))
+	b := &countingBackend{Backend: FromAPI(api, q, clock)}
 	o := Options{Backend: b, Clock: clock, Random: rand.NewChaCha8([32]byte{1}), Idle: 10 * time.Minute, Lifetime: time.Hour, PageSize: 3}
 	for _, e := range edit {
 		e(&o)
 	}
 	c, err := New(o)
 	require.NoError(t, err)
-	srv := httptest.NewServer(c)
+	ui = c
+	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)
 	w, err := worker.New(worker.Config{ID: "w1", Queue: q, Handler: worker.Synthetic{}, Service: &dedupService{results: map[string]string{}}, Clock: clock})
 	require.NoError(t, err)

@@ -124,7 +124,7 @@ func TestBulkSubmitIsAllOrNothing(t *testing.T) {
 
 	ana := b.client(t)
 	ana.signIn(anaSecret)
-	res = ana.form("/ui/submit", "/ui/submit/bulk", url.Values{"batch": {strings.ReplaceAll(batch, `"b`, `"c`)}})
+	res = ana.form("/ui/submit", "/ui/submit/bulk", url.Values{"batch": {strings.ReplaceAll(batch, `"key": "b`, `"key": "c`)}})
 	require.Equal(t, http.StatusForbidden, res.status, "ana's batch names bob")
 	require.Contains(t, res.body, "line 3")
 	require.Equal(t, before, b.eventCount(t))

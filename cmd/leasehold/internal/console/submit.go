@@ -200,6 +200,9 @@ func (c *Console) submitBulk(w http.ResponseWriter, r *http.Request, req *reques
 	sv.Bulk = r.PostForm.Get("batch")
 	reqs, lines, err := parseBulk(sv.Bulk)
 	if err == nil {
+		err = forUsers(req.p, reqs, lines)
+	}
+	if err == nil {
 		var results []model.SubmitResult
 		if results, err = c.backend.SubmitMany(r.Context(), req.p, reqs); err == nil {
 			for i, res := range results {
@@ -218,5 +221,17 @@ func (c *Console) submitBulk(w http.ResponseWriter, r *http.Request, req *reques
 		}
 	}
 	c.renderSubmit(w, req, sv, err)
+	return nil
+}
+
+// forUsers names the first line whose user the principal does not act
+// for. It only words the refusal by line: the Backend refuses such a
+// batch itself.
+func forUsers(p Principal, reqs []model.SubmitRequest, lines []int) error {
+	for i, r := range reqs {
+		if model.CheckName("user", r.User) == nil && !p.ActsFor(r.User) {
+			return fmt.Errorf("line %d: token %s does not act for user %s (nothing in the batch was submitted): %w", lines[i], p.Name, r.User, ErrForbidden)
+		}
+	}
 	return nil
 }
