@@ -3,6 +3,7 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"time"
 
@@ -78,46 +79,113 @@ func printMetrics(e *env, m model.Metrics) {
 	}
 }
 
+// limitsFlags is what limits's flags ask for; given names the flags set,
+// since a limit flag not given leaves its limit (no sentinel value stands
+// for "not given").
+type limitsFlags struct {
+	user                                      *string
+	runningMax, depthMax, userDepthMax        *int
+	attemptsMax, grantStepsMax, claimBatchMax *int
+	grantCostMax                              *int64
+	given                                     map[string]bool
+}
+
+// limitFlags are limits's flags that change a limit; a user's limits take
+// only the first two.
+var limitFlags = []string{"running-max", "depth-max", "user-depth-max", "attempts-max", "grant-cost-max", "grant-steps-max", "claim-batch-max"}
+
+func newLimitsFlags(fs *flag.FlagSet) *limitsFlags {
+	d := model.DefaultLimits
+	return &limitsFlags{
+		user: fs.String("user", "", "the user whose limits --running-max and --depth-max set; alone it only shows"),
+		runningMax: fs.Int("running-max", 0, fmt.Sprintf("running tasks: with --user that user's (-1 inherits the default, 0 unlimited, up to %d); "+
+			"else the default per user (0 unlimited; a new database has %d)", model.UserLimitRanges["running_max"].Max, d.UserRunningMax)),
+		depthMax: fs.Int("depth-max", 0, fmt.Sprintf("active tasks: with --user that user's (-1 inherits the default, 0 unlimited, up to %d); "+
+			"else the overall cap (0 unlimited; a new database has %d)", model.UserLimitRanges["depth_max"].Max, d.DepthMax)),
+		userDepthMax: fs.Int("user-depth-max", 0, fmt.Sprintf("default active tasks per user, 0 unlimited (a new database has %d)", d.UserDepthMax)),
+		attemptsMax: fs.Int("attempts-max", 0, fmt.Sprintf("charged attempts before dead letter, %d to %d (a new database has %d)",
+			model.LimitRanges["attempts_max"].Min, model.LimitRanges["attempts_max"].Max, d.AttemptsMax)),
+		grantCostMax:  fs.Int64("grant-cost-max", 0, fmt.Sprintf("largest cost grant on requeue (a new database has %d)", d.GrantCostMax)),
+		grantStepsMax: fs.Int("grant-steps-max", 0, fmt.Sprintf("largest step grant on requeue (a new database has %d)", d.GrantStepsMax)),
+		claimBatchMax: fs.Int("claim-batch-max", 0, fmt.Sprintf("largest claim batch, %d to %d (a new database has %d)",
+			model.LimitRanges["claim_batch_max"].Min, model.LimitRanges["claim_batch_max"].Max, d.ClaimBatchMax)),
+	}
+}
+
+// parsed records which flags fs was given, and checks them: --user takes
+// only a user's two limits, and names a valid user.
+func (lf *limitsFlags) parsed(fs *flag.FlagSet) error {
+	lf.given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { lf.given[f.Name] = true })
+	if *lf.user == "" {
+		return nil
+	}
+	for _, name := range limitFlags[2:] {
+		if lf.given[name] {
+			return badUsage("--user takes only --running-max and --depth-max, not --%s", name)
+		}
+	}
+	return model.CheckName("user", *lf.user)
+}
+
+// changing reports whether any limit flag was given (else limits shows).
+func (lf *limitsFlags) changing() bool {
+	for _, name := range limitFlags {
+		if lf.given[name] {
+			return true
+		}
+	}
+	return false
+}
+
+// userLimit is the user's limit (from users, or inheriting both) with the
+// flags given applied.
+func (lf *limitsFlags) userLimit(users []model.UserLimit) model.UserLimit {
+	u := model.UserLimit{User: *lf.user, RunningMax: model.Inherit, DepthMax: model.Inherit}
+	for _, existing := range users {
+		if existing.User == *lf.user {
+			u = existing
+		}
+	}
+	if lf.given["running-max"] {
+		u.RunningMax = *lf.runningMax
+	}
+	if lf.given["depth-max"] {
+		u.DepthMax = *lf.depthMax
+	}
+	return u
+}
+
+// limits is l with the flags given applied.
+func (lf *limitsFlags) limits(l model.Limits) model.Limits {
+	for _, a := range []struct {
+		flag string
+		v    int
+		dst  *int
+	}{{"running-max", *lf.runningMax, &l.UserRunningMax}, {"depth-max", *lf.depthMax, &l.DepthMax},
+		{"user-depth-max", *lf.userDepthMax, &l.UserDepthMax}, {"attempts-max", *lf.attemptsMax, &l.AttemptsMax},
+		{"grant-steps-max", *lf.grantStepsMax, &l.GrantStepsMax}, {"claim-batch-max", *lf.claimBatchMax, &l.ClaimBatchMax}} {
+		if lf.given[a.flag] {
+			*a.dst = a.v
+		}
+	}
+	if lf.given["grant-cost-max"] {
+		l.GrantCostMax = *lf.grantCostMax
+	}
+	return l
+}
+
 func runLimits(e *env, args []string) int {
 	fs := flag.NewFlagSet("limits", flag.ContinueOnError)
 	c := commonFlags(fs, true)
-	d := model.DefaultLimits
-	user := fs.String("user", "", "the user whose limits --running-max and --depth-max set; alone it only shows")
-	runningMax := fs.Int("running-max", 0, fmt.Sprintf("running tasks: with --user that user's (-1 inherits the default, 0 unlimited, up to %d); "+
-		"else the default per user (0 unlimited; a new database has %d)", model.UserLimitRanges["running_max"].Max, d.UserRunningMax))
-	depthMax := fs.Int("depth-max", 0, fmt.Sprintf("active tasks: with --user that user's (-1 inherits the default, 0 unlimited, up to %d); "+
-		"else the overall cap (0 unlimited; a new database has %d)", model.UserLimitRanges["depth_max"].Max, d.DepthMax))
-	userDepthMax := fs.Int("user-depth-max", 0, fmt.Sprintf("default active tasks per user, 0 unlimited (a new database has %d)", d.UserDepthMax))
-	attemptsMax := fs.Int("attempts-max", 0, fmt.Sprintf("charged attempts before dead letter, %d to %d (a new database has %d)",
-		model.LimitRanges["attempts_max"].Min, model.LimitRanges["attempts_max"].Max, d.AttemptsMax))
-	grantCostMax := fs.Int64("grant-cost-max", 0, fmt.Sprintf("largest cost grant on requeue (a new database has %d)", d.GrantCostMax))
-	grantStepsMax := fs.Int("grant-steps-max", 0, fmt.Sprintf("largest step grant on requeue (a new database has %d)", d.GrantStepsMax))
-	batchMax := fs.Int("claim-batch-max", 0, fmt.Sprintf("largest claim batch, %d to %d (a new database has %d)",
-		model.LimitRanges["claim_batch_max"].Min, model.LimitRanges["claim_batch_max"].Max, d.ClaimBatchMax))
+	lf := newLimitsFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return fail(e, "limits", err)
 	}
-	// A limit flag given changes that limit; one not given leaves it (no
-	// sentinel value stands for "not given").
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	limitFlags := []string{"running-max", "depth-max", "user-depth-max", "attempts-max", "grant-cost-max", "grant-steps-max", "claim-batch-max"}
-	changing := false
-	for _, name := range limitFlags {
-		changing = changing || given[name]
+	if err := lf.parsed(fs); err != nil {
+		return fail(e, "limits", err)
 	}
-	if *user != "" {
-		for _, name := range limitFlags[2:] {
-			if given[name] {
-				return fail(e, "limits", badUsage("--user takes only --running-max and --depth-max, not --%s", name))
-			}
-		}
-	}
-	if *user != "" {
-		if err := model.CheckName("user", *user); err != nil {
-			return fail(e, "limits", err)
-		}
-	}
+	changing := lf.changing()
 	if changing {
 		if err := model.CheckName("actor", *c.actor); err != nil {
 			return fail(e, "limits", err)
@@ -133,57 +201,33 @@ func runLimits(e *env, args []string) int {
 			return err
 		}
 		switch {
-		case *user != "" && changing: // a bare --user only shows
-			u := model.UserLimit{User: *user, RunningMax: model.Inherit, DepthMax: model.Inherit}
-			for _, existing := range users {
-				if existing.User == *user {
-					u = existing
-				}
-			}
-			if given["running-max"] {
-				u.RunningMax = *runningMax
-			}
-			if given["depth-max"] {
-				u.DepthMax = *depthMax
-			}
-			if err := q.SetUserLimit(e.ctx, u, *c.actor); err != nil {
-				return err
-			}
+		case *lf.user != "" && changing: // a bare --user only shows
+			err = q.SetUserLimit(e.ctx, lf.userLimit(users), *c.actor)
 		case changing:
-			apply := []struct {
-				flag string
-				v    int
-				dst  *int
-			}{{"running-max", *runningMax, &limits.UserRunningMax}, {"depth-max", *depthMax, &limits.DepthMax},
-				{"user-depth-max", *userDepthMax, &limits.UserDepthMax}, {"attempts-max", *attemptsMax, &limits.AttemptsMax},
-				{"grant-steps-max", *grantStepsMax, &limits.GrantStepsMax}, {"claim-batch-max", *batchMax, &limits.ClaimBatchMax}}
-			for _, a := range apply {
-				if given[a.flag] {
-					*a.dst = a.v
-				}
-			}
-			if given["grant-cost-max"] {
-				limits.GrantCostMax = *grantCostMax
-			}
-			if err := q.SetLimits(e.ctx, limits, *c.actor); err != nil {
-				return err
-			}
+			err = q.SetLimits(e.ctx, lf.limits(limits), *c.actor)
 		}
-		limits, users, err = q.Limits(e.ctx)
 		if err != nil {
+			return err
+		}
+		if limits, users, err = q.Limits(e.ctx); err != nil {
 			return err
 		}
 		if *c.json {
 			return printJSON(e.stdout, view.LimitsOf(limits, users))
 		}
-		fmt.Fprintf(e.stdout, "depth_max=%d user_depth_max=%d user_running_max=%d attempts_max=%d grant_cost_max=%d grant_steps_max=%d claim_batch_max=%d\n",
-			limits.DepthMax, limits.UserDepthMax, limits.UserRunningMax, limits.AttemptsMax, limits.GrantCostMax,
-			limits.GrantStepsMax, limits.ClaimBatchMax)
-		for _, u := range users {
-			fmt.Fprintf(e.stdout, "user %s running_max=%d depth_max=%d (-1 inherits, 0 unlimited)\n", u.User, u.RunningMax, u.DepthMax)
-		}
+		printLimits(e.stdout, limits, users)
 		return nil
 	})
+}
+
+// printLimits prints the limits and the per-user overrides.
+func printLimits(w io.Writer, limits model.Limits, users []model.UserLimit) {
+	fmt.Fprintf(w, "depth_max=%d user_depth_max=%d user_running_max=%d attempts_max=%d grant_cost_max=%d grant_steps_max=%d claim_batch_max=%d\n",
+		limits.DepthMax, limits.UserDepthMax, limits.UserRunningMax, limits.AttemptsMax, limits.GrantCostMax,
+		limits.GrantStepsMax, limits.ClaimBatchMax)
+	for _, u := range users {
+		fmt.Fprintf(w, "user %s running_max=%d depth_max=%d (-1 inherits, 0 unlimited)\n", u.User, u.RunningMax, u.DepthMax)
+	}
 }
 
 func runSchedule(e *env, args []string) int {
@@ -193,97 +237,112 @@ func runSchedule(e *env, args []string) int {
 	}
 	fs := flag.NewFlagSet("schedule "+sub, flag.ContinueOnError)
 	c := commonFlags(fs, true)
-	switch sub {
-	case "add":
-		user := fs.String("user", "", "user the runs belong to")
-		payload := fs.String("payload", "", "each run's payload: JSON, or @FILE")
-		costBudget := fs.Int64("cost-budget", 0, "each run's cost budget")
-		stepsMax := fs.Int("steps-max", 0, "each run's step limit")
-		priority := fs.Int("priority", 0, "each run's priority")
-		origin := fs.String("origin", "", "when run 0 is due: RFC 3339 or +DURATION")
-		period := fs.Duration("period", 0, "time between runs (run k is due at origin + k*period)")
-		if err := parse(fs, args); err != nil {
-			return fail(e, "schedule", err)
-		}
-		body, err := readPayload(*payload)
-		if err == nil {
-			err = model.CheckName("actor", *c.actor)
-		}
-		var at time.Time
-		if err == nil {
-			at, err = parseTime("origin", *origin)
-		}
-		spec := model.ScheduleSpec{User: *user, Payload: body, CostBudget: *costBudget, StepsMax: *stepsMax,
-			Priority: *priority, Origin: at, Period: *period}
-		if err == nil {
-			_, err = spec.Validate()
-		}
-		if err != nil {
-			return fail(e, "schedule", err)
-		}
-		return withQueue(e, "schedule", c, func(q *queue.Queue) error {
-			s, err := q.AddSchedule(e.ctx, spec, *c.actor)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(e.stdout, s.ID)
-			return nil
-		})
-	case "list":
-		if err := parse(fs, args); err != nil {
-			return fail(e, "schedule", err)
-		}
-		return withReader(e, "schedule", c, func(q *queue.Queue) error {
-			schedules, err := q.Schedules(e.ctx)
-			if err != nil {
-				return err
-			}
-			if *c.json {
-				return printJSON(e.stdout, view.All(schedules, view.ScheduleOf))
-			}
-			for _, s := range schedules {
-				fmt.Fprintf(e.stdout, "%s user=%s origin=%s period=%s last_run=%d next_due=%s\n", s.ID, s.User,
-					view.RFC3339(s.Origin), s.Period, s.LastRun, view.RFC3339(s.Origin.Add(time.Duration(s.LastRun+1)*s.Period)))
-			}
-			return nil
-		})
-	case "run":
-		if err := parse(fs, args); err != nil {
-			return fail(e, "schedule", err)
-		}
-		return withQueue(e, "schedule", c, func(q *queue.Queue) error {
-			res, err := q.EnqueueDue(e.ctx)
-			if err != nil {
-				return err
-			}
-			if *c.json {
-				return printJSON(e.stdout, res)
-			}
-			fmt.Fprintf(e.stdout, "enqueued %d due runs (%d missed runs collapsed, %d refused by admission)\n",
-				res.Enqueued, res.Collapsed, res.Refused)
-			return nil
-		})
-	case "remove":
-		if err := parseWithArgs(fs, args, 1); err != nil {
-			return fail(e, "schedule", err)
-		}
-		id := fs.Arg(0)
-		err := checkScheduleID(id)
-		if err == nil {
-			err = model.CheckName("actor", *c.actor)
-		}
-		if err != nil {
-			return fail(e, "schedule", err)
-		}
-		return withQueue(e, "schedule", c, func(q *queue.Queue) error {
-			if err := q.RemoveSchedule(e.ctx, id, *c.actor); err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stdout, "schedule %s removed\n", id)
-			return nil
-		})
+	run := map[string]func(*env, *flag.FlagSet, common, []string) int{
+		"add": scheduleAdd, "list": scheduleList, "run": scheduleRun, "remove": scheduleRemove}[sub]
+	if run == nil {
+		return fail(e, "schedule", badUsage("unknown schedule command %q (want add, list, run or remove)", sub))
 	}
-	return fail(e, "schedule", badUsage("unknown schedule command %q (want add, list, run or remove)", sub))
+	return run(e, fs, c, args)
+}
+
+// scheduleAdd adds a schedule: schedule add --user U --payload P ... --period D.
+func scheduleAdd(e *env, fs *flag.FlagSet, c common, args []string) int {
+	user := fs.String("user", "", "user the runs belong to")
+	payload := fs.String("payload", "", "each run's payload: JSON, or @FILE")
+	costBudget := fs.Int64("cost-budget", 0, "each run's cost budget")
+	stepsMax := fs.Int("steps-max", 0, "each run's step limit")
+	priority := fs.Int("priority", 0, "each run's priority")
+	origin := fs.String("origin", "", "when run 0 is due: RFC 3339 or +DURATION")
+	period := fs.Duration("period", 0, "time between runs (run k is due at origin + k*period)")
+	if err := parse(fs, args); err != nil {
+		return fail(e, "schedule", err)
+	}
+	body, err := readPayload(*payload)
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	var at time.Time
+	if err == nil {
+		at, err = parseTime("origin", *origin)
+	}
+	spec := model.ScheduleSpec{User: *user, Payload: body, CostBudget: *costBudget, StepsMax: *stepsMax,
+		Priority: *priority, Origin: at, Period: *period}
+	if err == nil {
+		_, err = spec.Validate()
+	}
+	if err != nil {
+		return fail(e, "schedule", err)
+	}
+	return withQueue(e, "schedule", c, func(q *queue.Queue) error {
+		s, err := q.AddSchedule(e.ctx, spec, *c.actor)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout, s.ID)
+		return nil
+	})
+}
+
+// scheduleList lists the schedules.
+func scheduleList(e *env, fs *flag.FlagSet, c common, args []string) int {
+	if err := parse(fs, args); err != nil {
+		return fail(e, "schedule", err)
+	}
+	return withReader(e, "schedule", c, func(q *queue.Queue) error {
+		schedules, err := q.Schedules(e.ctx)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return printJSON(e.stdout, view.All(schedules, view.ScheduleOf))
+		}
+		for _, s := range schedules {
+			fmt.Fprintf(e.stdout, "%s user=%s origin=%s period=%s last_run=%d next_due=%s\n", s.ID, s.User,
+				view.RFC3339(s.Origin), s.Period, s.LastRun, view.RFC3339(s.Origin.Add(time.Duration(s.LastRun+1)*s.Period)))
+		}
+		return nil
+	})
+}
+
+// scheduleRun enqueues the runs that are due.
+func scheduleRun(e *env, fs *flag.FlagSet, c common, args []string) int {
+	if err := parse(fs, args); err != nil {
+		return fail(e, "schedule", err)
+	}
+	return withQueue(e, "schedule", c, func(q *queue.Queue) error {
+		res, err := q.EnqueueDue(e.ctx)
+		if err != nil {
+			return err
+		}
+		if *c.json {
+			return printJSON(e.stdout, res)
+		}
+		fmt.Fprintf(e.stdout, "enqueued %d due runs (%d missed runs collapsed, %d refused by admission)\n",
+			res.Enqueued, res.Collapsed, res.Refused)
+		return nil
+	})
+}
+
+// scheduleRemove removes the schedule named by the one argument.
+func scheduleRemove(e *env, fs *flag.FlagSet, c common, args []string) int {
+	if err := parseWithArgs(fs, args, 1); err != nil {
+		return fail(e, "schedule", err)
+	}
+	id := fs.Arg(0)
+	err := checkScheduleID(id)
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "schedule", err)
+	}
+	return withQueue(e, "schedule", c, func(q *queue.Queue) error {
+		if err := q.RemoveSchedule(e.ctx, id, *c.actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "schedule %s removed\n", id)
+		return nil
+	})
 }
 
 // Build information stamped with -ldflags "-X PKG.commit=... -X PKG.built=...",

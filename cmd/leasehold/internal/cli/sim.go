@@ -197,7 +197,6 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]evidence.SeedRe
 			take(rec)
 		})
 	}
-	elapsed := time.Since(start)
 	missing := cov.Missing(sc)
 	sum := evidence.SummaryRecord{Record: evidence.RecordSummary, Scenario: sc.Name, From: o.seed, Seeds: o.count, Passed: o.count - failed,
 		Failed: failed, FirstFailed: firstFailed, CoverageEnforced: cov.Enforced(), Unreached: cov.Unreached(sc),
@@ -205,27 +204,34 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]evidence.SeedRe
 	if sum.Unreached == nil {
 		sum.Unreached = []scenarios.Cell{}
 	}
-	if o.json {
-		writeJSONLine(e.stdout, sum)
-	} else {
-		if o.count > 1 {
-			fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed in %.1fs (%.0f seeds/s)\n",
-				sc.Name, o.seed, last, sum.Passed, failed, elapsed.Seconds(), float64(o.count)/elapsed.Seconds())
-		}
-		if o.coverage {
-			fmt.Fprint(e.stdout, cov.Table(sc))
-		}
-		if failed > 0 && o.count > 1 {
-			fmt.Fprintf(e.stdout, "first failure: make sim SEED=%d SCENARIO=%s\n", firstFailed, sc.Name)
-		}
-		if len(missing) > 0 {
-			fmt.Fprintln(e.stdout, cov.MissingSummary(sc))
-		}
-	}
+	printSummary(e, o, sc, sum, cov, time.Since(start))
 	if !sum.Pass {
 		return recs, exitFail
 	}
 	return recs, exitOK
+}
+
+// printSummary prints a scenario's summary: its record, or the text
+// (the counts and speed of a sweep, the coverage map if asked for, the
+// first failure and the unreached cells).
+func printSummary(e *env, o simOptions, sc scenarios.Scenario, sum evidence.SummaryRecord, cov sim.Coverage, elapsed time.Duration) {
+	if o.json {
+		writeJSONLine(e.stdout, sum)
+		return
+	}
+	if o.count > 1 {
+		fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed in %.1fs (%.0f seeds/s)\n",
+			sc.Name, sum.From, sum.From+uint64(sum.Seeds)-1, sum.Passed, sum.Failed, elapsed.Seconds(), float64(o.count)/elapsed.Seconds())
+	}
+	if o.coverage {
+		fmt.Fprint(e.stdout, cov.Table(sc))
+	}
+	if sum.Failed > 0 && o.count > 1 {
+		fmt.Fprintf(e.stdout, "first failure: make sim SEED=%d SCENARIO=%s\n", sum.FirstFailed, sc.Name)
+	}
+	if len(cov.Missing(sc)) > 0 {
+		fmt.Fprintln(e.stdout, cov.MissingSummary(sc))
+	}
 }
 
 // simOne runs one seed, optionally shrinking a failure or checking
