@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 
 func init() {
 	register("submit", "submit a task: --user U --key K --payload JSON|@FILE --cost-budget N --steps-max N; or many: --batch FILE|-", runSubmit)
-	register("status", "show a task: status TASK", runStatus)
-	register("list", "list tasks: list [--state S] [--user U] [--limit N]", runList)
+	register("status", "show a task: status TASK [--watch]", runStatus)
+	register("list", "list tasks: list [--state S] [--user U] [--limit N] [--after CURSOR]", runList)
 	register("cancel", "cancel a task (a running one stops before its next step): cancel TASK", runCancel)
 }
 
@@ -150,6 +151,7 @@ func checkScheduleID(id string) error {
 func runStatus(e *env, args []string) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	c := commonFlags(fs, false)
+	watch := fs.Bool("watch", false, "then print each change as it happens, until the task is terminal (or interrupted)")
 	id, err := taskArg(fs, args)
 	if err != nil {
 		return fail(e, "status", err)
@@ -160,10 +162,14 @@ func runStatus(e *env, args []string) int {
 			return err
 		}
 		if *c.json {
-			return printJSON(e.stdout, view.TaskOf(t))
+			err = printJSON(e.stdout, view.TaskOf(t))
+		} else {
+			printStatus(e.stdout, t)
 		}
-		printStatus(e.stdout, t)
-		return nil
+		if err != nil || !*watch {
+			return err
+		}
+		return watchTask(e, q, t, *c.json)
 	})
 }
 
@@ -172,11 +178,12 @@ func runList(e *env, args []string) int {
 	c := commonFlags(fs, false)
 	state := fs.String("state", "", "only tasks in this state")
 	user := fs.String("user", "", "only this user's tasks")
-	limit := fs.Int("limit", model.ListLimitDefault, "at most this many tasks")
+	limit := fs.Int("limit", model.ListLimitDefault, fmt.Sprintf("at most this many tasks (1 to %d)", model.ListLimitMax))
+	after := fs.String("after", "", "continue after this cursor (the next a cut-short list printed)")
 	if err := parse(fs, args); err != nil {
 		return fail(e, "list", err)
 	}
-	f := model.ListFilter{State: model.State(*state), User: *user, Limit: *limit}
+	f := queue.PageFilter{State: model.State(*state), User: *user, Limit: *limit}
 	if *state != "" {
 		if _, err := model.ParseState(*state); err != nil {
 			return fail(e, "list", badUsage("--state: %v", err))
@@ -187,18 +194,32 @@ func runList(e *env, args []string) int {
 			return fail(e, "list", err)
 		}
 	}
-	if _, err := f.CheckedLimit(); err != nil {
-		return fail(e, "list", err)
+	if *limit < 1 || *limit > model.ListLimitMax {
+		return fail(e, "list", badUsage("--limit: must be from 1 to %d, got %d", model.ListLimitMax, *limit))
+	}
+	if *after != "" {
+		n, err := strconv.ParseInt(*after, 10, 64)
+		if err != nil || n < 1 {
+			return fail(e, "list", badUsage("--after: %q is not a cursor a list printed as next", *after))
+		}
+		f.After = n
 	}
 	return withReader(e, "list", c, func(q *queue.Queue) error {
-		tasks, err := q.List(e.ctx, f)
+		page, err := q.ListPage(e.ctx, f)
 		if err != nil {
 			return err
 		}
-		if *c.json {
-			return printJSON(e.stdout, view.All(tasks, view.TaskOf))
+		next := ""
+		if page.Next != 0 {
+			next = strconv.FormatInt(page.Next, 10)
 		}
-		printTable(e.stdout, tasks)
+		if *c.json {
+			return printJSON(e.stdout, map[string]any{"tasks": view.All(page.Tasks, view.TaskOf), "next": next})
+		}
+		printTable(e.stdout, page.Tasks)
+		if next != "" {
+			fmt.Fprintf(e.stdout, "(cut short at %d tasks; more follow: list --after %s)\n", len(page.Tasks), next)
+		}
 		return nil
 	})
 }

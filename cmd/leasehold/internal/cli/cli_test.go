@@ -851,9 +851,12 @@ func TestListJSON(t *testing.T) {
 		t.Helper()
 		r := f.do("list", append(args, "--json")...)
 		requireOK(t, r)
-		var out []map[string]any
+		var out struct {
+			Tasks []map[string]any `json:"tasks"`
+			Next  string           `json:"next"`
+		}
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
-		return out
+		return out.Tasks
 	}
 	ids := func(recs []map[string]any) []string {
 		var out []string

@@ -109,10 +109,16 @@ func badUsage(format string, args ...any) error { return usageError{fmt.Sprintf(
 // one-line usage errors.
 func parse(fs *flag.FlagSet, args []string) error { return parseWithArgs(fs, args, 0) }
 
+// optionalArg, as parseWithArgs's n, takes zero or one positional
+// argument (events [TASK] --follow).
+const optionalArg = -1
+
 // parseWithArgs parses flags and exactly n positional arguments, which may
 // come before or after the flags. A positional argument is never read as a
 // flag: after "--" everything is positional, and the positional arguments
 // are handed back to fs behind a "--" so that fs.Args() holds them as given.
+//
+// n == optionalArg takes zero or one positional argument.
 func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 	fs.SetOutput(io.Discard)
 	var positional []string
@@ -134,7 +140,7 @@ func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
-	if len(positional) != n {
+	if len(positional) != n && !(n == optionalArg && len(positional) <= 1) {
 		if n == 0 {
 			return badUsage("unexpected argument %s (leasehold %s takes flags only)", view.Quote(positional[0], 64), fs.Name())
 		}

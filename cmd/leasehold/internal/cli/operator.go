@@ -19,7 +19,7 @@ func init() {
 	register("resolve", "settle a task in needs_review: resolve TASK --as completed|failed|cancelled", runResolve)
 	register("settle", "record what the provider says of an uncertain effect: settle OP --applied|--not-applied", runSettle)
 	register("inspect", "show stuck and uncertain tasks: lease age, last heartbeat, attempts, effects without receipts", runInspect)
-	register("events", "show a task's audit events: events TASK", runEvents)
+	register("events", "show a task's audit events: events TASK; follow them: events [TASK] --follow [--after SEQ]", runEvents)
 	register("metrics", "print the queue's metrics", runMetrics)
 }
 
@@ -191,13 +191,31 @@ func runSettle(e *env, args []string) int {
 func runEvents(e *env, args []string) int {
 	fs := flag.NewFlagSet("events", flag.ContinueOnError)
 	c := commonFlags(fs, false)
-	id, err := taskArg(fs, args)
-	if err != nil {
+	followFlag := fs.Bool("follow", false, "then print each new event as it is written, until interrupted (without TASK: every task's)")
+	after := fs.Int64("after", 0, "with --follow: start after this event sequence number")
+	if err := parseWithArgs(fs, args, optionalArg); err != nil {
 		return fail(e, "events", err)
 	}
+	id := fs.Arg(0)
+	switch {
+	case id == "" && !*followFlag:
+		return fail(e, "events", badUsage("TASK argument required (usage: leasehold events TASK, or events [TASK] --follow)"))
+	case id != "":
+		if err := model.CheckTaskID(id); err != nil {
+			return fail(e, "events", err)
+		}
+	}
+	if given(fs, "after") && (!*followFlag || *after < 0) {
+		return fail(e, "events", badUsage("--after: needs --follow and a sequence number of 0 or more, got %d", *after))
+	}
 	return withReader(e, "events", c, func(q *queue.Queue) error {
-		if _, err := q.Task(e.ctx, id); err != nil {
-			return err
+		if id != "" {
+			if _, err := q.Task(e.ctx, id); err != nil {
+				return err
+			}
+		}
+		if *followFlag {
+			return followEvents(e, q, id, *after, *c.json)
 		}
 		events, err := q.Events(e.ctx, id)
 		if err != nil {

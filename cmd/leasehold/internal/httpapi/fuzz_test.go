@@ -45,6 +45,9 @@ var fuzzRoutes = []fuzzRoute{
 	{http.MethodPost, "/v1/schedules"},
 	{http.MethodDelete, "/v1/schedules/{}"},
 	{http.MethodGet, "/metrics"},
+	{http.MethodGet, "/v1/tasks"},
+	{http.MethodPost, "/v1/tasks/batch"},
+	{http.MethodGet, "/v1/events"},
 }
 
 // fuzzWorld is a server over a database file holding a task in each
@@ -91,11 +94,19 @@ func newFuzzWorld(f *testing.F) *fuzzWorld {
 	sch, err := q.AddSchedule(ctx, model.ScheduleSpec{User: "carol", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 1, StepsMax: 1,
 		Origin: apiEpoch.Add(time.Hour), Period: time.Hour}, "olga")
 	require.NoError(f, err)
-	s := New(q, tokens, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	s := New(q, tokens, slog.New(slog.NewJSONHandler(io.Discard, nil)), WithClock(clock), WithAuthDelay(0))
 	srv := httptest.NewServer(s.Handler())
+	// A long-poll the fuzzer finds waits on the fake clock: whatever waits
+	// on it is run out at once, so every request answers.
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		for clock.BlockUntilContext(ctx, 1) == nil {
+			clock.Advance(WaitMax)
+		}
+	}()
 	return &fuzzWorld{srv: srv, db: q.DB(),
 		ids:  map[string]string{"@0": queued, "@1": gated, "@2": review, "@3": intent.OpID, "@4": sch.ID},
-		stop: func() { srv.Close(); q.Close() }}
+		stop: func() { cancel(); srv.Close(); q.Close() }}
 }
 
 // dump is every row of the tables a request could write.
@@ -151,12 +162,20 @@ func FuzzHandlers(f *testing.F) {
 	f.Add(uint8(6), "@2", "", `{"grant_cost":1e30,"grant_steps":0}`)
 	f.Add(uint8(8), "@3", "", `{"applied":"yes"}`)
 	f.Add(uint8(12), "carol", "", `{"running_max":9223372036854775808}`)
+	f.Add(uint8(1), "@0", "wait=1s&after_seq=999", ``)
+	f.Add(uint8(1), "@0", "wait=90s&after_seq=1", ``)
+	f.Add(uint8(17), "", "state=queued&limit=1", ``)
+	f.Add(uint8(17), "", "after=-1", ``)
+	f.Add(uint8(18), "", "", `{"tasks":[{"user":"carol","key":"fz","payload":{"steps":[]},"cost_budget":1,"steps_max":1}]}`)
+	f.Add(uint8(18), "", "", `{"tasks":[{"user":"carol","key":"fz","payload":{"steps":[]},"cost_budget":0,"steps_max":1}]}`)
+	f.Add(uint8(19), "", "after=1", ``)
+	f.Add(uint8(19), "", "after=x", ``)
 	client := w.srv.Client()
 	f.Fuzz(func(t *testing.T, route uint8, value, query, body string) {
 		r := fuzzRoutes[int(route)%len(fuzzRoutes)]
 		target := w.srv.URL + strings.ReplaceAll(r.path, "{}", w.pathValue(value))
 		if query != "" {
-			target += "?" + url.PathEscape(query)
+			target += "?" + fuzzQuery(query)
 		}
 		req, err := http.NewRequest(r.method, target, strings.NewReader(body))
 		require.NoError(t, err)
@@ -166,10 +185,17 @@ func FuzzHandlers(f *testing.F) {
 		resp, err := client.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
-		answer, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
+		var answer []byte
+		if resp.Header.Get("Content-Type") != "text/event-stream" {
+			answer, err = io.ReadAll(resp.Body)
+			require.NoError(t, err)
+		}
 		where := fmt.Sprintf("%s %s body %q: %d %s", r.method, target, body, resp.StatusCode, answer)
 		require.Less(t, resp.StatusCode, 500, where)
+		if resp.Header.Get("Content-Type") == "text/event-stream" {
+			require.Equal(t, http.StatusOK, resp.StatusCode, where)
+			return // a stream opened; hanging up ends it
+		}
 		if resp.StatusCode < 400 {
 			require.GreaterOrEqual(t, resp.StatusCode, 200, where)
 			if r.path == "/v1/schedules" && r.method == http.MethodPost {
@@ -198,4 +224,23 @@ func requireSamePeriod(t *testing.T, body string, answer []byte, where string) {
 	require.NoError(t, json.Unmarshal([]byte(body), &asked), where)
 	require.NoError(t, json.Unmarshal(answer, &stored), where)
 	require.Equal(t, asked.PeriodMs, stored.PeriodMs, where)
+}
+
+// fuzzQuery keeps the fuzzer's query as parameters (its '=' and '&'),
+// escaping everything else, so that the query parameters the routes read
+// are reached.
+func fuzzQuery(q string) string {
+	var b strings.Builder
+	for i, pair := range strings.Split(q, "&") {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		name, value, has := strings.Cut(pair, "=")
+		b.WriteString(url.QueryEscape(name))
+		if has {
+			b.WriteByte('=')
+			b.WriteString(url.QueryEscape(value))
+		}
+	}
+	return b.String()
 }
