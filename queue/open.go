@@ -140,7 +140,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{db: db, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: o.Path,
+	q := &Queue{db: db, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path),
 		pragmas: settings, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff
@@ -191,7 +191,17 @@ func (q *Queue) checkCurrent(ctx context.Context) error {
 // evidence reports.
 func (q *Queue) Pragmas() []string { return append([]string(nil), q.pragmas...) }
 
-// Path returns the database path the queue was opened with.
+// printablePath is o.Path as the queue keeps and prints it: a URL's
+// password is replaced (a store's URL may carry one; see RedactURL).
+func printablePath(b backend, path string) string {
+	if _, ok := b.(sqliteBackend); ok {
+		return path
+	}
+	return RedactURL(path)
+}
+
+// Path returns the database path the queue was opened with (for a URL,
+// with any password replaced by xxxxx).
 func (q *Queue) Path() string { return q.path }
 
 // DB returns the underlying database handle, for snapshots and tests.

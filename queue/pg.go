@@ -75,15 +75,17 @@ func (pgBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, err
 	if err != nil {
 		return nil, nil, &model.ValidationError{Field: "db", Problem: strings.TrimSuffix(err.Error(), ": "+ErrBadLocation.Error())}
 	}
-	if o.ReadOnly {
-		return nil, nil, &model.ValidationError{Field: "db", Problem: "a PostgreSQL database is not opened read-only; connect as a role that may only read"}
-	}
 	if o.Image != nil {
 		return nil, nil, &model.ValidationError{Field: "db", Problem: "a database image is SQLite's"}
 	}
 	cfg, err := pgx.ParseConfig(loc.URL)
 	if err != nil {
 		return nil, nil, &model.ValidationError{Field: "db", Problem: scrubPasswords("the URL "+loc.String()+" is not valid", loc.URL)}
+	}
+	if o.ReadOnly {
+		// Every transaction of the pool is READ ONLY: a write fails with
+		// read_only_sql_transaction (ClassReadOnly), and nothing migrates.
+		cfg.RuntimeParams["default_transaction_read_only"] = "on"
 	}
 	var db *sql.DB
 	if o.Driver != nil {
@@ -102,6 +104,9 @@ func (pgBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, err
 		return nil, nil, fmt.Errorf("queue: connect to %s: %w", loc.String(), scrubbed(err, loc.URL))
 	}
 	settings := []string{"server=" + loc.String(), "isolation=read committed", fmt.Sprintf("max_conns=%d", conns)}
+	if o.ReadOnly {
+		settings = append(settings, "default_transaction_read_only=on")
+	}
 	return db, settings, nil
 }
 
@@ -265,4 +270,21 @@ func pgUserRoom(t *txn, candidates []model.Task) (map[string]int64, error) {
 		return nil, fmt.Errorf("queue: claim: lock users: %w", err)
 	}
 	return room, nil
+}
+
+// InspectPostgres returns the migrations the PostgreSQL database at url
+// has applied and the ones this build would apply, reading through a
+// read-only pool (the migrate command's plan; Inspect is SQLite's).
+func InspectPostgres(ctx context.Context, url string) ([]AppliedMigration, []Migration, error) {
+	b := pgBackend{}
+	set, err := sqlOf(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, _, err := b.connect(ctx, Options{Path: url, ReadOnly: true, MaxConns: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer db.Close()
+	return plan(ctx, db, set)
 }

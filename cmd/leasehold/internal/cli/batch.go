@@ -113,7 +113,7 @@ func submitBatch(e *env, c common, name string) int {
 		return fail(e, "submit", err)
 	}
 	_, statErr := os.Stat(*c.db)
-	fresh := errors.Is(statErr, os.ErrNotExist)
+	fresh := errors.Is(statErr, os.ErrNotExist) && !c.onPostgres()
 	for i, req := range reqs {
 		n, err := model.Normalize(req)
 		if err == nil {

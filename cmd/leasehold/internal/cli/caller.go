@@ -94,7 +94,7 @@ func runSubmit(e *env, args []string) int {
 	if err == nil {
 		err = checkIntakePayload(n.Payload)
 	}
-	if _, statErr := os.Stat(*c.db); err == nil && errors.Is(statErr, os.ErrNotExist) {
+	if _, statErr := os.Stat(*c.db); err == nil && !c.onPostgres() && errors.Is(statErr, os.ErrNotExist) {
 		err = n.CheckTimely(time.Now())
 	}
 	if err != nil {

@@ -69,7 +69,27 @@ func commonFlags(fs *flag.FlagSet, actor bool) common {
 }
 
 // dbUsage is the --db flag's help.
-const dbUsage = "database file (default: $LEASEHOLD_DB, or leasehold.db when it is not set)"
+const dbUsage = "database file (SQLite) or postgres:// URL (PostgreSQL) (default: $LEASEHOLD_DB, or leasehold.db when it is not set)"
+
+// location names the store --db (or LEASEHOLD_DB) is in. A value that names
+// none is bad usage, worded without any password it holds.
+func (c common) location() (queue.Location, error) {
+	loc, err := queue.ParseLocation(*c.db)
+	if err != nil {
+		return queue.Location{}, badUsage("%v", strings.TrimSuffix(err.Error(), ": "+queue.ErrBadLocation.Error()))
+	}
+	return loc, nil
+}
+
+// onPostgres reports whether --db names a PostgreSQL database.
+func (c common) onPostgres() bool {
+	loc, err := queue.ParseLocation(*c.db)
+	return err == nil && loc.Kind == queue.StorePostgres
+}
+
+// printableDB is --db as it may be printed or logged: a URL's password
+// replaced by xxxxx.
+func printableDB(db string) string { return queue.RedactURL(db) }
 
 // defaultDB is the database a command uses without --db: LEASEHOLD_DB, or
 // leasehold.db in the working directory.
@@ -139,6 +159,15 @@ func checkDBPath(path string) error {
 // clock. A database this process cannot write is refused, saying so,
 // before anything is opened.
 func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Queue, error) {
+	loc, err := c.location()
+	if err != nil {
+		return nil, err
+	}
+	if loc.Kind == queue.StorePostgres {
+		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+			Migrate: mode, ValidatePayload: worker.ValidateSynthetic})
+		return q, explainOpen(loc.String(), err)
+	}
 	if err := checkDBPath(*c.db); err != nil {
 		return nil, err
 	}
@@ -158,6 +187,15 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 // read-only (queue.Options.ReadOnly), so it works where the database
 // cannot be written and changes nothing in it.
 func openReader(ctx context.Context, c common) (*queue.Queue, error) {
+	loc, err := c.location()
+	if err != nil {
+		return nil, err
+	}
+	if loc.Kind == queue.StorePostgres {
+		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+			ReadOnly: true})
+		return q, explainOpen(loc.String(), err)
+	}
 	if err := checkDBPath(*c.db); err != nil {
 		return nil, err
 	}
@@ -226,6 +264,16 @@ func checkIntakePayload(payload string) error {
 // openExisting opens a database that must already exist (every command but
 // those that create one).
 func openExisting(ctx context.Context, c common) (*queue.Queue, error) {
+	if c.onPostgres() {
+		// The schema must be there and current: looked at read-only first,
+		// so that no command but migrate (or one that submits) creates it.
+		q, err := openReader(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		q.Close()
+		return openQueue(ctx, c, queue.MigrateNew)
+	}
 	if err := checkDBPath(*c.db); err != nil {
 		return nil, err
 	}

@@ -33,14 +33,14 @@ func given(fs *flag.FlagSet, name string) bool {
 // withQueue opens an existing database for one command that writes.
 func withQueue(e *env, name string, c common, fn func(q *queue.Queue) error) int {
 	q, err := openExisting(e.ctx, c)
-	return runWith(e, name, *c.db, q, err, fn)
+	return runWith(e, name, printableDB(*c.db), q, err, fn)
 }
 
 // withReader opens an existing database read-only for one command that
 // only reads.
 func withReader(e *env, name string, c common, fn func(q *queue.Queue) error) int {
 	q, err := openReader(e.ctx, c)
-	return runWith(e, name, *c.db, q, err, fn)
+	return runWith(e, name, printableDB(*c.db), q, err, fn)
 }
 
 func runWith(e *env, name, path string, q *queue.Queue, err error, fn func(q *queue.Queue) error) int {

@@ -124,6 +124,9 @@ func runSnapshot(e *env, args []string) int {
 		if err := parse(fs, args); err != nil {
 			return fail(e, "snapshot", err)
 		}
+		if err := refusePostgres("snapshot", *dbFlag); err != nil {
+			return fail(e, "snapshot", err)
+		}
 		db, err := safePath("db", *dbFlag)
 		if err == nil {
 			_, err = os.Stat(db)
@@ -182,6 +185,9 @@ func runRestore(e *env, args []string) int {
 	if err := parseWithArgs(fs, args, 1); err != nil {
 		return fail(e, "restore", err)
 	}
+	if err := refusePostgres("restore", *to); err != nil {
+		return fail(e, "restore", err)
+	}
 	file, err := safePath("SNAPSHOT", fs.Arg(0))
 	var target string
 	if err == nil {
@@ -229,6 +235,9 @@ func runMigrate(e *env, args []string) int {
 	// --busy-timeout and --synchronous apply to the migration's own
 	// connection (the snapshot and its verification open theirs at the
 	// queue's defaults); they are checked before anything is read.
+	if c.onPostgres() {
+		return runMigratePostgres(e, c, *dryRun)
+	}
 	_, _, err := c.settings()
 	var db string
 	if err == nil {
@@ -285,6 +294,79 @@ func runMigrate(e *env, args []string) int {
 	default:
 		fmt.Fprintf(e.stdout, "verified snapshot %s\n", rec.Snapshot)
 		fmt.Fprintf(e.stdout, "migrated %s to schema version %d\n", db, rec.MigratedTo)
+	}
+	return exitOK
+}
+
+// refusePostgres refuses a command that works on SQLite files only when
+// db names a PostgreSQL database, naming PostgreSQL's own tools.
+func refusePostgres(command, db string) error {
+	loc, err := queue.ParseLocation(db)
+	if err != nil || loc.Kind != queue.StorePostgres {
+		return nil
+	}
+	return badUsage("%s is a PostgreSQL database, which %s does not take: back it up with pg_dump and restore it with pg_restore", loc, command)
+}
+
+// runMigratePostgres is migrate for a PostgreSQL database: the plan, and
+// the migrations applied in one transaction (PostgreSQL's DDL is
+// transactional: a failed migration leaves the schema as it was). It takes
+// no snapshot: that is pg_dump's job, before running it.
+func runMigratePostgres(e *env, c common, dryRun bool) int {
+	loc, err := c.location()
+	if err == nil {
+		err = model.CheckName("actor", *c.actor)
+	}
+	if err != nil {
+		return fail(e, "migrate", err)
+	}
+	applied, pending, err := queue.InspectPostgres(e.ctx, loc.URL)
+	if err != nil {
+		return fail(e, "migrate", explainOpen(loc.String(), err))
+	}
+	known, err := queue.PostgresMigrations()
+	if err != nil {
+		return fail(e, "migrate", err)
+	}
+	rec := migrateRecord{Database: loc.String(), Build: len(known), Pending: []pendingMigration{}, DryRun: dryRun}
+	if len(applied) > 0 {
+		rec.From = applied[len(applied)-1].Version
+	}
+	for _, m := range pending {
+		rec.Pending = append(rec.Pending, pendingMigration{Name: m.Name, SHA256: m.Checksum})
+	}
+	if !*c.json {
+		fmt.Fprintf(e.stdout, "database %s: schema version %d; this build: %d\n", rec.Database, rec.From, rec.Build)
+		for _, m := range rec.Pending {
+			fmt.Fprintf(e.stdout, "  pending %s (sha256 %s)\n", m.Name, m.SHA256[:16])
+		}
+	}
+	if len(pending) > 0 && !dryRun {
+		q, err := openQueue(e.ctx, c, queue.MigrateAll)
+		if err != nil {
+			return fail(e, "migrate", err)
+		}
+		err = q.RecordOperatorEvent(e.ctx, model.EventMigrated, *c.actor,
+			fmt.Sprintf("schema %d -> %d (postgres; no snapshot: pg_dump is the operator's)", rec.From, rec.Build))
+		q.Close()
+		if err != nil {
+			return fail(e, "migrate", err)
+		}
+		rec.MigratedTo = rec.Build
+	}
+	if *c.json {
+		if err := printJSON(e.stdout, rec); err != nil {
+			return fail(e, "migrate", err)
+		}
+		return exitOK
+	}
+	switch {
+	case len(pending) == 0:
+		fmt.Fprintln(e.stdout, "nothing to do")
+	case dryRun:
+		fmt.Fprintln(e.stdout, "dry run: nothing changed")
+	default:
+		fmt.Fprintf(e.stdout, "migrated %s to schema version %d\n", rec.Database, rec.MigratedTo)
 	}
 	return exitOK
 }

@@ -42,7 +42,10 @@ func runWorker(e *env, args []string) int {
 		return fail(e, "worker", badUsage("--service-kind: %v", err))
 	}
 	if *serviceDB == "" {
-		*serviceDB = filepath.Join(filepath.Dir(*c.db), "service.db")
+		*serviceDB = "service.db" // in the working directory, when the queue is on a server
+		if !c.onPostgres() {
+			*serviceDB = filepath.Join(filepath.Dir(*c.db), "service.db")
+		}
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := worker.Config{ID: *id, Handler: worker.Synthetic{}, Clock: clockwork.NewRealClock(), Logger: logger,
@@ -95,7 +98,7 @@ func runWorker(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "worker", err)
 	}
-	logger.Info("worker started", "worker", *id, "pid", os.Getpid(), "db", *c.db, "concurrency", *concurrency,
+	logger.Info("worker started", "worker", *id, "pid", os.Getpid(), "db", printableDB(*c.db), "concurrency", *concurrency,
 		"lease_ms", lease.Milliseconds(), "service_kind", string(kind))
 	if err := r.Run(e.ctx); err != nil {
 		leftClaims = errors.Is(err, worker.ErrClaimsLeft)
