@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -150,4 +152,20 @@ func TestListPages(t *testing.T) {
 
 	requireUsage(t, f.do("list", "--limit", "0"), "--limit")
 	requireUsage(t, f.do("list", "--after", "x"), "--after")
+}
+
+// TestServeStrictTokens: serve --strict-tokens refuses a token line that
+// names no users, before it opens the database or takes a port, and its
+// error names the line, never the secret.
+func TestServeStrictTokens(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tokens := filepath.Join(f.dir, "tokens")
+	const secret = "strict-secret-0123456789"
+	require.NoError(t, os.WriteFile(tokens, []byte("# tokens\nana submit "+secret+"\n"), 0o600))
+	r := f.do("serve", "--addr", "127.0.0.1:0", "--tokens", tokens, "--strict-tokens")
+	requireUsage(t, r, "line 2", "no USERS field")
+	require.NotContains(t, r.stderr, secret)
+	_, err := os.Stat(f.db)
+	require.True(t, os.IsNotExist(err), "no database was created")
 }
