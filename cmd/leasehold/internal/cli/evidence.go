@@ -99,7 +99,7 @@ func buildEvidence(e *env, seeds int, demoPath, brokenBin, runbookJSON string) (
 	if in.Failed, err = evidence.FailedAttempt(attempt); err != nil {
 		return reports.Report{}, err
 	}
-	fmt.Fprintf(e.stdout, "failed attempt: %s caught at seed %d, shrunk to %d events; real build: %s\n",
+	fmt.Fprintf(e.stdout, "failed attempt: %s caught at seed %d, shrunk to %d events; %s\n",
 		evidence.FailedVariant, in.Failed.Seed, len(in.Failed.Shrunk), in.Failed.FixedRun)
 	in.Runbook = map[string]bool{}
 	if runbookJSON != "" {
