@@ -48,12 +48,17 @@ type tabLog struct {
 	mu       sync.Mutex
 	statuses map[string]int64 // URL path -> last status
 	errors   []string
+	urls     []string // every URL the tab requested
 }
 
 func (l *tabLog) listen(ev any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch e := ev.(type) {
+	case *network.EventRequestWillBeSent:
+		if e.Request != nil {
+			l.urls = append(l.urls, e.Request.URL)
+		}
 	case *network.EventResponseReceived:
 		if e.Type == network.ResourceTypeDocument && e.Response != nil {
 			path := e.Response.URL
@@ -138,6 +143,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.drive(t, id, model.WaitingForApproval)
 	}
 	b.drive(t, review, model.NeedsReview)
+	_, err := b.q.AddSchedule(context.Background(), model.ScheduleSpec{User: "ana", Payload: `{"steps": [{"cost": 1}]}`, CostBudget: 5,
+		StepsMax: 2, Origin: epoch, Period: time.Hour}, "operator")
+	require.NoError(t, err)
+	require.NoError(t, b.q.SetUserLimit(context.Background(), model.UserLimit{User: "bob", RunningMax: 2, DepthMax: model.Inherit}, "operator"))
 
 	shots := screenshotDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
@@ -288,8 +297,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		shot(page)
 	}
 	log.mu.Lock()
+	defer log.mu.Unlock()
 	require.Empty(t, log.errors)
-	log.mu.Unlock()
+	require.NotEmpty(t, log.urls)
+	for _, u := range log.urls {
+		for _, secret := range []string{anaSecret, bobSecret, approverSecret, operatorSecret} {
+			require.NotContains(t, u, secret, "a token in a URL")
+		}
+	}
 }
 
 // screenshotDir is out/console-screenshots/ at the repository root when

@@ -1,10 +1,13 @@
 package console
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,4 +248,40 @@ func nextLink(t *testing.T, body string) string {
 	require.True(t, ok, "no next page link")
 	link, _, _ := strings.Cut(rest, `"`)
 	return strings.ReplaceAll(link, "&amp;", "&")
+}
+
+func TestLogsNeverHoldASecret(t *testing.T) {
+	var logs syncBuffer
+	b := setup(t, func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+	c := b.client(t)
+	form := c.get("/ui/signin")
+	res := c.post("/ui/signin", url.Values{"csrf": {form.csrf(t)}, "token": {"wrong-secret-0123456789"}})
+	require.Equal(t, http.StatusUnauthorized, res.status)
+	c.signIn(operatorSecret)
+	res = c.post("/ui/signout", url.Values{"csrf": {"forged-" + operatorSecret}})
+	require.Equal(t, http.StatusForbidden, res.status)
+	text := logs.String()
+	require.Contains(t, text, `"token":"operator"`, "the sign-in is logged by token name")
+	require.Contains(t, text, "wrong CSRF token")
+	for _, secret := range []string{"wrong-secret-0123456789", operatorSecret, c.cookie} {
+		require.NotContains(t, text, secret)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

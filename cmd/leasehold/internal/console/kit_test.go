@@ -67,7 +67,7 @@ func (c *countingBackend) Authenticate(ctx context.Context, secret, remoteAddr s
 	return c.Backend.Authenticate(ctx, secret, remoteAddr)
 }
 
-func setup(t *testing.T, edit ...func(*Options)) *bundle {
+func setup(t testing.TB, edit ...func(*Options)) *bundle {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(epoch)
 	q, err := queue.Open(context.Background(), queue.Options{Path: filepath.Join(t.TempDir(), "console.db"), Clock: clock,
@@ -116,7 +116,7 @@ func (s *dedupService) Status(context.Context, string, int64) (bool, string, err
 const gatedPayload = `{"steps": [{"cost": 2, "duration_ms": 700}, {"cost": 1, "effect": "charge"}, {"approval": "manager"}, {"cost": 3, "duration_ms": 900}]}`
 
 // submit submits a task directly to the queue.
-func (b *bundle) submit(t *testing.T, user, key, payload string) string {
+func (b *bundle) submit(t testing.TB, user, key, payload string) string {
 	t.Helper()
 	res, err := b.q.Submit(context.Background(), model.SubmitRequest{User: user, Key: key, Payload: payload, CostBudget: 100, StepsMax: 10})
 	require.NoError(t, err)
@@ -146,7 +146,7 @@ func (b *bundle) drive(t *testing.T, id string, states ...model.State) model.Tas
 
 // eventCount counts the audit trail's events: a refused request must not
 // add one.
-func (b *bundle) eventCount(t *testing.T) int {
+func (b *bundle) eventCount(t testing.TB) int {
 	t.Helper()
 	events, err := b.q.Events(context.Background(), "")
 	require.NoError(t, err)
@@ -156,14 +156,14 @@ func (b *bundle) eventCount(t *testing.T) int {
 // client is one browser: its session cookie, no redirects followed, and
 // the Origin a browser sends with a form.
 type client struct {
-	t      *testing.T
+	t      testing.TB
 	base   string
 	origin string
 	cookie string
 	http   *http.Client
 }
 
-func (b *bundle) client(t *testing.T) *client {
+func (b *bundle) client(t testing.TB) *client {
 	return &client{t: t, base: b.srv.URL, origin: b.srv.URL, http: &http.Client{
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
@@ -178,7 +178,7 @@ type page struct {
 var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // csrf is the CSRF token in the page's forms.
-func (p page) csrf(t *testing.T) string {
+func (p page) csrf(t testing.TB) string {
 	t.Helper()
 	m := csrfField.FindStringSubmatch(p.body)
 	require.NotNil(t, m, "no CSRF field in the page:\n%s", p.body)

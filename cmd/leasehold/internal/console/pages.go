@@ -15,6 +15,10 @@ import (
 // tokenBytesMax bounds the secret accepted at sign-in.
 const tokenBytesMax = 4096
 
+// eventsShownMax bounds the rows of a task page's event table (the
+// timeline draws them all).
+const eventsShownMax = 500
+
 func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
 	if _, ok := c.signedIn(r); ok {
 		http.Redirect(w, r, "/ui/tasks", http.StatusSeeOther)
@@ -135,11 +139,12 @@ func (c *Console) tasksPage(w http.ResponseWriter, r *http.Request, req *request
 
 // taskView is one task's page.
 type taskView struct {
-	Task     model.Task
-	Events   []model.Event
-	Effects  []model.Effect
-	Timeline template.HTML
-	Grant    *model.Limits // the grant maximum, for operators
+	Task        model.Task
+	Events      []model.Event // the last eventsShownMax
+	EventsTotal int
+	Effects     []model.Effect
+	Timeline    template.HTML
+	Grant       *model.Limits // the grant maximum, for operators
 }
 
 func (c *Console) taskPage(w http.ResponseWriter, r *http.Request, req *request) error {
@@ -159,7 +164,10 @@ func (c *Console) taskPage(w http.ResponseWriter, r *http.Request, req *request)
 	if err != nil {
 		return err
 	}
-	tv := taskView{Task: t, Events: events, Effects: effects}
+	tv := taskView{Task: t, Events: events, Effects: effects, EventsTotal: len(events)}
+	if len(events) > eventsShownMax {
+		tv.Events = events[len(events)-eventsShownMax:]
+	}
 	if len(events) > 0 {
 		figure, err := reports.TimelineFigure("task-timeline", taskTimeline(t, events))
 		if err != nil {
