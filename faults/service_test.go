@@ -4,61 +4,39 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
-// fakeService is a queryable service that counts the times it applied each
-// operation.
-type fakeService struct {
-	mu      sync.Mutex
-	applied map[string]int
-	calls   int
-}
-
-func newFakeService() *fakeService { return &fakeService{applied: map[string]int{}} }
-
-func (s *fakeService) Kind() worker.ServiceKind { return worker.Queryable }
-
-func (s *fakeService) Call(_ context.Context, c worker.Call) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls++
-	s.applied[c.OpID]++
-	return "receipt-" + c.OpID, nil
-}
-
-func (s *fakeService) Status(_ context.Context, opID string, _ int64) (bool, string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.applied[opID] == 0 {
-		return false, "", nil
-	}
-	return true, "receipt-" + opID, nil
+// newService returns the service double, queryable: it answers whether
+// an operation was applied but applies every call it gets.
+func newService() *workertest.Service {
+	return workertest.NewService(worker.Queryable, clockwork.NewFakeClock())
 }
 
 func TestServiceUnarmedForwards(t *testing.T) {
-	inner := newFakeService()
+	inner := newService()
 	svc := faults.NewService(inner)
 	require.Equal(t, worker.Queryable, svc.Kind())
-	res, err := svc.Call(context.Background(), worker.Call{OpID: "op-1", Fence: 1})
+	res, err := svc.Call(context.Background(), worker.Call{OpID: "op-1", Effect: "charge", Fence: 1})
 	require.NoError(t, err)
-	require.Equal(t, "receipt-op-1", res)
-	require.Equal(t, 1, inner.applied["op-1"])
+	require.Equal(t, "charge#1", res)
+	require.Equal(t, 1, inner.Applications("op-1"))
 	require.Equal(t, faults.ServiceCounts{}, svc.Counts())
 }
 
 func TestServiceLostResponseApplies(t *testing.T) {
 	ctx := context.Background()
-	inner := newFakeService()
+	inner := newService()
 	svc := faults.NewService(inner)
 	svc.ArmLostResponse()
-	res, err := svc.Call(ctx, worker.Call{OpID: "op-1", Fence: 1})
+	res, err := svc.Call(ctx, worker.Call{OpID: "op-1", Effect: "charge", Fence: 1})
 	require.Empty(t, res)
 	requireInjected(t, err, "lost_response")
 	require.NotErrorIs(t, err, worker.ErrUnavailable, "the outcome must look unknown")
@@ -67,23 +45,23 @@ func TestServiceLostResponseApplies(t *testing.T) {
 	require.Contains(t, err.Error(), "timed out")
 	var timeout interface{ Timeout() bool }
 	require.True(t, errors.As(err, &timeout) && timeout.Timeout())
-	require.Equal(t, 1, inner.applied["op-1"], "the service applied the call")
+	require.Equal(t, 1, inner.Applications("op-1"), "the service applied the call")
 
 	applied, result, err := svc.Status(ctx, "op-1", 1)
 	require.NoError(t, err)
 	require.True(t, applied)
-	require.Equal(t, "receipt-op-1", result)
+	require.Equal(t, "charge#1", result)
 	require.Equal(t, faults.ServiceCounts{LostResponse: 1}, svc.Counts())
 }
 
 func TestServiceUnavailableDoesNotApply(t *testing.T) {
-	inner := newFakeService()
+	inner := newService()
 	svc := faults.NewService(inner)
 	svc.ArmUnavailable()
 	_, err := svc.Call(context.Background(), worker.Call{OpID: "op-1", Fence: 1})
 	requireInjected(t, err, "service_unavailable")
 	require.ErrorIs(t, err, worker.ErrUnavailable)
-	require.Zero(t, inner.calls, "the call was not forwarded")
+	require.Zero(t, inner.CallCount(), "the call was not forwarded")
 	var fe *faults.Error
 	require.ErrorAs(t, err, &fe)
 	require.False(t, fe.Timeout())
@@ -92,7 +70,7 @@ func TestServiceUnavailableDoesNotApply(t *testing.T) {
 
 func TestServiceFaultsFireInOrder(t *testing.T) {
 	ctx := context.Background()
-	inner := newFakeService()
+	inner := newService()
 	svc := faults.NewService(inner)
 	svc.ArmUnavailable()
 	svc.ArmLostResponse()
@@ -105,7 +83,7 @@ func TestServiceFaultsFireInOrder(t *testing.T) {
 	requireInjected(t, err, "lost_response")
 	_, err = svc.Call(ctx, worker.Call{OpID: "op-1"})
 	require.NoError(t, err)
-	require.Equal(t, 2, inner.applied["op-1"])
+	require.Equal(t, 2, inner.Applications("op-1"))
 	require.Equal(t, "service(queryable): armed []; fired lost_response=1 service_unavailable=1 lost_response_refused=0", svc.String())
 
 	svc.ArmLostResponse()

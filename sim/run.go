@@ -233,7 +233,7 @@ func Run(cfg Config) (res Result) {
 
 // stats reads what the run exercised.
 func (w *World) stats() Stats {
-	s := Stats{Applied: len(w.service.AppliedOps()), Calls: w.service.Calls()}
+	s := Stats{Applied: len(w.service.AppliedOps()), Calls: w.service.CallCount()}
 	for _, t := range w.tasks {
 		if t.lateSeen {
 			s.LateRefused++

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/scenarios"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // Epoch is the fixed UTC instant every simulation starts at.
@@ -65,7 +66,7 @@ type World struct {
 	// q is the queue every operation of the world goes through: the real
 	// queue and, in lockstep with it, the reference model (oracle.go).
 	q              *lockstep
-	service        *EffectService
+	service        *workertest.Service
 	svc            *faults.Service
 	workers        []*simWorker
 	tasks          []*taskState
@@ -125,7 +126,7 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix, opts worldOption
 		return nil, err
 	}
 	w := &World{ctx: ctx, sc: sc, seed: seed, mix: mix, clock: clock, storage: storage, q: ls,
-		service: NewEffectService(mix.ServiceKind)}
+		service: workertest.NewService(mix.ServiceKind, clock)}
 	w.svc = faults.NewService(w.service)
 	w.checker = newChecker(w, opts.only)
 	ls.report, ls.limitsChanged = w.checker.lockstepReport, w.checker.limitsChanged

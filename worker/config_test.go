@@ -9,11 +9,12 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 func TestConfigRequiresItsParts(t *testing.T) {
 	b := setup(t)
-	full := worker.Config{ID: "w1", Queue: b.q, Handler: worker.Synthetic{}, Service: newFakeService(worker.Dedup), Clock: b.clock}
+	full := worker.Config{ID: "w1", Queue: b.q, Handler: worker.Synthetic{}, Service: workertest.NewService(worker.Dedup, b.clock), Clock: b.clock}
 	for _, tc := range []struct {
 		name string
 		edit func(*worker.Config)
@@ -48,7 +49,7 @@ func requireField(t *testing.T, err error, field string) {
 func TestConfigValidation(t *testing.T) {
 	b := setup(t)
 	base := func() worker.Config {
-		return worker.Config{ID: "w1", Queue: b.q, Handler: worker.Synthetic{}, Service: newFakeService(worker.Dedup), Clock: b.clock}
+		return worker.Config{ID: "w1", Queue: b.q, Handler: worker.Synthetic{}, Service: workertest.NewService(worker.Dedup, b.clock), Clock: b.clock}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -90,7 +91,7 @@ func TestConfigValidation(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	b := setup(t)
-	w, err := worker.New(worker.Config{ID: "w1", Queue: b.q, Handler: worker.Synthetic{}, Service: newFakeService(worker.Dedup), Clock: b.clock})
+	w, err := worker.New(worker.Config{ID: "w1", Queue: b.q, Handler: worker.Synthetic{}, Service: workertest.NewService(worker.Dedup, b.clock), Clock: b.clock})
 	require.NoError(t, err)
 	cfg := w.Config()
 	require.Equal(t, 1, cfg.Concurrency, "concurrency 0 means 1")
@@ -103,7 +104,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, 5*time.Second, cfg.StorageBackoffMax)
 	require.NotNil(t, cfg.Logger)
 
-	w, err = worker.New(worker.Config{ID: "w2", Queue: b.q, Handler: worker.Synthetic{}, Service: newFakeService(worker.Dedup),
+	w, err = worker.New(worker.Config{ID: "w2", Queue: b.q, Handler: worker.Synthetic{}, Service: workertest.NewService(worker.Dedup, b.clock),
 		Clock: b.clock, Concurrency: 8, Lease: 3 * time.Second})
 	require.NoError(t, err)
 	require.Equal(t, 8, w.Config().ClaimBatch)

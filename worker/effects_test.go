@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // effectCase is what one service kind must do in one effect scenario.
@@ -67,15 +68,15 @@ func TestLostResponseOnOwnCall(t *testing.T) {
 			b := setup(t)
 			id := b.submit(effectPayload, 10, 5)
 			op := model.OperationID(id, 1)
-			fake := newFakeService(tc.kind)
+			fake := workertest.NewService(tc.kind, b.clock)
 			svc := faults.NewService(fake)
 			svc.ArmLostResponse()
 			w := b.newWorker("w1", svc)
 			reports := b.run(w, stepsMax)
 
 			require.Equal(t, 1, svc.Counts().LostResponse)
-			require.Equal(t, 1, fake.applied(op), "applied exactly once")
-			require.Equal(t, tc.log(op), fake.log)
+			require.Equal(t, 1, fake.Applications(op), "applied exactly once")
+			require.Equal(t, tc.log(op), fake.Log())
 			require.Equal(t, 1, count(reports, is(worker.ActionCall, "outcome unknown")))
 			requireSettled(t, b, id, tc, 1)
 			require.Zero(t, b.task(id).AttemptsCharged)
@@ -99,7 +100,7 @@ func TestIntentLeftByACrashedClaim(t *testing.T) {
 			b := setup(t)
 			id := b.submit(effectPayload, 10, 5)
 			op := model.OperationID(id, 1)
-			fake := newFakeService(tc.kind)
+			fake := workertest.NewService(tc.kind, b.clock)
 			svc := faults.NewService(fake)
 			a := b.newWorker("w1", svc)
 			r := b.stepUntil(a, is(worker.ActionIntent, string(model.IntentRecorded)))
@@ -109,12 +110,12 @@ func TestIntentLeftByACrashedClaim(t *testing.T) {
 			bw := b.newWorker("w2", svc)
 			reports := b.run(bw, stepsMax)
 			require.Equal(t, 1, count(reports, is(worker.ActionIntent, string(model.IntentUncertain))))
-			require.Equal(t, tc.log(op), fake.log)
+			require.Equal(t, tc.log(op), fake.Log())
 			requireSettled(t, b, id, tc, 2)
 			if tc.state == model.Completed {
-				require.Equal(t, 1, fake.applied(op))
+				require.Equal(t, 1, fake.Applications(op))
 			} else {
-				require.Zero(t, fake.applied(op), "sent to review without calling")
+				require.Zero(t, fake.Applications(op), "sent to review without calling")
 			}
 
 			if tc.kind == worker.Fenced {
@@ -122,19 +123,19 @@ func TestIntentLeftByACrashedClaim(t *testing.T) {
 				// under its fence: the service refuses it.
 				_, err := svc.Call(b.ctx, worker.Call{OpID: op, TaskID: id, Effect: "charge", Fence: 1})
 				require.ErrorIs(t, err, worker.ErrStaleFence)
-				require.Equal(t, 1, fake.applied(op), "the late call was not applied")
+				require.Equal(t, 1, fake.Applications(op), "the late call was not applied")
 			}
 
 			// The old worker, stepped again, finds its lease run out and
 			// drops the claim without a write or a call.
-			calls, events := len(fake.calls), len(b.events(id))
+			calls, events := fake.CallCount(), len(b.events(id))
 			r = b.step(a)
 			require.Equal(t, worker.ActionCheckLease, r.Action)
 			require.Equal(t, "lease expired locally; claim dropped", r.Outcome)
 			require.NoError(t, r.Err)
 			require.Empty(t, r.Write)
 			require.Empty(t, a.Claims())
-			require.Len(t, fake.calls, calls)
+			require.Len(t, fake.Calls(), calls)
 			require.Len(t, b.events(id), events, "no write: not even a refused one")
 		})
 	}
@@ -155,7 +156,7 @@ func TestCallLeftUnreceiptedByACrashedClaim(t *testing.T) {
 			b := setup(t)
 			id := b.submit(effectPayload, 10, 5)
 			op := model.OperationID(id, 1)
-			fake := newFakeService(tc.kind)
+			fake := workertest.NewService(tc.kind, b.clock)
 			svc := faults.NewService(fake)
 			svc.ArmLostResponse()
 			a := b.newWorker("w1", svc)
@@ -166,8 +167,8 @@ func TestCallLeftUnreceiptedByACrashedClaim(t *testing.T) {
 			b.expire(id)
 			bw := b.newWorker("w2", svc)
 			b.run(bw, stepsMax)
-			require.Equal(t, tc.log(op), fake.log)
-			require.Equal(t, 1, fake.applied(op), "applied exactly once")
+			require.Equal(t, tc.log(op), fake.Log())
+			require.Equal(t, 1, fake.Applications(op), "applied exactly once")
 			requireSettled(t, b, id, tc, 2)
 		})
 	}
@@ -181,7 +182,7 @@ func TestServiceUnavailableIsRetried(t *testing.T) {
 			b := setup(t)
 			id := b.submit(effectPayload, 10, 5)
 			op := model.OperationID(id, 1)
-			fake := newFakeService(kind)
+			fake := workertest.NewService(kind, b.clock)
 			svc := faults.NewService(fake)
 			svc.ArmUnavailable()
 			svc.ArmUnavailable()
@@ -197,8 +198,8 @@ func TestServiceUnavailableIsRetried(t *testing.T) {
 			}
 			require.Equal(t, []string{"service unavailable; retry in 100ms", "service unavailable; retry in 200ms"}, refused,
 				"the retry backs off")
-			require.Equal(t, []string{fmt.Sprintf("call %s 1", op)}, fake.log, "refused calls never reach the service")
-			require.Equal(t, 1, fake.applied(op))
+			require.Equal(t, []string{fmt.Sprintf("call %s 1", op)}, fake.Log(), "refused calls never reach the service")
+			require.Equal(t, 1, fake.Applications(op))
 			task := b.task(id)
 			require.Equal(t, model.Completed, task.State)
 			require.Equal(t, int64(1), task.Version)
@@ -212,14 +213,15 @@ func TestStaleFenceRefusalDropsTheClaim(t *testing.T) {
 	b := setup(t)
 	id := b.submit(effectPayload, 10, 5)
 	op := model.OperationID(id, 1)
-	fake := newFakeService(worker.Fenced)
-	fake.fences[op] = 7 // a newer claim asked about the operation
+	fake := workertest.NewService(worker.Fenced, b.clock)
+	_, _, err := fake.Status(b.ctx, op, 7) // a newer claim asked about the operation
+	require.NoError(t, err)
 	w := b.newWorker("w1", fake)
 	r := b.stepUntil(w, is(worker.ActionCall, ""))
 	require.ErrorIs(t, r.Err, worker.ErrStaleFence)
 	require.Equal(t, "refused: stale fence; claim dropped", r.Outcome)
 	require.Empty(t, w.Claims())
-	require.Zero(t, fake.applied(op))
+	require.Zero(t, fake.Applications(op))
 	effects, err := b.q.Effects(b.ctx, id)
 	require.NoError(t, err)
 	require.Len(t, effects, 1)
@@ -235,15 +237,15 @@ func TestReceiptedOperationIsNeverCalledAgain(t *testing.T) {
 			b := setup(t)
 			id := b.submit(effectPayload, 10, 5)
 			op := model.OperationID(id, 1)
-			fake := newFakeService(kind)
+			fake := workertest.NewService(kind, b.clock)
 			a := b.newWorker("w1", fake)
 			b.stepUntil(a, is(worker.ActionReceipt, ""))
 
 			b.expire(id)
 			reports := b.run(b.newWorker("w2", fake), stepsMax)
 			require.Equal(t, 1, count(reports, is(worker.ActionIntent, string(model.IntentReceipted))))
-			require.Equal(t, []string{"call " + op + " 1"}, fake.log, "only the first claim called")
-			require.Equal(t, 1, fake.applied(op))
+			require.Equal(t, []string{"call " + op + " 1"}, fake.Log(), "only the first claim called")
+			require.Equal(t, 1, fake.Applications(op))
 
 			task := b.task(id)
 			require.Equal(t, model.Completed, task.State)
@@ -279,7 +281,7 @@ func (q shortClaimQueue) Claim(ctx context.Context, req model.ClaimRequest) ([]m
 func TestLeaseExpiredLocallyBeforeTheCall(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1,"duration_ms":150,"effect":"charge"}]}`, 10, 5)
-	fake := newFakeService(worker.Dedup)
+	fake := workertest.NewService(worker.Dedup, b.clock)
 	w := b.newWorker("w1", fake, func(c *worker.Config) { c.Queue = shortClaimQueue{Queue: b.q, short: 200 * time.Millisecond} })
 	b.stepUntil(w, is(worker.ActionIntent, string(model.IntentRecorded)))
 	require.Equal(t, epoch.Add(150*time.Millisecond), b.clock.Now())
@@ -289,7 +291,7 @@ func TestLeaseExpiredLocallyBeforeTheCall(t *testing.T) {
 	require.Equal(t, worker.ActionCheckLease, r.Action)
 	require.Equal(t, "lease expired locally; claim dropped", r.Outcome)
 	require.Empty(t, w.Claims())
-	require.Empty(t, fake.calls)
+	require.Empty(t, fake.Calls())
 	require.Equal(t, model.Running, b.task(id).State, "the queue's lease has not run out yet")
 }
 
@@ -300,7 +302,7 @@ func TestServiceBackoffGrowsAcrossHeartbeats(t *testing.T) {
 	b := setup(t)
 	id := b.submit(effectPayload, 10, 5)
 	op := model.OperationID(id, 1)
-	fake := newFakeService(worker.Dedup)
+	fake := workertest.NewService(worker.Dedup, b.clock)
 	svc := faults.NewService(fake)
 	const refusals = 6
 	for range refusals {
@@ -324,7 +326,7 @@ func TestServiceBackoffGrowsAcrossHeartbeats(t *testing.T) {
 		"service unavailable; retry in 400ms", "service unavailable; retry in 800ms",
 		"service unavailable; retry in 800ms", "service unavailable; retry in 800ms"}, refused)
 	require.GreaterOrEqual(t, beatsBetween, 2, "heartbeats were accepted while the service was down")
-	require.Equal(t, 1, fake.applied(op))
+	require.Equal(t, 1, fake.Applications(op))
 	task := b.task(id)
 	require.Equal(t, model.Completed, task.State)
 	require.Equal(t, int64(1), task.Version, "the heartbeats kept the claim throughout")
@@ -346,7 +348,7 @@ func TestEveryCallFollowsTheLeaseCheck(t *testing.T) {
 		b := setup(t)
 		id := b.submit(effectPayload, 10, 5)
 		op := model.OperationID(id, 1)
-		fake := newFakeService(worker.Dedup)
+		fake := workertest.NewService(worker.Dedup, b.clock)
 		svc := faults.NewService(fake)
 		svc.ArmLostResponse()
 		w := b.newWorker("w1", svc, shortLease(b))
@@ -356,14 +358,14 @@ func TestEveryCallFollowsTheLeaseCheck(t *testing.T) {
 		r := b.step(w)
 		require.True(t, expired(r), "reconciling a dedup service checks the lease before calling again: %s", r)
 		require.Empty(t, w.Claims())
-		require.Equal(t, []string{"call " + op + " 1"}, fake.log, "not called again")
+		require.Equal(t, []string{"call " + op + " 1"}, fake.Log(), "not called again")
 	})
 
 	t.Run("fenced resend after the status query", func(t *testing.T) {
 		b := setup(t)
 		id := b.submit(effectPayload, 10, 5)
 		op := model.OperationID(id, 1)
-		fake := newFakeService(worker.Fenced)
+		fake := workertest.NewService(worker.Fenced, b.clock)
 		a := b.newWorker("w1", fake)
 		b.stepUntil(a, is(worker.ActionIntent, string(model.IntentRecorded)))
 		b.expire(id) // a crashes before calling
@@ -374,14 +376,14 @@ func TestEveryCallFollowsTheLeaseCheck(t *testing.T) {
 		r := b.step(w)
 		require.True(t, expired(r), "the resend checks the lease first: %s", r)
 		require.Empty(t, w.Claims())
-		require.Equal(t, []string{"status " + op + " 2"}, fake.log, "not called")
-		require.Zero(t, fake.applied(op))
+		require.Equal(t, []string{"status " + op + " 2"}, fake.Log(), "not called")
+		require.Zero(t, fake.Applications(op))
 	})
 
 	t.Run("retry after the service was unavailable", func(t *testing.T) {
 		b := setup(t)
 		id := b.submit(effectPayload, 10, 5)
-		fake := newFakeService(worker.Dedup)
+		fake := workertest.NewService(worker.Dedup, b.clock)
 		svc := faults.NewService(fake)
 		svc.ArmUnavailable()
 		w := b.newWorker("w1", svc, shortLease(b), func(c *worker.Config) { c.StorageBackoffMin = 300 * time.Millisecond })
@@ -392,7 +394,7 @@ func TestEveryCallFollowsTheLeaseCheck(t *testing.T) {
 		require.True(t, expired(r), "the slot wakes at the end of its lease, before the backoff ends: %s", r)
 		require.Equal(t, epoch.Add(200*time.Millisecond), b.clock.Now())
 		require.Empty(t, w.Claims())
-		require.Empty(t, fake.calls, "the refused call never reached the service, and there was no other")
+		require.Empty(t, fake.Calls(), "the refused call never reached the service, and there was no other")
 		require.Equal(t, model.Running, b.task(id).State, "the queue's lease has not run out yet")
 	})
 }

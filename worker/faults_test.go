@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // While storage is down the worker reports storage errors and backs off;
@@ -19,7 +20,7 @@ func TestStorageOutage(t *testing.T) {
 	long := b.submit(`{"steps":[{"cost":1},{"cost":1,"duration_ms":6000},{"cost":1}]}`, 10, 5)
 	later := b.submitRequest(model.SubmitRequest{User: "ana", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 10, StepsMax: 5,
 		RunAt: epoch.Add(2 * time.Second)})
-	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) {
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) {
 		c.Concurrency, c.Lease, c.Heartbeat = 2, 10*time.Second, time.Second
 	})
 	b.stepUntil(w, func(r worker.Report) bool { return r.Action == worker.ActionHeartbeat && r.Accepted })
@@ -88,7 +89,7 @@ func TestAmbiguousCommitIsRetriedAndChargedOnce(t *testing.T) {
 			b := setupStorage(t)
 			id := b.submit(effectPayload, 10, 5)
 			op := model.OperationID(id, 1)
-			svc := newFakeService(worker.Plain)
+			svc := workertest.NewService(worker.Plain, b.clock)
 			w := b.newWorker("w1", svc)
 			b.stepUntil(w, tc.before)
 
@@ -122,8 +123,8 @@ func TestAmbiguousCommitIsRetriedAndChargedOnce(t *testing.T) {
 			require.Len(t, b.eventsOf(id, model.EventEffectIntent), 1)
 			require.Len(t, b.eventsOf(id, model.EventEffectReceipt), 1)
 			require.Empty(t, b.eventsOf(id, model.EventStaleWrite))
-			require.Equal(t, 1, svc.applied(op))
-			require.Len(t, svc.calls, 1, "a plain service is never called twice")
+			require.Equal(t, 1, svc.Applications(op))
+			require.Len(t, svc.Calls(), 1, "a plain service is never called twice")
 		})
 	}
 }
@@ -134,7 +135,7 @@ func TestDuplicateCompleteDelivery(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":2}]}`, 10, 5)
 	fq := faults.NewQueue(b.q)
-	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Queue = fq })
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) { c.Queue = fq })
 	b.stepUntil(w, is(worker.ActionStep, "step 1 cost 2"))
 	fq.ArmDuplicate()
 	reports := b.run(w, stepsMax)
@@ -168,7 +169,7 @@ func TestDuplicateStepDelivery(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":2}]}`, 10, 5)
 	fq := faults.NewQueue(b.q)
-	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Queue = fq })
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) { c.Queue = fq })
 	b.stepUntil(w, func(r worker.Report) bool { return len(r.Claims) == 1 })
 	fq.ArmDuplicate()
 	b.run(w, stepsMax)

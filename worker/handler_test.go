@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 func TestParseSyntheticRefusesBadPayloads(t *testing.T) {
@@ -173,7 +174,7 @@ func TestClassifyDefaultsToTransient(t *testing.T) {
 func TestUnparsablePayloadFailsPermanently(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1,"colour":"red"}]}`, 10, 5)
-	w := b.newWorker("w1", newFakeService(worker.Dedup))
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
 	reports := b.run(w, stepsMax)
 
 	task := b.task(id)
@@ -196,7 +197,7 @@ func TestRefusedPayloadValueReachesNoErrorEventOrLog(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1,"fail":"`+secret+`"}]}`, 10, 5)
 	var logs strings.Builder
-	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
 	reports := b.run(w, stepsMax)
 
 	task := b.task(id)

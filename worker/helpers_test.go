@@ -249,69 +249,6 @@ func count(rs []worker.Report, match func(worker.Report) bool) int {
 	return n
 }
 
-// fakeService is an external service that records every call and status
-// query and counts applications per operation, following the rules of its
-// kind (see worker.ServiceKind): Dedup returns the first result for a
-// repeated operation; Fenced refuses a call whose fence is below the
-// highest seen for the operation, and Status registers the asker's fence;
-// Fenced and Queryable answer Status; Dedup and Plain return ErrNoStatus.
-type fakeService struct {
-	kind         worker.ServiceKind
-	log          []string // "call <op> <fence>" and "status <op> <fence>", in order
-	calls        []worker.Call
-	statuses     int
-	applications map[string]int
-	results      map[string]string
-	fences       map[string]int64
-}
-
-var _ worker.Service = (*fakeService)(nil)
-
-func newFakeService(kind worker.ServiceKind) *fakeService {
-	return &fakeService{kind: kind, applications: map[string]int{}, results: map[string]string{}, fences: map[string]int64{}}
-}
-
-func (s *fakeService) Kind() worker.ServiceKind { return s.kind }
-
-func (s *fakeService) Call(_ context.Context, c worker.Call) (string, error) {
-	s.calls = append(s.calls, c)
-	s.log = append(s.log, fmt.Sprintf("call %s %d", c.OpID, c.Fence))
-	switch s.kind {
-	case worker.Dedup:
-		if result, ok := s.results[c.OpID]; ok {
-			return result, nil
-		}
-	case worker.Fenced:
-		if c.Fence < s.fences[c.OpID] {
-			return "", fmt.Errorf("operation %s fence %d below %d: %w", c.OpID, c.Fence, s.fences[c.OpID], worker.ErrStaleFence)
-		}
-		s.fences[c.OpID] = c.Fence
-	}
-	s.applications[c.OpID]++
-	result := fmt.Sprintf("%s#%d", c.Effect, s.applications[c.OpID])
-	if s.applications[c.OpID] == 1 {
-		s.results[c.OpID] = result
-	}
-	return result, nil
-}
-
-func (s *fakeService) Status(_ context.Context, opID string, fence int64) (bool, string, error) {
-	s.statuses++
-	s.log = append(s.log, fmt.Sprintf("status %s %d", opID, fence))
-	switch s.kind {
-	case worker.Fenced:
-		s.fences[opID] = max(s.fences[opID], fence)
-	case worker.Queryable:
-	default:
-		return false, "", worker.ErrNoStatus
-	}
-	result, ok := s.results[opID]
-	return ok, result, nil
-}
-
-// applied returns how many times the operation was applied.
-func (s *fakeService) applied(opID string) int { return s.applications[opID] }
-
 // effectPayload is the design's example without the gate and the failure:
 // step 1 makes a "charge" effect.
 const effectPayload = `{"steps":[{"cost":2},{"cost":5,"effect":"charge"},{"cost":1}]}`

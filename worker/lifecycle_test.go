@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // The happy path: costs, an effect and a duration step. The duration step
@@ -17,7 +18,7 @@ import (
 func TestHappyPath(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":2},{"cost":5,"effect":"charge"},{"cost":1,"duration_ms":3000}]}`, 10, 5)
-	svc := newFakeService(worker.Fenced)
+	svc := workertest.NewService(worker.Fenced, b.clock)
 	w := b.newWorker("w1", svc)
 	reports := b.run(w, stepsMax)
 
@@ -30,9 +31,9 @@ func TestHappyPath(t *testing.T) {
 	require.Zero(t, task.AttemptsCharged)
 
 	op := model.OperationID(id, 1)
-	require.Equal(t, 1, svc.applied(op))
-	require.Equal(t, []worker.Call{{OpID: op, TaskID: id, Effect: "charge", Fence: 1}}, svc.calls)
-	require.Zero(t, svc.statuses, "nothing was uncertain, so nothing was asked")
+	require.Equal(t, 1, svc.Applications(op))
+	require.Equal(t, []worker.Call{{OpID: op, TaskID: id, Effect: "charge", Fence: 1}}, svc.Calls())
+	require.Zero(t, svc.Statuses(), "nothing was uncertain, so nothing was asked")
 
 	evs := b.events(id)
 	var kinds []model.EventKind
@@ -78,7 +79,7 @@ func TestHappyPath(t *testing.T) {
 func TestHeartbeatAtHalfTheLeaseKeepsTheClaim(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1,"duration_ms":7000}]}`, 10, 5)
-	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Heartbeat = testLease / 2 })
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) { c.Heartbeat = testLease / 2 })
 	b.run(w, stepsMax)
 	task := b.task(id)
 	require.Equal(t, model.Completed, task.State)
@@ -91,7 +92,7 @@ func TestHeartbeatAtHalfTheLeaseKeepsTheClaim(t *testing.T) {
 func TestBudgetCheckedBeforeEachStep(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":3},{"cost":3},{"cost":5,"effect":"charge"}]}`, 10, 5)
-	svc := newFakeService(worker.Dedup)
+	svc := workertest.NewService(worker.Dedup, b.clock)
 	w := b.newWorker("w1", svc)
 	reports := b.run(w, stepsMax)
 
@@ -101,7 +102,7 @@ func TestBudgetCheckedBeforeEachStep(t *testing.T) {
 	require.Equal(t, int64(6), task.CostUsed, "the overspending step is not charged")
 	require.Equal(t, 2, task.StepsUsed)
 	require.Equal(t, "step 2 costs 5; 6 of 10 used", task.LastError, "the worker, not the queue, caught it")
-	require.Empty(t, svc.calls, "the step that would overspend makes no call")
+	require.Empty(t, svc.Calls(), "the step that would overspend makes no call")
 	require.Equal(t, []model.EventKind{model.EventSubmitted, model.EventClaimed, model.EventStep, model.EventStep, model.EventFailed}, b.kinds(id))
 	require.Equal(t, 1, count(reports, is(worker.ActionFail, "budget_exhausted: to failed")), "the outcome names the reason")
 }
@@ -110,7 +111,7 @@ func TestBudgetCheckedBeforeEachStep(t *testing.T) {
 func TestBudgetSpentExactly(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":3},{"cost":3},{"cost":5}]}`, 11, 3)
-	b.run(b.newWorker("w1", newFakeService(worker.Dedup)), stepsMax)
+	b.run(b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock)), stepsMax)
 	task := b.task(id)
 	require.Equal(t, model.Completed, task.State)
 	require.Equal(t, int64(11), task.CostUsed)
@@ -120,7 +121,7 @@ func TestBudgetSpentExactly(t *testing.T) {
 func TestStepLimitCheckedBeforeEachStep(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1},{"cost":1,"effect":"charge"}]}`, 10, 2)
-	svc := newFakeService(worker.Dedup)
+	svc := workertest.NewService(worker.Dedup, b.clock)
 	var logs strings.Builder
 	reports := b.run(b.newWorker("w1", svc, func(c *worker.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) }), stepsMax)
 	require.Equal(t, 1, count(reports, is(worker.ActionFail, "steps_exhausted: to failed")))
@@ -133,7 +134,7 @@ func TestStepLimitCheckedBeforeEachStep(t *testing.T) {
 	require.Equal(t, 2, task.StepsUsed)
 	require.Equal(t, int64(2), task.CostUsed)
 	require.Equal(t, "step 2 would pass the step limit 2", task.LastError)
-	require.Empty(t, svc.calls)
+	require.Empty(t, svc.Calls())
 	require.Len(t, b.eventsOf(id, model.EventStep), 2)
 }
 
@@ -143,7 +144,7 @@ func TestStepLimitCheckedBeforeEachStep(t *testing.T) {
 func TestApprovalPausesAndANewWorkerResumes(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":2,"effect":"charge"},{"approval":"manager"},{"cost":3}]}`, 10, 3)
-	svc := newFakeService(worker.Plain)
+	svc := workertest.NewService(worker.Plain, b.clock)
 	a := b.newWorker("w1", svc)
 	reports := b.run(a, stepsMax)
 	require.Equal(t, 1, count(reports, is(worker.ActionPause, "to waiting_for_approval at gate manager")))
@@ -176,8 +177,8 @@ func TestApprovalPausesAndANewWorkerResumes(t *testing.T) {
 	require.Equal(t, int64(5), task.CostUsed, "step 0 is not charged twice")
 	require.Equal(t, 3, task.StepsUsed)
 	require.Equal(t, int64(2), task.Version)
-	require.Equal(t, 1, svc.applied(model.OperationID(id, 0)))
-	require.Len(t, svc.calls, 1, "the effect before the gate is not called again")
+	require.Equal(t, 1, svc.Applications(model.OperationID(id, 0)))
+	require.Len(t, svc.Calls(), 1, "the effect before the gate is not called again")
 
 	steps := b.eventsOf(id, model.EventStep)
 	require.Len(t, steps, 2)
@@ -193,7 +194,7 @@ func TestApprovalPausesAndANewWorkerResumes(t *testing.T) {
 func TestCancellationSeenInStepReply(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1},{"cost":1},{"cost":1}]}`, 10, 5)
-	w := b.newWorker("w1", newFakeService(worker.Dedup))
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
 	b.stepUntil(w, is(worker.ActionStep, "step 0 cost 1"))
 
 	after, err := b.q.Cancel(b.ctx, id, "carol")
@@ -226,7 +227,7 @@ func TestCancellationSeenInStepReply(t *testing.T) {
 func TestCancellationSeenInHeartbeatStopsBeforeTheEffect(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1,"duration_ms":2000,"effect":"charge"},{"cost":1}]}`, 10, 5)
-	svc := newFakeService(worker.Dedup)
+	svc := workertest.NewService(worker.Dedup, b.clock)
 	w := b.newWorker("w1", svc)
 	b.stepUntil(w, func(r worker.Report) bool { return r.Action == worker.ActionWait })
 
@@ -246,7 +247,7 @@ func TestCancellationSeenInHeartbeatStopsBeforeTheEffect(t *testing.T) {
 	require.Equal(t, "carol", task.CancelledBy)
 	require.Equal(t, 1, task.StepsUsed)
 	require.Equal(t, int64(1), task.CostUsed)
-	require.Empty(t, svc.calls, "no customer-visible call after the cancellation was seen")
+	require.Empty(t, svc.Calls(), "no customer-visible call after the cancellation was seen")
 	require.Empty(t, b.eventsOf(id, model.EventEffectIntent))
 }
 
@@ -255,7 +256,7 @@ func TestCancellationSeenInHeartbeatStopsBeforeTheEffect(t *testing.T) {
 func TestTransientFailureRetriedThenSucceeds(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1,"fail":"transient","times":1},{"cost":1}]}`, 10, 5)
-	w := b.newWorker("w1", newFakeService(worker.Dedup))
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
 	reports := b.run(w, stepsMax)
 	require.Equal(t, 1, count(reports, is(worker.ActionFail, "transient failure: to queued")))
 
@@ -287,7 +288,7 @@ func TestTransientFailureRetriedThenSucceeds(t *testing.T) {
 func TestTransientFailuresDeadLetterWhenAttemptsRunOut(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1,"fail":"transient","times":9}]}`, 10, 5)
-	w := b.newWorker("w1", newFakeService(worker.Dedup))
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
 	for attempt := 1; attempt < 3; attempt++ {
 		b.run(w, stepsMax)
 		require.Equal(t, attempt, b.task(id).AttemptsCharged)
@@ -312,7 +313,7 @@ func TestTransientFailuresDeadLetterWhenAttemptsRunOut(t *testing.T) {
 func TestRequeuedTaskSucceedsOnceItsFailuresAreSpent(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1,"fail":"transient","times":4},{"cost":1}]}`, 10, 5)
-	w := b.newWorker("w1", newFakeService(worker.Dedup))
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
 	for range 3 {
 		b.run(w, stepsMax)
 		if b.task(id).State == model.Queued {
@@ -343,7 +344,7 @@ func TestRequeuedTaskSucceedsOnceItsFailuresAreSpent(t *testing.T) {
 func TestPermanentFailureFailsAtOnce(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1,"fail":"permanent"},{"cost":1}]}`, 10, 5)
-	b.run(b.newWorker("w1", newFakeService(worker.Dedup)), stepsMax)
+	b.run(b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock)), stepsMax)
 	task := b.task(id)
 	require.Equal(t, model.Failed, task.State)
 	require.Equal(t, model.PermanentError, task.Reason)
@@ -361,7 +362,7 @@ func TestPermanentFailureFailsAtOnce(t *testing.T) {
 func TestStaleClaimIsDropped(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":1},{"cost":1}]}`, 10, 5)
-	a := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) {
+	a := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) {
 		c.Queue = shortClaimQueue{Queue: b.q, short: time.Hour}
 	})
 	b.stepUntil(a, is(worker.ActionStep, "step 0 cost 1"))
@@ -369,7 +370,7 @@ func TestStaleClaimIsDropped(t *testing.T) {
 
 	b.expire(id) // a stalls past its lease
 	require.Equal(t, 1, b.task(id).AttemptsCharged, "a lease expiry is charged")
-	bw := b.newWorker("w2", newFakeService(worker.Dedup))
+	bw := b.newWorker("w2", workertest.NewService(worker.Dedup, b.clock))
 	r := b.stepUntil(bw, func(r worker.Report) bool { return len(r.Claims) == 1 })
 	require.Equal(t, int64(2), r.Claims[0].Fence)
 
@@ -404,7 +405,7 @@ func TestDeadlinePassingDuringAStep(t *testing.T) {
 	b := setup(t)
 	id := b.submitRequest(model.SubmitRequest{User: "ana", Payload: `{"steps":[{"cost":1,"duration_ms":3000},{"cost":1}]}`,
 		CostBudget: 10, StepsMax: 5, Deadline: epoch.Add(time.Second)})
-	w := b.newWorker("w1", newFakeService(worker.Dedup))
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
 	reports := b.run(w, stepsMax)
 	require.Equal(t, 1, count(reports, is(worker.ActionHeartbeat, "deadline_exceeded: task failed by the queue")))
 	require.Empty(t, w.Claims())

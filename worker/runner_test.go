@@ -24,6 +24,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // tick is how far the tests advance the fake clock at a time.
@@ -160,7 +161,7 @@ func (q *recordingQueue) claimCalls() []claimCall {
 	return append([]claimCall(nil), q.claims...)
 }
 
-// liveService makes the fakeService safe for the runner's goroutines.
+// liveService holds calls to the service double at a gate.
 // With a gate, calls wait for the gate to close before they apply the
 // operation (an effect held in flight); with gateFirst, only the first.
 type liveService struct {
@@ -168,7 +169,7 @@ type liveService struct {
 	gateFirst bool
 
 	mu       sync.Mutex
-	inner    *fakeService
+	inner    *workertest.Service
 	inFlight int // calls waiting at the gate
 	held     int // calls held at the gate so far
 }
@@ -176,7 +177,7 @@ type liveService struct {
 var _ worker.Service = (*liveService)(nil)
 
 func newLiveService(kind worker.ServiceKind, gate chan struct{}) *liveService {
-	return &liveService{gate: gate, inner: newFakeService(kind)}
+	return &liveService{gate: gate, inner: workertest.NewService(kind, clockwork.NewFakeClockAt(epoch))}
 }
 
 func (s *liveService) Kind() worker.ServiceKind { return s.inner.Kind() }
@@ -208,16 +209,16 @@ func (s *liveService) Status(ctx context.Context, opID string, fence int64) (boo
 	return s.inner.Status(ctx, opID, fence)
 }
 
-func (s *liveService) applied(opID string) int {
+func (s *liveService) Applications(opID string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.inner.applied(opID)
+	return s.inner.Applications(opID)
 }
 
 func (s *liveService) calls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.inner.calls)
+	return s.inner.CallCount()
 }
 
 func (s *liveService) waiting() int {
@@ -434,7 +435,7 @@ func TestRunnerRunsTasksConcurrently(t *testing.T) {
 			require.Equal(t, int64(1), task.Version, "%s ran under one claim", id)
 			require.Zero(t, task.AttemptsCharged)
 			require.Equal(t, int64(4), task.CostUsed)
-			require.Equal(t, 1, svc.applied(model.OperationID(id, 1)), "%s's effect applied once", id)
+			require.Equal(t, 1, svc.Applications(model.OperationID(id, 1)), "%s's effect applied once", id)
 			require.Empty(t, b.eventsOf(id, model.EventLeaseExpired))
 			require.Empty(t, b.eventsOf(id, model.EventStaleWrite))
 		}
@@ -495,7 +496,7 @@ func TestRunnerShutdownFinishesTheEffectInFlightThenReleases(t *testing.T) {
 		require.Zero(t, task.AttemptsCharged, "a graceful release is not charged")
 		require.Equal(t, 2, task.StepsUsed, "the effect's step was committed before the release")
 		require.Equal(t, int64(3), task.CostUsed)
-		require.Equal(t, 1, svc.applied(op))
+		require.Equal(t, 1, svc.Applications(op))
 		require.Equal(t, []model.EventKind{model.EventSubmitted, model.EventClaimed, model.EventStep, model.EventEffectIntent,
 			model.EventEffectReceipt, model.EventStep, model.EventReleased}, b.kinds(effect))
 		effects, err := b.q.Effects(b.ctx, effect)
@@ -515,7 +516,7 @@ func TestRunnerShutdownFinishesTheEffectInFlightThenReleases(t *testing.T) {
 		next := l.start("w2", svc, func(c *worker.Config, _ *worker.RunOptions) { c.Concurrency = 2 })
 		l.drive(100, nil, func() bool { return l.all([]string{effect, slow}, model.Completed) })
 		next.stop(t)
-		require.Equal(t, 1, svc.applied(op))
+		require.Equal(t, 1, svc.Applications(op))
 		require.Equal(t, 1, svc.calls())
 		require.Equal(t, int64(2), b.task(effect).Version)
 		l.checkReports()
@@ -701,7 +702,7 @@ func TestTwoRunnersNeverHoldTheSameTask(t *testing.T) {
 		require.Equal(t, 1, b.task(ids[2]).AttemptsCharged)
 		require.GreaterOrEqual(t, b.task(ids[3]).Version, int64(2), "the approved task resumed under a new claim")
 		for _, op := range []string{model.OperationID(ids[0], 1), model.OperationID(ids[1], 1), model.OperationID(ids[3], 2)} {
-			require.Equal(t, 1, svc.applied(op), "%s applied once", op)
+			require.Equal(t, 1, svc.Applications(op), "%s applied once", op)
 		}
 		for _, id := range ids {
 			require.Empty(t, b.eventsOf(id, model.EventLeaseExpired), "%s: heartbeats kept every lease", id)
@@ -758,12 +759,12 @@ func TestRunnerTakeoverOfAStalledEffectCall(t *testing.T) {
 				require.Len(t, b.eventsOf(id, model.EventLeaseExpired), 1)
 				require.Equal(t, "w2", b.eventsOf(id, model.EventClaimed)[1].Actor)
 				if c.end == model.Completed {
-					require.Equal(t, 1, svc.applied(op), "w2 applied it")
+					require.Equal(t, 1, svc.Applications(op), "w2 applied it")
 					require.Equal(t, []model.Claim{{TaskID: id, Fence: 2, Owner: "w2", Attempt: 2, LeaseUntil: b.clock.Now().Add(testLease)}},
 						w2.r.Claims(), "w2 holds the task, at work on its next step")
 				} else {
 					require.Equal(t, c.end, b.task(id).State)
-					require.Zero(t, svc.applied(op), "w2 did not call: w1 might still")
+					require.Zero(t, svc.Applications(op), "w2 did not call: w1 might still")
 				}
 
 				before := b.task(id)
@@ -771,7 +772,7 @@ func TestRunnerTakeoverOfAStalledEffectCall(t *testing.T) {
 				synctest.Wait()
 				l.checkReports() // nothing of w1's accepted after w2's claim
 				require.Empty(t, w1.r.Claims(), "w1 dropped its stale claim")
-				require.Equal(t, 1, svc.applied(op), "applied exactly once")
+				require.Equal(t, 1, svc.Applications(op), "applied exactly once")
 				after := b.task(id)
 				require.Equal(t, []any{before.State, before.Version, before.StepsUsed, before.CostUsed},
 					[]any{after.State, after.Version, after.StepsUsed, after.CostUsed}, "the late call changed nothing in the task")

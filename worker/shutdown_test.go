@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // writeCall is one worker write a countingQueue saw, accepted or not.
@@ -97,7 +98,7 @@ func TestSlotPastItsLeaseMakesNoWrite(t *testing.T) {
 	b := setupStorage(t)
 	id := b.submit(`{"steps":[{"cost":1,"duration_ms":6000},{"cost":1}]}`, 10, 5)
 	q := &countingQueue{Queue: b.q, clock: b.clock}
-	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) {
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) {
 		c.Queue = q
 		c.StorageBackoffMin, c.StorageBackoffMax = 300*time.Millisecond, 900*time.Millisecond
 	})
@@ -221,7 +222,7 @@ func TestRunnerDrainWithinTheGraceReturnsNil(t *testing.T) {
 func TestRunnerRefusesANegativeGrace(t *testing.T) {
 	b := setup(t)
 	_, err := worker.NewRunner(worker.Config{ID: "w1", Queue: b.q, Handler: worker.Synthetic{},
-		Service: newFakeService(worker.Dedup), Clock: b.clock}, worker.RunOptions{ShutdownGrace: -time.Second})
+		Service: workertest.NewService(worker.Dedup, b.clock), Clock: b.clock}, worker.RunOptions{ShutdownGrace: -time.Second})
 	require.ErrorIs(t, err, model.ErrInvalidInput)
 	require.ErrorContains(t, err, "shutdown_grace")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // Shutdown between steps gives the claim back at once: the task is queued
@@ -16,7 +17,7 @@ import (
 func TestShutdownBetweenStepsReleases(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":2},{"cost":3}]}`, 10, 5)
-	a := b.newWorker("w1", newFakeService(worker.Dedup))
+	a := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
 	b.stepUntil(a, is(worker.ActionStep, "step 0 cost 1"))
 
 	a.Shutdown()
@@ -43,7 +44,7 @@ func TestShutdownBetweenStepsReleases(t *testing.T) {
 	}
 	require.Equal(t, model.Queued, b.task(id).State)
 
-	b.run(b.newWorker("w2", newFakeService(worker.Dedup)), stepsMax)
+	b.run(b.newWorker("w2", workertest.NewService(worker.Dedup, b.clock)), stepsMax)
 	task = b.task(id)
 	require.Equal(t, model.Completed, task.State)
 	require.Equal(t, int64(6), task.CostUsed)
@@ -57,7 +58,7 @@ func TestShutdownBetweenStepsReleases(t *testing.T) {
 func TestShutdownDuringAStepsDuration(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":2,"duration_ms":5000}]}`, 10, 5)
-	a := b.newWorker("w1", newFakeService(worker.Dedup))
+	a := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
 	b.stepUntil(a, func(r worker.Report) bool { return r.Action == worker.ActionWait })
 	a.Shutdown()
 	r := b.step(a)
@@ -78,14 +79,14 @@ func TestShutdownFinishesAnEffectInFlight(t *testing.T) {
 			b := setup(t)
 			id := b.submit(effectPayload, 10, 5)
 			op := model.OperationID(id, 1)
-			svc := newFakeService(worker.Plain)
+			svc := workertest.NewService(worker.Plain, b.clock)
 			a := b.newWorker("w1", svc)
 			b.stepUntil(a, is(after, ""))
 
 			a.Shutdown()
 			reports := b.run(a, stepsMax)
 			require.True(t, a.Drained())
-			require.Equal(t, 1, svc.applied(op))
+			require.Equal(t, 1, svc.Applications(op))
 			require.Equal(t, 1, count(reports, is(worker.ActionStep, "step 1 cost 5")), "the effect's step is completed")
 			require.Equal(t, 1, count(reports, is(worker.ActionRelease, "to queued")))
 			require.Zero(t, count(reports, is(worker.ActionStep, "step 2 cost 1")), "no step after the effect's")
@@ -104,8 +105,8 @@ func TestShutdownFinishesAnEffectInFlight(t *testing.T) {
 			task = b.task(id)
 			require.Equal(t, model.Completed, task.State)
 			require.Equal(t, int64(8), task.CostUsed)
-			require.Equal(t, 1, svc.applied(op))
-			require.Len(t, svc.calls, 1)
+			require.Equal(t, 1, svc.Applications(op))
+			require.Len(t, svc.Calls(), 1)
 		})
 	}
 }
@@ -116,7 +117,7 @@ func TestRoundRobinInterleavesTasks(t *testing.T) {
 	b := setup(t)
 	first := b.submit(`{"steps":[{"cost":1},{"cost":1},{"cost":1}]}`, 10, 5)
 	second := b.submit(`{"steps":[{"cost":1},{"cost":1},{"cost":1}]}`, 10, 5)
-	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Concurrency = 2 })
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) { c.Concurrency = 2 })
 	reports := b.run(w, stepsMax)
 
 	require.Len(t, reports[0].Claims, 2, "one claim takes a batch of two")
@@ -141,7 +142,7 @@ func TestALongStepDoesNotBlockTheOtherSlot(t *testing.T) {
 	b := setup(t)
 	slow := b.submit(`{"steps":[{"cost":1,"duration_ms":3000}]}`, 10, 5)
 	fast := b.submit(`{"steps":[{"cost":1},{"cost":1}]}`, 10, 5)
-	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Concurrency = 2 })
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) { c.Concurrency = 2 })
 	b.run(w, stepsMax)
 	completedAt := func(id string) time.Time {
 		evs := b.eventsOf(id, model.EventCompleted)
@@ -160,7 +161,7 @@ func TestCostCapacityLimitsClaims(t *testing.T) {
 	payload := `{"steps":[{"cost":4,"duration_ms":1000},{"cost":4}]}`
 	first := b.submit(payload, 10, 5)
 	second := b.submit(payload, 10, 5)
-	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) {
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) {
 		c.Concurrency, c.ClaimBatch, c.CostCapacity = 2, 1, 10
 	})
 	reports := b.run(w, stepsMax)
@@ -184,7 +185,7 @@ func TestCostCapacityLimitsClaims(t *testing.T) {
 	b2 := setup(t)
 	first = b2.submit(payload, 10, 5)
 	second = b2.submit(payload, 10, 5)
-	b2.run(b2.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Concurrency, c.ClaimBatch = 2, 1 }), stepsMax)
+	b2.run(b2.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) { c.Concurrency, c.ClaimBatch = 2, 1 }), stepsMax)
 	require.Equal(t, epoch, b2.task(first).ClaimedAt)
 	require.Equal(t, epoch, b2.task(second).ClaimedAt)
 }
@@ -198,7 +199,7 @@ func TestConcurrencyAboveTheClaimBatchLimit(t *testing.T) {
 	for i := range ids {
 		ids[i] = b.submit(`{"steps":[{"cost":1}]}`, 10, 5)
 	}
-	w := b.newWorker("w1", newFakeService(worker.Dedup), func(c *worker.Config) { c.Concurrency = n })
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) { c.Concurrency = n })
 	b.run(w, stepsMax)
 	for _, id := range ids {
 		require.Equal(t, model.Completed, b.task(id).State)

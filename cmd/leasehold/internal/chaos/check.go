@@ -7,9 +7,9 @@ import (
 	"sort"
 	"time"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // detailsMax bounds the violations a finding names.
@@ -102,7 +102,7 @@ func judge(ev evidence) Findings {
 // lateCalls counts, by the service's answer, the calls made under a fence
 // that a newer claim of the task had already replaced when the call was
 // answered (a claim committed in an earlier millisecond).
-func lateCalls(calls []ledger.CallRecord, events []model.Event, effects []model.Effect) map[string]int {
+func lateCalls(calls []workertest.CallRecord, events []model.Event, effects []model.Effect) map[string]int {
 	taskOf := map[string]string{}
 	for _, e := range effects {
 		taskOf[e.OpID] = e.TaskID
@@ -121,7 +121,7 @@ func lateCalls(calls []ledger.CallRecord, events []model.Event, effects []model.
 	for _, c := range calls {
 		for _, cl := range claims[taskOf[c.OpID]] {
 			if cl.fence > c.Fence && cl.at.Before(c.At) {
-				out[c.Outcome]++
+				out[string(c.Outcome)]++
 				break
 			}
 		}
@@ -210,7 +210,7 @@ func (r *run) check(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("check lane %s: %w", l.kind, err)
 		}
-		calls, err := l.svc.Calls()
+		calls, err := l.svc.Records()
 		if err != nil {
 			return fmt.Errorf("check lane %s: %w", l.kind, err)
 		}

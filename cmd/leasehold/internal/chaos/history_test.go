@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 var epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -154,12 +154,12 @@ func TestLateCallsAreThoseUnderAReplacedFence(t *testing.T) {
 	h := takeover() // w2 claims fence 2 at 2200 ms
 	effects := []model.Effect{{OpID: "t_1.s1", TaskID: "t_1", Step: 1, IntentFence: 1}}
 	at := func(ms int64) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
-	calls := []ledger.CallRecord{
-		{OpID: "t_1.s1", Fence: 1, Outcome: ledger.CallApplied, At: at(40)},        // in time
-		{OpID: "t_1.s1", Fence: 1, Outcome: ledger.CallRefused, At: at(2200)},      // same millisecond as the claim: not late
-		{OpID: "t_1.s1", Fence: 1, Outcome: ledger.CallRefused, At: at(2250)},      // late
-		{OpID: "t_1.s1", Fence: 2, Outcome: ledger.CallDeduplicated, At: at(2300)}, // the new claim's own
-		{OpID: "t_1.s1", Fence: 1, Outcome: ledger.CallDeduplicated, At: at(2700)}, // late
+	calls := []workertest.CallRecord{
+		{OpID: "t_1.s1", Fence: 1, Outcome: workertest.Applied, At: at(40)},             // in time
+		{OpID: "t_1.s1", Fence: 1, Outcome: workertest.RefusedStaleFence, At: at(2200)}, // same millisecond as the claim: not late
+		{OpID: "t_1.s1", Fence: 1, Outcome: workertest.RefusedStaleFence, At: at(2250)}, // late
+		{OpID: "t_1.s1", Fence: 2, Outcome: workertest.Deduplicated, At: at(2300)},      // the new claim's own
+		{OpID: "t_1.s1", Fence: 1, Outcome: workertest.Deduplicated, At: at(2700)},      // late
 	}
-	require.Equal(t, map[string]int{ledger.CallRefused: 1, ledger.CallDeduplicated: 1}, lateCalls(calls, h.events, effects))
+	require.Equal(t, map[string]int{string(workertest.RefusedStaleFence): 1, string(workertest.Deduplicated): 1}, lateCalls(calls, h.events, effects))
 }

@@ -16,11 +16,11 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/reports"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // Bounds of a run: every count the command line takes and every wait.
@@ -142,8 +142,8 @@ type lane struct {
 	dir        string
 	dbPath     string
 	ledgerPath string
-	q          *queue.Queue    // the caller's handle, through the Go API
-	svc        *ledger.Service // the ledger, for holds and the check
+	q          *queue.Queue       // the caller's handle, through the Go API
+	svc        *workertest.Ledger // the ledger, for holds and the check
 	procs      []*proc
 
 	mu       sync.Mutex // guards accepted
@@ -257,7 +257,7 @@ func (r *run) setup(ctx context.Context) error {
 		if err := q.SetLimits(model.WithScope(ctx, model.ScopeOperate), limits, callerActor); err != nil {
 			return fmt.Errorf("lane %s: set the limits: %w", kind, err)
 		}
-		if l.svc, err = ledger.Open(l.ledgerPath, kind); err != nil {
+		if l.svc, err = workertest.OpenLedger(l.ledgerPath, kind, clockwork.NewRealClock()); err != nil {
 			return fmt.Errorf("lane %s: %w", kind, err)
 		}
 		for w := 1; w <= r.cfg.WorkersPerLane; w++ {

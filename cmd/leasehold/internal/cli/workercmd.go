@@ -11,11 +11,11 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 func init() {
@@ -70,7 +70,7 @@ func runWorker(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "worker", err)
 	}
-	svc, err := ledger.Open(*serviceDB, kind)
+	svc, err := workertest.OpenLedger(*serviceDB, kind, clockwork.NewRealClock())
 	if err != nil {
 		q.Close()
 		return fail(e, "worker", err)

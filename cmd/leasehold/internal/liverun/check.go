@@ -9,10 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/ledger"
+	"github.com/jonboulle/clockwork"
+
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/scenarios"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // steps counts the steps of a scenario task's payload.
@@ -198,7 +200,7 @@ func (r *run) finish() {
 // charge never applied.
 func (r *run) checkLedger() {
 	const name, expected = "no customer-visible action repeated", "every operation applied at most once (service ledger)"
-	svc, err := ledger.Open(filepath.Join(r.cfg.Dir, "service.db"), worker.Fenced)
+	svc, err := workertest.OpenLedger(filepath.Join(r.cfg.Dir, "service.db"), worker.Fenced, clockwork.NewRealClock())
 	if err != nil {
 		r.outcome(StoryNoRepeat, "", name, expected, err.Error(), false)
 		return

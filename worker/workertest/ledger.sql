@@ -1,6 +1,6 @@
--- The live run's external service: a ledger of applied operations in its
--- own SQLite file, shared by every worker process, so that the demo and the
--- chaos checker can count applications across processes.
+-- The double's ledger of operations in its own SQLite file, shared by every
+-- worker process of a live run, so that applications can be counted across
+-- processes.
 
 -- name: schema
 CREATE TABLE IF NOT EXISTS applications (
@@ -21,13 +21,13 @@ CREATE TABLE IF NOT EXISTS calls (
 -- name: get
 SELECT applied, result, fence_max FROM applications WHERE op_id = ?;
 
--- name: apply
-INSERT INTO applications (op_id, effect, applied, result, fence_max, applied_at) VALUES (?, ?, 1, ?, ?, ?)
-ON CONFLICT (op_id) DO UPDATE SET applied = applied + 1, fence_max = MAX(fence_max, excluded.fence_max);
-
--- name: register_fence
-INSERT INTO applications (op_id, effect, applied, result, fence_max, applied_at) VALUES (?, '', 0, '', ?, 0)
-ON CONFLICT (op_id) DO UPDATE SET fence_max = MAX(fence_max, excluded.fence_max);
+-- name: put
+-- Stores an operation's entry; the effect and the time of the first
+-- application are kept from the call that applied it first.
+INSERT INTO applications (op_id, effect, applied, result, fence_max, applied_at) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (op_id) DO UPDATE SET applied = excluded.applied, result = excluded.result, fence_max = excluded.fence_max,
+    effect = CASE WHEN effect = '' THEN excluded.effect ELSE effect END,
+    applied_at = CASE WHEN applied_at = 0 THEN excluded.applied_at ELSE applied_at END;
 
 -- name: all
 SELECT op_id, applied FROM applications WHERE applied > 0 ORDER BY op_id;
