@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"time"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -22,16 +21,7 @@ type Store interface {
 	Effects(ctx context.Context, taskID string) ([]model.Effect, error)
 
 	// Workers: every write but Claim names its claim and is fenced.
-	Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error)
-	Heartbeat(ctx context.Context, c model.Claim, lease time.Duration) (model.HeartbeatResult, error)
-	CompleteStep(ctx context.Context, w model.StepWrite) (model.StepResult, error)
-	RecordIntent(ctx context.Context, c model.Claim, step int) (model.IntentResult, error)
-	RecordReceipt(ctx context.Context, c model.Claim, opID, result string) error
-	Pause(ctx context.Context, c model.Claim, step int, gate string) (model.State, error)
-	Complete(ctx context.Context, c model.Claim) error
-	Fail(ctx context.Context, c model.Claim, f model.Failure) (model.State, error)
-	Release(ctx context.Context, c model.Claim) (model.State, error)
-	AcknowledgeCancel(ctx context.Context, c model.Claim) error
+	WorkerWrites
 
 	// Approvers.
 	Approve(ctx context.Context, id string, version int64, actor string) error

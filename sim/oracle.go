@@ -570,7 +570,13 @@ func metricsText(m model.Metrics) string {
 // faults.Queue over the lockstep, so duplicated and late deliveries are
 // compared as well.
 
-var _ worker.Queue = (*lockstep)(nil)
+// The worker's Queue and the queue's WorkerWrites are one method set: each
+// satisfies the other, so neither can drift.
+var (
+	_ worker.Queue       = (*lockstep)(nil)
+	_ queue.WorkerWrites = worker.Queue(nil)
+	_ worker.Queue       = queue.WorkerWrites(nil)
+)
 
 func claimName(write string, c model.Claim) string {
 	return fmt.Sprintf("%s task=%s fence=%d owner=%s", write, c.TaskID, c.Fence, c.Owner)
