@@ -448,8 +448,23 @@ func (w *World) script(t *taskState) string {
 	return fmt.Sprintf("%s %s: %s", t.spec.Name, act, out)
 }
 
+// act performs the scripted act of task t, whose row is cur: it says what
+// happened, and whether the script moves on to the task's next act.
 func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bool) {
-	waiting := cur.State == model.WaitingForApproval
+	switch act {
+	case scenarios.Submit, scenarios.Replay, scenarios.ChangePayload:
+		return w.submitAct(t, act)
+	case scenarios.RestartWhilePaused, scenarios.ApproveOutdated, scenarios.Approve, scenarios.Reject:
+		return w.approvalAct(t, act, cur)
+	case scenarios.LoseResponse, scenarios.StallClaimant, scenarios.LateComplete, scenarios.ResumeStalled:
+		return w.lateResultAct(t, act, cur)
+	}
+	return w.cancelAct(t, act, cur)
+}
+
+// submitAct submits task t's request, replays it exactly, or replays it
+// with a changed payload under the same key.
+func (w *World) submitAct(t *taskState, act scenarios.Act) (string, bool) {
 	switch act {
 	case scenarios.Submit:
 		if t.request.User == "" {
@@ -496,14 +511,16 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 			return "accepted (wrong)", true
 		}
 		return "error (caller retries): " + err.Error(), false
-	case scenarios.CancelRunning:
-		if cur.State != model.Running {
-			return "no-op: task is " + string(cur.State), false
-		}
-		if err := w.cancel(t); err != nil {
-			return "error (caller retries): " + err.Error(), false
-		}
-		return "cancellation requested while running", true
+	}
+	return "no-op: not a submit", false
+}
+
+// approvalAct acts on task t at its approval gate: restarts the worker
+// while it waits, approves naming an outdated version, approves or
+// rejects.
+func (w *World) approvalAct(t *taskState, act scenarios.Act, cur model.Task) (string, bool) {
+	waiting := cur.State == model.WaitingForApproval
+	switch act {
 	case scenarios.RestartWhilePaused:
 		if !waiting {
 			return "no-op: task is " + string(cur.State), false
@@ -538,6 +555,15 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 			return "error (approver retries): " + err.Error(), false
 		}
 		return fmt.Sprintf("%s version %d", act, cur.ApprovalVersion), true
+	}
+	return "no-op: not an approval", false
+}
+
+// lateResultAct plays the late-result story of task t: a lost response at
+// its effect step, a claimant stalled past its lease, that claimant's late
+// completion under its old fence, and its resumption.
+func (w *World) lateResultAct(t *taskState, act scenarios.Act, cur model.Task) (string, bool) {
+	switch act {
 	case scenarios.LoseResponse:
 		if cur.State != model.Running || cur.StepsUsed != t.spec.EffectStep {
 			return "no-op: not at the effect step", false
@@ -597,5 +623,5 @@ func (w *World) act(t *taskState, act scenarios.Act, cur model.Task) (string, bo
 		t.resumed = true
 		return fmt.Sprintf("resumed w%d with its old fence %d (task now at %d)", t.stalledBy, t.stalledAt, cur.Version), true
 	}
-	return w.cancelAct(t, act, cur)
+	return "no-op: not part of the late-result story", false
 }

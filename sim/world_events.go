@@ -201,6 +201,14 @@ func (w *World) cancel(t *taskState) error {
 // cancelAct performs the cancellation acts of a script.
 func (w *World) cancelAct(t *taskState, act scenarios.Act, cur model.Task) (string, bool) {
 	switch act {
+	case scenarios.CancelRunning:
+		if cur.State != model.Running {
+			return "no-op: task is " + string(cur.State), false
+		}
+		if err := w.cancel(t); err != nil {
+			return "error (caller retries): " + err.Error(), false
+		}
+		return "cancellation requested while running", true
 	case scenarios.CancelQueued:
 		// Meant to land while run_at holds the task queued; a task
 		// claimed already is cancelled all the same.
