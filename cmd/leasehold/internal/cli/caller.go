@@ -60,16 +60,8 @@ func runSubmit(e *env, args []string) int {
 		return fail(e, "submit", err)
 	}
 	if *batch != "" {
-		var single []string
-		requestFlags := map[string]bool{"user": true, "key": true, "payload": true, "cost-budget": true,
-			"steps-max": true, "priority": true, "run-at": true, "deadline": true}
-		fs.Visit(func(f *flag.Flag) {
-			if requestFlags[f.Name] {
-				single = append(single, "--"+f.Name)
-			}
-		})
-		if len(single) > 0 {
-			return fail(e, "submit", badUsage("--batch takes its requests from the file, not %s", strings.Join(single, ", ")))
+		if err := batchOnly(fs); err != nil {
+			return fail(e, "submit", err)
 		}
 		return submitBatch(e, c, *batch)
 	}
@@ -84,20 +76,7 @@ func runSubmit(e *env, args []string) int {
 	if req.Deadline, err = parseTime("deadline", *deadline); err != nil {
 		return fail(e, "submit", err)
 	}
-	// Validate before opening (and creating) anything: the queue's own
-	// checks too, the reserved key and, where no database exists yet (so
-	// this cannot be a replay, which is exempt), a deadline already passed.
-	n, err := model.Normalize(req)
-	if err == nil {
-		err = model.CheckCallerKey(n.Key)
-	}
-	if err == nil {
-		err = checkIntakePayload(n.Payload)
-	}
-	if _, statErr := os.Stat(*c.db); err == nil && !c.onPostgres() && errors.Is(statErr, os.ErrNotExist) {
-		err = n.CheckTimely(time.Now())
-	}
-	if err != nil {
+	if err := checkSubmit(c, req); err != nil {
 		return fail(e, "submit", err)
 	}
 	q, err := openQueue(e.ctx, c, queue.MigrateNew)
@@ -119,6 +98,40 @@ func runSubmit(e *env, args []string) int {
 	}
 	fmt.Fprintln(e.stdout, res.TaskID)
 	return exitOK
+}
+
+// batchOnly refuses the single request's flags beside --batch.
+func batchOnly(fs *flag.FlagSet) error {
+	var single []string
+	requestFlags := map[string]bool{"user": true, "key": true, "payload": true, "cost-budget": true,
+		"steps-max": true, "priority": true, "run-at": true, "deadline": true}
+	fs.Visit(func(f *flag.Flag) {
+		if requestFlags[f.Name] {
+			single = append(single, "--"+f.Name)
+		}
+	})
+	if len(single) > 0 {
+		return badUsage("--batch takes its requests from the file, not %s", strings.Join(single, ", "))
+	}
+	return nil
+}
+
+// checkSubmit validates a submit before anything is opened (and created):
+// the queue's own checks too, the reserved key and, where no database
+// exists yet (so this cannot be a replay, which is exempt), a deadline
+// already passed.
+func checkSubmit(c common, req model.SubmitRequest) error {
+	n, err := model.Normalize(req)
+	if err == nil {
+		err = model.CheckCallerKey(n.Key)
+	}
+	if err == nil {
+		err = checkIntakePayload(n.Payload)
+	}
+	if _, statErr := os.Stat(*c.db); err == nil && !c.onPostgres() && errors.Is(statErr, os.ErrNotExist) {
+		err = n.CheckTimely(time.Now())
+	}
+	return err
 }
 
 // taskArg reads the one TASK argument after the flags.

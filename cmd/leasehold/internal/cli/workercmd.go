@@ -50,20 +50,7 @@ func runWorker(e *env, args []string) int {
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := worker.Config{ID: *id, Handler: worker.Synthetic{}, Clock: clockwork.NewRealClock(), Logger: logger,
 		Concurrency: *concurrency, Lease: *lease, Heartbeat: *heartbeat, CostCapacity: *costCapacity}
-	// Validate every flag before touching a file. worker.Config reads a
-	// zero concurrency as its default; the flag's zero is a mistake.
-	if *concurrency < 1 || *concurrency > worker.ConcurrencyMax {
-		return fail(e, "worker", badUsage("--concurrency: must be between 1 and %d, got %d", worker.ConcurrencyMax, *concurrency))
-	}
-	if *lease <= 0 {
-		return fail(e, "worker", badUsage("--lease: must be positive, got %s", *lease))
-	}
-	if *shutdownGrace < 0 || *shutdownGrace > model.LeaseMax {
-		return fail(e, "worker", badUsage("--shutdown-grace: must be between 0 (the lease) and %s, got %s", model.LeaseMax, *shutdownGrace))
-	}
-	probe := cfg
-	probe.Queue, probe.Service = nopQueue{}, nopService{}
-	if _, err := worker.New(probe); err != nil {
+	if err := checkWorkerFlags(cfg, *shutdownGrace); err != nil {
 		return fail(e, "worker", err)
 	}
 	q, err := openQueue(e.ctx, c, queue.MigrateNew)
@@ -105,6 +92,25 @@ func runWorker(e *env, args []string) int {
 		return fail(e, "worker", err)
 	}
 	return exitOK
+}
+
+// checkWorkerFlags validates every flag, as cfg and the shutdown grace,
+// before a file is touched. worker.Config reads a zero concurrency as its
+// default; the flag's zero is a mistake.
+func checkWorkerFlags(cfg worker.Config, shutdownGrace time.Duration) error {
+	if cfg.Concurrency < 1 || cfg.Concurrency > worker.ConcurrencyMax {
+		return badUsage("--concurrency: must be between 1 and %d, got %d", worker.ConcurrencyMax, cfg.Concurrency)
+	}
+	if cfg.Lease <= 0 {
+		return badUsage("--lease: must be positive, got %s", cfg.Lease)
+	}
+	if shutdownGrace < 0 || shutdownGrace > model.LeaseMax {
+		return badUsage("--shutdown-grace: must be between 0 (the lease) and %s, got %s", model.LeaseMax, shutdownGrace)
+	}
+	probe := cfg
+	probe.Queue, probe.Service = nopQueue{}, nopService{}
+	_, err := worker.New(probe)
+	return err
 }
 
 // nopQueue and nopService let the worker's configuration be validated
