@@ -262,7 +262,7 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 	_, err := f.db.ExecContext(f.ctx, "UPDATE users SET running = 5 WHERE user_id = 'bob'")
 	require.NoError(t, err)
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
-	require.Equal(t, 1, users)
+	require.Equal(t, [2]int{1, 1}, [2]int{users, over}, "bob's count is wrong, and above its active tasks")
 }
 
 // TestPostgresBucketsMatchModel: leasehold_bucket repeats

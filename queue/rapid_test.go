@@ -57,10 +57,16 @@ type machine struct {
 }
 
 func newMachine(t *rapid.T, counts *actionCounts) *machine {
+	return newMachineAt(t, counts, Memory)
+}
+
+// newMachineAt is newMachine on the database at path (a SQLite path, or a
+// PostgreSQL URL whose schema is migrated and empty).
+func newMachineAt(t *rapid.T, counts *actionCounts, path string) *machine {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(epoch)
 	seed := rapid.Uint64().Draw(t, "seed")
-	q, err := Open(ctx, Options{Path: Memory, Clock: clock, IDs: model.NewSeededIDs(seed),
+	q, err := Open(ctx, Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(seed),
 		Rand: rand.New(rand.NewPCG(seed, 7))})
 	if err != nil {
 		t.Fatalf("open: %v", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/queue/queuetest"
@@ -29,9 +30,13 @@ var transcriptStores = []struct {
 	name string
 	open func(t *testing.T) queuetest.Harness
 }{
-	{"SQLiteMemory", func(t *testing.T) queuetest.Harness { return openTranscriptSQLite(t, queue.Memory) }},
+	{"SQLiteMemory", func(t *testing.T) queuetest.Harness { return openTranscriptQueue(t, queue.Memory) }},
 	{"SQLiteFile", func(t *testing.T) queuetest.Harness {
-		return openTranscriptSQLite(t, filepath.Join(t.TempDir(), "leasehold.db"))
+		return openTranscriptQueue(t, filepath.Join(t.TempDir(), "leasehold.db"))
+	}},
+	{"Postgres", func(t *testing.T) queuetest.Harness {
+		url := pgtest.Fresh(t, migratePostgres)
+		return openTranscriptQueue(t, url)
 	}},
 	{"Reference", func(t *testing.T) queuetest.Harness {
 		clock := clockwork.NewFakeClockAt(conformanceEpoch)
@@ -41,7 +46,9 @@ var transcriptStores = []struct {
 	}},
 }
 
-func openTranscriptSQLite(t *testing.T, path string) queuetest.Harness {
+// openTranscriptQueue opens the queue at path (a SQLite path, or a
+// PostgreSQL URL) for a transcript.
+func openTranscriptQueue(t *testing.T, path string) queuetest.Harness {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(conformanceEpoch)
 	q, err := queue.Open(ctx, queue.Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(1),

@@ -65,11 +65,25 @@ FROM writing;
 
 -- name: claim_next
 -- The next tasks in claim order, locked, skipping those another claimer
--- holds. The user filter is a hint read from the statement's snapshot; the
--- claim decides under claim_users_lock.
+-- holds. A user below its running limit by n contributes at most its
+-- first n eligible tasks (counted from the statement's snapshot, so that
+-- a batch is the claim order's first tasks a batch may take, as a claim
+-- of one task at a time would find them); the claim decides under
+-- claim_users_lock. The outer WHERE repeats the eligibility test, which
+-- PostgreSQL re-checks on the newest version of a row that changed while
+-- the statement waited.
+WITH eligible AS (
+    SELECT seq, user_id,
+           row_number() OVER (PARTITION BY user_id ORDER BY priority DESC, run_at, seq) AS nth
+    FROM tasks
+    WHERE state = 'queued' AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+), allowed AS (
+    SELECT e.seq FROM eligible e JOIN user_caps c ON c.user_id = e.user_id
+    WHERE c.running_limit <= 0 OR e.nth <= c.running_limit - c.running
+)
 SELECT {task_columns} FROM tasks
-WHERE state = 'queued' AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
-  AND user_id IN (SELECT user_id FROM user_caps WHERE running_limit <= 0 OR running < running_limit)
+WHERE seq IN (SELECT seq FROM allowed)
+  AND state = 'queued' AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
 ORDER BY priority DESC, run_at, seq
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
@@ -228,7 +242,10 @@ SELECT MIN(GREATEST(queued_at, run_at)) FROM tasks WHERE state = 'queued' AND ru
 -- name: counters_check
 -- Three counts that are zero when the counters agree with the tasks: state
 -- tallies that differ from a count of the tasks, users whose running or
--- active count differs, and users running more tasks than their limit.
+-- active count differs, and users counted running more tasks than they
+-- have active ones (a user may run more than its limit: the limit may
+-- have been lowered since the claims; PostgreSQL keeps no blocked flags,
+-- the third of SQLite's counts).
 SELECT
     (SELECT COUNT(*) FROM (SELECT name, SUM(n) AS n FROM tally_deltas WHERE name LIKE 'state:%' GROUP BY name) s
         LEFT JOIN (SELECT 'state:' || state AS name, COUNT(*) AS n FROM tasks GROUP BY state) c ON c.name = s.name
@@ -237,7 +254,7 @@ SELECT
         WHERE u.running != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id AND t.state = 'running')
            OR u.active != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id
                                AND t.state IN ('queued', 'running', 'waiting_for_approval'))),
-    (SELECT COUNT(*) FROM user_caps WHERE running_limit > 0 AND running > running_limit);
+    (SELECT COUNT(*) FROM users WHERE running > active);
 
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (
