@@ -13,6 +13,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -233,20 +234,14 @@ func (q *Queue) query(name string) query {
 	return text
 }
 
-// variant returns the query a broken variant uses in place of name (see
-// broken_on.go); normally name itself.
+// variant returns the name of the query to run for name: name itself,
+// or, in the leasehold_broken build, its text for a broken variant that
+// is switched on (see expandBroken).
 func (q *Queue) variant(name string) string {
-	switch {
-	case (name == "claim_next" || name == "claim_any") && broken("no-user-limit"):
-		return name + "_any_user"
-	case (name == "heartbeat" || name == "step_apply" || name == "pause_apply") && broken("write-after-lease-expiry"):
-		return name + "_after_expiry"
-	case (name == "heartbeat" || name == "step_apply" || name == "pause_apply" || name == "complete_fenced") && broken("write-at-lease-until"):
-		return name + "_at_lease_until"
-	case (name == "claim_next" || name == "claim_any") && broken("claim-past-deadline"):
-		return name + "_past_deadline"
-	case (name == "claim_next" || name == "claim_any") && broken("claim-exclusive-run-at"):
-		return name + "_after_run_at"
+	for _, v := range q.query(name).variants {
+		if broken.On(v) {
+			return name + "~" + v.String()
+		}
 	}
 	return name
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -77,7 +78,7 @@ func (q *Queue) Approve(ctx context.Context, id string, version int64, actor str
 		if err != nil {
 			return err
 		}
-		if version != task.ApprovalVersion && !broken("approval-not-bound") {
+		if version != broken.Pick(broken.ApprovalNotBound, task.ApprovalVersion, version) {
 			return fmt.Errorf("approve task %s version %d: recorded version is %d: %w", id, version, task.ApprovalVersion, model.ErrVersionMismatch)
 		}
 		task.ApprovedBy, task.RunAt = actor, t.now
@@ -113,9 +114,7 @@ func (q *Queue) Requeue(ctx context.Context, id string, g model.Grant, actor str
 		if err != nil {
 			return err
 		}
-		if broken("requeue-grant-unbounded") {
-			limits.GrantCostMax = model.CostBudgetMax // the configured maximum ignored
-		}
+		limits.GrantCostMax = broken.Pick(broken.RequeueGrantUnbounded, limits.GrantCostMax, model.CostBudgetMax)
 		if err := model.CheckGrant(g, limits); err != nil {
 			return err
 		}

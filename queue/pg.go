@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -223,7 +224,7 @@ func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.
 	}
 	for _, task := range candidates {
 		left, limited := room[task.User]
-		if limited && left <= 0 && !broken("no-user-limit") {
+		if limited && left <= 0 && broken.Pick(broken.NoUserLimit, true, false) {
 			continue
 		}
 		if err := t.execOne("claim_task", sql.Named("seq", task.Seq), sql.Named("owner", req.Worker),

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/leasehold/leasehold/internal/broken"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -103,4 +105,47 @@ func TestLoadSQLPositional(t *testing.T) {
 func TestBackendFor(t *testing.T) {
 	require.Equal(t, "sqlite", backendFor("leasehold.db").dialect())
 	require.Equal(t, "sqlite", backendFor(Memory).dialect())
+}
+
+// TestExpandBroken: a placeholder is its safe text unless its variant is
+// the one switched on; the variants are listed once each, in order; a
+// malformed placeholder or an unknown variant is an error.
+func TestExpandBroken(t *testing.T) {
+	text := "WHERE a = 1 {broken:no-user-limit|AND b = 0|} AND c {broken:claim-exclusive-run-at|<=|<} :now {broken:no-user-limit|AND d|AND e}"
+	safe, variants, err := expandBroken(text, 0)
+	require.NoError(t, err)
+	require.Equal(t, "WHERE a = 1 AND b = 0 AND c <= :now AND d", safe)
+	require.Equal(t, []broken.Variant{broken.NoUserLimit, broken.ClaimExclusiveRunAt}, variants)
+	unlimited, _, err := expandBroken(text, broken.NoUserLimit)
+	require.NoError(t, err)
+	require.Equal(t, "WHERE a = 1  AND c <= :now AND e", unlimited)
+	exclusive, _, err := expandBroken(text, broken.ClaimExclusiveRunAt)
+	require.NoError(t, err)
+	require.Equal(t, "WHERE a = 1 AND b = 0 AND c < :now AND d", exclusive)
+
+	_, _, err = expandBroken("x {broken:no-user-limit|a", 0)
+	require.ErrorContains(t, err, "unclosed")
+	_, _, err = expandBroken("x {broken:no-user-limit|a}", 0)
+	require.ErrorContains(t, err, "want {broken:VARIANT|safe|broken}")
+	_, _, err = expandBroken("x {broken:no-such|a|b}", 0)
+	require.ErrorContains(t, err, `no variant named "no-such"`)
+}
+
+// TestBrokenVariantsLoaded: the SQLite queries name their variants, and
+// only the leasehold_broken build loads the broken texts.
+func TestBrokenVariantsLoaded(t *testing.T) {
+	set, err := sqlOf(sqliteBackend{})
+	require.NoError(t, err)
+	claimNext := set.queries["claim_next"]
+	require.Contains(t, claimNext.text, "blocked = 0")
+	require.NotContains(t, claimNext.text, "{broken:")
+	_, loaded := set.queries["claim_next~no-user-limit"]
+	require.Equal(t, broken.Built, loaded)
+	if broken.Built {
+		require.Equal(t, []broken.Variant{broken.NoUserLimit, broken.ClaimExclusiveRunAt, broken.ClaimPastDeadline},
+			claimNext.variants)
+		require.NotContains(t, set.queries["claim_next~no-user-limit"].text, "blocked")
+	} else {
+		require.Empty(t, claimNext.variants)
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/leasehold/leasehold/internal/broken"
 )
 
 // query is one named statement of a dialect's queries.sql, as the driver
@@ -21,6 +23,10 @@ import (
 type query struct {
 	text   string
 	params []string
+	// variants are the broken variants whose text this query has loaded
+	// under name~variant (see expandBroken); none outside the
+	// leasehold_broken build.
+	variants []broken.Variant
 }
 
 // sqlSet is what a backend's SQL files hold, loaded once per process.
@@ -89,13 +95,30 @@ func loadSQL(files fs.FS, positional bool) (*sqlSet, error) {
 		return nil, err
 	}
 	qs := make(map[string]query, len(texts))
+	add := func(name, text string, variants []broken.Variant) {
+		q := query{text: text, variants: variants}
+		if positional {
+			q.text, q.params = rewriteParams(text)
+		}
+		qs[name] = q
+	}
 	for name, text := range texts {
-		if !positional {
-			qs[name] = query{text: text}
+		safe, variants, err := expandBroken(text, 0)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: %w", name, err)
+		}
+		if !broken.Built {
+			add(name, safe, nil)
 			continue
 		}
-		rewritten, params := rewriteParams(text)
-		qs[name] = query{text: rewritten, params: params}
+		add(name, safe, variants)
+		for _, v := range variants {
+			text, _, err := expandBroken(text, v)
+			if err != nil {
+				return nil, fmt.Errorf("query %s: %w", name, err)
+			}
+			add(name+"~"+v.String(), text, nil)
+		}
 	}
 	return &sqlSet{queries: qs, migrations: ms}, nil
 }
@@ -131,8 +154,7 @@ func loadMigrations(files fs.FS) ([]Migration, error) {
 
 // loadQueries parses the named statements of every .sql file at the root
 // of files (queries.sql, which must be there, and others such as
-// pages.sql; not broken.sql, which only the broken build reads), and
-// expands {task_columns}.
+// pages.sql), and expands {task_columns}.
 func loadQueries(files fs.FS) (map[string]string, error) {
 	names, err := fs.Glob(files, "*.sql")
 	if err != nil {
@@ -143,9 +165,6 @@ func loadQueries(files fs.FS) (map[string]string, error) {
 	}
 	queries := map[string]string{}
 	for _, name := range names {
-		if name == "broken.sql" {
-			continue
-		}
 		body, err := fs.ReadFile(files, name)
 		if err != nil {
 			return nil, fmt.Errorf("read queries: %w", err)
@@ -154,14 +173,54 @@ func loadQueries(files fs.FS) (map[string]string, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	if err := brokenQueries(files, queries); err != nil {
-		return nil, err
-	}
 	columns := queries["task_columns"]
 	for n, q := range queries {
 		queries[n] = strings.ReplaceAll(q, "{task_columns}", columns)
 	}
 	return queries, nil
+}
+
+// brokenOpen opens a placeholder for a broken variant in a query:
+// {broken:VARIANT|safe text|broken text}, either text possibly empty,
+// neither holding | or }.
+const brokenOpen = "{broken:"
+
+// expandBroken fills the broken-variant placeholders of text: each with
+// its safe text, but for variant on (0: none), whose placeholders get
+// their broken text. It returns the variants text names, in order of first
+// appearance; an unknown variant or a malformed placeholder is an error.
+func expandBroken(text string, on broken.Variant) (string, []broken.Variant, error) {
+	var out strings.Builder
+	var variants []broken.Variant
+	for {
+		start := strings.Index(text, brokenOpen)
+		if start < 0 {
+			out.WriteString(text)
+			return out.String(), variants, nil
+		}
+		end := strings.IndexByte(text[start:], '}')
+		if end < 0 {
+			return "", nil, fmt.Errorf("unclosed %s placeholder", brokenOpen)
+		}
+		parts := strings.Split(text[start+len(brokenOpen):start+end], "|")
+		if len(parts) != 3 {
+			return "", nil, fmt.Errorf("placeholder %s: want {broken:VARIANT|safe|broken}", text[start:start+end+1])
+		}
+		v, err := broken.Parse(parts[0])
+		if err != nil {
+			return "", nil, err
+		}
+		if !slices.Contains(variants, v) {
+			variants = append(variants, v)
+		}
+		fill := parts[1]
+		if v == on {
+			fill = parts[2]
+		}
+		out.WriteString(text[:start])
+		out.WriteString(fill)
+		text = text[start+end+1:]
+	}
 }
 
 // bindArgs returns the arguments to run q with: args as they are for a

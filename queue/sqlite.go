@@ -244,7 +244,7 @@ func (sqliteBackend) claim(t *txn, req model.ClaimRequest, max int, took func(mo
 	now := model.Millis(t.now)
 	leaseUntil := model.Millis(t.now.Add(req.Lease))
 	for range max {
-		task, err := scanTask(t.queryRow(t.q.variant("claim_next"), sql.Named("now", now)))
+		task, err := scanTask(t.queryRow("claim_next", sql.Named("now", now)))
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}

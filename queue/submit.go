@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -73,7 +74,7 @@ func (t *txn) submit(n model.Normalized, actor string) (model.SubmitResult, erro
 	var id, hash string
 	err := t.queryRow("task_by_key", sql.Named("user", n.User), sql.Named("key", n.Key)).Scan(&id, &hash)
 	switch {
-	case err == nil && (hash == n.Hash || broken("changed-request-replayed")):
+	case err == nil && broken.Pick(broken.ChangedRequestReplayed, hash == n.Hash, true):
 		return model.SubmitResult{TaskID: id, Replay: true}, nil
 	case err == nil:
 		return model.SubmitResult{}, fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, id, model.ErrIdempotencyConflict)
@@ -102,9 +103,7 @@ func (t *txn) admit(user string, limits model.Limits) error {
 	if err := t.queryRow("user_depth", sql.Named("user", user)).Scan(&mine, &depthLimit); err != nil {
 		return fmt.Errorf("queue: admission: %w", err)
 	}
-	if broken("depth-cap-off-by-one") {
-		mine-- // admits one task over the user's cap
-	}
+	mine -= broken.Pick(broken.DepthCapOffByOne, 0, 1) // the broken variant admits one task over the cap
 	if depthLimit > 0 && mine >= depthLimit {
 		return fmt.Errorf("user %s has %d active tasks (limit %d): %w", user, mine, depthLimit, model.ErrQueueFull)
 	}

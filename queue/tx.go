@@ -62,6 +62,7 @@ func (t *txn) stmt(name string) (*sql.Stmt, error) {
 
 // exec runs a named statement and returns the rows it affected.
 func (t *txn) exec(name string, args ...any) (int64, error) {
+	name = t.q.variant(name)
 	stmt, err := t.stmt(name)
 	if err != nil {
 		return 0, err
@@ -107,6 +108,7 @@ func (r row) Scan(dest ...any) error {
 }
 
 func (t *txn) queryRow(name string, args ...any) row {
+	name = t.q.variant(name)
 	stmt, err := t.stmt(name)
 	if err != nil {
 		return row{err: err}
@@ -118,6 +120,7 @@ func (t *txn) queryRow(name string, args ...any) row {
 }
 
 func (t *txn) query(name string, args ...any) (*sql.Rows, error) {
+	name = t.q.variant(name)
 	stmt, err := t.stmt(name)
 	if err != nil {
 		return nil, err
@@ -150,6 +153,7 @@ func (t *txn) emit(e model.Event) error {
 // read runs a named read outside any transaction: autocommit, no lock
 // beyond the statement's own snapshot.
 func (q *Queue) readRow(ctx context.Context, name string, args ...any) row {
+	name = q.variant(name)
 	stmt, err := q.prepared(ctx, name)
 	if err != nil {
 		return row{err: err}
@@ -161,6 +165,7 @@ func (q *Queue) readRow(ctx context.Context, name string, args ...any) row {
 }
 
 func (q *Queue) readRows(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
+	name = q.variant(name)
 	stmt, err := q.prepared(ctx, name)
 	if err != nil {
 		return nil, err

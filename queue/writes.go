@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -29,15 +30,14 @@ func (t *txn) fenced(c model.Claim, write string, checkDeadline bool) (model.Tas
 	if err != nil {
 		return model.Task{}, err
 	}
-	version, leaseUntil := task.Version, task.LeaseUntil
-	if broken("write-after-lease-expiry") {
-		leaseUntil = t.now.Add(time.Millisecond)
+	version := task.Version
+	leaseUntil := broken.Pick(broken.WriteAfterLeaseExpiry, task.LeaseUntil, t.now.Add(time.Millisecond))
+	if leaseUntil.Equal(t.now) {
+		leaseUntil = broken.Pick(broken.WriteAtLeaseUntil, leaseUntil, t.now.Add(time.Millisecond))
 	}
-	if broken("write-at-lease-until") && leaseUntil.Equal(t.now) {
-		leaseUntil = t.now.Add(time.Millisecond)
-	}
-	if broken("complete-without-fence") && write == "complete" && task.State == model.Running {
-		version, leaseUntil = c.Fence, t.now.Add(time.Millisecond)
+	if write == "complete" && task.State == model.Running {
+		version = broken.Pick(broken.CompleteWithoutFence, version, c.Fence)
+		leaseUntil = broken.Pick(broken.CompleteWithoutFence, leaseUntil, t.now.Add(time.Millisecond))
 	}
 	if why := model.StaleReason(task.State, version, leaseUntil, c.Fence, t.now); why != "" {
 		if err := t.emit(model.Event{TaskID: task.ID, Kind: model.EventStaleWrite, Attempt: c.Attempt,
@@ -70,8 +70,8 @@ func (t *txn) settle(task model.Task, to model.State, reason model.Reason, kind 
 		sql.Named("cost_budget", task.CostBudget), sql.Named("steps_max", task.StepsMax)); err != nil {
 		return err
 	}
-	if broken("event-wrong-reason") && reason == model.BudgetExhausted {
-		reason = model.PermanentError
+	if reason == model.BudgetExhausted {
+		reason = broken.Pick(broken.EventWrongReason, reason, model.PermanentError)
 	}
 	return t.emit(model.Event{TaskID: task.ID, Kind: kind, Attempt: task.Attempt, Fence: task.Version,
 		From: task.State, To: to, Reason: reason, Actor: actor, Detail: detail})
@@ -90,11 +90,11 @@ func (q *Queue) Heartbeat(ctx context.Context, c model.Claim, lease time.Duratio
 			return err
 		}
 		until := t.now.Add(lease)
-		if err := t.execOne(t.q.variant("heartbeat"), sql.Named("id", task.ID), sql.Named("fence", c.Fence),
+		if err := t.execOne("heartbeat", sql.Named("id", task.ID), sql.Named("fence", c.Fence),
 			sql.Named("lease_until", model.Millis(until)), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
-		res = model.HeartbeatResult{LeaseUntil: until, CancelRequested: task.CancelRequested && !broken("heartbeat-hides-cancel")}
+		res = model.HeartbeatResult{LeaseUntil: until, CancelRequested: broken.Pick(broken.HeartbeatHidesCancel, task.CancelRequested, false)}
 		return nil
 	})
 	return res, err
@@ -116,10 +116,7 @@ func (q *Queue) CompleteStep(ctx context.Context, w model.StepWrite) (model.Step
 			return err
 		}
 		res.CancelRequested = task.CancelRequested
-		index := w.Index
-		if broken("step-cas-skipped") {
-			index = task.StepsUsed
-		}
+		index := broken.Pick(broken.StepCASSkipped, w.Index, task.StepsUsed)
 		switch {
 		case index < task.StepsUsed:
 			res.Replayed = true
@@ -131,7 +128,7 @@ func (q *Queue) CompleteStep(ctx context.Context, w model.StepWrite) (model.Step
 		case task.CostUsed+w.Cost > task.CostBudget:
 			return t.exhaust(task, model.BudgetExhausted, w, model.ErrBudgetExhausted)
 		}
-		if err := t.execOne(t.q.variant("step_apply"), sql.Named("id", task.ID), sql.Named("fence", w.Claim.Fence),
+		if err := t.execOne("step_apply", sql.Named("id", task.ID), sql.Named("fence", w.Claim.Fence),
 			sql.Named("index", index), sql.Named("cost", w.Cost), sql.Named("checkpoint", w.Checkpoint),
 			sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
@@ -221,11 +218,9 @@ func (q *Queue) RecordReceipt(ctx context.Context, c model.Claim, opID, result s
 			}
 			return fmt.Errorf("operation %s: %w", opID, model.ErrEffectReceipted)
 		}
-		if !broken("receipt-not-stored") {
-			if err := t.execOne("effect_receipt", sql.Named("op_id", opID), sql.Named("fence", c.Fence),
-				sql.Named("now", model.Millis(t.now)), sql.Named("by", ""), sql.Named("result", result)); err != nil {
-				return err
-			}
+		if err := t.execOne("effect_receipt", sql.Named("op_id", opID), sql.Named("fence", c.Fence),
+			sql.Named("now", model.Millis(t.now)), sql.Named("by", ""), sql.Named("result", result)); err != nil {
+			return err
 		}
 		if err := t.execOne("touch", sql.Named("id", task.ID), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
@@ -262,14 +257,9 @@ func (q *Queue) Pause(ctx context.Context, c model.Claim, step int, gate string)
 			}
 			return commitThen(fmt.Errorf("pause at step %d of task %s: %w", step, task.ID, model.ErrStepsExhausted))
 		}
-		if err := t.execOne(t.q.variant("pause_apply"), sql.Named("id", task.ID), sql.Named("fence", c.Fence),
+		if err := t.execOne("pause_apply", sql.Named("id", task.ID), sql.Named("fence", c.Fence),
 			sql.Named("index", step), sql.Named("gate", gate), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
-		}
-		if broken("pause-charges-attempt") {
-			if err := t.execOne("charge_attempt", sql.Named("id", task.ID)); err != nil {
-				return err
-			}
 		}
 		to = model.WaitingForApproval
 		return t.emit(model.Event{TaskID: task.ID, Kind: model.EventPaused, Attempt: task.Attempt,
@@ -354,10 +344,14 @@ func (t *txn) chargeAttempt(task model.Task, kind model.EventKind, actor string)
 		}
 		return own
 	}
-	if task.CancelRequested && !(kind == model.EventLeaseExpired && broken("reaper-requeues-cancelled")) {
+	cancelled := task.CancelRequested
+	if kind == model.EventLeaseExpired {
+		cancelled = broken.Pick(broken.ReaperRequeuesCancelled, cancelled, false)
+	}
+	if cancelled {
 		return model.Cancelled, t.settle(task, model.Cancelled, model.CancelledByCaller, outcome(model.EventCancelled), actor, "")
 	}
-	if kind != model.EventLeaseExpired || !broken("reaper-not-charging") {
+	if broken.Pick(broken.ReaperNotCharging, true, kind != model.EventLeaseExpired) {
 		task.AttemptsCharged++
 		task.AttemptsFailed++
 	}
@@ -366,10 +360,7 @@ func (t *txn) chargeAttempt(task model.Task, kind model.EventKind, actor string)
 			actor, model.DetailDeadLetter(task.AttemptsCharged, task.AttemptsMax))
 	}
 	delay := t.q.backoff.Delay(task.AttemptsCharged, t.q.draw(model.JitterKey(task.ID, task.Attempt)))
-	task.RunAt = t.now.Add(delay)
-	if broken("retry-without-backoff") {
-		task.RunAt = t.now
-	}
+	task.RunAt = broken.Pick(broken.RetryWithoutBackoff, t.now.Add(delay), t.now)
 	return model.Queued, t.settle(task, model.Queued, model.NoReason, kind, actor,
 		model.DetailRetry(task.AttemptsCharged, task.AttemptsMax, delay))
 }
@@ -389,14 +380,9 @@ func (q *Queue) Release(ctx context.Context, c model.Claim) (model.State, error)
 			return t.settle(task, model.Cancelled, model.CancelledByCaller, model.EventCancelled, c.Owner, "")
 		}
 		task.RunAt = t.now
-		if broken("release-charges-attempt") {
-			task.AttemptsCharged++
-		}
+		task.AttemptsCharged += broken.Pick(broken.ReleaseChargesAttempt, 0, 1)
 		to = model.Queued
-		kind := model.EventReleased
-		if broken("release-recorded-as-retry") {
-			kind = model.EventRetry
-		}
+		kind := broken.Pick(broken.ReleaseRecordedAsRetry, model.EventReleased, model.EventRetry)
 		return t.settle(task, model.Queued, model.NoReason, kind, c.Owner, "")
 	})
 	return to, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/scenarios"
 )
@@ -19,8 +20,8 @@ const (
 	brokenCheckSeedsMax = 20
 )
 
-// brokenVariants names each variant compiled in under the leasehold_broken
-// build tag (queue/broken_on.go, worker/broken_on.go), the scenario that
+// brokenVariants names each variant of internal/broken (compiled in under
+// the leasehold_broken build tag), the scenario that
 // targets it, and, for the variants that show a check of the lockstep
 // oracle or a stated invariant, the check that catches it alone. The
 // harness does not know which variant runs: it checks the same invariants
@@ -49,6 +50,19 @@ var brokenVariants = []struct{ variant, scenario, check string }{
 	{"requeue-grant-unbounded", "portfolio", InvOracleOutcome},
 	{"write-at-lease-until", "boundaries", InvOracleOutcome},
 	{"release-recorded-as-retry", "portfolio", CheckCoverage},
+}
+
+// TestBrokenVariantsListed: every variant of internal/broken is swept here.
+func TestBrokenVariantsListed(t *testing.T) {
+	var listed []string
+	for _, v := range brokenVariants {
+		listed = append(listed, v.variant)
+	}
+	var all []string
+	for _, v := range broken.All() {
+		all = append(all, v.String())
+	}
+	require.ElementsMatch(t, all, listed)
 }
 
 // catch sweeps seeds 1 to seeds of the scenario and returns the first

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -223,7 +224,7 @@ func (s *Slot) next(ctx context.Context, now time.Time) Report {
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.StepsExhausted,
 			Message: fmt.Sprintf("step %d would pass the step limit %d", index, s.task.StepsMax)})
 		return s.failTask(ctx, now)
-	case s.task.CostUsed+s.plan[index].Cost > s.task.CostBudget && !broken("no-budget-check"):
+	case s.task.CostUsed+s.plan[index].Cost > s.task.CostBudget && broken.Pick(broken.NoBudgetCheck, true, false):
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.BudgetExhausted,
 			Message: fmt.Sprintf("step %d costs %d; %d of %d used", index, s.plan[index].Cost, s.task.CostUsed, s.task.CostBudget)})
 		return s.failTask(ctx, now)
@@ -322,7 +323,7 @@ func (s *Slot) heartbeat(ctx context.Context, now time.Time) Report {
 	s.heartbeatFailing = false
 	s.leaseUntil, s.heartbeatDue = res.LeaseUntil, now.Add(s.cfg.Heartbeat)
 	r.LeaseUntil = res.LeaseUntil
-	if res.CancelRequested && !s.task.CancelRequested && !broken("worker-ignores-cancel") {
+	if broken.Pick(broken.WorkerIgnoresCancel, res.CancelRequested, false) && !s.task.CancelRequested {
 		s.task.CancelRequested = true
 		r.Outcome = "cancellation requested"
 	}
@@ -338,13 +339,14 @@ func (s *Slot) intent(ctx context.Context, now time.Time) Report {
 	}
 	s.opID, r.OpID = res.OpID, res.OpID
 	r.Outcome = string(res.Status)
+	status := res.Status
+	if status == model.IntentReceipted {
+		status = broken.Pick(broken.WorkerIgnoresReceipts, status, model.IntentRecorded)
+	}
 	switch {
-	case res.Status == model.IntentReceipted && broken("worker-ignores-receipts"):
-		s.ownIntent = true
-		s.phase = phaseCall
-	case res.Status == model.IntentReceipted:
+	case status == model.IntentReceipted:
 		s.phase = phaseCommit // never call a receipted operation again
-	case res.Status == model.IntentUncertain:
+	case status == model.IntentUncertain:
 		s.ownIntent = false
 		s.phase = phaseReconcile
 	default:
@@ -467,7 +469,7 @@ func (s *Slot) commit(ctx context.Context, now time.Time) Report {
 		return r
 	}
 	s.task.StepsUsed, s.task.CostUsed, s.task.Checkpoint = index+1, s.task.CostUsed+cost, s.checkpoint
-	s.task.CancelRequested = s.task.CancelRequested || (res.CancelRequested && !broken("worker-ignores-cancel"))
+	s.task.CancelRequested = s.task.CancelRequested || broken.Pick(broken.WorkerIgnoresCancel, res.CancelRequested, false)
 	s.opID, s.result, s.ownIntent, s.phase = "", "", false, phaseNext
 	r.Outcome = fmt.Sprintf("step %d cost %d", index, cost)
 	if res.Replayed {

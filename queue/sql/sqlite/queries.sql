@@ -1,6 +1,8 @@
 -- Queries of the SQLite store. Each starts with a "-- name: NAME" line and
 -- runs to the next one. {task_columns} expands to the fragment of that name,
--- the column order rows are scanned in.
+-- the column order rows are scanned in. {broken:VARIANT|safe|broken} is
+-- the safe text in every build; the leasehold_broken build also loads the
+-- query with the broken text, run while that variant is switched on.
 
 -- name: task_columns
 seq, id, user_id, idem_key, request_hash, payload, state, reason, priority, run_at, deadline,
@@ -47,7 +49,9 @@ VALUES (:task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reas
 -- name: claim_next
 -- The next task in claim order, or none.
 SELECT {task_columns} FROM tasks
-WHERE state = 'queued' AND blocked = 0 AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+WHERE state = 'queued' {broken:no-user-limit|AND blocked = 0|}
+  AND run_at {broken:claim-exclusive-run-at|<=|<} :now
+  {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
 ORDER BY priority DESC, run_at, seq
 LIMIT 1;
 
@@ -55,7 +59,9 @@ LIMIT 1;
 -- Whether any task is claimable, read without a transaction, so that an
 -- idle worker's poll does not take the write lock.
 SELECT 1 FROM tasks
-WHERE state = 'queued' AND blocked = 0 AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+WHERE state = 'queued' {broken:no-user-limit|AND blocked = 0|}
+  AND run_at {broken:claim-exclusive-run-at|<=|<} :now
+  {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
 LIMIT 1;
 
 -- name: claim_task
@@ -69,12 +75,13 @@ WHERE seq = :seq AND state = 'queued';
 
 -- name: heartbeat
 UPDATE tasks SET lease_until = :lease_until, heartbeat_at = :now, updated_at = :now
-WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now;
+WHERE id = :id AND version = :fence AND state = 'running' AND {broken:write-after-lease-expiry|lease_until|:now + 1} {broken:write-at-lease-until|>|>=} :now;
 
 -- name: step_apply
 UPDATE tasks
 SET steps_used = steps_used + 1, cost_used = cost_used + :cost, checkpoint = :checkpoint, updated_at = :now
-WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now AND steps_used = :index;
+WHERE id = :id AND version = :fence AND state = 'running' AND {broken:write-after-lease-expiry|lease_until|:now + 1} {broken:write-at-lease-until|>|>=} :now
+  AND steps_used = :index;
 
 -- name: touch
 UPDATE tasks SET updated_at = :now WHERE id = :id;
@@ -83,13 +90,16 @@ UPDATE tasks SET updated_at = :now WHERE id = :id;
 UPDATE tasks
 SET state = 'waiting_for_approval', owner = '', lease_until = 0, steps_used = steps_used + 1,
     approval_gate = :gate, approval_version = version, updated_at = :now
-WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now AND steps_used = :index;
+    {broken:pause-charges-attempt||, attempts_charged = attempts_charged + 1}
+WHERE id = :id AND version = :fence AND state = 'running' AND {broken:write-after-lease-expiry|lease_until|:now + 1} {broken:write-at-lease-until|>|>=} :now
+  AND steps_used = :index;
 
 -- name: complete_fenced
 -- Complete's fenced write: what settle does for running -> completed, under
 -- the checks fenced makes (fence current, running, lease unexpired).
 UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = :now
-WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now;
+WHERE id = :id AND version = :fence AND state = 'running'
+  AND lease_until {broken:write-at-lease-until|>|>=} :now;
 
 -- name: settle
 UPDATE tasks
@@ -112,7 +122,8 @@ INSERT INTO effects (op_id, task_id, step, intent_fence, intent_at)
 VALUES (:op_id, :task_id, :step, :fence, :now);
 
 -- name: effect_receipt
-UPDATE effects SET receipt_fence = :fence, receipt_at = :now, receipt_by = :by, result = :result
+UPDATE effects
+SET {broken:receipt-not-stored|receipt_fence = :fence, receipt_at = :now, receipt_by = :by, result = :result|receipt_at = 0}
 WHERE op_id = :op_id AND receipt_at = 0;
 
 -- name: effect_delete
