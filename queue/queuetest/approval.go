@@ -58,10 +58,15 @@ func testApprovalOutdatedVersion(s *suite) {
 	require.NoError(t, err)
 	before := s.task(id)
 	require.Equal(t, second.Fence, before.ApprovalVersion)
+	events := s.events(id)
 	require.ErrorIs(t, s.store.Approve(s.ctx, id, first.Fence, "boss"), model.ErrVersionMismatch,
 		"an approval of the earlier pause does not approve this one")
+	require.ErrorIs(t, s.store.Approve(s.ctx, id, second.Fence+1, "boss"), model.ErrVersionMismatch,
+		"nor does one of a pause yet to come")
 	require.Equal(t, before, s.task(id))
+	require.Equal(t, events, s.events(id), "a refused approval records nothing")
 	require.NoError(t, s.store.Approve(s.ctx, id, second.Fence, "boss"))
+	require.ErrorIs(t, s.store.Approve(s.ctx, id, second.Fence, "boss"), model.ErrInvalidTransition, "no longer waiting")
 }
 
 func testReject(s *suite) {
@@ -74,6 +79,7 @@ func testReject(s *suite) {
 	require.Equal(t, "boss", task.CancelledBy)
 	e := s.lastEvent(id)
 	require.Equal(t, model.EventRejected, e.Kind)
+	require.Equal(t, model.ApprovalRejected, e.Reason)
 	require.Equal(t, model.DetailPause("manager", c.Fence), e.Detail)
 	require.ErrorIs(t, s.store.Reject(s.ctx, id, "boss"), model.ErrInvalidTransition)
 	require.ErrorIs(t, s.store.Approve(s.ctx, id, c.Fence, "boss"), model.ErrInvalidTransition)
@@ -90,6 +96,7 @@ func testCancelQueued(s *suite) {
 	require.Equal(t, model.CancelledByCaller, task.Reason)
 	require.Equal(t, "caller", task.CancelledBy)
 	require.Equal(t, task, s.task(id))
+	require.Equal(t, model.EventCancelled, s.lastEvent(id).Kind)
 	s.noClaim()
 	// Cancelling again changes nothing.
 	events := s.events(id)
@@ -104,6 +111,9 @@ func testCancelQueued(s *suite) {
 func testCancelRunning(s *suite) {
 	t := s.t
 	id, c := s.running()
+	hb, err := s.store.Heartbeat(s.ctx, c, lease)
+	require.NoError(t, err)
+	require.False(t, hb.CancelRequested)
 	require.ErrorIs(t, s.store.AcknowledgeCancel(s.ctx, c), model.ErrInvalidTransition,
 		"nothing to acknowledge before a cancel")
 	task, err := s.store.Cancel(s.ctx, id, "caller")
@@ -111,17 +121,24 @@ func testCancelRunning(s *suite) {
 	require.Equal(t, model.Running, task.State, "cancelling a running task only requests it")
 	require.True(t, task.CancelRequested)
 	require.Equal(t, "caller", task.CancelledBy)
-	require.Equal(t, model.EventCancelRequested, s.lastEvent(id).Kind)
+	requested := s.lastEvent(id)
+	require.Equal(t, model.EventCancelRequested, requested.Kind)
+	require.Equal(t, c.Fence, requested.Fence)
 	events := s.events(id)
 	_, err = s.store.Cancel(s.ctx, id, "caller")
 	require.NoError(t, err)
 	require.Equal(t, events, s.events(id), "a second request records nothing")
 
+	hb, err = s.store.Heartbeat(s.ctx, c, lease)
+	require.NoError(t, err)
+	require.True(t, hb.CancelRequested, "the heartbeat reports the request")
 	require.NoError(t, s.store.AcknowledgeCancel(s.ctx, c))
 	task = s.task(id)
 	require.Equal(t, model.Cancelled, task.State)
 	require.Equal(t, model.CancelledByCaller, task.Reason)
 	require.Equal(t, "caller", task.CancelledBy)
+	require.Empty(t, task.Owner, "the claim ends")
+	require.True(t, task.LeaseUntil.IsZero())
 
 	// A worker that releases a task whose cancellation was requested
 	// cancels it.
@@ -142,12 +159,14 @@ func testCancelRunning(s *suite) {
 
 func testCancelWaiting(s *suite) {
 	t := s.t
-	id, _ := s.waiting()
+	id, c := s.waiting()
 	task, err := s.store.Cancel(s.ctx, id, "caller")
 	require.NoError(t, err)
 	require.Equal(t, model.Cancelled, task.State)
 	require.Equal(t, model.CancelledByCaller, task.Reason)
 	require.Equal(t, "caller", task.CancelledBy)
+	require.ErrorIs(t, s.store.Approve(s.ctx, id, c.Fence, "boss"), model.ErrInvalidTransition,
+		"a cancelled task's gate cannot be approved")
 }
 
 func testCancelRefused(s *suite) {

@@ -131,7 +131,9 @@ func testRelease(s *suite) {
 	require.Equal(t, 1, task.StepsUsed)
 	require.Equal(t, s.now(), task.RunAt, "due at once")
 	require.Equal(t, c.Fence, task.Version)
+	require.Empty(t, task.Owner)
 	require.Equal(t, model.EventReleased, s.lastEvent(id).Kind)
+	require.Zero(t, s.metrics().Retries, "a release is no retry")
 	next := s.claim("w2")
 	require.Equal(t, c.Fence+1, next.Claim.Fence)
 	require.Equal(t, 1, next.Task.StepsUsed)
@@ -154,6 +156,7 @@ func testReapLeaseExpiry(s *suite) {
 	require.Equal(t, model.Queued, task.State)
 	require.Equal(t, 1, task.AttemptsCharged, "an expiry is charged")
 	require.Equal(t, 1, task.AttemptsFailed, "an expiry is a failed attempt")
+	require.Empty(t, task.Owner)
 	s.requireBackoff(task, 1)
 	e := s.lastEvent(id)
 	require.Equal(t, model.EventLeaseExpired, e.Kind)
@@ -183,9 +186,14 @@ func testReapLastAttempt(s *suite) {
 	task := s.task(id)
 	require.Equal(t, model.NeedsReview, task.State)
 	require.Equal(t, model.AttemptsExhausted, task.Reason)
+	require.Equal(t, 1, task.AttemptsCharged)
 	e := s.lastEvent(id)
 	require.Equal(t, model.EventLeaseExpired, e.Kind)
 	require.Equal(t, model.NeedsReview, e.To)
+	m := s.metrics()
+	require.EqualValues(t, 1, m.LeaseExpiries)
+	require.Zero(t, m.Retries)
+	require.EqualValues(t, 1, m.Reviews)
 }
 
 func testReapCancelRequested(s *suite) {
@@ -199,6 +207,7 @@ func testReapCancelRequested(s *suite) {
 	task := s.task(id)
 	require.Equal(t, model.Cancelled, task.State)
 	require.Equal(t, model.CancelledByCaller, task.Reason)
+	require.Equal(t, "caller", task.CancelledBy)
 	require.Zero(t, task.AttemptsCharged)
 	require.Equal(t, model.EventLeaseExpired, s.lastEvent(id).Kind)
 }
