@@ -83,6 +83,13 @@ func TestFollowReadsAStream(t *testing.T) {
 	require.ErrorIs(t, err, ErrStreamEnded)
 	require.Equal(t, int64(9), last)
 	require.Equal(t, []int64{8, 9}, seen)
+
+	// A follower that stops at an event has been given it: last names it,
+	// so a resume from last does not repeat it.
+	stop := errors.New("stop")
+	last, err = c.Follow(context.Background(), 7, func(e Event) error { return stop })
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, int64(8), last)
 	require.Equal(t, "Bearer s3cret-s3cret-s3cret", gotAuth)
 	require.Equal(t, "7", gotAfter)
 }

@@ -62,10 +62,10 @@ func (c *Client) Follow(ctx context.Context, after int64, fn func(Event) error) 
 			if e.Seq <= last {
 				return last, fmt.Errorf("client: events: event %d arrived after %d: the stream went back", e.Seq, last)
 			}
+			last = e.Seq // given to fn, whatever fn returns
 			if err := fn(e); err != nil {
 				return last, err
 			}
-			last = e.Seq
 		case strings.HasPrefix(line, ":"): // a comment: the server's ping
 		case strings.HasPrefix(line, "event:"):
 			kind = strings.TrimSpace(strings.TrimPrefix(line, "event:"))

@@ -170,6 +170,12 @@ func runStatus(e *env, args []string) int {
 		return fail(e, "status", err)
 	}
 	return withReader(e, "status", c, func(q *queue.Queue) error {
+		// The last event's number before the record, so that a watch
+		// misses no change made in between.
+		last, err := q.LastEventSeq(e.ctx, id)
+		if err != nil {
+			return err
+		}
 		t, err := q.Task(e.ctx, id)
 		if err != nil {
 			return err
@@ -182,7 +188,7 @@ func runStatus(e *env, args []string) int {
 		if err != nil || !*watch {
 			return err
 		}
-		return watchTask(e, q, t, *c.json)
+		return watchTask(e, q, t, last, *c.json)
 	})
 }
 

@@ -13,15 +13,12 @@ import (
 // followBatchMax bounds the events one read of a follow prints.
 const followBatchMax = 500
 
-// watchTask prints each change of t as it happens (status --watch): the
+// watchTask prints each change of t after event last as it happens
+// (status --watch; last was read before t): the
 // task's new events, then its state, until it is terminal or the command
 // is interrupted. It reads the database (another process writes it), so
 // it sees a change within queue.WaitPollInterval.
-func watchTask(e *env, q *queue.Queue, t model.Task, asJSON bool) error {
-	last, err := q.LastEventSeq(e.ctx, t.ID)
-	if err != nil {
-		return err
-	}
+func watchTask(e *env, q *queue.Queue, t model.Task, last int64, asJSON bool) error {
 	for !t.State.Terminal() {
 		events, err := q.WaitEvents(e.ctx, queue.EventFilter{TaskID: t.ID, After: last, Limit: followBatchMax})
 		if err != nil {

@@ -142,11 +142,12 @@ func (s *Server) WaitTask(ctx context.Context, p Principal, id string, afterSeq 
 	if _, err := s.q.WaitEvents(wctx, queue.EventFilter{TaskID: id, After: afterSeq, Limit: 1}); err != nil && wctx.Err() == nil {
 		return model.Task{}, 0, err
 	}
-	t, err := s.q.Task(ctx, id)
+	// The number first, then the record: the record is at least as new.
+	seq, err := s.q.LastEventSeq(ctx, id)
 	if err != nil {
 		return model.Task{}, 0, err
 	}
-	seq, err := s.q.LastEventSeq(ctx, id)
+	t, err := s.q.Task(ctx, id)
 	return t, seq, err
 }
 

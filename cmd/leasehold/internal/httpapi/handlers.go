@@ -30,17 +30,23 @@ type eventView struct {
 	User string `json:"user"`
 }
 
-func (s *Server) taskView(r *http.Request, t model.Task) (taskView, error) {
-	seq, err := s.q.LastEventSeq(r.Context(), t.ID)
-	return taskView{Task: view.TaskOf(t), LastEventSeq: seq}, err
-}
-
-func (s *Server) writeTask(w http.ResponseWriter, r *http.Request, status int, t model.Task) error {
-	v, err := s.taskView(r, t)
+// writeTask writes the task id the principal may see, with the sequence
+// number of its latest event. The number is read first: the record is at
+// least as new as it, so a waiter that waits past it never misses the
+// change that follows (at worst it wakes for one it already has).
+func (s *Server) writeTask(w http.ResponseWriter, r *http.Request, p Principal, id string) error {
+	if err := model.CheckTaskID(id); err != nil {
+		return pathError("id", err)
+	}
+	seq, err := s.q.LastEventSeq(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, status, v)
+	t, err := s.Task(r.Context(), p, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, taskView{Task: view.TaskOf(t), LastEventSeq: seq})
 	return nil
 }
 
@@ -143,11 +149,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request, p Principal) er
 	if query.Has("wait") || query.Has("after_seq") {
 		return s.waitTask(w, r, p, id, query)
 	}
-	t, err := s.Task(r.Context(), p, id)
-	if err != nil {
-		return err
-	}
-	return s.writeTask(w, r, http.StatusOK, t)
+	return s.writeTask(w, r, p, id)
 }
 
 func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, p Principal, id string, query url.Values) error {
@@ -201,14 +203,9 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, p Principal) 
 	if err != nil {
 		return err
 	}
-	tasks := make([]taskView, 0, len(page.Tasks))
-	for _, t := range page.Tasks {
-		v, err := s.taskView(r, t)
-		if err != nil {
-			return err
-		}
-		tasks = append(tasks, v)
-	}
+	// Listed tasks carry no last_event_seq: a waiter takes it from GET
+	// /v1/tasks/{id}, which reads it before the record.
+	tasks := view.All(page.Tasks, view.TaskOf)
 	writeJSON(w, http.StatusOK, map[string]any{"tasks": tasks, "next": page.Next})
 	return nil
 }
@@ -265,20 +262,15 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, p Principal) err
 	if err := noBody(r); err != nil {
 		return err
 	}
-	t, err := s.Cancel(r.Context(), p, r.PathValue("id"))
-	if err != nil {
+	if _, err := s.Cancel(r.Context(), p, r.PathValue("id")); err != nil {
 		return err
 	}
-	return s.writeTask(w, r, http.StatusOK, t)
+	return s.answerTask(w, r, p)
 }
 
 // answerTask writes the task after an action on it.
 func (s *Server) answerTask(w http.ResponseWriter, r *http.Request, p Principal) error {
-	t, err := s.Task(r.Context(), p, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	return s.writeTask(w, r, http.StatusOK, t)
+	return s.writeTask(w, r, p, r.PathValue("id"))
 }
 
 func (s *Server) approve(w http.ResponseWriter, r *http.Request, p Principal) error {

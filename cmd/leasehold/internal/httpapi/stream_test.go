@@ -328,3 +328,53 @@ func TestLongLivedRoutesSkipTheTimeout(t *testing.T) {
 		require.Equal(t, want, longLived(r), target)
 	}
 }
+
+// TestEventStreamResumesUnderConcurrentWrites: while writers submit from
+// several goroutines (their writes grouped into shared commits), a
+// follower that hangs up every few events and resumes from the last one
+// it saw ends with every event exactly once, in order.
+func TestEventStreamResumesUnderConcurrentWrites(t *testing.T) {
+	a := setupAPIWith(t, []Option{WithStreamsPerToken(1000)})                // resumes outpace the server noticing a hang-up
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a safety net
+	defer cancel()
+	const writers, each = 4, 20
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := range each {
+				_, err := a.q.Submit(ctx, request("carol", fmt.Sprintf("w%d-%d", w, i)))
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	c := a.clientFor(t, secretRoot)
+	var got []int64
+	var last int64
+	for len(got) < writers*each {
+		n := 0
+		var err error
+		last, err = c.Follow(ctx, last, func(e client.Event) error {
+			got = append(got, e.Seq)
+			n++
+			if n == 7 || len(got) == writers*each {
+				return errEnough // hang up, resume from last
+			}
+			return nil
+		})
+		require.ErrorIs(t, err, errEnough)
+	}
+	for range writers {
+		require.NoError(t, <-errs)
+	}
+	all, err := a.q.Events(ctx, "")
+	require.NoError(t, err)
+	want := make([]int64, 0, len(all))
+	for _, e := range all {
+		want = append(want, e.Seq)
+	}
+	require.Equal(t, want, got, "every event once, in sequence order, across %d resumes", len(got)/7)
+}
