@@ -127,6 +127,10 @@ func (b apiBackend) Resolve(ctx context.Context, p Principal, id string, as mode
 	return mapped(b.s.Resolve(ctx, apiPrincipal(p), id, as))
 }
 
+func (b apiBackend) SettleEffect(ctx context.Context, p Principal, op string, applied bool) error {
+	return mapped(b.s.SettleEffect(ctx, apiPrincipal(p), op, applied))
+}
+
 // Inspect reads the API's inspect report and each reported task as the
 // principal may see it.
 func (b apiBackend) Inspect(ctx context.Context, p Principal) ([]Inspection, error) {

@@ -82,6 +82,9 @@ type Backend interface {
 	Reject(ctx context.Context, p Principal, id string) error
 	Requeue(ctx context.Context, p Principal, id string, g model.Grant) error
 	Resolve(ctx context.Context, p Principal, id string, as model.State) error
+	// SettleEffect records an uncertain effect's outcome as the provider
+	// reports it.
+	SettleEffect(ctx context.Context, p Principal, op string, applied bool) error
 	Inspect(ctx context.Context, p Principal) ([]Inspection, error)
 	Limits(ctx context.Context, p Principal) (model.Limits, []model.UserLimit, error)
 	Schedules(ctx context.Context, p Principal) ([]model.Schedule, error)

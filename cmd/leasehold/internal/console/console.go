@@ -131,6 +131,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /ui/tasks/{id}/reject", c.action(c.reject))
 	m.HandleFunc("POST /ui/tasks/{id}/requeue", c.action(c.requeue))
 	m.HandleFunc("POST /ui/tasks/{id}/resolve", c.action(c.resolve))
+	m.HandleFunc("POST /ui/tasks/{id}/settle", c.action(c.settle))
 	m.HandleFunc("GET /ui/approvals", c.page(c.approvalsPage))
 	m.HandleFunc("GET /ui/inspect", c.page(c.inspectPage))
 	m.HandleFunc("GET /ui/schedules", c.page(c.schedulesPage))

@@ -330,6 +330,35 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, req *request) 
 	return c.done(w, r, req, id, "Resolved as "+string(as)+".")
 }
 
+// settle records the outcome of one of the task's effects whose receipt
+// is missing, as the provider reported it to the operator.
+func (c *Console) settle(w http.ResponseWriter, r *http.Request, req *request) error {
+	id, err := taskID(r)
+	if err != nil {
+		return err
+	}
+	op := r.PostForm.Get("op")
+	if task, _, _ := strings.Cut(op, ".s"); task != id {
+		return &model.ValidationError{Field: "op", Problem: "not an operation of this task"}
+	}
+	var applied bool
+	switch r.PostForm.Get("applied") {
+	case "true":
+		applied = true
+	case "false":
+	default:
+		return &model.ValidationError{Field: "applied", Problem: "required: true or false, as the provider reports"}
+	}
+	if err := c.backend.SettleEffect(r.Context(), req.p, op, applied); err != nil {
+		return err
+	}
+	what := "not applied"
+	if applied {
+		what = "applied"
+	}
+	return c.done(w, r, req, id, fmt.Sprintf("Recorded %s as %s by the provider.", op, what))
+}
+
 func (c *Console) approvalsPage(w http.ResponseWriter, r *http.Request, req *request) error {
 	page, err := c.backend.List(r.Context(), req.p, TaskFilter{State: model.WaitingForApproval, After: r.URL.Query().Get("after"), Limit: c.pageSize})
 	if err != nil {
