@@ -907,27 +907,6 @@ func TestUnknownTaskWriteIsNotFound(t *testing.T) {
 	require.Empty(t, b.events(""))
 }
 
-func TestStepOverBudgetFailsTask(t *testing.T) {
-	b := setup(t)
-	id, c := b.running()
-	_, err := b.q.CompleteStep(b.ctx, model.StepWrite{Claim: c, Index: 0, Cost: 4})
-	require.NoError(t, err)
-	_, err = b.q.CompleteStep(b.ctx, model.StepWrite{Claim: c, Index: 1, Cost: 7})
-	require.ErrorIs(t, err, ErrBudgetExhausted)
-	task := b.task(id)
-	require.Equal(t, model.Failed, task.State)
-	require.Equal(t, model.BudgetExhausted, task.Reason)
-	require.Equal(t, int64(4), task.CostUsed, "the refused step is not charged")
-	require.Equal(t, 1, task.StepsUsed)
-	ev := b.lastEvent(id)
-	require.Equal(t, model.EventFailed, ev.Kind)
-	require.Equal(t, model.BudgetExhausted, ev.Reason)
-	require.Equal(t, model.DetailStep(1, 7), ev.Detail)
-	m := b.metrics()
-	require.Equal(t, int64(1), m.BudgetExhausted)
-	require.Equal(t, int64(1), m.Failures)
-}
-
 func TestStepSpendingWholeBudgetIsAccepted(t *testing.T) {
 	b := setup(t)
 	id, c := b.running()
@@ -938,54 +917,6 @@ func TestStepSpendingWholeBudgetIsAccepted(t *testing.T) {
 	task := b.task(id)
 	require.Equal(t, model.Running, task.State)
 	require.Equal(t, int64(10), task.CostUsed)
-}
-
-func TestStepPastStepLimitFailsTask(t *testing.T) {
-	b := setup(t)
-	id, c := b.running(func(r *model.SubmitRequest) { r.StepsMax = 2 })
-	for i := range 2 {
-		_, err := b.q.CompleteStep(b.ctx, model.StepWrite{Claim: c, Index: i, Cost: 1})
-		require.NoError(t, err)
-	}
-	_, err := b.q.CompleteStep(b.ctx, model.StepWrite{Claim: c, Index: 2, Cost: 1})
-	require.ErrorIs(t, err, ErrStepsExhausted)
-	task := b.task(id)
-	require.Equal(t, model.Failed, task.State)
-	require.Equal(t, model.StepsExhausted, task.Reason)
-	require.Equal(t, 2, task.StepsUsed)
-	require.Equal(t, int64(2), task.CostUsed)
-}
-
-func TestStepRetryIsReplayedNotCharged(t *testing.T) {
-	b := setup(t)
-	id, c := b.running()
-	w := model.StepWrite{Claim: c, Index: 0, Cost: 3, Checkpoint: "one"}
-	res, err := b.q.CompleteStep(b.ctx, w)
-	require.NoError(t, err)
-	require.False(t, res.Replayed)
-	before, events := b.task(id), b.events(id)
-	res, err = b.q.CompleteStep(b.ctx, w)
-	require.NoError(t, err)
-	require.True(t, res.Replayed)
-	require.Equal(t, before, b.task(id))
-	require.Equal(t, events, b.events(id))
-	require.Equal(t, int64(3), before.CostUsed)
-	require.Empty(t, model.CheckEvents(b.events(id)))
-}
-
-func TestStepFutureIndexConflicts(t *testing.T) {
-	b := setup(t)
-	id, c := b.running()
-	before, dump := b.task(id), b.dump()
-	_, err := b.q.CompleteStep(b.ctx, model.StepWrite{Claim: c, Index: 1, Cost: 1})
-	require.ErrorIs(t, err, ErrStepConflict)
-	require.Equal(t, before, b.task(id))
-	require.Equal(t, dump, b.dump())
-	_, err = b.q.CompleteStep(b.ctx, model.StepWrite{Claim: c, Index: -1, Cost: 1})
-	requireField(t, err, "index")
-	_, err = b.q.CompleteStep(b.ctx, model.StepWrite{Claim: c, Index: 0, Cost: -1})
-	requireField(t, err, "cost")
-	require.Equal(t, dump, b.dump())
 }
 
 func TestEffectIntentThenReceipt(t *testing.T) {
@@ -1112,16 +1043,6 @@ func TestClaimOrder(t *testing.T) {
 	b.noClaim()
 }
 
-func TestClaimRunAtInclusive(t *testing.T) {
-	b := setup(t)
-	id := b.submit(func(r *model.SubmitRequest) { r.RunAt = epoch.Add(10 * time.Second) })
-	b.advance(10*time.Second - time.Millisecond)
-	b.noClaim()
-	require.Equal(t, time.Duration(0), b.metrics().OldestQueuedAge, "not yet due")
-	b.advance(time.Millisecond)
-	require.Equal(t, id, b.claim("w1").Claim.TaskID)
-}
-
 func TestClaimBatchBounded(t *testing.T) {
 	b := setup(t)
 	limits, _, err := b.q.Limits(b.ctx)
@@ -1145,21 +1066,6 @@ func TestClaimBatchBounded(t *testing.T) {
 	_, err = b.q.Claim(b.ctx, model.ClaimRequest{Worker: "w1", Max: 2, Lease: testLease})
 	requireField(t, err, "max")
 	require.Len(t, b.claimN("w1", 1), 1)
-}
-
-func TestUserRunningLimit(t *testing.T) {
-	b := setup(t)
-	require.NoError(t, b.q.SetUserLimit(b.ctx, model.UserLimit{User: "ana", RunningMax: 1, DepthMax: model.Inherit}, "ops"))
-	first := b.submit()
-	second := b.submit()
-	bob := b.submit(func(r *model.SubmitRequest) { r.User = "bob" })
-	cs := b.claimN("w1", 3)
-	require.Len(t, cs, 2)
-	require.Equal(t, first, cs[0].Claim.TaskID)
-	require.Equal(t, bob, cs[1].Claim.TaskID, "ana's second task is skipped, not waited for")
-	b.noClaim()
-	require.NoError(t, b.q.Complete(b.ctx, cs[0].Claim))
-	require.Equal(t, second, b.claim("w2").Claim.TaskID)
 }
 
 // TestRegressionLoweredLimitBlocksWithoutEvicting: lowering a user's limit

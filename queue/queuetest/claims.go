@@ -48,6 +48,7 @@ func testClaimRunAtInclusive(s *suite) {
 	s.noClaim()
 	s.advance(time.Second - time.Millisecond)
 	s.noClaim()
+	require.Zero(t, s.metrics().OldestQueuedAge, "a task not yet due is not waiting")
 	s.advance(time.Millisecond)
 	require.Equal(t, s.task(id).RunAt, s.now())
 	require.Equal(t, id, s.claim("w1").Claim.TaskID, "a task is due when the clock reaches run_at")

@@ -19,14 +19,21 @@ func testStepCompareAndSet(s *suite) {
 
 	// A retry of the step just completed (its commit's reply was lost) is
 	// recognised and not charged again.
+	events := s.events(id)
 	res, err = s.store.CompleteStep(s.ctx, model.StepWrite{Claim: c, Index: 0, Cost: 4, Checkpoint: `{"at":1}`})
 	require.NoError(t, err)
 	require.True(t, res.Replayed)
 	require.Equal(t, task, s.task(id))
+	require.Equal(t, events, s.events(id), "a replay records nothing")
+	require.Empty(t, model.CheckEvents(s.events(id)))
 
 	// Skipping ahead is a conflict and changes nothing.
 	_, err = s.store.CompleteStep(s.ctx, model.StepWrite{Claim: c, Index: 2, Cost: 1})
 	require.ErrorIs(t, err, model.ErrStepConflict)
+	require.Equal(t, task, s.task(id))
+	require.Equal(t, events, s.events(id), "a conflict records nothing")
+	_, err = s.store.CompleteStep(s.ctx, model.StepWrite{Claim: c, Index: 1, Cost: -1})
+	s.requireInvalid(err, "cost")
 	require.Equal(t, task, s.task(id))
 
 	// Spending the budget exactly is allowed.
@@ -59,10 +66,12 @@ func testStepBudgetExhausted(s *suite) {
 	require.Equal(t, model.Failed, task.State)
 	require.Equal(t, model.BudgetExhausted, task.Reason)
 	require.EqualValues(t, 3, task.CostUsed, "the refused step is not charged")
+	require.Equal(t, 1, task.StepsUsed)
 	require.Empty(t, task.Owner)
 	e := s.lastEvent(id)
 	require.Equal(t, model.EventFailed, e.Kind)
 	require.Equal(t, model.BudgetExhausted, e.Reason)
+	require.Equal(t, model.DetailStep(1, 3), e.Detail)
 	m := s.metrics()
 	require.EqualValues(t, 1, m.BudgetExhausted)
 	require.EqualValues(t, 1, m.Failures)
@@ -81,4 +90,5 @@ func testStepLimitExhausted(s *suite) {
 	require.Equal(t, model.Failed, task.State)
 	require.Equal(t, model.StepsExhausted, task.Reason)
 	require.Equal(t, 1, task.StepsUsed)
+	require.EqualValues(t, 1, task.CostUsed, "the refused step is not charged")
 }
