@@ -27,14 +27,14 @@ type Queue struct {
 	armed  int // writes to deliver twice at once
 	counts QueueCounts
 	last   Duplicate   // the latest duplicate; Write is "" until one
-	every  string      // a write always delivered twice ("": none)
+	every  model.Write // a write always delivered twice ("": none)
 	holds  int         // writes to keep for a late second delivery
 	held   []heldWrite // kept writes, oldest first
 }
 
 // heldWrite is a write kept for a late second delivery.
 type heldWrite struct {
-	write string
+	write model.Write
 	claim model.Claim
 	call  func() (any, error) // the write; its result is the queue's answer
 }
@@ -42,7 +42,7 @@ type heldWrite struct {
 // Redelivery is a kept write delivered a second time, late, and the
 // queue's answer to it.
 type Redelivery struct {
-	Write string      // the write's name, as a worker.Report names it
+	Write model.Write // the write, as a worker.Report names it
 	Claim model.Claim // the claim the write was made under
 	Err   error       // the queue's answer to the second delivery
 	// LeaseUntil is the lease a redelivered heartbeat set when the queue
@@ -57,7 +57,7 @@ var _ worker.Queue = (*Queue)(nil)
 
 // Duplicate records one duplicated write and its second delivery's error.
 type Duplicate struct {
-	Write  string // "heartbeat", "step", "effect_intent", "effect_receipt", "pause", "complete", "fail", "release", "cancel_ack"
+	Write  model.Write // one of Writes
 	TaskID string
 	Fence  int64
 	Err    error // the second delivery's error; nil if it was accepted
@@ -101,14 +101,13 @@ func (q *Queue) ArmDuplicate() {
 	q.armed++
 }
 
-// Writes names the fenced writes the Queue can duplicate, as DuplicateEvery
-// and Duplicate.Write spell them.
-var Writes = []string{"heartbeat", "step", "effect_intent", "effect_receipt", "pause", "complete", "fail", "release", "cancel_ack"}
+// Writes names the fenced writes the Queue can duplicate (every one).
+var Writes = model.FencedWrites()
 
 // DuplicateEvery makes every write named write ("complete", "step", ...)
 // be delivered twice from now on, as a client that always retries would;
 // an empty name stops it.
-func (q *Queue) DuplicateEvery(write string) {
+func (q *Queue) DuplicateEvery(write model.Write) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.every = write
@@ -209,7 +208,7 @@ func (q *Queue) record(d Duplicate) {
 // first delivery's result. An armed hold, while fewer than HeldMax writes
 // are kept, keeps the write for Redeliver. What to do is decided under one
 // lock; the kept write's closure is made only when one is kept.
-func deliver[T any](q *Queue, write string, c model.Claim, call func() (T, error)) (T, error) {
+func deliver[T any](q *Queue, write model.Write, c model.Claim, call func() (T, error)) (T, error) {
 	q.mu.Lock()
 	twice := q.armed > 0 || (q.every != "" && q.every == write)
 	if q.armed > 0 {

@@ -55,7 +55,7 @@ func TestQueueDuplicateCompleteChangesNothing(t *testing.T) {
 	require.NoError(t, b.wq.Complete(b.ctx, b.c))
 	d, ok := b.wq.Last()
 	require.True(t, ok)
-	require.Equal(t, "complete", d.Write)
+	require.Equal(t, model.WriteComplete, d.Write)
 	require.Equal(t, b.id, d.TaskID)
 	require.ErrorIs(t, d.Err, queue.ErrStaleClaim)
 	require.NotErrorIs(t, d.Err, faults.ErrInjected, "the second delivery's error is the queue's own")
@@ -89,7 +89,7 @@ func TestQueueDuplicateStepChargedOnce(t *testing.T) {
 	require.False(t, res.Replayed, "the caller gets the first delivery's result")
 	d, ok := b.wq.Last()
 	require.True(t, ok)
-	require.Equal(t, "step", d.Write)
+	require.Equal(t, model.WriteStep, d.Write)
 	require.NoError(t, d.Err, "the second delivery is recognised as a replay")
 
 	task, err := b.raw.Task(b.ctx, b.id)
@@ -182,7 +182,7 @@ func TestQueueDuplicatesEveryFencedWrite(t *testing.T) {
 			require.Equal(t, map[string]int{name: 3, "claim": 1}, inner.calls)
 			d, ok := q.Last()
 			require.True(t, ok)
-			require.Equal(t, faults.Duplicate{Write: name, TaskID: "t1", Fence: 7}, d)
+			require.Equal(t, faults.Duplicate{Write: model.Write(name), TaskID: "t1", Fence: 7}, d)
 		})
 	}
 }
@@ -267,7 +267,7 @@ func TestQueueDuplicateEveryOnTheQueue(t *testing.T) {
 	require.Equal(t, faults.QueueCounts{Duplicated: 1, SecondRefused: 1}, b.wq.Counts())
 	d, ok := b.wq.Last()
 	require.True(t, ok)
-	require.Equal(t, "complete", d.Write)
+	require.Equal(t, model.WriteComplete, d.Write)
 	require.ErrorIs(t, d.Err, queue.ErrStaleClaim)
 	require.Equal(t, 1, countEvents(t, b.raw, b.id, model.EventCompleted))
 	require.Equal(t, 1, countEvents(t, b.raw, b.id, model.EventStaleWrite))
@@ -308,7 +308,7 @@ func TestQueueHoldAndRedeliver(t *testing.T) {
 
 	late, ok := b.wq.Redeliver()
 	require.True(t, ok)
-	require.Equal(t, "heartbeat", late.Write)
+	require.Equal(t, model.WriteHeartbeat, late.Write)
 	require.Equal(t, b.c, late.Claim)
 	err = late.Err
 	require.ErrorIs(t, err, queue.ErrStaleClaim)
@@ -339,7 +339,7 @@ func TestQueueRedeliveredHeartbeatReportsItsLease(t *testing.T) {
 	late, ok := b.wq.Redeliver()
 	require.True(t, ok)
 	require.NoError(t, late.Err)
-	require.Equal(t, "heartbeat", late.Write)
+	require.Equal(t, model.WriteHeartbeat, late.Write)
 	task, err := b.raw.Task(b.ctx, b.id)
 	require.NoError(t, err)
 	require.Equal(t, task.LeaseUntil, late.LeaseUntil, "the lease the queue stored")
@@ -382,7 +382,7 @@ func TestQueueHoldBound(t *testing.T) {
 		if !ok {
 			break
 		}
-		order = append(order, r.Write+" "+r.Claim.TaskID)
+		order = append(order, string(r.Write)+" "+r.Claim.TaskID)
 	}
 	require.Len(t, order, faults.HeldMax)
 	require.Equal(t, "heartbeat t1", order[0])

@@ -14,7 +14,7 @@ import (
 func DetailStep(index int, cost int64) string { return fmt.Sprintf("step %d cost %d", index, cost) }
 
 // DetailStale describes a refused worker write: which write and why.
-func DetailStale(write, why string) string { return write + ": " + why }
+func DetailStale(write Write, why string) string { return string(write) + ": " + why }
 
 // DetailRetry describes a requeue after a charged attempt.
 func DetailRetry(charged, attemptsMax int, delay time.Duration) string {

@@ -240,7 +240,7 @@ func eligibleAt(t *Task) time.Time {
 // fenced checks a worker write. A stale write is recorded as an event and
 // refused; a write past the deadline (for checkDeadline writes) fails the
 // task.
-func (r *Reference) fenced(c Claim, write string, checkDeadline bool) (*Task, error) {
+func (r *Reference) fenced(c Claim, write Write, checkDeadline bool) (*Task, error) {
 	t, ok := r.tasks[c.TaskID]
 	if !ok {
 		return nil, fmt.Errorf("task %s: %w", c.TaskID, ErrNotFound)
@@ -293,7 +293,7 @@ func (r *Reference) Heartbeat(_ context.Context, c Claim, lease time.Duration) (
 	if err := CheckLease(lease); err != nil {
 		return HeartbeatResult{}, err
 	}
-	t, err := r.fenced(c, "heartbeat", true)
+	t, err := r.fenced(c, WriteHeartbeat, true)
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
@@ -307,7 +307,7 @@ func (r *Reference) CompleteStep(_ context.Context, w StepWrite) (StepResult, er
 	if err := w.Validate(); err != nil {
 		return StepResult{}, err
 	}
-	t, err := r.fenced(w.Claim, "step", true)
+	t, err := r.fenced(w.Claim, WriteStep, true)
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -338,7 +338,7 @@ func (r *Reference) RecordIntent(_ context.Context, c Claim, step int) (IntentRe
 	if err := CheckStepIndex(step); err != nil {
 		return IntentResult{}, err
 	}
-	t, err := r.fenced(c, "effect_intent", true)
+	t, err := r.fenced(c, WriteIntent, true)
 	if err != nil {
 		return IntentResult{}, err
 	}
@@ -368,7 +368,7 @@ func (r *Reference) RecordReceipt(_ context.Context, c Claim, opID, result strin
 	if len(result) > ResultMax {
 		return invalid("result", "larger than %d bytes", ResultMax)
 	}
-	t, err := r.fenced(c, "effect_receipt", false)
+	t, err := r.fenced(c, WriteReceipt, false)
 	if err != nil {
 		return err
 	}
@@ -397,7 +397,7 @@ func (r *Reference) Pause(_ context.Context, c Claim, step int, gate string) (St
 	if err := CheckGate(gate); err != nil {
 		return "", err
 	}
-	t, err := r.fenced(c, "pause", true)
+	t, err := r.fenced(c, WritePause, true)
 	if err != nil {
 		return "", err
 	}
@@ -448,7 +448,7 @@ func checkStepIndex(field string, index int) error {
 
 // Complete finishes the claimed task.
 func (r *Reference) Complete(_ context.Context, c Claim) error {
-	t, err := r.fenced(c, "complete", false)
+	t, err := r.fenced(c, WriteComplete, false)
 	if err != nil {
 		return err
 	}
@@ -463,7 +463,7 @@ func (r *Reference) Fail(_ context.Context, c Claim, f Failure) (State, error) {
 	if err != nil {
 		return "", err
 	}
-	t, err := r.fenced(c, "fail", false)
+	t, err := r.fenced(c, WriteFail, false)
 	if err != nil {
 		return "", err
 	}
@@ -511,7 +511,7 @@ func kindOr(kind, outcome EventKind) EventKind {
 // Release gives the claim back without charging an attempt; the task keeps
 // its checkpoint. A task whose cancellation was requested is cancelled.
 func (r *Reference) Release(_ context.Context, c Claim) (State, error) {
-	t, err := r.fenced(c, "release", false)
+	t, err := r.fenced(c, WriteRelease, false)
 	if err != nil {
 		return "", err
 	}
@@ -527,7 +527,7 @@ func (r *Reference) Release(_ context.Context, c Claim) (State, error) {
 // AcknowledgeCancel ends the claim of a task whose cancellation the worker
 // observed.
 func (r *Reference) AcknowledgeCancel(_ context.Context, c Claim) error {
-	t, err := r.fenced(c, "cancel_ack", false)
+	t, err := r.fenced(c, WriteCancelAck, false)
 	if err != nil {
 		return err
 	}

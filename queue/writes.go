@@ -25,7 +25,7 @@ func (t *txn) loadTask(id string) (model.Task, error) {
 // at the queue's clock. A stale write is recorded as an event and refused
 // with ErrStaleClaim after that record commits. When checkDeadline is set,
 // a write after the task's deadline fails the task instead.
-func (t *txn) fenced(c model.Claim, write string, checkDeadline bool) (model.Task, error) {
+func (t *txn) fenced(c model.Claim, write model.Write, checkDeadline bool) (model.Task, error) {
 	task, err := t.loadTask(c.TaskID)
 	if err != nil {
 		return model.Task{}, err
@@ -35,7 +35,7 @@ func (t *txn) fenced(c model.Claim, write string, checkDeadline bool) (model.Tas
 	if leaseUntil.Equal(t.now) {
 		leaseUntil = broken.Pick(broken.WriteAtLeaseUntil, leaseUntil, t.now.Add(time.Millisecond))
 	}
-	if write == "complete" && task.State == model.Running {
+	if write == model.WriteComplete && task.State == model.Running {
 		version = broken.Pick(broken.CompleteWithoutFence, version, c.Fence)
 		leaseUntil = broken.Pick(broken.CompleteWithoutFence, leaseUntil, t.now.Add(time.Millisecond))
 	}
@@ -85,7 +85,7 @@ func (q *Queue) Heartbeat(ctx context.Context, c model.Claim, lease time.Duratio
 	}
 	var res model.HeartbeatResult
 	err := q.write(ctx, "heartbeat", func(t *txn) error {
-		task, err := t.fenced(c, "heartbeat", true)
+		task, err := t.fenced(c, model.WriteHeartbeat, true)
 		if err != nil {
 			return err
 		}
@@ -111,7 +111,7 @@ func (q *Queue) CompleteStep(ctx context.Context, w model.StepWrite) (model.Step
 	}
 	var res model.StepResult
 	err := q.write(ctx, "step", func(t *txn) error {
-		task, err := t.fenced(w.Claim, "step", true)
+		task, err := t.fenced(w.Claim, model.WriteStep, true)
 		if err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ func (q *Queue) RecordIntent(ctx context.Context, c model.Claim, step int) (mode
 	}
 	var res model.IntentResult
 	err := q.write(ctx, "effect intent", func(t *txn) error {
-		task, err := t.fenced(c, "effect_intent", true)
+		task, err := t.fenced(c, model.WriteIntent, true)
 		if err != nil {
 			return err
 		}
@@ -201,7 +201,7 @@ func (q *Queue) RecordReceipt(ctx context.Context, c model.Claim, opID, result s
 		return &model.ValidationError{Field: "result", Problem: fmt.Sprintf("larger than %d bytes", model.ResultMax)}
 	}
 	return q.write(ctx, "effect receipt", func(t *txn) error {
-		task, err := t.fenced(c, "effect_receipt", false)
+		task, err := t.fenced(c, model.WriteReceipt, false)
 		if err != nil {
 			return err
 		}
@@ -240,7 +240,7 @@ func (q *Queue) Pause(ctx context.Context, c model.Claim, step int, gate string)
 	}
 	var to model.State
 	err := q.write(ctx, "pause", func(t *txn) error {
-		task, err := t.fenced(c, "pause", true)
+		task, err := t.fenced(c, model.WritePause, true)
 		if err != nil {
 			return err
 		}
@@ -293,7 +293,7 @@ func (q *Queue) Complete(ctx context.Context, c model.Claim) error {
 		// checks (complete-without-fence, write-after-lease-expiry; see
 		// broken_on.go) gets past it, and the settle below is reachable
 		// only in that build.
-		task, err := t.fenced(c, "complete", false)
+		task, err := t.fenced(c, model.WriteComplete, false)
 		if err != nil {
 			return err
 		}
@@ -314,7 +314,7 @@ func (q *Queue) Fail(ctx context.Context, c model.Claim, f model.Failure) (model
 	}
 	var to model.State
 	err = q.write(ctx, "fail", func(t *txn) error {
-		task, err := t.fenced(c, "fail", false)
+		task, err := t.fenced(c, model.WriteFail, false)
 		if err != nil {
 			return err
 		}
@@ -371,7 +371,7 @@ func (t *txn) chargeAttempt(task model.Task, kind model.EventKind, actor string)
 func (q *Queue) Release(ctx context.Context, c model.Claim) (model.State, error) {
 	var to model.State
 	err := q.write(ctx, "release", func(t *txn) error {
-		task, err := t.fenced(c, "release", false)
+		task, err := t.fenced(c, model.WriteRelease, false)
 		if err != nil {
 			return err
 		}
@@ -392,7 +392,7 @@ func (q *Queue) Release(ctx context.Context, c model.Claim) (model.State, error)
 // the worker observed.
 func (q *Queue) AcknowledgeCancel(ctx context.Context, c model.Claim) error {
 	return q.write(ctx, "cancel ack", func(t *txn) error {
-		task, err := t.fenced(c, "cancel_ack", false)
+		task, err := t.fenced(c, model.WriteCancelAck, false)
 		if err != nil {
 			return err
 		}

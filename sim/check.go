@@ -127,7 +127,7 @@ func (c *checker) report(r worker.Report) {
 		}
 		return
 	}
-	c.pending = c.keep(c.history.Accept(model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: r.Write, At: at,
+	c.pending = c.keep(c.history.Accept(model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: string(r.Write), At: at,
 		Owner: r.Worker, LeaseUntil: r.LeaseUntil}))
 }
 

@@ -291,10 +291,16 @@ const (
 func Phases() []string {
 	out := []string{"next", "work", "intent", "call", "send", "reconcile", "receipt", "commit", "uncertain", "fail",
 		"release", "done", PhaseIdle}
-	out = append(out, worker.ActionClaim, worker.ActionHeartbeat, worker.ActionIntent, worker.ActionCheckLease,
+	for _, a := range []worker.Action{worker.ActionClaim, worker.ActionHeartbeat, worker.ActionIntent, worker.ActionCheckLease,
 		worker.ActionCall, worker.ActionReconcile, worker.ActionReceipt, worker.ActionStep, worker.ActionPause,
-		worker.ActionComplete, worker.ActionFail, worker.ActionCancel, worker.ActionRelease)
-	out = append(out, faults.Writes...)
+		worker.ActionComplete, worker.ActionFail, worker.ActionCancel, worker.ActionRelease} {
+		out = append(out, string(a))
+	}
+	for _, write := range faults.Writes {
+		if !slices.Contains(out, string(write)) {
+			out = append(out, string(write))
+		}
+	}
 	return append(out, OpReap, OpEnqueue, OpCaller, OpCareless, OpOperator, FaultRedeliver)
 }
 

@@ -51,7 +51,7 @@ func (w *World) timelineReport(r worker.Report) {
 	if !w.recordTimeline || r.Action == worker.ActionIdle || r.Action == worker.ActionWait {
 		return
 	}
-	kind := r.Action
+	kind := string(r.Action)
 	if strings.Contains(r.Outcome, "dropped") {
 		kind = TimelineDrop
 	}

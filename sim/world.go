@@ -294,7 +294,7 @@ func (w *World) step(i int) string {
 		return "no-op: shut down"
 	}
 	r := sw.w.Step(w.ctx)
-	w.where = r.Action
+	w.where = string(r.Action)
 	w.observe(i, r)
 	out := r.String()
 	if r.Called && sw.crashAt {
@@ -323,7 +323,7 @@ func (w *World) redeliver(i int) string {
 		r.StorageError = true // it may have been applied
 	}
 	w.checker.report(r)
-	w.cover.fault(FaultRedeliver, write)
+	w.cover.fault(FaultRedeliver, string(write))
 	w.cover.refusal(err)
 	if err != nil {
 		return fmt.Sprintf("late %s task=%s fence=%d -> refused: %v", write, claim.TaskID, claim.Fence, err)

@@ -62,7 +62,7 @@ func (w *World) applyCovered(e Event) string {
 		q := w.workers[e.Worker].queue
 		if q.Counts().Duplicated > dupBefore.Duplicated {
 			d, _ := q.Last()
-			w.cover.fault(FaultDuplicate, d.Write)
+			w.cover.fault(FaultDuplicate, string(d.Write))
 		}
 	}
 	return out
@@ -254,22 +254,22 @@ func (w *World) carelessAct() string {
 	if !c.held {
 		return w.carelessClaim()
 	}
-	var write string
+	var write model.Write
 	var err error
 	var res model.StepResult
 	switch {
 	case c.cancel:
-		write, err = "cancel_ack", w.q.AcknowledgeCancel(w.ctx, c.claim)
+		write, err = model.WriteCancelAck, w.q.AcknowledgeCancel(w.ctx, c.claim)
 	case c.next >= len(c.plan):
-		write, err = "complete", w.q.Complete(w.ctx, c.claim)
+		write, err = model.WriteComplete, w.q.Complete(w.ctx, c.claim)
 	default:
-		write = "step"
+		write = model.WriteStep
 		res, err = w.q.CompleteStep(w.ctx, model.StepWrite{Claim: c.claim, Index: c.next, Cost: c.plan[c.next].Cost})
 	}
 	w.cover.refusal(err)
 	settled := errors.Is(err, model.ErrBudgetExhausted) || errors.Is(err, model.ErrStepsExhausted) ||
 		errors.Is(err, model.ErrDeadlineExceeded)
-	r := worker.Report{Worker: carelessActor, Action: write, TaskID: c.claim.TaskID, Attempt: c.claim.Attempt,
+	r := worker.Report{Worker: carelessActor, Action: worker.Action(write), TaskID: c.claim.TaskID, Attempt: c.claim.Attempt,
 		Fence: c.claim.Fence, Write: write, Accepted: err == nil || settled}
 	w.checker.report(r)
 	line := fmt.Sprintf("%s task=%s fence=%d", write, c.claim.TaskID, c.claim.Fence)

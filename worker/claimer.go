@@ -55,7 +55,7 @@ func (c *claimer) claim(ctx context.Context, room int) (Report, []model.Claimed,
 	if c.batchMax > 0 {
 		batch = min(batch, c.batchMax)
 	}
-	r := Report{Worker: cfg.ID, Action: ActionClaim, Write: "claim"}
+	r := Report{Worker: cfg.ID, Action: ActionClaim, Write: model.WriteClaim}
 	claimed, err := cfg.Queue.Claim(ctx, model.ClaimRequest{Worker: cfg.ID, Max: batch, Lease: cfg.Lease})
 	r.Err = err
 	var invalid *model.ValidationError

@@ -95,7 +95,7 @@ func TestAmbiguousCommitIsRetriedAndChargedOnce(t *testing.T) {
 
 			b.storage.Arm(faults.AmbiguousCommit)
 			r := b.step(w)
-			require.Equal(t, tc.write, r.Write)
+			require.Equal(t, tc.write, string(r.Write))
 			require.True(t, r.StorageError)
 			require.ErrorIs(t, r.Err, faults.ErrInjected)
 			require.Equal(t, 1, b.storage.Counts().AmbiguousCommit)
@@ -103,12 +103,12 @@ func TestAmbiguousCommitIsRetriedAndChargedOnce(t *testing.T) {
 			reports := b.run(w, stepsMax)
 			retry := reports[0]
 			for _, r := range reports {
-				if r.Write == tc.write {
+				if string(r.Write) == tc.write {
 					retry = r
 					break
 				}
 			}
-			require.Equal(t, tc.write, retry.Write, "the write was retried")
+			require.Equal(t, tc.write, string(retry.Write), "the write was retried")
 			require.True(t, retry.Accepted, "the retry is accepted: %s", retry)
 			if tc.replay != "" {
 				require.Equal(t, tc.replay, retry.Outcome)
@@ -144,7 +144,7 @@ func TestDuplicateCompleteDelivery(t *testing.T) {
 	require.Equal(t, faults.QueueCounts{Duplicated: 1, SecondRefused: 1}, fq.Counts())
 	d, ok := fq.Last()
 	require.True(t, ok)
-	require.Equal(t, "complete", d.Write)
+	require.Equal(t, model.WriteComplete, d.Write)
 	require.Equal(t, int64(1), d.Fence)
 	require.ErrorIs(t, d.Err, model.ErrStaleClaim)
 
@@ -176,7 +176,7 @@ func TestDuplicateStepDelivery(t *testing.T) {
 
 	d, ok := fq.Last()
 	require.True(t, ok)
-	require.Equal(t, "step", d.Write)
+	require.Equal(t, model.WriteStep, d.Write)
 	require.NoError(t, d.Err, "the second delivery is a replay, not an error")
 	task := b.task(id)
 	require.Equal(t, model.Completed, task.State)

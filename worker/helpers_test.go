@@ -225,7 +225,7 @@ func (b *bundle) untilDue(id string) {
 	}
 }
 
-func is(action, outcome string) func(worker.Report) bool {
+func is(action worker.Action, outcome string) func(worker.Report) bool {
 	return func(r worker.Report) bool { return r.Action == action && (outcome == "" || r.Outcome == outcome) }
 }
 

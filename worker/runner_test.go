@@ -380,8 +380,8 @@ func (l *live) checkReports() map[string]map[int64]string {
 			}
 			continue
 		}
-		key := acceptance{taskID: r.TaskID, fence: r.Fence, kind: r.Write}
-		reported[key] = append(reported[key], model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: r.Write,
+		key := acceptance{taskID: r.TaskID, fence: r.Fence, kind: string(r.Write)}
+		reported[key] = append(reported[key], model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: string(r.Write),
 			At: r.at, Owner: r.Worker, LeaseUntil: r.LeaseUntil})
 	}
 	h := model.NewHistory()

@@ -131,7 +131,7 @@ func (s *Slot) fail(f model.Failure) {
 	s.phase = phaseFail
 }
 
-func (s *Slot) report(action string) Report {
+func (s *Slot) report(action Action) Report {
 	return Report{Worker: s.cfg.ID, Action: action, TaskID: s.claim.TaskID, Attempt: s.claim.Attempt, Fence: s.claim.Fence}
 }
 
@@ -314,7 +314,7 @@ func nextBackoff(current, least, most time.Duration) time.Duration {
 
 func (s *Slot) heartbeat(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionHeartbeat)
-	r.Write = "heartbeat"
+	r.Write = model.WriteHeartbeat
 	res, err := s.cfg.Queue.Heartbeat(ctx, s.claim, s.cfg.Lease)
 	if !s.outcome(&r, err, now) {
 		s.heartbeatFailing = r.StorageError
@@ -332,7 +332,7 @@ func (s *Slot) heartbeat(ctx context.Context, now time.Time) Report {
 
 func (s *Slot) intent(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionIntent)
-	r.Write = "effect_intent"
+	r.Write = model.WriteIntent
 	res, err := s.cfg.Queue.RecordIntent(ctx, s.claim, s.task.StepsUsed)
 	if !s.outcome(&r, err, now) {
 		return r
@@ -452,7 +452,7 @@ func (s *Slot) reconcile(ctx context.Context, now time.Time) Report {
 
 func (s *Slot) receipt(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionReceipt)
-	r.OpID, r.Write = s.opID, "effect_receipt"
+	r.OpID, r.Write = s.opID, model.WriteReceipt
 	if !s.outcome(&r, s.cfg.Queue.RecordReceipt(ctx, s.claim, s.opID, s.result), now) {
 		return r
 	}
@@ -462,7 +462,7 @@ func (s *Slot) receipt(ctx context.Context, now time.Time) Report {
 
 func (s *Slot) commit(ctx context.Context, now time.Time) Report {
 	r := s.report(ActionStep)
-	r.Write = "step"
+	r.Write = model.WriteStep
 	index, cost := s.task.StepsUsed, s.plan[s.task.StepsUsed].Cost
 	res, err := s.cfg.Queue.CompleteStep(ctx, model.StepWrite{Claim: s.claim, Index: index, Cost: cost, Checkpoint: s.checkpoint})
 	if !s.outcome(&r, err, now) {
@@ -479,11 +479,11 @@ func (s *Slot) commit(ctx context.Context, now time.Time) Report {
 	return r
 }
 
-// finish makes the write that ends the claim (write, reported as action)
-// and, once the queue accepts it, ends the slot with the outcome write
-// returned and logs msg.
-func (s *Slot) finish(now time.Time, action, name, msg string, write func() (string, error)) Report {
-	r := s.report(action)
+// finish makes the write that ends the claim (named name, and reported
+// as the action of that name) and, once the queue accepts it, ends the
+// slot with the outcome write returned and logs msg.
+func (s *Slot) finish(now time.Time, name model.Write, msg string, write func() (string, error)) Report {
+	r := s.report(Action(name))
 	r.Write = name
 	outcome, err := write()
 	if !s.outcome(&r, err, now) {
@@ -497,20 +497,20 @@ func (s *Slot) finish(now time.Time, action, name, msg string, write func() (str
 
 func (s *Slot) pause(ctx context.Context, now time.Time) Report {
 	gate := s.plan[s.task.StepsUsed].Approval
-	return s.finish(now, ActionPause, "pause", "paused for approval", func() (string, error) {
+	return s.finish(now, model.WritePause, "paused for approval", func() (string, error) {
 		to, err := s.cfg.Queue.Pause(ctx, s.claim, s.task.StepsUsed, gate)
 		return "to " + string(to) + " at gate " + gate, err
 	})
 }
 
 func (s *Slot) complete(ctx context.Context, now time.Time) Report {
-	return s.finish(now, ActionComplete, "complete", "task completed", func() (string, error) {
+	return s.finish(now, model.WriteComplete, "task completed", func() (string, error) {
 		return "completed", s.cfg.Queue.Complete(ctx, s.claim)
 	})
 }
 
 func (s *Slot) failTask(ctx context.Context, now time.Time) Report {
-	return s.finish(now, ActionFail, "fail", "task failed", func() (string, error) {
+	return s.finish(now, model.WriteFail, "task failed", func() (string, error) {
 		to, err := s.cfg.Queue.Fail(ctx, s.claim, s.failure)
 		return fmt.Sprintf("%s: to %s", failureName(s.failure), to), err
 	})
@@ -546,13 +546,13 @@ func (s *Slot) park(ctx context.Context, now time.Time) Report {
 }
 
 func (s *Slot) cancelAck(ctx context.Context, now time.Time) Report {
-	return s.finish(now, ActionCancel, "cancel_ack", "cancellation observed", func() (string, error) {
+	return s.finish(now, model.WriteCancelAck, "cancellation observed", func() (string, error) {
 		return "cancelled", s.cfg.Queue.AcknowledgeCancel(ctx, s.claim)
 	})
 }
 
 func (s *Slot) release(ctx context.Context, now time.Time) Report {
-	return s.finish(now, ActionRelease, "release", "claim released", func() (string, error) {
+	return s.finish(now, model.WriteRelease, "claim released", func() (string, error) {
 		to, err := s.cfg.Queue.Release(ctx, s.claim)
 		return "to " + string(to), err
 	})

@@ -112,30 +112,34 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Actions a Report names.
+// Action names what one Step of a worker did. An action that makes one of
+// the queue's writes has that write's name (model.Write).
+type Action string
+
+// The actions a Report names.
 const (
-	ActionIdle       = "idle"
-	ActionWait       = "wait"
-	ActionClaim      = "claim"
-	ActionHeartbeat  = "heartbeat"
-	ActionIntent     = "intent"
-	ActionCheckLease = "check_lease"
-	ActionCall       = "call"
-	ActionReconcile  = "reconcile"
-	ActionReceipt    = "receipt"
-	ActionStep       = "step"
-	ActionPause      = "pause"
-	ActionComplete   = "complete"
-	ActionFail       = "fail"
-	ActionCancel     = "cancel_ack"
-	ActionRelease    = "release"
+	ActionIdle       Action = "idle"
+	ActionWait       Action = "wait"
+	ActionClaim      Action = Action(model.WriteClaim)
+	ActionHeartbeat  Action = Action(model.WriteHeartbeat)
+	ActionIntent     Action = Action(model.WriteIntent)
+	ActionCheckLease Action = "check_lease"
+	ActionCall       Action = "call"
+	ActionReconcile  Action = "reconcile"
+	ActionReceipt    Action = Action(model.WriteReceipt)
+	ActionStep       Action = Action(model.WriteStep)
+	ActionPause      Action = Action(model.WritePause)
+	ActionComplete   Action = Action(model.WriteComplete)
+	ActionFail       Action = Action(model.WriteFail)
+	ActionCancel     Action = Action(model.WriteCancelAck)
+	ActionRelease    Action = Action(model.WriteRelease)
 )
 
 // Report says what one Step did. Its String form is deterministic and
 // holds no wall-clock time, so simulator traces can be fingerprinted.
 type Report struct {
 	Worker  string
-	Action  string
+	Action  Action
 	TaskID  string
 	Attempt int
 	Fence   int64
@@ -146,7 +150,7 @@ type Report struct {
 	Claims []model.Claim
 	// Write names the queue write the step made ("" if none); Accepted
 	// reports that the queue accepted it under the claim's fence.
-	Write    string
+	Write    model.Write
 	Accepted bool
 	// Called reports an external call (a service call or status query).
 	Called bool

@@ -74,8 +74,8 @@ func TestShutdownDuringAStepsDuration(t *testing.T) {
 // receipt) and its step before releasing, so the next worker never finds
 // the operation uncertain: even a Plain service is called exactly once.
 func TestShutdownFinishesAnEffectInFlight(t *testing.T) {
-	for _, after := range []string{worker.ActionIntent, worker.ActionCheckLease, worker.ActionCall} {
-		t.Run("after "+after, func(t *testing.T) {
+	for _, after := range []worker.Action{worker.ActionIntent, worker.ActionCheckLease, worker.ActionCall} {
+		t.Run("after "+string(after), func(t *testing.T) {
 			b := setup(t)
 			id := b.submit(effectPayload, 10, 5)
 			op := model.OperationID(id, 1)
@@ -124,7 +124,7 @@ func TestRoundRobinInterleavesTasks(t *testing.T) {
 	var order []string
 	for _, r := range reports {
 		if r.Action == worker.ActionStep || r.Action == worker.ActionComplete {
-			order = append(order, r.TaskID+" "+r.Action)
+			order = append(order, r.TaskID+" "+string(r.Action))
 		}
 	}
 	require.Equal(t, []string{

@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/reports"
 	"github.com/leasehold/leasehold/sim"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // timeline is the one builder of both kinds of timeline, simulated and
@@ -131,17 +132,18 @@ func simEntry(b *timeline, e sim.TimelineEntry, detail string) {
 		b.mark(reports.Mark{Lane: lane, At: e.AtMs, Kind: kind, Label: label, Detail: detail})
 	}
 	switch e.Kind {
-	case "claim":
+	case string(worker.ActionClaim):
 		b.claim(e.Worker, e.AtMs, e.TaskID, e.Attempt, e.Fence, detail)
-	case "complete", "fail", "pause", "release", "cancel_ack":
+	case string(worker.ActionComplete), string(worker.ActionFail), string(worker.ActionPause), string(worker.ActionRelease),
+		string(worker.ActionCancel):
 		b.endClaim(e.TaskID, e.Fence, e.AtMs, e.Kind+" "+e.Detail)
 		mark(e.Worker, reports.MarkState, e.Kind, detail)
 	case sim.TimelineDrop:
 		b.endClaim(e.TaskID, e.Fence, e.AtMs, e.Kind+" "+e.Detail)
 		mark(e.Worker, reports.MarkStale, "dropped", detail)
-	case "heartbeat":
+	case string(worker.ActionHeartbeat):
 		mark(e.Worker, reports.MarkHeartbeat, "hb", detail)
-	case "call", "receipt", "reconcile":
+	case string(worker.ActionCall), string(worker.ActionReceipt), string(worker.ActionReconcile):
 		mark(e.Worker, reports.MarkEffect, e.Kind, detail)
 	case sim.TimelineExpiry:
 		lane, _ := b.endClaim(e.TaskID, e.Fence, e.AtMs, "lease expired")

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -19,12 +20,17 @@ const DuplicateEnv = "LEASEHOLD_LIVERUN_DUPLICATE"
 // wrapped so that every write of that kind is delivered twice. An unknown
 // kind is an error naming the variable.
 func WorkerQueue(inner worker.Queue, getenv func(string) string) (worker.Queue, error) {
-	write := getenv(DuplicateEnv)
-	if write == "" {
+	name := getenv(DuplicateEnv)
+	if name == "" {
 		return inner, nil
 	}
-	if !slices.Contains(faults.Writes, write) {
-		return nil, fmt.Errorf("%s: unknown write %q (one of %s)", DuplicateEnv, write, strings.Join(faults.Writes, ", "))
+	write, ok := model.ParseWrite(name)
+	if !ok || !slices.Contains(faults.Writes, write) {
+		names := make([]string, len(faults.Writes))
+		for i, w := range faults.Writes {
+			names[i] = string(w)
+		}
+		return nil, fmt.Errorf("%s: unknown write %q (one of %s)", DuplicateEnv, name, strings.Join(names, ", "))
 	}
 	dup := faults.NewQueue(inner)
 	dup.DuplicateEvery(write)
