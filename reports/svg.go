@@ -208,149 +208,200 @@ func newLabelRows(n int) *labelRows {
 // time axis, fault shades with their labels above the lanes, claims as
 // bars, marks as glyphs and the violation across every lane.
 func layoutTimeline(id string, t Timeline) timelineView {
-	v := timelineView{ID: id, Title: t.Title, Kind: t.Kind, Unit: t.Unit, Caption: t.Caption}
-	plotLeft, plotRight := timelineLabelWidth, timelineWidth-timelineRightPad
-	span := float64(t.End - t.Start)
-	if span <= 0 {
-		span = 1
-	}
-	x := func(at int64) float64 {
-		at = min(max(at, t.Start), t.End)
-		return plotLeft + float64(at-t.Start)/span*(plotRight-plotLeft)
-	}
+	l := newTimelineLayout(id, t)
+	l.headRows()
+	l.lanes()
+	l.shades()
+	l.bars()
+	l.marks()
+	l.violation()
+	l.axis()
+	l.legend()
+	l.v.Describe = describeTimeline(t)
+	return l.v
+}
 
-	// Head rows: the violation's label, then fault labels.
-	top := timelineHeadPad
-	violationRowY := 0.0
-	if t.Violation != nil {
-		violationRowY = top
-		top += headRowHeight + 4
+// placedShade is a fault shade and the head row its label went in (-1:
+// no room).
+type placedShade struct {
+	shade Shade
+	row   int
+}
+
+// trackKey names one claim track of one lane.
+type trackKey struct {
+	lane  string
+	track int
+}
+
+// timelineLayout is a timeline being laid out, one part after another
+// (layoutTimeline lists them in order): each part reads what the parts
+// before it placed.
+type timelineLayout struct {
+	t                   Timeline
+	v                   timelineView
+	plotLeft, plotRight float64
+	span                float64
+	// The head rows, from headRows.
+	violationRowY, headTop float64
+	placed                 []placedShade
+	// The lanes and the claims' tracks, from lanes.
+	top, plotTop, plotBottom float64
+	names                    []string
+	layouts                  map[string]*laneLayout
+	sorted                   []Bar // the bars by start
+	barTrack                 []int // the track of each of sorted
+	glyphsOn                 map[trackKey][]float64
+	legendTasks              []legendView
+	seenKinds                map[string]bool
+}
+
+func newTimelineLayout(id string, t Timeline) *timelineLayout {
+	l := &timelineLayout{t: t, v: timelineView{ID: id, Title: t.Title, Kind: t.Kind, Unit: t.Unit, Caption: t.Caption},
+		plotLeft: timelineLabelWidth, plotRight: timelineWidth - timelineRightPad, span: float64(t.End - t.Start)}
+	if l.span <= 0 {
+		l.span = 1
 	}
-	shades := slices.Clone(t.Shades)
+	return l
+}
+
+// x is where instant at sits on the time axis (clamped to the timeline).
+func (l *timelineLayout) x(at int64) float64 {
+	at = min(max(at, l.t.Start), l.t.End)
+	return l.plotLeft + float64(at-l.t.Start)/l.span*(l.plotRight-l.plotLeft)
+}
+
+// headRows places the head rows: the violation's label, then the fault
+// shades' labels, left to right without overlap.
+func (l *timelineLayout) headRows() {
+	l.top = timelineHeadPad
+	if l.t.Violation != nil {
+		l.violationRowY = l.top
+		l.top += headRowHeight + 4
+	}
+	shades := slices.Clone(l.t.Shades)
 	slices.SortStableFunc(shades, func(a, b Shade) int { return cmpInt64(a.Start, b.Start) })
-	headRows := newLabelRows(headRowsMax)
-	type placedShade struct {
-		shade Shade
-		row   int
-	}
-	var placed []placedShade
+	rows := newLabelRows(headRowsMax)
 	usedRows := 0
 	for _, s := range shades {
-		x0 := x(s.Start) + 3
-		row := headRows.place(x0, x0+textWidth(shadePrefix+s.Label, smallFontSize))
+		x0 := l.x(s.Start) + 3
+		row := rows.place(x0, x0+textWidth(shadePrefix+s.Label, smallFontSize))
 		if row+1 > usedRows {
 			usedRows = row + 1
 		}
-		placed = append(placed, placedShade{s, row})
+		l.placed = append(l.placed, placedShade{s, row})
 	}
-	headTop := top
-	top += float64(usedRows) * headRowHeight
+	l.headTop = l.top
+	l.top += float64(usedRows) * headRowHeight
+}
 
-	// Lanes, each with enough tracks for its overlapping claims.
-	names := lanesOf(t)
-	layouts := make(map[string]*laneLayout, len(names))
-	for _, n := range names {
-		layouts[n] = &laneLayout{}
+// lanes stacks the lanes, each with enough tracks for its overlapping
+// claims, and puts each claim on the first track free at its start.
+func (l *timelineLayout) lanes() {
+	l.names = lanesOf(l.t)
+	l.layouts = make(map[string]*laneLayout, len(l.names))
+	for _, n := range l.names {
+		l.layouts[n] = &laneLayout{}
 	}
-	bars := slices.Clone(t.Bars)
-	slices.SortStableFunc(bars, func(a, b Bar) int { return cmpInt64(a.Start, b.Start) })
-	barTrack := make([]int, len(bars))
-	for i, b := range bars {
-		l := layouts[laneName(b.Lane)]
+	l.sorted = slices.Clone(l.t.Bars)
+	slices.SortStableFunc(l.sorted, func(a, b Bar) int { return cmpInt64(a.Start, b.Start) })
+	l.barTrack = make([]int, len(l.sorted))
+	for i, b := range l.sorted {
+		ll := l.layouts[laneName(b.Lane)]
 		track := -1
-		for k, end := range l.trackEnds {
+		for k, end := range ll.trackEnds {
 			if b.Start >= end {
 				track = k
 				break
 			}
 		}
 		if track < 0 {
-			track = len(l.trackEnds)
-			l.trackEnds = append(l.trackEnds, b.End)
-			l.tracks++
+			track = len(ll.trackEnds)
+			ll.trackEnds = append(ll.trackEnds, b.End)
+			ll.tracks++
 		} else {
-			l.trackEnds[track] = b.End
+			ll.trackEnds[track] = b.End
 		}
 		if b.End == b.Start {
-			l.trackEnds[track] = b.End + 1
+			ll.trackEnds[track] = b.End + 1
 		}
-		barTrack[i] = track
+		l.barTrack[i] = track
 	}
-	plotTop := top
-	for i, n := range names {
-		l := layouts[n]
-		l.top = top
-		v.Lanes = append(v.Lanes, laneView{
-			Name: n, Queue: n == queueLane && !slices.Contains(t.Lanes, queueLane),
-			Top: f(l.top), Height: f(l.height()), Mid: f(l.trackMid(0) + 4), Stripe: i%2 == 1,
+	l.plotTop = l.top
+	for i, n := range l.names {
+		ll := l.layouts[n]
+		ll.top = l.top
+		l.v.Lanes = append(l.v.Lanes, laneView{
+			Name: n, Queue: n == queueLane && !slices.Contains(l.t.Lanes, queueLane),
+			Top: f(ll.top), Height: f(ll.height()), Mid: f(ll.trackMid(0) + 4), Stripe: i%2 == 1,
 		})
-		top += l.height()
+		l.top += ll.height()
 	}
-	plotBottom := top
+	l.plotBottom = l.top
+}
 
-	// Fault shades over their lanes, labels in the head rows.
-	for _, p := range placed {
-		y0, y1 := plotTop, plotBottom
+// shades draws the fault shades over their lanes (or every lane), their
+// labels in the head rows.
+func (l *timelineLayout) shades() {
+	for _, p := range l.placed {
+		y0, y1 := l.plotTop, l.plotBottom
 		if p.shade.Lane != "" {
-			l := layouts[p.shade.Lane]
-			y0, y1 = l.top, l.top+l.height()
+			ll := l.layouts[p.shade.Lane]
+			y0, y1 = ll.top, ll.top+ll.height()
 		}
-		x0, x1 := x(p.shade.Start), x(p.shade.End)
+		x0, x1 := l.x(p.shade.Start), l.x(p.shade.End)
 		sv := shadeView{
 			X: f(x0), Y: f(y0), W: f(math.Max(x1-x0, 2)), H: f(y1 - y0),
-			Label: shadePrefix + p.shade.Label, Hover: shadeHover(t, p.shade),
+			Label: shadePrefix + p.shade.Label, Hover: shadeHover(l.t, p.shade),
 		}
 		if p.row >= 0 {
 			sv.ShowLabel = true
 			sv.LabelX = f(x0 + 3)
-			sv.LabelY = f(headTop + float64(p.row)*headRowHeight + 11)
+			sv.LabelY = f(l.headTop + float64(p.row)*headRowHeight + 11)
 		}
-		v.Shades = append(v.Shades, sv)
+		l.v.Shades = append(l.v.Shades, sv)
 	}
+}
 
-	// Where each mark's glyph sits: on the track of its task's claim.
-	trackOf := func(m Mark) int {
-		if m.TaskID == "" {
-			return 0
-		}
-		for i, b := range bars {
-			if laneName(b.Lane) == laneName(m.Lane) && b.TaskID == m.TaskID && m.At >= b.Start && m.At <= b.End {
-				return barTrack[i]
-			}
-		}
+// trackOf is the track a mark's glyph sits on: its task's claim's.
+func (l *timelineLayout) trackOf(m Mark) int {
+	if m.TaskID == "" {
 		return 0
 	}
-	type trackKey struct {
-		lane  string
-		track int
-	}
-	glyphsOn := make(map[trackKey][]float64)
-	for _, m := range append(slices.Clone(t.Marks), violationMarks(t)...) {
-		if m.Kind != MarkHeartbeat {
-			k := trackKey{laneName(m.Lane), trackOf(m)}
-			glyphsOn[k] = append(glyphsOn[k], x(m.At))
+	for i, b := range l.sorted {
+		if laneName(b.Lane) == laneName(m.Lane) && b.TaskID == m.TaskID && m.At >= b.Start && m.At <= b.End {
+			return l.barTrack[i]
 		}
 	}
+	return 0
+}
 
-	// Claims as bars, coloured by task, labelled where no glyph covers
-	// the label; the claim the violation falls in is outlined in red.
+// bars draws the claims as bars, coloured by task, labelled where no glyph
+// covers the label; the claim the violation falls in is outlined in red.
+func (l *timelineLayout) bars() {
+	l.glyphsOn = make(map[trackKey][]float64)
+	for _, m := range append(slices.Clone(l.t.Marks), violationMarks(l.t)...) {
+		if m.Kind != MarkHeartbeat {
+			k := trackKey{laneName(m.Lane), l.trackOf(m)}
+			l.glyphsOn[k] = append(l.glyphsOn[k], l.x(m.At))
+		}
+	}
 	colors := make(map[string]string)
-	var legendTasks []legendView
-	for i, b := range bars {
+	for i, b := range l.sorted {
 		if _, ok := colors[b.TaskID]; !ok {
 			colors[b.TaskID] = taskColors[len(colors)%len(taskColors)]
-			legendTasks = append(legendTasks, legendView{Class: "swatch", Name: "task " + b.TaskID, Color: colors[b.TaskID]})
+			l.legendTasks = append(l.legendTasks, legendView{Class: "swatch", Name: "task " + b.TaskID, Color: colors[b.TaskID]})
 		}
-		l := layouts[laneName(b.Lane)]
-		mid := l.trackMid(barTrack[i])
-		x0, x1 := x(b.Start), x(b.End)
+		ll := l.layouts[laneName(b.Lane)]
+		mid := ll.trackMid(l.barTrack[i])
+		x0, x1 := l.x(b.Start), l.x(b.End)
 		w := math.Max(x1-x0, 3)
 		bv := barView{
 			X: f(x0), Y: f(mid - barHeight/2), W: f(w), H: f(barHeight), Color: colors[b.TaskID],
-			Hover: barHover(t, b), TaskID: b.TaskID, Fence: strconv.FormatInt(b.Fence, 10),
+			Hover: barHover(l.t, b), TaskID: b.TaskID, Fence: strconv.FormatInt(b.Fence, 10),
 			LabelY: f(mid + 3.8),
 		}
-		if vm := t.Violation; vm != nil && laneName(vm.Lane) == laneName(b.Lane) && vm.At >= b.Start && vm.At <= b.End &&
+		if vm := l.t.Violation; vm != nil && laneName(vm.Lane) == laneName(b.Lane) && vm.At >= b.Start && vm.At <= b.End &&
 			(vm.TaskID == "" || vm.TaskID == b.TaskID) {
 			bv.Violating = true
 		}
@@ -358,42 +409,45 @@ func layoutTimeline(id string, t Timeline) timelineView {
 		if label == "" {
 			label = b.TaskID + " f" + strconv.FormatInt(b.Fence, 10)
 		}
-		free := freeSpans(x0+3, x0+w-3, glyphsOn[trackKey{laneName(b.Lane), barTrack[i]}])
+		free := freeSpans(x0+3, x0+w-3, l.glyphsOn[trackKey{laneName(b.Lane), l.barTrack[i]}])
 		for _, candidate := range []string{label, "f" + strconv.FormatInt(b.Fence, 10)} {
 			if at, ok := fit(free, textWidth(candidate, smallFontSize)+4); ok {
 				bv.Label, bv.LabelX = candidate, f(at+2)
 				break
 			}
 		}
-		v.Bars = append(v.Bars, bv)
+		l.v.Bars = append(l.v.Bars, bv)
 	}
+}
 
-	// Marks as glyphs on their claim's track, labels above or below.
-	marks := slices.Clone(t.Marks)
+// marks draws the marks as glyphs on their claim's track, each label above
+// or below its lane where there is room.
+func (l *timelineLayout) marks() {
+	marks := slices.Clone(l.t.Marks)
 	slices.SortStableFunc(marks, func(a, b Mark) int { return cmpInt64(a.At, b.At) })
-	above := make(map[string]*labelRows, len(names))
-	below := make(map[string]*labelRows, len(names))
-	for _, n := range names {
+	above := make(map[string]*labelRows, len(l.names))
+	below := make(map[string]*labelRows, len(l.names))
+	for _, n := range l.names {
 		above[n], below[n] = newLabelRows(1), newLabelRows(1)
 	}
-	seenKinds := make(map[string]bool)
+	l.seenKinds = make(map[string]bool)
 	for _, m := range marks {
-		seenKinds[m.Kind] = true
+		l.seenKinds[m.Kind] = true
 		n := laneName(m.Lane)
-		l := layouts[n]
-		track := trackOf(m)
-		mv := glyph(m.Kind, x(m.At), l.trackMid(track))
-		mv.Label, mv.Hover = m.Label, markHover(t, m)
+		ll := l.layouts[n]
+		track := l.trackOf(m)
+		mv := glyph(m.Kind, l.x(m.At), ll.trackMid(track))
+		mv.Label, mv.Hover = m.Label, markHover(l.t, m)
 		if m.Kind != MarkHeartbeat && m.Label != "" {
 			w := textWidth(m.Label, smallFontSize)
-			x0 := x(m.At) - w/2
-			x0 = min(max(x0, plotLeft), plotRight-w)
+			x0 := l.x(m.At) - w/2
+			x0 = min(max(x0, l.plotLeft), l.plotRight-w)
 			// A label goes on the side of the lane nearer its glyph's
 			// track, or the other side when that one is taken.
-			aboveY, belowY := f(l.top+11), f(l.top+l.height()-4)
+			aboveY, belowY := f(ll.top+11), f(ll.top+ll.height()-4)
 			first, second := above[n], below[n]
 			firstY, secondY := aboveY, belowY
-			if l.tracks > 1 && track >= l.tracks/2 {
+			if ll.tracks > 1 && track >= ll.tracks/2 {
 				first, second, firstY, secondY = second, first, secondY, firstY
 			}
 			if first.place(x0, x0+w) == 0 {
@@ -402,41 +456,52 @@ func layoutTimeline(id string, t Timeline) timelineView {
 				mv.ShowLabel, mv.LabelX, mv.LabelY = true, f(x0), secondY
 			}
 		}
-		v.Marks = append(v.Marks, mv)
+		l.v.Marks = append(l.v.Marks, mv)
 	}
+}
 
-	// The violation: a red rule across every lane, a glyph on its lane and
-	// a label in the top row.
-	if m := t.Violation; m != nil {
-		l := layouts[laneName(m.Lane)]
-		vx := x(m.At)
-		mark := glyph(MarkViolation, vx, l.trackMid(trackOf(*m)))
-		mark.Hover = markHover(t, *m)
-		label := "VIOLATION: " + clip(m.Label, violationLabelMax)
-		w := textWidth(label, fontSize) + 10
-		boxX := min(max(vx-w/2, plotLeft), plotRight-w)
-		v.Violation = &violationView{
-			X: f(vx), Top: f(violationRowY + headRowHeight + 1), Bottom: f(plotBottom),
-			Mark: mark, Label: label, Hover: mark.Hover,
-			BoxX: f(boxX), BoxY: f(violationRowY), BoxW: f(w), BoxH: f(headRowHeight + 1),
-			LabelX: f(boxX + 5), LabelY: f(violationRowY + 11.5),
-		}
+// violation draws the violation: a red rule across every lane, a glyph on
+// its lane and a label in the top row.
+func (l *timelineLayout) violation() {
+	m := l.t.Violation
+	if m == nil {
+		return
 	}
+	ll := l.layouts[laneName(m.Lane)]
+	vx := l.x(m.At)
+	mark := glyph(MarkViolation, vx, ll.trackMid(l.trackOf(*m)))
+	mark.Hover = markHover(l.t, *m)
+	label := "VIOLATION: " + clip(m.Label, violationLabelMax)
+	w := textWidth(label, fontSize) + 10
+	boxX := min(max(vx-w/2, l.plotLeft), l.plotRight-w)
+	l.v.Violation = &violationView{
+		X: f(vx), Top: f(l.violationRowY + headRowHeight + 1), Bottom: f(l.plotBottom),
+		Mark: mark, Label: label, Hover: mark.Hover,
+		BoxX: f(boxX), BoxY: f(l.violationRowY), BoxW: f(w), BoxH: f(headRowHeight + 1),
+		LabelX: f(boxX + 5), LabelY: f(l.violationRowY + 11.5),
+	}
+}
 
-	// The time axis, its ticks in the timeline's own unit.
-	v.AxisY, v.TickY = f(plotBottom), f(plotBottom+4)
-	for _, tick := range niceTicks(t.Start, t.End, 10) {
-		v.Ticks = append(v.Ticks, tickView{X: f(x(tick)), Label: strconv.FormatInt(tick, 10)})
+// axis draws the time axis, its ticks in the timeline's own unit, and
+// sets the figure's size.
+func (l *timelineLayout) axis() {
+	v := &l.v
+	v.AxisY, v.TickY = f(l.plotBottom), f(l.plotBottom+4)
+	for _, tick := range niceTicks(l.t.Start, l.t.End, 10) {
+		v.Ticks = append(v.Ticks, tickView{X: f(l.x(tick)), Label: strconv.FormatInt(tick, 10)})
 	}
-	v.AxisTitle = axisTitle{X: f((plotLeft + plotRight) / 2), Y: f(plotBottom + 32), Text: "time (" + orDash(t.Unit) + ")"}
-	v.Width, v.Height = f(timelineWidth), f(plotBottom+axisHeight)
-	v.PlotLeft, v.PlotRight, v.PlotTop, v.PlotBot = f(plotLeft), f(plotRight), f(plotTop), f(plotBottom)
+	v.AxisTitle = axisTitle{X: f((l.plotLeft + l.plotRight) / 2), Y: f(l.plotBottom + 32), Text: "time (" + orDash(l.t.Unit) + ")"}
+	v.Width, v.Height = f(timelineWidth), f(l.plotBottom+axisHeight)
+	v.PlotLeft, v.PlotRight, v.PlotTop, v.PlotBot = f(l.plotLeft), f(l.plotRight), f(l.plotTop), f(l.plotBottom)
 	v.LabelX = f(timelineLabelWidth - 10)
+}
 
-	// The legend: every glyph this timeline uses, then its tasks.
+// legend lists every glyph the timeline uses, then its tasks.
+func (l *timelineLayout) legend() {
+	v := &l.v
 	v.Legend = append(v.Legend, legendView{Class: "swatch", Name: "claim (label: task, fence)", Color: "#64748b"})
 	for _, k := range []string{MarkHeartbeat, MarkExpiry, MarkStale, MarkEffect, MarkState, MarkFault} {
-		if seenKinds[k] {
+		if l.seenKinds[k] {
 			g := glyph(k, 9, 9)
 			if k == MarkHeartbeat {
 				g.D = "M9 3v12"
@@ -444,16 +509,14 @@ func layoutTimeline(id string, t Timeline) timelineView {
 			v.Legend = append(v.Legend, legendView{Class: g.Class, D: g.D, Text: g.Text, Name: markNames[k]})
 		}
 	}
-	if len(t.Shades) > 0 {
+	if len(l.t.Shades) > 0 {
 		v.Legend = append(v.Legend, legendView{Class: "shade-key", Name: "fault (shaded)"})
 	}
-	if t.Violation != nil || seenKinds[MarkViolation] {
+	if l.t.Violation != nil || l.seenKinds[MarkViolation] {
 		g := glyph(MarkViolation, 9, 9)
 		v.Legend = append(v.Legend, legendView{Class: g.Class, D: g.D, Text: g.Text, Name: markNames[MarkViolation]})
 	}
-	v.Legend = append(v.Legend, legendTasks...)
-	v.Describe = describeTimeline(t)
-	return v
+	v.Legend = append(v.Legend, l.legendTasks...)
 }
 
 // violationMarks is the violation as a list of marks (empty or one).
