@@ -41,9 +41,6 @@ var (
 	// ErrEffectReceipted: the operation already has a receipt; it must never
 	// be called again.
 	ErrEffectReceipted = errors.New("effect already receipted")
-	// ErrEffectUncertain: the operation has an intent without a receipt from
-	// an earlier claim; its outcome must be reconciled before anything else.
-	ErrEffectUncertain = errors.New("effect outcome uncertain")
 )
 
 // ValidationError names the field that failed validation and what was wrong
