@@ -220,10 +220,12 @@ func (c *Client) Approve(ctx context.Context, id string, version int64) (Task, e
 	return t, err
 }
 
-// Reject rejects a task waiting at a gate.
-func (c *Client) Reject(ctx context.Context, id string) (Task, error) {
+// Reject rejects a task waiting at a gate; like Approve, version is the
+// task's version shown at the gate (a stale one is ErrVersionMismatch and
+// rejects nothing).
+func (c *Client) Reject(ctx context.Context, id string, version int64) (Task, error) {
 	var t Task
-	_, err := c.do(ctx, http.MethodPost, taskPath(id, "/reject"), nil, struct{}{}, &t)
+	_, err := c.do(ctx, http.MethodPost, taskPath(id, "/reject"), nil, map[string]int64{"version": version}, &t)
 	return t, err
 }
 

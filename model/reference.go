@@ -603,14 +603,18 @@ func (r *Reference) Approve(_ context.Context, id string, version int64, actor s
 	return nil
 }
 
-// Reject cancels a task waiting at its gate.
-func (r *Reference) Reject(_ context.Context, id, actor string) error {
+// Reject cancels a task waiting at its gate; version must be the one
+// recorded when it paused.
+func (r *Reference) Reject(_ context.Context, id string, version int64, actor string) error {
 	if err := CheckName("actor", actor); err != nil {
 		return err
 	}
 	t, err := r.waiting(id, "reject")
 	if err != nil {
 		return err
+	}
+	if version != t.ApprovalVersion {
+		return fmt.Errorf("reject task %s version %d: recorded version is %d: %w", id, version, t.ApprovalVersion, ErrVersionMismatch)
 	}
 	t.CancelledBy = actor
 	r.settle(t, Cancelled, ApprovalRejected, EventRejected, actor, DetailPause(t.ApprovalGate, t.ApprovalVersion))

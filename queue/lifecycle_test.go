@@ -92,7 +92,9 @@ var transitionCases = map[model.Transition]transitionCase{
 			require.NoError(b.t, b.q.Approve(b.ctx, id, b.task(id).ApprovalVersion, "boss"))
 		}},
 	{From: model.WaitingForApproval, Action: model.ActReject, To: model.Cancelled}: {waitingTask,
-		func(b *bundle, id string, _ model.Claim) { require.NoError(b.t, b.q.Reject(b.ctx, id, "boss")) }},
+		func(b *bundle, id string, _ model.Claim) {
+			require.NoError(b.t, b.q.Reject(b.ctx, id, b.task(id).ApprovalVersion, "boss"))
+		}},
 	{From: model.WaitingForApproval, Action: model.ActCancel, To: model.Cancelled}: {waitingTask,
 		func(b *bundle, id string, _ model.Claim) {
 			_, err := b.q.Cancel(b.ctx, id, "caller")

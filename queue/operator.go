@@ -86,8 +86,11 @@ func (q *Queue) Approve(ctx context.Context, id string, version int64, actor str
 	})
 }
 
-// Reject cancels a task waiting at its gate (approval_rejected).
-func (q *Queue) Reject(ctx context.Context, id, actor string) error {
+// Reject cancels a task waiting at its gate (approval_rejected). Like
+// Approve, version must be the one recorded when it paused; any other is
+// refused with ErrVersionMismatch and writes nothing, so a rejection decided
+// on one pause cannot cancel a later one.
+func (q *Queue) Reject(ctx context.Context, id string, version int64, actor string) error {
 	if err := model.CheckName("actor", actor); err != nil {
 		return err
 	}
@@ -95,6 +98,9 @@ func (q *Queue) Reject(ctx context.Context, id, actor string) error {
 		task, err := t.inState(id, model.WaitingForApproval, "reject")
 		if err != nil {
 			return err
+		}
+		if version != task.ApprovalVersion {
+			return fmt.Errorf("reject task %s version %d: recorded version is %d: %w", id, version, task.ApprovalVersion, model.ErrVersionMismatch)
 		}
 		task.CancelledBy = actor
 		return t.settle(task, model.Cancelled, model.ApprovalRejected, model.EventRejected, actor,

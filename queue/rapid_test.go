@@ -438,7 +438,8 @@ func (m *machine) actions(t *rapid.T) map[string]func(*rapid.T) {
 		},
 		"reject": func(t *rapid.T) {
 			id := m.pickTask(t, model.WaitingForApproval)
-			gotErr, wantErr := m.q.Reject(m.ctx, id, "boss"), m.ref.Reject(m.ctx, id, "boss")
+			version := m.refTask(id).ApprovalVersion + rapid.SampledFrom([]int64{0, 0, -1}).Draw(t, "version_delta")
+			gotErr, wantErr := m.q.Reject(m.ctx, id, version, "boss"), m.ref.Reject(m.ctx, id, version, "boss")
 			m.same(t, "reject", nil, nil, gotErr, wantErr)
 		},
 		"requeue": func(t *rapid.T) {

@@ -25,7 +25,7 @@ type Store interface {
 
 	// Approvers.
 	Approve(ctx context.Context, id string, version int64, actor string) error
-	Reject(ctx context.Context, id, actor string) error
+	Reject(ctx context.Context, id string, version int64, actor string) error
 
 	// Operators.
 	Requeue(ctx context.Context, id string, g model.Grant, actor string) error

@@ -744,10 +744,10 @@ func (l *lockstep) Approve(ctx context.Context, id string, version int64, actor 
 }
 
 // Reject rejects on both sides.
-func (l *lockstep) Reject(ctx context.Context, id, actor string) error {
-	_, err := run(l, op[none]{name: fmt.Sprintf("reject task=%s", id), targets: []string{id},
-		real: func() (none, error) { return none{}, l.Queue.Reject(ctx, id, actor) },
-		ref:  func(r *model.Reference) (none, error) { return none{}, r.Reject(ctx, id, actor) },
+func (l *lockstep) Reject(ctx context.Context, id string, version int64, actor string) error {
+	_, err := run(l, op[none]{name: fmt.Sprintf("reject task=%s version=%d", id, version), targets: []string{id},
+		real: func() (none, error) { return none{}, l.Queue.Reject(ctx, id, version, actor) },
+		ref:  func(r *model.Reference) (none, error) { return none{}, r.Reject(ctx, id, version, actor) },
 	})
 	return err
 }

@@ -548,7 +548,7 @@ func (w *World) approvalAct(t *taskState, act scenarios.Act, cur model.Task) (st
 		if act == scenarios.Approve {
 			err = w.q.Approve(w.ctx, t.id, cur.ApprovalVersion, approverActor)
 		} else {
-			err = w.q.Reject(w.ctx, t.id, approverActor)
+			err = w.q.Reject(w.ctx, t.id, cur.ApprovalVersion, approverActor)
 		}
 		w.cover.refusal(err)
 		if err != nil {

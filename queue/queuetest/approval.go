@@ -72,7 +72,7 @@ func testApprovalOutdatedVersion(s *suite) {
 func testReject(s *suite) {
 	t := s.t
 	id, c := s.waiting()
-	require.NoError(t, s.store.Reject(s.ctx, id, "boss"))
+	require.NoError(t, s.store.Reject(s.ctx, id, c.Fence, "boss"))
 	task := s.task(id)
 	require.Equal(t, model.Cancelled, task.State)
 	require.Equal(t, model.ApprovalRejected, task.Reason)
@@ -81,8 +81,39 @@ func testReject(s *suite) {
 	require.Equal(t, model.EventRejected, e.Kind)
 	require.Equal(t, model.ApprovalRejected, e.Reason)
 	require.Equal(t, model.DetailPause("manager", c.Fence), e.Detail)
-	require.ErrorIs(t, s.store.Reject(s.ctx, id, "boss"), model.ErrInvalidTransition)
+	require.ErrorIs(t, s.store.Reject(s.ctx, id, c.Fence, "boss"), model.ErrInvalidTransition)
 	require.ErrorIs(t, s.store.Approve(s.ctx, id, c.Fence, "boss"), model.ErrInvalidTransition)
+	require.ErrorIs(t, s.store.Reject(s.ctx, "t_missing", 1, "boss"), model.ErrNotFound)
+	other, oc := s.waiting()
+	s.requireInvalid(s.store.Reject(s.ctx, other, oc.Fence, ""), "actor")
+	require.Equal(t, model.WaitingForApproval, s.task(other).State, "a refused rejection changes nothing")
+}
+
+// testRejectOutdatedVersion: a rejection decided on one pause cannot cancel
+// the task at a later pause, nor one yet to come; a refused rejection
+// records nothing, and the version of the pause shown still rejects.
+func testRejectOutdatedVersion(s *suite) {
+	t := s.t
+	id, first := s.waiting()
+	require.NoError(t, s.store.Approve(s.ctx, id, first.Fence, "boss"))
+	second := s.claim("w2").Claim
+	_, err := s.store.Pause(s.ctx, second, 1, "manager")
+	require.NoError(t, err)
+	before := s.task(id)
+	require.Equal(t, second.Fence, before.ApprovalVersion)
+	events := s.events(id)
+	require.ErrorIs(t, s.store.Reject(s.ctx, id, first.Fence, "boss"), model.ErrVersionMismatch,
+		"a rejection of the earlier pause does not reject this one")
+	require.ErrorIs(t, s.store.Reject(s.ctx, id, second.Fence+1, "boss"), model.ErrVersionMismatch,
+		"nor does one of a pause yet to come")
+	require.Equal(t, before, s.task(id))
+	require.Equal(t, events, s.events(id), "a refused rejection records nothing")
+	require.NoError(t, s.store.Reject(s.ctx, id, second.Fence, "boss"))
+	task := s.task(id)
+	require.Equal(t, model.Cancelled, task.State)
+	require.Equal(t, model.ApprovalRejected, task.Reason)
+	require.Equal(t, model.DetailPause("manager", second.Fence), s.lastEvent(id).Detail)
+	require.ErrorIs(t, s.store.Reject(s.ctx, id, second.Fence, "boss"), model.ErrInvalidTransition, "no longer waiting")
 }
 
 // Cancellation.

@@ -73,6 +73,7 @@ var cases = []struct {
 	{"Approval", testApproval},
 	{"ApprovalOutdatedVersion", testApprovalOutdatedVersion},
 	{"Reject", testReject},
+	{"RejectOutdatedVersion", testRejectOutdatedVersion},
 	{"CancelQueued", testCancelQueued},
 	{"CancelRunning", testCancelRunning},
 	{"CancelWaiting", testCancelWaiting},

@@ -428,7 +428,7 @@ func (r *transcriptRun) do(c *command) string {
 	case "approve":
 		return done(s.Approve(ctx, r.id(c), c.int("version", 0), c.str("actor", "mia")), "ok")
 	case "reject":
-		return done(s.Reject(ctx, r.id(c), c.str("actor", "mia")), "ok")
+		return done(s.Reject(ctx, r.id(c), c.int("version", 0), c.str("actor", "mia")), "ok")
 	case "requeue":
 		return done(s.Requeue(ctx, r.id(c), model.Grant{Cost: c.int("cost", 0), Steps: int(c.int("steps", 0))},
 			c.str("actor", "ops")), "ok")

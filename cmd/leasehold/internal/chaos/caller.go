@@ -155,7 +155,7 @@ func (c *caller) decide(ctx context.Context) {
 func (c *caller) approve(ctx context.Context, l *lane, task model.Task, reject bool) {
 	scoped := model.WithScope(ctx, model.ScopeApprove)
 	if reject {
-		if err := l.q.Reject(scoped, task.ID, callerActor); err == nil {
+		if err := l.q.Reject(scoped, task.ID, task.ApprovalVersion, callerActor); err == nil {
 			c.r.count(func(c *Counts) { c.Rejections++ })
 			c.r.moment(l.kind, "", MomentDecide, fmt.Sprintf("caller rejected %s at its gate", task.ID))
 		}

@@ -354,10 +354,13 @@ func badInputs() []badCase {
 		{"approve bad task ID", w("approve"), []string{"task-1", "--version", "1"}, []string{"task"}, false},
 		{"approve bad actor", w("approve"), []string{"TASK", "--version", "1", "--actor", "a/b"}, []string{"actor"}, false},
 		// reject
-		{"reject unknown flag", w("reject"), []string{"TASK", "--bogus"}, []string{"bogus"}, false},
-		{"reject missing task", w("reject"), nil, []string{"argument"}, false},
-		{"reject bad task ID", w("reject"), []string{"T_00"}, []string{"task"}, false},
-		{"reject bad actor", w("reject"), []string{"TASK", "--actor", "a b"}, []string{"actor"}, false},
+		{"reject unknown flag", w("reject"), []string{"TASK", "--version", "1", "--bogus"}, []string{"bogus"}, false},
+		{"reject missing task", w("reject"), []string{"--version", "1"}, []string{"argument"}, false},
+		{"reject missing version", w("reject"), []string{"TASK"}, []string{"--version"}, false},
+		{"reject negative version", w("reject"), []string{"TASK", "--version", "-3"}, []string{"--version"}, false},
+		{"reject version not a number", w("reject"), []string{"TASK", "--version", "v1"}, []string{"version"}, false},
+		{"reject bad task ID", w("reject"), []string{"T_00", "--version", "1"}, []string{"task"}, false},
+		{"reject bad actor", w("reject"), []string{"TASK", "--version", "1", "--actor", "a b"}, []string{"actor"}, false},
 		// requeue
 		{"requeue unknown flag", w("requeue"), []string{"TASK", "--grant-cost", "1", "--grant-steps", "1", "--bogus"}, []string{"bogus"}, false},
 		{"requeue missing task", w("requeue"), []string{"--grant-cost", "1", "--grant-steps", "1"}, []string{"argument"}, false},
@@ -640,7 +643,9 @@ func TestFailedOperationsExitOne(t *testing.T) {
 		{"approve with an outdated version", []string{"approve", waiting, "--version", strconv.FormatInt(version-1, 10), "--actor", "boss"}, []string{"version"}},
 		{"approve with a later version", []string{"approve", waiting, "--version", strconv.FormatInt(version+1, 10), "--actor", "boss"}, []string{"version"}},
 		{"approve of a queued task", []string{"approve", queued, "--version", "0", "--actor", "boss"}, []string{queued}},
-		{"reject of a queued task", []string{"reject", queued, "--actor", "boss"}, []string{queued}},
+		{"reject with an outdated version", []string{"reject", waiting, "--version", strconv.FormatInt(version-1, 10), "--actor", "boss"}, []string{"version"}},
+		{"reject with a later version", []string{"reject", waiting, "--version", strconv.FormatInt(version+1, 10), "--actor", "boss"}, []string{"version"}},
+		{"reject of a queued task", []string{"reject", queued, "--version", "0", "--actor", "boss"}, []string{queued}},
 		{"resolve of a task not in needs_review", []string{"resolve", queued, "--as", "failed", "--actor", "ops"}, []string{queued, "queued"}},
 		{"requeue of a task not in needs_review", []string{"requeue", waiting, "--grant-cost", "1", "--grant-steps", "1", "--actor", "ops"}, []string{waiting}},
 		{"settle of an unknown operation", []string{"settle", unknown + ".s0", "--applied", "--actor", "ops"}, []string{unknown + ".s0", "not found"}},
@@ -713,7 +718,7 @@ func TestNewerSchemaIsRefusedByEveryCommand(t *testing.T) {
 		{"list"},
 		{"cancel", id, "--actor", "ops"},
 		{"approve", id, "--version", "1", "--actor", "ops"},
-		{"reject", id, "--actor", "ops"},
+		{"reject", id, "--version", "1", "--actor", "ops"},
 		{"requeue", id, "--grant-cost", "0", "--grant-steps", "0", "--actor", "ops"},
 		{"resolve", id, "--as", "failed", "--actor", "ops"},
 		{"settle", id + ".s0", "--applied", "--actor", "ops"},
@@ -908,12 +913,12 @@ func TestCancelRecordsTheActor(t *testing.T) {
 }
 
 // approve naming the recorded version resumes the task and records the
-// approver; reject cancels a waiting task.
+// approver; reject naming it cancels a waiting task.
 func TestApproveAndReject(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	id, version := f.toApproval("k1")
-	other, _ := f.toApproval("k2")
+	other, otherVersion := f.toApproval("k2")
 	rec := f.statusJSON(id)
 	require.Equal(t, "waiting_for_approval", rec["state"])
 	require.Equal(t, float64(version), rec["approval_version"])
@@ -922,7 +927,7 @@ func TestApproveAndReject(t *testing.T) {
 	require.Equal(t, "queued", rec["state"])
 	require.Equal(t, "boss", rec["approved_by"])
 
-	requireOK(t, f.do("reject", other, "--actor", "boss"))
+	requireOK(t, f.do("reject", other, "--version", strconv.FormatInt(otherVersion, 10), "--actor", "boss"))
 	rec = f.statusJSON(other)
 	require.Equal(t, "cancelled", rec["state"])
 	require.Equal(t, "approval_rejected", rec["reason"])

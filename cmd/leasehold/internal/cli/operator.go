@@ -14,7 +14,7 @@ import (
 
 func init() {
 	register("approve", "approve a task waiting at its gate: approve TASK --version V", runApprove)
-	register("reject", "reject a task waiting at its gate: reject TASK", runReject)
+	register("reject", "reject a task waiting at its gate: reject TASK --version V", runReject)
 	register("requeue", "requeue a task from needs_review with a bounded grant: requeue TASK --grant-cost N --grant-steps N", runRequeue)
 	register("resolve", "settle a task in needs_review: resolve TASK --as completed|failed|cancelled", runResolve)
 	register("settle", "record what the provider says of an uncertain effect: settle OP --applied|--not-applied", runSettle)
@@ -55,7 +55,29 @@ func runWith(e *env, name, path string, q *queue.Queue, err error, fn func(q *qu
 }
 
 func runApprove(e *env, args []string) int {
-	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
+	return runGate(e, "approve", args, func(q *queue.Queue, id string, version int64, actor string) error {
+		if err := q.Approve(e.ctx, id, version, actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "task %s approved by %s at version %d; it resumes from its checkpoint\n", id, actor, version)
+		return nil
+	})
+}
+
+func runReject(e *env, args []string) int {
+	return runGate(e, "reject", args, func(q *queue.Queue, id string, version int64, actor string) error {
+		if err := q.Reject(e.ctx, id, version, actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "task %s rejected by %s at version %d\n", id, actor, version)
+		return nil
+	})
+}
+
+// runGate parses an approve or a reject, which both name the task and the
+// version recorded when it paused, and hands them to decide.
+func runGate(e *env, name string, args []string, decide func(q *queue.Queue, id string, version int64, actor string) error) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	c := commonFlags(fs, true)
 	version := fs.Int64("version", 0, "the version recorded when the task paused (status shows it); required")
 	id, err := taskArg(fs, args)
@@ -70,33 +92,10 @@ func runApprove(e *env, args []string) int {
 		err = model.CheckName("actor", *c.actor)
 	}
 	if err != nil {
-		return fail(e, "approve", err)
+		return fail(e, name, err)
 	}
-	return withQueue(e, "approve", c, func(q *queue.Queue) error {
-		if err := q.Approve(e.ctx, id, *version, *c.actor); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "task %s approved by %s at version %d; it resumes from its checkpoint\n", id, *c.actor, *version)
-		return nil
-	})
-}
-
-func runReject(e *env, args []string) int {
-	fs := flag.NewFlagSet("reject", flag.ContinueOnError)
-	c := commonFlags(fs, true)
-	id, err := taskArg(fs, args)
-	if err == nil {
-		err = model.CheckName("actor", *c.actor)
-	}
-	if err != nil {
-		return fail(e, "reject", err)
-	}
-	return withQueue(e, "reject", c, func(q *queue.Queue) error {
-		if err := q.Reject(e.ctx, id, *c.actor); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "task %s rejected by %s\n", id, *c.actor)
-		return nil
+	return withQueue(e, name, c, func(q *queue.Queue) error {
+		return decide(q, id, *version, *c.actor)
 	})
 }
 

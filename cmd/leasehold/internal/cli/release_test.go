@@ -670,11 +670,11 @@ func TestCLIRecordsActorAndScope(t *testing.T) {
 	// Each of these claims the one urgent queued task: drive them all
 	// before any is approved or requeued.
 	approved, version := f.toApproval("k-approve")
-	rejected, _ := f.toApproval("k-reject")
+	rejected, rejectVersion := f.toApproval("k-reject")
 	requeued, op := f.toReview("k-requeue")
 	resolved, _ := f.toReview("k-resolve")
 	requireOK(t, f.do("approve", approved, "--version", strconv.FormatInt(version, 10), "--actor", "boss"))
-	requireOK(t, f.do("reject", rejected, "--actor", "boss2"))
+	requireOK(t, f.do("reject", rejected, "--version", strconv.FormatInt(rejectVersion, 10), "--actor", "boss2"))
 	requireOK(t, f.do("settle", op, "--not-applied", "--actor", "ops-settle"))
 	requireOK(t, f.do("requeue", requeued, "--grant-cost", "5", "--grant-steps", "1", "--actor", "ops-requeue"))
 	requireOK(t, f.do("resolve", resolved, "--as", "failed", "--actor", "ops-resolve"))

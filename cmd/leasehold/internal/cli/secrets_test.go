@@ -160,10 +160,13 @@ func TestSecretsNeverLeak(t *testing.T) {
 		require.NoError(t, err)
 		approveVersion = c.Fence
 	})
+	var rejectVersion int64
 	rejected := urgent("k-reject", gatedPayload)
 	f.withQueue(func(ctx context.Context, q *queue.Queue) {
-		_, err := q.Pause(ctx, f.claim(ctx, q, rejected), 0, "manager")
+		c := f.claim(ctx, q, rejected)
+		_, err := q.Pause(ctx, c, 0, "manager")
 		require.NoError(t, err)
+		rejectVersion = c.Fence
 	})
 	uncertain := func(id string) string {
 		var op string
@@ -196,7 +199,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// The operator actions.
 	cli(exitOK, db("cancel", cancelled, "--actor", "carla")...)
 	cli(exitOK, db("approve", approved, "--version", strconv.FormatInt(approveVersion, 10), "--actor", "boss")...)
-	cli(exitOK, db("reject", rejected, "--actor", "boss")...)
+	cli(exitOK, db("reject", rejected, "--version", strconv.FormatInt(rejectVersion, 10), "--actor", "boss")...)
 	cli(exitOK, db("settle", requeuedOp, "--not-applied", "--actor", "ops")...)
 	cli(exitOK, db("requeue", requeued, "--grant-cost", "5", "--grant-steps", "1", "--actor", "ops")...)
 	cli(exitOK, db("resolve", resolved, "--as", "failed", "--actor", "ops")...)

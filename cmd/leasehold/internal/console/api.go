@@ -115,8 +115,8 @@ func (b apiBackend) Approve(ctx context.Context, p Principal, id string, version
 	return mapped(b.s.Approve(ctx, apiPrincipal(p), id, version))
 }
 
-func (b apiBackend) Reject(ctx context.Context, p Principal, id string) error {
-	return mapped(b.s.Reject(ctx, apiPrincipal(p), id))
+func (b apiBackend) Reject(ctx context.Context, p Principal, id string, version int64) error {
+	return mapped(b.s.Reject(ctx, apiPrincipal(p), id, version))
 }
 
 func (b apiBackend) Requeue(ctx context.Context, p Principal, id string, g model.Grant) error {

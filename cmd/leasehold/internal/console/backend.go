@@ -79,7 +79,7 @@ type Backend interface {
 	Effects(ctx context.Context, p Principal, id string) ([]model.Effect, error)
 	Cancel(ctx context.Context, p Principal, id string) (model.Task, error)
 	Approve(ctx context.Context, p Principal, id string, version int64) error
-	Reject(ctx context.Context, p Principal, id string) error
+	Reject(ctx context.Context, p Principal, id string, version int64) error
 	Requeue(ctx context.Context, p Principal, id string, g model.Grant) error
 	Resolve(ctx context.Context, p Principal, id string, as model.State) error
 	// SettleEffect records an uncertain effect's outcome as the provider

@@ -164,21 +164,42 @@ func TestApproveNamesTheVersionShown(t *testing.T) {
 	require.Contains(t, page.body, `data-fence="2"`, "the resumed claim is drawn")
 }
 
+// TestRejectNamesTheVersionShown: the reject button names the version its
+// page showed, and the queue refuses it once the task has paused again at a
+// later gate (the race a check before the call could not close): the page
+// says why and nothing is written.
 func TestRejectNamesTheVersionShown(t *testing.T) {
 	b := setup(t)
-	id := b.submit(t, "ana", "gate", gatedPayload)
-	b.drive(t, id, model.WaitingForApproval)
+	id := b.submit(t, "ana", "gate", `{"steps": [{"approval": "manager"}, {"cost": 1}, {"approval": "board"}]}`)
+	first := b.drive(t, id, model.WaitingForApproval)
+	require.Equal(t, int64(1), first.ApprovalVersion)
 	c := b.client(t)
 	c.signIn(approverSecret)
-	res := c.form(taskPath(id), taskPath(id)+"/reject", url.Values{"version": {"2"}})
+	shown := c.get(taskPath(id))
+	require.Contains(t, shown.body, "Reject version 1")
+
+	// Someone else approves the first gate; the task runs on to the second.
+	require.NoError(t, b.q.Approve(context.Background(), id, 1, "other"))
+	second := b.drive(t, id, model.WaitingForApproval)
+	require.Equal(t, int64(2), second.ApprovalVersion)
+	require.Equal(t, "board", second.ApprovalGate)
+
+	events := b.eventCount(t)
+	res := c.form(taskPath(id), taskPath(id)+"/reject", url.Values{"version": {"1"}})
 	require.Equal(t, http.StatusConflict, res.status)
-	require.Contains(t, res.body, "no longer at the version this page showed (2)")
-	res = c.form(taskPath(id), taskPath(id)+"/reject", url.Values{"version": {"1"}})
-	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	require.Contains(t, res.body, "no longer at the version this page showed (1)")
 	task, err := b.q.Task(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, second, task, "a stale rejection changes nothing")
+	require.Equal(t, events, b.eventCount(t), "and records nothing")
+
+	res = c.form(taskPath(id), taskPath(id)+"/reject", url.Values{"version": {"2"}})
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	task, err = b.q.Task(context.Background(), id)
 	require.NoError(t, err)
 	require.Equal(t, model.Cancelled, task.State)
 	require.Equal(t, model.ApprovalRejected, task.Reason)
+	require.Equal(t, "approver", task.CancelledBy)
 }
 
 func TestSubmitterSeesOnlyItsUsersAndNoApproveButton(t *testing.T) {

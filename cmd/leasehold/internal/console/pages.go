@@ -267,10 +267,8 @@ func (c *Console) approve(w http.ResponseWriter, r *http.Request, req *request) 
 	return c.done(w, r, req, id, fmt.Sprintf("Approved version %d: the task is queued to resume.", version))
 }
 
-// reject refuses when the task is no longer at the version its button
-// named. The queue's reject takes no version, so this check is the
-// console's and comes before the call; the queue still refuses a reject
-// of a task that is not waiting.
+// reject names the version its button showed; the queue refuses it, and
+// writes nothing, when the task paused again since or is no longer waiting.
 func (c *Console) reject(w http.ResponseWriter, r *http.Request, req *request) error {
 	id, err := taskID(r)
 	if err != nil {
@@ -280,15 +278,8 @@ func (c *Console) reject(w http.ResponseWriter, r *http.Request, req *request) e
 	if err != nil {
 		return err
 	}
-	t, err := c.backend.Task(r.Context(), req.p, id)
-	if err != nil {
-		return err
-	}
-	if t.State != model.WaitingForApproval || t.ApprovalVersion != version {
-		return stale(id, version, model.ErrVersionMismatch)
-	}
-	if err := c.backend.Reject(r.Context(), req.p, id); err != nil {
-		if errors.Is(err, model.ErrInvalidTransition) {
+	if err := c.backend.Reject(r.Context(), req.p, id, version); err != nil {
+		if errors.Is(err, model.ErrVersionMismatch) || errors.Is(err, model.ErrInvalidTransition) {
 			return stale(id, version, err)
 		}
 		return err

@@ -96,7 +96,7 @@ func TestTokensActOnlyForTheirUsers(t *testing.T) {
 		"cancel":       func() error { _, err := phone.Cancel(ctx, theirs.TaskID); return err },
 		"wait":         func() error { _, err := phone.WaitTask(ctx, theirs.TaskID, 0, time.Second); return err },
 		"approve":      func() error { _, err := ops.Approve(ctx, gated, version); return err },
-		"reject":       func() error { _, err := ops.Reject(ctx, gated); return err },
+		"reject":       func() error { _, err := ops.Reject(ctx, gated, version); return err },
 		"requeue":      func() error { _, err := ops.Requeue(ctx, theirs.TaskID, 1, 1); return err },
 		"resolve":      func() error { _, err := ops.Resolve(ctx, theirs.TaskID, model.Failed); return err },
 		"settle":       func() error { _, err := ops.SettleEffect(ctx, model.OperationID(theirs.TaskID, 0), true); return err },

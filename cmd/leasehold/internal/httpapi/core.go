@@ -245,8 +245,9 @@ func (s *Server) Approve(ctx context.Context, p Principal, id string, version in
 	return s.q.Approve(ctx, id, version, p.Name)
 }
 
-// Reject rejects a task at its gate.
-func (s *Server) Reject(ctx context.Context, p Principal, id string) error {
+// Reject rejects a task at its gate, naming the version shown; a stale
+// version is refused with model.ErrVersionMismatch and writes nothing.
+func (s *Server) Reject(ctx context.Context, p Principal, id string, version int64) error {
 	ctx, err := authorize(ctx, p, approveScope)
 	if err != nil {
 		return err
@@ -254,7 +255,7 @@ func (s *Server) Reject(ctx context.Context, p Principal, id string) error {
 	if _, err := s.visibleTask(ctx, p, id); err != nil {
 		return err
 	}
-	return s.q.Reject(ctx, id, p.Name)
+	return s.q.Reject(ctx, id, version, p.Name)
 }
 
 // Requeue puts a task in review back in the queue with a grant (at most

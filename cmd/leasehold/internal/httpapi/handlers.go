@@ -274,32 +274,43 @@ func (s *Server) answerTask(w http.ResponseWriter, r *http.Request, p Principal)
 }
 
 func (s *Server) approve(w http.ResponseWriter, r *http.Request, p Principal) error {
-	var b struct {
-		Version *int64 `json:"version"`
-	}
-	if err := decode(r, &b, approveRanges); err != nil {
+	version, err := gateVersion(r)
+	if err != nil {
 		return err
 	}
-	if b.Version == nil {
-		return &model.ValidationError{Field: "version", Problem: "required: the version recorded at the gate"}
-	}
-	if err := checkRange(approveRanges, "version", *b.Version); err != nil {
-		return err
-	}
-	if err := s.Approve(r.Context(), p, r.PathValue("id"), *b.Version); err != nil {
+	if err := s.Approve(r.Context(), p, r.PathValue("id"), version); err != nil {
 		return err
 	}
 	return s.answerTask(w, r, p)
 }
 
 func (s *Server) reject(w http.ResponseWriter, r *http.Request, p Principal) error {
-	if err := noBody(r); err != nil {
+	version, err := gateVersion(r)
+	if err != nil {
 		return err
 	}
-	if err := s.Reject(r.Context(), p, r.PathValue("id")); err != nil {
+	if err := s.Reject(r.Context(), p, r.PathValue("id"), version); err != nil {
 		return err
 	}
 	return s.answerTask(w, r, p)
+}
+
+// gateVersion reads the body of an approve or a reject: the version recorded
+// at the gate, required.
+func gateVersion(r *http.Request) (int64, error) {
+	var b struct {
+		Version *int64 `json:"version"`
+	}
+	if err := decode(r, &b, approveRanges); err != nil {
+		return 0, err
+	}
+	if b.Version == nil {
+		return 0, &model.ValidationError{Field: "version", Problem: "required: the version recorded at the gate"}
+	}
+	if err := checkRange(approveRanges, "version", *b.Version); err != nil {
+		return 0, err
+	}
+	return *b.Version, nil
 }
 
 func (s *Server) requeue(w http.ResponseWriter, r *http.Request, p Principal) error {

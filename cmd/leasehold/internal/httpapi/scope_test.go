@@ -35,7 +35,7 @@ func TestServeRecordsTheTokensScope(t *testing.T) {
 	// before any is requeued or approved.
 	parked, resolved := review("r1"), review("r2")
 	gated, version := a.paused(t, "carol", "g1")
-	rejected, _ := a.paused(t, "carol", "g2")
+	rejected, rejectVersion := a.paused(t, "carol", "g2")
 	cancelled := a.submit(t, "carol", "c1", nil)
 	scopeOf := func(id string, kind model.EventKind) string {
 		e := a.event(t, id, kind)
@@ -83,7 +83,7 @@ func TestServeRecordsTheTokensScope(t *testing.T) {
 	require.Equal(t, "alice "+model.ScopeSubmit, scopeOf(cancelled, model.EventCancelled))
 	a.call(t, http.MethodPost, "/v1/tasks/"+resolved+"/resolve", secretRoot, `{"as": "failed"}`, http.StatusOK)
 	require.Equal(t, "root "+model.ScopeOperate, scopeOf(resolved, model.EventResolved), "a token with every scope records the one the route needs")
-	a.call(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, "", http.StatusOK)
+	a.call(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, fmt.Sprintf(`{"version": %d}`, rejectVersion), http.StatusOK)
 	require.Equal(t, "root "+model.ScopeApprove, scopeOf(rejected, model.EventRejected))
 	a.call(t, http.MethodPut, "/v1/limits/users/carol", secretOperate, `{"running_max": 2}`, http.StatusOK)
 	all, err := a.q.Audit(ctx, queue.AuditFilter{Actor: "olga"})

@@ -537,7 +537,7 @@ func TestServeCancelApproveReject(t *testing.T) {
 	// Approve a task at its gate (both gated tasks are parked first: an
 	// approved one is queued again, ahead of any later claim).
 	gated, version := a.paused(t, "carol", "a1")
-	rejected, _ := a.paused(t, "carol", "a2")
+	rejected, rejectVersion := a.paused(t, "carol", "a2")
 	record := a.task(t, gated)
 	require.Equal(t, "waiting_for_approval", record["state"])
 	require.EqualValues(t, version, record["approval_version"])
@@ -554,11 +554,22 @@ func TestServeCancelApproveReject(t *testing.T) {
 	require.Equal(t, "bob", a.event(t, gated, model.EventApproved).Actor)
 	// It is no longer waiting: approving or rejecting again is a conflict.
 	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, fmt.Sprintf(`{"version": %d}`, version), http.StatusConflict, "id")
-	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/reject", secretApprove, "", http.StatusConflict, "id")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/reject", secretApprove, fmt.Sprintf(`{"version": %d}`, version), http.StatusConflict, "id")
 	a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/approve", secretApprove, `{"version": 1}`, http.StatusNotFound, "id")
 
+	// Reject names the version shown, as approve does: a missing, malformed
+	// or stale one is refused and changes nothing.
+	rows := a.counts(t)
+	a.refused(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, ``, http.StatusBadRequest, "body")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, `{}`, http.StatusBadRequest, "version")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, `{"version": -1}`, http.StatusBadRequest, "version")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, fmt.Sprintf(`{"version": %d, "why": 1}`, rejectVersion), http.StatusBadRequest, "body")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, fmt.Sprintf(`{"version": %d}`, rejectVersion-1), http.StatusConflict, "version")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, fmt.Sprintf(`{"version": %d}`, rejectVersion+1), http.StatusConflict, "version")
+	require.Equal(t, rows, a.counts(t), "a refused rejection writes nothing")
+	require.Equal(t, "waiting_for_approval", a.task(t, rejected)["state"])
 	// Reject: cancelled with approval_rejected, by the token's name.
-	out = a.call(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, "", http.StatusOK)
+	out = a.call(t, http.MethodPost, "/v1/tasks/"+rejected+"/reject", secretRoot, fmt.Sprintf(`{"version": %d}`, rejectVersion), http.StatusOK)
 	require.Equal(t, "cancelled", out["state"])
 	require.Equal(t, "approval_rejected", out["reason"])
 	require.Equal(t, "root", out["cancelled_by"])
@@ -759,7 +770,7 @@ func TestServeAuthentication(t *testing.T) {
 		who, secret, method, path, body string
 	}{
 		{"submitter approving", secretSubmit, http.MethodPost, "/v1/tasks/" + gated + "/approve", approve},
-		{"submitter rejecting", secretSubmit, http.MethodPost, "/v1/tasks/" + gated + "/reject", ""},
+		{"submitter rejecting", secretSubmit, http.MethodPost, "/v1/tasks/" + gated + "/reject", approve},
 		{"submitter requeueing", secretSubmit, http.MethodPost, "/v1/tasks/" + id + "/requeue", `{"grant_cost": 0, "grant_steps": 0}`},
 		{"submitter resolving", secretSubmit, http.MethodPost, "/v1/tasks/" + id + "/resolve", `{"as": "failed"}`},
 		{"submitter settling", secretSubmit, http.MethodPost, "/v1/effects/" + id + ".s0/settle", `{"applied": true}`},
@@ -782,7 +793,7 @@ func TestServeAuthentication(t *testing.T) {
 		{"approver adding a schedule", secretApprove, http.MethodPost, "/v1/schedules", `{}`},
 		{"operator submitting", secretOperate, http.MethodPost, "/v1/tasks", submitJSON(t, "carol", "s5", nil)},
 		{"operator approving", secretOperate, http.MethodPost, "/v1/tasks/" + gated + "/approve", approve},
-		{"operator rejecting", secretOperate, http.MethodPost, "/v1/tasks/" + gated + "/reject", ""},
+		{"operator rejecting", secretOperate, http.MethodPost, "/v1/tasks/" + gated + "/reject", approve},
 	}
 	for _, f := range forbidden {
 		t.Run(f.who, func(t *testing.T) {
