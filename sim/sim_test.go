@@ -172,3 +172,18 @@ func TestFaultFloorsNameRates(t *testing.T) {
 		"shutdown=6 boundary=15 careless=10 limits=6 (per mille)",
 		DefaultMix(worker.Plain).String())
 }
+
+// The careless client leaves a task whose caller waits to cancel it under
+// a worker's claim and crash that worker to the workers. Run by the
+// client, the task's thirty long steps went by in a few bursts of writes
+// and it completed before its caller ever found a worker holding it; these
+// boundaries seeds all ended that way.
+func TestCarelessLeavesCancelThenCrashToWorkers(t *testing.T) {
+	for _, seed := range []uint64{903, 2843, 4425, 5169, 5962, 8734} {
+		r := Run(Config{Scenario: scenarios.Boundaries(), Seed: seed, Trace: true})
+		require.True(t, r.Pass, "seed %d: %s", seed, r.Summary())
+		trace := strings.Join(r.Trace, "\n")
+		require.Contains(t, trace, "its caller waits on a worker's claim: released to queued", "seed %d", seed)
+		require.Regexp(t, `cancel-crash cancel_then_crash: cancellation requested, then w\d crashed`, trace, "seed %d", seed)
+	}
+}

@@ -27,7 +27,8 @@ const probePayload = `{"steps":[{"cost":1}]}`
 // under its real claims without any of the worker's pre-checks (budget,
 // step limit, lease, deadline): the queue's own refusals are what stop
 // it. It runs only plain tasks (no effect, gate or failure, which need
-// the handler); any other task it claims it releases at once.
+// the handler) whose callers wait on no worker's claim; any other task
+// it claims it releases at once.
 type carelessClient struct {
 	held   bool
 	claim  model.Claim
@@ -314,8 +315,26 @@ func (w *World) carelessClaim() string {
 	if !plain {
 		return fmt.Sprintf("claimed %s/%d, not a plain task: %s", cl.Claim.TaskID, cl.Claim.Fence, w.release(carelessActor, cl.Claim))
 	}
+	if w.awaitsWorker(cl.Claim.TaskID) {
+		return fmt.Sprintf("claimed %s/%d, its caller waits on a worker's claim: %s", cl.Claim.TaskID, cl.Claim.Fence, w.release(carelessActor, cl.Claim))
+	}
 	*c = carelessClient{held: true, claim: cl.Claim, plan: plan, next: cl.Task.StepsUsed, cancel: cl.Task.CancelRequested}
 	return fmt.Sprintf("claimed %s/%d at step %d", cl.Claim.TaskID, cl.Claim.Fence, c.next)
+}
+
+// awaitsWorker reports whether the scripted caller of task id has an act
+// left whose condition is a worker's claim (CancelThenCrash crashes the
+// claimant, which must be a worker process). The careless client leaves
+// such a task to the workers: run by it, a task of long steps finishes in
+// a few bursts of writes, before its caller ever finds a worker holding
+// it, and the story the script tells never happens.
+func (w *World) awaitsWorker(id string) bool {
+	for _, t := range w.tasks {
+		if t.id == id {
+			return t.next < len(t.spec.Script) && t.spec.Script[t.next] == scenarios.CancelThenCrash
+		}
+	}
+	return false
 }
 
 // release gives a claim the world's own actors hold back to the queue,
