@@ -309,6 +309,10 @@ func (q *Queue) runGroup(members []*member) {
 	if !g.run() {
 		return
 	}
+	if err := g.notifyReady(); err != nil {
+		g.abort(err)
+		return
+	}
 	if err := tx.Commit(); err != nil {
 		for i, m := range live {
 			if g.alone[i] {

@@ -102,6 +102,9 @@ type Queue struct {
 	stmts   map[string]*sql.Stmt // prepared on first use
 	path    string
 	pragmas []string
+	// url is o.Path as given, a URL's password included: the wake
+	// listener (Wake) opens a connection of its own with it. Never printed.
+	url string
 
 	mu   sync.Mutex // guards rand and ids, which need not be goroutine-safe
 	rand model.Rand
@@ -141,7 +144,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{db: db, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path),
+	q := &Queue{db: db, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), url: o.Path,
 		pragmas: settings, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff

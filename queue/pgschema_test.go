@@ -45,9 +45,9 @@ func TestPostgresMigrationsArePinned(t *testing.T) {
 // two stores' query lists, each for a reason the PostgreSQL files state:
 // the claim locks its users' counter rows (no blocked flags to re-block),
 // writes are never grouped (no group savepoints), event followers take an
-// advisory lock first.
+// advisory lock first, idle workers are woken by LISTEN/NOTIFY (notify.sql).
 var (
-	postgresOnlyQueries = []string{"claim_users_lock", "events_after_lock"}
+	postgresOnlyQueries = []string{"claim_users_lock", "events_after_lock", "ready_listen", "ready_notify", "ready_schema"}
 	sqliteOnlyQueries   = []string{"group_rollback", "group_savepoint", "reblock_all", "reblock_user"}
 )
 

@@ -170,6 +170,7 @@ func (t *txn) insertTask(n model.Normalized, actor string, limits model.Limits) 
 		sql.Named("schedule_id", n.ScheduleID), sql.Named("schedule_run", n.ScheduleRun)); err != nil {
 		return model.SubmitResult{}, err
 	}
+	t.madeReady(runAt)
 	if a := model.ActorOf(t.ctx); a != "" { // who submitted for the user (model.WithActor)
 		actor = a
 	}

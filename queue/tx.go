@@ -22,6 +22,9 @@ type txn struct {
 	// is prepared once per transaction, not once per use.
 	unprepared []string
 	local      map[string]*sql.Stmt
+	// ready is set once the operation made a task claimable now: the
+	// group then wakes idle workers elsewhere (pgnotify.go).
+	ready bool
 }
 
 // committed wraps an error that must be returned after the transaction

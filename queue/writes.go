@@ -70,6 +70,9 @@ func (t *txn) settle(task model.Task, to model.State, reason model.Reason, kind 
 		sql.Named("cost_budget", task.CostBudget), sql.Named("steps_max", task.StepsMax)); err != nil {
 		return err
 	}
+	if to == model.Queued {
+		t.madeReady(task.RunAt)
+	}
 	if reason == model.BudgetExhausted {
 		reason = broken.Pick(broken.EventWrongReason, reason, model.PermanentError)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +33,18 @@ type RunOptions struct {
 	// the worker's lease). Claims still held when it ends are left to the
 	// reaper, and Run returns ErrClaimsLeft naming them.
 	ShutdownGrace time.Duration
+	// Waker, when set, wakes the idle claimer early when a task may have
+	// become claimable; nil uses the worker's Queue if it is a Waker
+	// (*queue.Queue is; a wrapper need not be). Polling stays the
+	// fallback: a wake-up only cuts a wait short.
+	Waker Waker
+}
+
+// Waker tells an idle claimer that a task may have become claimable (on
+// PostgreSQL: LISTEN/NOTIFY, from any machine). *queue.Queue implements
+// it; its channel may be nil (never receives).
+type Waker interface {
+	Wake(ctx context.Context, log *slog.Logger) <-chan struct{}
 }
 
 // ErrClaimsLeft is returned by Run when the shutdown did not settle or
@@ -133,9 +146,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		}()
 	}
 	claiming := make(chan struct{})
+	notified := r.notifications(ctx)
 	go func() {
 		defer close(claiming)
-		r.claimLoop(ctx, work)
+		r.claimLoop(ctx, work, notified)
 		close(work)
 	}()
 	<-ctx.Done()
@@ -234,11 +248,24 @@ func (r *Runner) room() int {
 	return r.claimer.room(r.idle, failing, exposure)
 }
 
+// notifications returns the wake-ups of the runner's Waker (RunOptions.Waker
+// or the queue) until ctx ends, or nil when it has none.
+func (r *Runner) notifications(ctx context.Context) <-chan struct{} {
+	w := r.opts.Waker
+	if w == nil {
+		w, _ = r.cfg.Queue.(Waker)
+	}
+	if w == nil {
+		return nil
+	}
+	return w.Wake(ctx, r.cfg.Logger.With("worker", r.cfg.ID))
+}
+
 // claimLoop claims while ctx lives and hands each claim to a slot. It
 // sleeps while there is no room (until a slot frees, or PollMax) and for
 // the wait the claimer asks for (polling backoff, storage backoff), woken
-// early when a slot frees.
-func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed) {
+// early when a slot frees or notified says a task may be claimable.
+func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed, notified <-chan struct{}) {
 	for ctx.Err() == nil {
 		wait := r.cfg.PollMax
 		if room := r.room(); room > 0 {
@@ -257,6 +284,7 @@ func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed) {
 			select {
 			case <-ctx.Done():
 			case <-r.wake:
+			case <-notified:
 			case <-r.cfg.Clock.After(wait):
 			}
 		}

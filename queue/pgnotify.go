@@ -1,0 +1,226 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Wake-ups on PostgreSQL. A write that makes a task claimable now (a
+// submit, a periodic run enqueued, a release, a requeue or an approval;
+// not a retry whose backoff has yet to pass) marks its transaction ready
+// (txn.madeReady), and the group that carries it sends one notification,
+// ready_notify, in the same transaction, just before COMMIT: PostgreSQL
+// delivers it to every listener once the transaction commits, and never
+// if it rolls back. It is sent by the protocol, not by a trigger, so a
+// transaction that queues a thousand tasks sends one, and a migration or
+// an operator's SQL sends none. Its payload is the schema, so queues in
+// different schemas of one database do not wake each other's workers.
+//
+// A worker listens on a connection of its own (Wake), outside the pool:
+// LISTEN belongs to a session, and a pooled connection is handed to
+// whoever asks next. Notifications are hints, not messages: one lost
+// while the listener was away costs the idle workers their poll interval,
+// and every (re)connection wakes them once, for what may have committed
+// meanwhile.
+
+// ReadyChannel is the PostgreSQL notification channel a transaction that
+// made a task claimable notifies, with its schema as the payload.
+const ReadyChannel = "leasehold_ready"
+
+// The wake listener's reconnection backoff, on the queue's clock: it
+// doubles from WakeRetryMin up to WakeRetryMax while the server cannot be
+// reached.
+const (
+	WakeRetryMin = time.Second
+	WakeRetryMax = 30 * time.Second
+)
+
+// wakeConnectTimeout bounds one attempt to open the listening connection,
+// and wakeKeepAlive how soon a link that went silent (a cut cable, a
+// partition) is found dead: the kernel probes an idle connection after
+// Idle, every Interval, Count times.
+var (
+	wakeConnectTimeout = 10 * time.Second
+	wakeKeepAlive      = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 5 * time.Second, Count: 3}
+)
+
+// readyNotifier is a store that can wake idle workers elsewhere.
+type readyNotifier interface {
+	// notifyReady sends, inside t's transaction, the notification that a
+	// task became claimable.
+	notifyReady(t *txn) error
+}
+
+func (pgBackend) notifyReady(t *txn) error {
+	if _, err := t.exec("ready_notify"); err != nil {
+		return fmt.Errorf("queue: notify workers: %w", err)
+	}
+	return nil
+}
+
+// madeReady marks the transaction as having made a task claimable, if it
+// is due by now.
+func (t *txn) madeReady(runAt time.Time) {
+	if !runAt.After(t.now) {
+		t.ready = true
+	}
+}
+
+// notifyReady sends the group's one notification if a member whose writes
+// the commit keeps made a task claimable and the store notifies.
+func (g *group) notifyReady() error {
+	n, ok := g.q.store.(readyNotifier)
+	if !ok {
+		return nil
+	}
+	for i, t := range g.txns {
+		if t.ready && !g.alone[i] {
+			return n.notifyReady(t)
+		}
+	}
+	return nil
+}
+
+// abort rolls the group back after a statement of its own (not of a
+// member) failed with err, and answers every member: one already refused
+// and rolled back to its savepoint keeps its refusal, the others are told
+// ErrNotApplied.
+func (g *group) abort(err error) {
+	rerr := g.tx.Rollback()
+	for i, m := range g.members {
+		if g.alone[i] {
+			m.finish(g.results[i])
+			continue
+		}
+		out := fmt.Errorf("queue: %s: %w", m.op, err)
+		if rerr != nil {
+			out = fmt.Errorf("queue: %s: %w (rollback: %v)", m.op, err, rerr)
+		}
+		m.finish(notApplied(out))
+	}
+}
+
+// Wake returns a channel that receives when a task may have become
+// claimable: on PostgreSQL, when any process on any machine commits a
+// write that made one claimable now in this queue's schema, and once each
+// time the listening connection is opened (a notification sent while it
+// was away is lost). Signals coalesce: the channel holds at most one. The
+// listener lives until ctx ends.
+//
+// A lost connection is logged once, as a warning, and reopened with a
+// backoff on the queue's clock (WakeRetryMin to WakeRetryMax); its return
+// is logged too. Meanwhile nothing wakes the channel, and a worker that
+// also polls loses nothing but time.
+//
+// On SQLite Wake returns nil, which never receives: workers there poll.
+func (q *Queue) Wake(ctx context.Context, log *slog.Logger) <-chan struct{} {
+	if _, ok := q.store.(readyNotifier); !ok || q.closed.Load() {
+		return nil
+	}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ch := make(chan struct{}, 1)
+	go q.listen(ctx, ch, log)
+	return ch
+}
+
+// signal puts a wake-up in ch unless one is waiting already.
+func signal(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// listen keeps a listening connection open until ctx ends, waking ch for
+// each notification of this schema.
+func (q *Queue) listen(ctx context.Context, ch chan<- struct{}, log *slog.Logger) {
+	var retry time.Duration
+	lost := false
+	for ctx.Err() == nil {
+		conn, schema, err := q.openListener(ctx)
+		if err == nil {
+			if lost {
+				log.Info("wake listener back", "db", q.path)
+				lost = false
+			}
+			retry = 0
+			signal(ch)
+			err = waitNotifications(ctx, conn, schema, ch)
+			conn.Close(context.WithoutCancel(ctx))
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		retry = min(max(2*retry, WakeRetryMin), WakeRetryMax)
+		timer := q.clock.NewTimer(retry)
+		if !lost {
+			log.Warn("wake listener lost; idle workers poll until it is back", "db", q.path,
+				"error", scrubbed(err, q.url).Error(), "retry_in", retry.String())
+			lost = true
+		}
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.Chan():
+		}
+	}
+}
+
+// openListener opens a connection of its own to the queue's database,
+// listens on ReadyChannel and returns the connection with its schema.
+func (q *Queue) openListener(ctx context.Context) (*pgx.Conn, string, error) {
+	cfg, err := pgx.ParseConfig(q.url)
+	if err != nil {
+		return nil, "", fmt.Errorf("queue: wake listener: the URL %s is not valid", q.path)
+	}
+	cfg.ConnectTimeout = wakeConnectTimeout
+	cfg.RuntimeParams["application_name"] = wakeApplicationName(cfg.RuntimeParams["search_path"])
+	dialer := &net.Dialer{KeepAliveConfig: wakeKeepAlive}
+	cfg.DialFunc = dialer.DialContext
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("queue: wake listener: connect to %s: %w", q.path, err)
+	}
+	var schema string
+	if _, err = conn.Exec(ctx, q.query("ready_listen").text); err == nil {
+		err = conn.QueryRow(ctx, q.query("ready_schema").text).Scan(&schema)
+	}
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, "", fmt.Errorf("queue: wake listener: listen on %s: %w", q.path, err)
+	}
+	return conn, schema, nil
+}
+
+// wakeApplicationName is the application_name of a wake listener's
+// connection, as pg_stat_activity shows it: "leasehold wake" and the URL's
+// search_path, if it names one.
+func wakeApplicationName(searchPath string) string {
+	if searchPath == "" {
+		return "leasehold wake"
+	}
+	return "leasehold wake " + searchPath
+}
+
+// waitNotifications wakes ch for each notification of schema until the
+// connection fails or ctx ends.
+func waitNotifications(ctx context.Context, conn *pgx.Conn, schema string, ch chan<- struct{}) error {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("queue: wake listener: %w", err)
+		}
+		if n.Channel == ReadyChannel && n.Payload == schema {
+			signal(ch)
+		}
+	}
+}

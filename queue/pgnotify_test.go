@@ -1,0 +1,234 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// The wake-ups of idle workers on PostgreSQL (pgnotify.go), against a real
+// server: what sends a notification, and what the listener does when its
+// connection is cut.
+
+// wakeGuard bounds every wait of these tests for something the server or
+// the listener does; it is a failure deadline, never a synchronisation.
+const wakeGuard = 20 * time.Second
+
+// logRecords is a slog handler that keeps every record and hands each to
+// a channel, so a test can wait for a log line.
+type logRecords struct {
+	mu      sync.Mutex
+	records []slog.Record
+	seen    chan slog.Record
+}
+
+func newLogRecords() *logRecords { return &logRecords{seen: make(chan slog.Record, 64)} }
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler      { return l }
+func (l *logRecords) WithGroup(string) slog.Handler           { return l }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.records = append(l.records, r)
+	l.mu.Unlock()
+	l.seen <- r
+	return nil
+}
+
+// messages returns the messages logged so far at level.
+func (l *logRecords) messages(level slog.Level) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.records {
+		if r.Level == level {
+			out = append(out, r.Message)
+		}
+	}
+	return out
+}
+
+// await waits for a record whose message starts with prefix.
+func (l *logRecords) await(t *testing.T, prefix string) slog.Record {
+	t.Helper()
+	deadline := time.After(wakeGuard)
+	for {
+		select {
+		case r := <-l.seen:
+			if strings.HasPrefix(r.Message, prefix) {
+				return r
+			}
+		case <-deadline:
+			t.Fatalf("no log line %q within %s", prefix, wakeGuard)
+		}
+	}
+}
+
+// awaitWake waits for a wake-up on ch.
+func awaitWake(t *testing.T, ch <-chan struct{}, why string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(wakeGuard):
+		t.Fatalf("no wake-up within %s: %s", wakeGuard, why)
+	}
+}
+
+// rawListener listens on ReadyChannel on a plain connection of the test's
+// own and returns the payloads of the notifications in delivery (commit)
+// order, one per call.
+type rawListener struct {
+	t    *testing.T
+	conn *pgx.Conn
+}
+
+func listenRaw(t *testing.T, url string) *rawListener {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	_, err = conn.Exec(ctx, "LISTEN "+ReadyChannel)
+	require.NoError(t, err)
+	return &rawListener{t: t, conn: conn}
+}
+
+func (l *rawListener) next() string {
+	l.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wakeGuard)
+	defer cancel()
+	n, err := l.conn.WaitForNotification(ctx)
+	require.NoError(l.t, err, "no notification within %s", wakeGuard)
+	return n.Payload
+}
+
+// schemaOf returns the schema the fixture's queue works in.
+func (f *pgFixture) schemaOf() string {
+	f.t.Helper()
+	var schema string
+	require.NoError(f.t, f.db.QueryRowContext(f.ctx, "SELECT current_schema()").Scan(&schema))
+	return schema
+}
+
+// marker sends a notification with the payload "marker" on ReadyChannel:
+// notifications arrive in commit order, so everything a listener receives
+// before it was sent by a transaction that committed before the marker.
+func (f *pgFixture) marker() {
+	f.t.Helper()
+	_, err := f.db.ExecContext(f.ctx, "SELECT pg_notify($1, 'marker')", ReadyChannel)
+	require.NoError(f.t, err)
+}
+
+// TestPostgresNotifiesOncePerClaimableCommit: a transaction that makes
+// tasks claimable now sends one notification however many it makes, with
+// its schema as the payload; one that makes none claimable yet (a task
+// due later, a refused submit) sends none.
+func TestPostgresNotifiesOncePerClaimableCommit(t *testing.T) {
+	f := freshPostgres(t)
+	schema := f.schemaOf()
+	raw := listenRaw(t, f.url)
+	later := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // past the fixture clock's now
+
+	// Due later: no notification before the marker.
+	_, err := f.q.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: "later", Payload: `{}`, CostBudget: 10, StepsMax: 5, RunAt: later})
+	require.NoError(t, err)
+	// Refused: nothing written, nothing sent.
+	_, err = f.q.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: "later", Payload: `{"changed":1}`, CostBudget: 10, StepsMax: 5, RunAt: later})
+	require.ErrorIs(t, err, model.ErrIdempotencyConflict)
+	f.marker()
+	require.Equal(t, "marker", raw.next(), "a write that made nothing claimable now notified")
+
+	// Ten tasks in one transaction: one notification.
+	var reqs []model.SubmitRequest
+	for i := range 10 {
+		reqs = append(reqs, model.SubmitRequest{User: "ana", Key: fmt.Sprintf("now-%d", i), Payload: `{}`, CostBudget: 10, StepsMax: 5})
+	}
+	_, err = f.q.SubmitMany(f.ctx, reqs)
+	require.NoError(t, err)
+	f.marker()
+	require.Equal(t, schema, raw.next(), "the batch's notification names the queue's schema")
+	require.Equal(t, "marker", raw.next(), "a batch of ten sent more than one notification")
+
+	// A claim makes nothing claimable; a release does.
+	claimed, err := f.q.Claim(f.ctx, model.ClaimRequest{Worker: "w1", Max: 1, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	f.marker()
+	require.Equal(t, "marker", raw.next(), "a claim notified")
+	to, err := f.q.Release(f.ctx, claimed[0].Claim)
+	require.NoError(t, err)
+	require.Equal(t, model.Queued, to)
+	require.Equal(t, schema, raw.next(), "a release did not notify")
+}
+
+// TestPostgresWakeListenerReconnects: Wake wakes on a commit by another
+// connection; when the server terminates its connection, it logs the loss
+// once, wakes nothing while away, reconnects after WakeRetryMin on the
+// queue's clock, wakes once for what it may have missed, and wakes again
+// for the next commit.
+func TestPostgresWakeListenerReconnects(t *testing.T) {
+	f := freshPostgres(t)
+	clock := f.q.clock.(*clockwork.FakeClock)
+	other, err := Open(f.ctx, Options{Path: f.url, Clock: clock, IDs: model.NewSeededIDs(2)})
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() })
+	logs := newLogRecords()
+	ctx, cancel := context.WithCancel(f.ctx)
+	t.Cleanup(cancel)
+
+	wake := f.q.Wake(ctx, slog.New(logs))
+	require.NotNil(t, wake)
+	awaitWake(t, wake, "the listener's first connection")
+
+	submit := func(key string) {
+		t.Helper()
+		_, err := other.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: key, Payload: `{}`, CostBudget: 10, StepsMax: 5})
+		require.NoError(t, err)
+	}
+	submit("a")
+	awaitWake(t, wake, "a submit committed on another connection")
+
+	var terminated int
+	require.NoError(t, f.db.QueryRowContext(f.ctx,
+		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		 WHERE datname = current_database() AND application_name = $1`, wakeApplicationName(f.schemaOf())).Scan(&terminated))
+	require.Equal(t, 1, terminated, "exactly one listener connection for this schema")
+	lost := logs.await(t, "wake listener lost")
+	require.Equal(t, slog.LevelWarn, lost.Level)
+
+	submit("b") // lost: nobody listens
+	select {
+	case <-wake:
+		t.Fatal("woken while the listener was away")
+	default:
+	}
+	start := clock.Now()
+	clock.Advance(WakeRetryMin)
+	logs.await(t, "wake listener back")
+	awaitWake(t, wake, "the reconnection, for what was missed")
+	require.Equal(t, start.Add(WakeRetryMin), clock.Now())
+
+	submit("c")
+	awaitWake(t, wake, "a submit after the reconnection")
+	require.Equal(t, []string{"wake listener lost; idle workers poll until it is back"}, logs.messages(slog.LevelWarn),
+		"the loss is logged once")
+	cancel()
+}
+
+// TestWakeOnSQLiteIsNil: SQLite has no listener; its workers poll.
+func TestWakeOnSQLiteIsNil(t *testing.T) {
+	q, err := Open(context.Background(), Options{Path: Memory, Clock: clockwork.NewFakeClock(), IDs: model.NewSeededIDs(1)})
+	require.NoError(t, err)
+	defer q.Close()
+	require.Nil(t, q.Wake(context.Background(), nil))
+}
