@@ -5,15 +5,18 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/model"
-	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/scenarios"
 )
 
-// The scenario's acts, played live through the queue's Go API.
+// The scenario's acts, played live through the Go client: submits and
+// cancels as the task's user, approvals as the approver.
 
 func (r *run) actReplay(t scenarios.Task) error {
-	res, err := r.q.Submit(r.ctx, r.reqs[t.Name])
+	ctx, cancel := r.callCtx()
+	defer cancel()
+	res, err := r.userOf(t.Name).Submit(ctx, r.reqs[t.Name])
 	r.outcome(StoryReplay, t.Name, "exact duplicate submission", "the original task ID with replay=true",
 		fmt.Sprintf("task_id=%s replay=%t (original %s) err=%v", res.TaskID, res.Replay, r.ids[t.Name], err),
 		err == nil && res.Replay && res.TaskID == r.ids[t.Name])
@@ -23,14 +26,45 @@ func (r *run) actReplay(t scenarios.Task) error {
 func (r *run) actChangePayload(t scenarios.Task) error {
 	changed := r.reqs[t.Name]
 	changed.Payload = `{"steps":[{"cost":9}]}`
-	res, err := r.q.Submit(r.ctx, changed)
+	ctx, cancel := r.callCtx()
+	defer cancel()
+	before, err := r.operatorTaskCount()
+	if err != nil {
+		return err
+	}
+	res, err := r.userOf(t.Name).Submit(ctx, changed)
 	observed := fmt.Sprintf("refused: %v", err)
 	if err == nil {
 		observed = fmt.Sprintf("accepted as %s (replay=%t)", res.TaskID, res.Replay)
 	}
-	r.outcome(StoryConflict, t.Name, "changed payload under the same key", "refused as an idempotency conflict, nothing written",
-		observed, errors.Is(err, queue.ErrIdempotencyConflict))
+	after, cerr := r.operatorTaskCount()
+	if cerr != nil {
+		return cerr
+	}
+	observed += fmt.Sprintf("; tasks %d before, %d after", before, after)
+	r.outcome(StoryConflict, t.Name, "changed payload under the same key", "refused as an idempotency conflict (409 conflict), nothing written",
+		observed, refusedAs(err, "conflict") && errors.Is(err, client.ErrConflict) && before == after)
 	return nil
+}
+
+// operatorTaskCount counts the tasks the operator's token lists, every
+// user's.
+func (r *run) operatorTaskCount() (int, error) {
+	ctx, cancel := r.callCtx()
+	defer cancel()
+	n := 0
+	o := client.ListOptions{Limit: model.ListLimitMax}
+	for {
+		page, err := r.c.operator.List(ctx, o)
+		if err != nil {
+			return 0, fmt.Errorf("list the tasks: %w", err)
+		}
+		n += len(page.Tasks)
+		if page.Next == "" {
+			return n, nil
+		}
+		o.After = page.Next
+	}
 }
 
 // actCancelRunning cancels the task once it runs, as its own user.
@@ -38,7 +72,9 @@ func (r *run) actCancelRunning(t scenarios.Task) error {
 	if _, err := r.waitState(t.Name, model.Running); err != nil {
 		return err
 	}
-	if _, err := r.q.Cancel(r.ctx, r.ids[t.Name], t.Request.User); err != nil {
+	ctx, cancel := r.callCtx()
+	defer cancel()
+	if _, err := r.userOf(t.Name).Cancel(ctx, r.ids[t.Name]); err != nil {
 		return fmt.Errorf("cancel %s: %w", t.Name, err)
 	}
 	r.moment(Moment{Kind: CancelRequested, Task: t.Name, TaskID: r.ids[t.Name], Actor: t.Request.User})
@@ -48,7 +84,7 @@ func (r *run) actCancelRunning(t scenarios.Task) error {
 	}
 	r.outcome(StoryCancel, t.Name, "cancelled while running", "cancelled / cancelled_by_caller, by its caller, before its last step",
 		fmt.Sprintf("%s / %s, cancelled_by %s, steps %d of %d run", done.State, done.Reason, done.CancelledBy, done.StepsUsed, steps(t)),
-		done.State == model.Cancelled && done.Reason == model.CancelledByCaller && done.CancelledBy == t.Request.User && done.StepsUsed < steps(t))
+		done.State == model.Cancelled && done.Reason == string(model.CancelledByCaller) && done.CancelledBy == t.Request.User && done.StepsUsed < steps(t))
 	return nil
 }
 
@@ -66,20 +102,40 @@ func (r *run) actRestartWhilePaused(t scenarios.Task) error {
 	return r.restart("w1")
 }
 
+// approverOf is who approves the task at its gate: the approver its
+// scenario expects, or else the gate's name.
+func (r *run) approverOf(t scenarios.Task, w client.Task) (string, *client.Client, error) {
+	name := t.Expect.ApprovedBy
+	if name == "" {
+		name = w.ApprovalGate
+	}
+	c := r.c.approvers[name]
+	if c == nil {
+		return "", nil, fmt.Errorf("approve %s: the run has no token for approver %s", t.Name, name)
+	}
+	return name, c, nil
+}
+
 // actApproveOutdated approves naming a version older than the recorded one.
 func (r *run) actApproveOutdated(t scenarios.Task) error {
 	w, err := r.waitState(t.Name, model.WaitingForApproval)
 	if err != nil {
 		return err
 	}
-	err = r.q.Approve(r.ctx, r.ids[t.Name], w.ApprovalVersion-1, "manager")
+	_, c, err := r.approverOf(t, w)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := r.callCtx()
+	defer cancel()
+	_, err = c.Approve(ctx, r.ids[t.Name], w.ApprovalVersion-1)
 	after, rerr := r.task(t.Name)
 	if rerr != nil {
 		return rerr
 	}
-	r.outcome(StoryApproveOutdated, t.Name, "approval naming an outdated version", "refused as a version mismatch; the task still waits",
+	r.outcome(StoryApproveOutdated, t.Name, "approval naming an outdated version", "refused as a version mismatch (409); the task still waits",
 		fmt.Sprintf("approve version %d: %v; task %s", w.ApprovalVersion-1, err, after.State),
-		errors.Is(err, queue.ErrVersionMismatch) && after.State == model.WaitingForApproval)
+		errors.Is(err, client.ErrVersionMismatch) && after.State == model.WaitingForApproval && after.LastEventSeq == w.LastEventSeq)
 	return nil
 }
 
@@ -89,11 +145,13 @@ func (r *run) actApprove(t scenarios.Task) error {
 	if err != nil {
 		return err
 	}
-	approver := t.Expect.ApprovedBy
-	if approver == "" {
-		approver = w.ApprovalGate
+	approver, c, err := r.approverOf(t, w)
+	if err != nil {
+		return err
 	}
-	if err := r.q.Approve(r.ctx, r.ids[t.Name], w.ApprovalVersion, approver); err != nil {
+	ctx, cancel := r.callCtx()
+	defer cancel()
+	if _, err := c.Approve(ctx, r.ids[t.Name], w.ApprovalVersion); err != nil {
 		return fmt.Errorf("approve %s: %w", t.Name, err)
 	}
 	r.moment(Moment{Kind: TaskApproved, Task: t.Name, TaskID: r.ids[t.Name], Actor: approver, Version: w.ApprovalVersion})
@@ -107,7 +165,7 @@ func (r *run) actApprove(t scenarios.Task) error {
 	}
 	resumedAt := -1
 	for _, ev := range events {
-		if ev.Kind == model.EventClaimed && ev.Fence > w.ApprovalVersion && resumedAt < 0 {
+		if ev.Kind == string(model.EventClaimed) && ev.Fence > w.ApprovalVersion && resumedAt < 0 {
 			resumedAt = ev.Attempt
 		}
 	}

@@ -53,14 +53,25 @@ func (r *run) settle() error {
 	return r.storyCompleteTwice()
 }
 
+// record reads a task's final record from the database, for the checks.
+func (r *run) record(name string) (model.Task, error) {
+	return r.q.Task(r.ctx, r.ids[name])
+}
+
+// trail reads a task's audit events from the database, for the checks.
+func (r *run) trail(name string) ([]model.Event, error) {
+	return r.q.Events(r.ctx, r.ids[name])
+}
+
 // checkExpect compares a scenario task's end with its Expect (or one of
-// its Also). Effects are checked against the service ledger in finish.
+// its Also), from its record in the database. Effects are checked against
+// the service ledger in finish.
 func (r *run) checkExpect(t scenarios.Task) error {
-	got, err := r.task(t.Name)
+	got, err := r.record(t.Name)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", t.Name, err)
 	}
-	events, err := r.events(t.Name)
+	events, err := r.trail(t.Name)
 	if err != nil {
 		return fmt.Errorf("read %s's events: %w", t.Name, err)
 	}
@@ -153,7 +164,7 @@ func (r *run) checkLimits() error {
 			if t.Request.User != u.User {
 				continue
 			}
-			events, err := r.events(t.Name)
+			events, err := r.trail(t.Name)
 			if err != nil {
 				return fmt.Errorf("read %s's events: %w", t.Name, err)
 			}
@@ -182,7 +193,7 @@ func (r *run) finish() {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if t, err := r.task(name); err == nil {
+		if t, err := r.record(name); err == nil {
 			r.res.Tasks = append(r.res.Tasks, TaskOf(name, t))
 		}
 	}

@@ -7,11 +7,18 @@
 // a Result, the typed record that `leasehold demo` writes to result.json
 // and `leasehold evidence` reads back with Read.
 //
-// The run's caller is the queue's Go API: the run opens the workers'
-// database itself (queue.Open) to submit, poll, cancel and approve. The
-// workers are child processes of this binary; nothing they print is read
-// back except the workers' structured (JSON) log records, for the two
-// stories whose only witness is the worker itself.
+// The run's caller is the Go client (package client) over HTTP: the run
+// starts `leasehold serve` over the workers' database, on a free loopback
+// port, with a token per user (named after the user, so the audit trail
+// records each user as the actor of its submits and cancels), one per
+// approver and one for the operator, handed over in LEASEHOLD_TOKENS, and
+// submits, waits (long-polls on the task's next event), cancels, approves
+// and sets limits through it. The run's checks read the database itself
+// (queue.Open), as an auditor would: the metrics sampler, the audit trail
+// and each task's final record. The server and the workers are child
+// processes of this binary; nothing they print is read back except the
+// workers' structured (JSON) log records, for the two stories whose only
+// witness is the worker itself.
 //
 // # The duplicate-delivery fault entry
 //

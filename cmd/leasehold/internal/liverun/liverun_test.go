@@ -1,21 +1,27 @@
 package liverun
 
 // The live run's parts that need no live run: the fault entry, the span
-// comparison and the result record's round trip.
+// comparison, the result record's round trip and the caller's tokens.
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/scenarios"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -131,4 +137,70 @@ func TestRunWaitsForTheSampler(t *testing.T) {
 	idle := &run{sampling: make(chan struct{})}
 	idle.stopSampling()
 	require.Empty(t, idle.res.Samples)
+}
+
+// The caller's tokens parse under --strict-tokens, and each user's token
+// acts for that user alone, recorded under the user's name: through a real
+// server over a real queue file, ana's token submits as ana, is refused a
+// submit for bo (nothing written), and the operator's sets limits under
+// its own name.
+func TestCallerTokensBindEachUser(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	users, approvers := scenarioActors(scenarios.Portfolio(), storyTasks)
+	require.Subset(t, users, []string{"ana", "bo", "lena", "ivy", "gus"}, "the scenario's users and the stories'")
+	require.Equal(t, []string{"manager"}, approvers, "the expected approver and the gate's name")
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c, err := newCaller("http://"+ln.Addr().String(), users, approvers)
+	require.NoError(t, err)
+	env, ok := strings.CutPrefix(c.tokensEnv(), "LEASEHOLD_TOKENS=")
+	require.True(t, ok)
+	tokens, err := httpapi.ParseTokens(strings.ReplaceAll(env, ";", "\n"), true)
+	require.NoError(t, err, "every line names its users")
+	require.Len(t, tokens, len(users)+len(approvers)+1)
+	for _, tok := range tokens {
+		p := tok.Principal()
+		switch {
+		case tok.Name() == operator:
+			require.Equal(t, []string{model.ScopeOperate}, p.Scopes)
+		case tok.Name() == "manager":
+			require.Equal(t, []string{model.ScopeApprove}, p.Scopes)
+		default:
+			require.Equal(t, []string{model.ScopeSubmit}, p.Scopes, tok.Name())
+			require.Equal(t, []string{tok.Name()}, p.Users, "a user's token acts for that user alone")
+		}
+	}
+
+	q, err := queue.Open(ctx, queue.Options{Path: filepath.Join(t.TempDir(), "q.db"), Clock: clockwork.NewRealClock(), IDs: &countingIDs{}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, q.Close()) }()
+	served := make(chan error, 1)
+	go func() { served <- httpapi.Serve(ctx, ln, httpapi.New(q, tokens, slog.New(slog.DiscardHandler))) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-served)
+	}()
+
+	req := model.SubmitRequest{User: "ana", Key: "k", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 5, StepsMax: 2}
+	res, err := c.users["ana"].Submit(ctx, req)
+	require.NoError(t, err)
+	events, err := q.Events(ctx, res.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, "ana", events[0].Actor)
+	req.User = "bo"
+	_, err = c.users["ana"].Submit(ctx, req)
+	require.ErrorIs(t, err, client.ErrForbidden)
+	_, err = c.approvers["manager"].Submit(ctx, req)
+	require.ErrorIs(t, err, client.ErrForbidden)
+	all, err := q.Events(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, all, 1, "a refused submit writes nothing")
+
+	_, err = c.operator.SetUserLimit(ctx, client.UserLimit{User: "lena", RunningMax: 1, DepthMax: model.Inherit})
+	require.NoError(t, err)
+	all, err = q.Events(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, operator, all[len(all)-1].Actor)
 }

@@ -53,6 +53,9 @@ type MomentKind string
 
 // The kinds of moment.
 const (
+	// ServerStarted: the run's `leasehold serve` answers at Addr (Worker
+	// is "serve").
+	ServerStarted   MomentKind = "server_started"
 	WorkerStarted   MomentKind = "worker_started"
 	WorkerSignalled MomentKind = "worker_signalled"
 	WorkerExited    MomentKind = "worker_exited"
@@ -83,11 +86,15 @@ type Moment struct {
 	// Version is the approval version named, the fence of a new claim, or
 	// a running limit.
 	Version int64 `json:"version,omitempty"`
+	// Addr is the address the server listens on.
+	Addr string `json:"addr,omitempty"`
 }
 
 // String is the moment as the run prints it.
 func (m Moment) String() string {
 	switch m.Kind {
+	case ServerStarted:
+		return fmt.Sprintf("started the API server (pid %d) at %s", m.PID, m.Addr)
 	case WorkerStarted:
 		return fmt.Sprintf("started worker %s (pid %d)", m.Worker, m.PID)
 	case WorkerSignalled:

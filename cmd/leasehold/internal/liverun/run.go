@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -49,11 +50,15 @@ type proc struct {
 }
 
 type run struct {
-	cfg   Config
-	ctx   context.Context
-	sc    scenarios.Scenario
-	db    string
+	cfg Config
+	ctx context.Context
+	sc  scenarios.Scenario
+	db  string
+	// q is the run's own view of the database, for its checks: the
+	// metrics sampler, the audit trail and each task's final record. Every
+	// action of the caller goes through c instead.
 	q     *queue.Queue
+	c     *caller
 	start time.Time
 
 	mu       sync.Mutex
@@ -122,83 +127,35 @@ func (r *run) outcome(story Story, task, name, expected, observed string, pass b
 		Observed: observed, Pass: pass, AtMs: r.since()})
 }
 
-// task reads a scenario task's state through the queue.
-func (r *run) task(name string) (model.Task, error) {
-	return r.q.Task(r.ctx, r.ids[name])
-}
-
-func (r *run) events(name string) ([]model.Event, error) {
-	return r.q.Events(r.ctx, r.ids[name])
-}
-
-// waitFor polls cond until it holds or the story's time runs out.
-func (r *run) waitFor(what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(storyMax)
-	for {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			if err != nil {
-				return fmt.Errorf("waiting for %s: %w", what, err)
-			}
-			return fmt.Errorf("waiting for %s: timed out after %s", what, storyMax)
-		}
-		select {
-		case <-r.ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, r.ctx.Err())
-		case <-time.After(pollEvery):
-		}
-	}
-}
-
-// waitState waits until the task is in one of states and returns it.
-func (r *run) waitState(name string, states ...model.State) (model.Task, error) {
-	var t model.Task
-	err := r.waitFor(fmt.Sprintf("%s to be %v", name, states), func() (bool, error) {
-		var err error
-		if t, err = r.task(name); err != nil {
-			return false, err
-		}
-		for _, s := range states {
-			if t.State == s {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	return t, err
-}
-
 var ended = []model.State{model.Completed, model.Failed, model.Cancelled, model.NeedsReview}
 
-func (r *run) submit(name string, req model.SubmitRequest) error {
-	res, err := r.q.Submit(r.ctx, req)
-	if err != nil {
-		return fmt.Errorf("submit %s: %w", name, err)
-	}
-	r.ids[name], r.reqs[name] = res.TaskID, req
-	r.moment(Moment{Kind: TaskSubmitted, Task: name, TaskID: res.TaskID})
-	return nil
-}
-
 func (r *run) startWorker(name string, env ...string) error {
-	log, err := os.OpenFile(filepath.Join(r.cfg.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("worker %s's log: %w", name, err)
-	}
 	r.mu.Lock()
 	r.env[name] = env
 	r.mu.Unlock()
-	cmd := exec.Command(r.cfg.Self, "worker", "--db", r.db, "--id", name, "--concurrency", strconv.Itoa(r.sc.Concurrency),
+	p, err := r.startProc(name, []string{"worker", "--db", r.db, "--id", name, "--concurrency", strconv.Itoa(r.sc.Concurrency),
 		"--lease", r.sc.Lease.String(), "--heartbeat", r.sc.Heartbeat.String(), "--busy-timeout", "300ms",
-		"--service-kind", "fenced", "--service-db", filepath.Join(r.cfg.Dir, "service.db"))
+		"--service-kind", "fenced", "--service-db", filepath.Join(r.cfg.Dir, "service.db")}, env)
+	if err != nil {
+		return err
+	}
+	r.moment(Moment{Kind: WorkerStarted, Worker: name, PID: p.cmd.Process.Pid})
+	return nil
+}
+
+// startProc starts this binary with args and env added to the run's
+// environment, its output appended to NAME.log in the run's directory.
+func (r *run) startProc(name string, args, env []string) (*proc, error) {
+	log, err := os.OpenFile(filepath.Join(r.cfg.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s's log: %w", name, err)
+	}
+	cmd := exec.Command(r.cfg.Self, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		return fmt.Errorf("start worker %s: %w", name, err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
@@ -209,8 +166,7 @@ func (r *run) startWorker(name string, env ...string) error {
 	r.mu.Lock()
 	r.procs[name] = p
 	r.mu.Unlock()
-	r.moment(Moment{Kind: WorkerStarted, Worker: name, PID: cmd.Process.Pid})
-	return nil
+	return p, nil
 }
 
 // restart starts a worker again with the environment it last had.
@@ -252,7 +208,8 @@ func (r *run) signal(name string, sig syscall.Signal) error {
 	return nil
 }
 
-// stopAll leaves no process running, whatever happened.
+// stopAll leaves no process running, whatever happened: the workers
+// first, then the server.
 func (r *run) stopAll() {
 	r.mu.Lock()
 	procs := make([]*proc, 0, len(r.procs))
@@ -260,20 +217,27 @@ func (r *run) stopAll() {
 		procs = append(procs, p)
 	}
 	r.mu.Unlock()
+	sort.Slice(procs, func(i, j int) bool { return procs[j].name == "serve" && procs[i].name != "serve" })
 	for _, p := range procs {
-		select {
-		case <-p.done:
-			continue
-		default:
-		}
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(5 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		r.stop(p)
+	}
+}
+
+// stop ends a process: SIGTERM (after SIGCONT, should it be stopped),
+// then SIGKILL if it has not exited within five seconds.
+func (r *run) stop(p *proc) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
 	}
 }
 
@@ -313,7 +277,7 @@ func (r *run) sample() {
 	}
 }
 
-// play opens the queue, starts the workers and plays the scenario's
+// play opens the queue, starts the server and the workers and plays the scenario's
 // scripts, then the live fault stories, then waits for every task to end.
 func (r *run) play() error {
 	q, err := queue.Open(r.ctx, queue.Options{Path: r.db, Clock: clockwork.NewRealClock(), IDs: r.cfg.IDs, BusyTimeout: callerBusy})
@@ -322,6 +286,9 @@ func (r *run) play() error {
 	}
 	r.q = q
 	r.res.Pragmas = q.Pragmas()
+	if err := r.startServer(); err != nil {
+		return err
+	}
 	if err := r.setLimits(); err != nil {
 		return err
 	}
@@ -355,27 +322,6 @@ func (r *run) play() error {
 		}
 	}
 	return r.settle()
-}
-
-// setLimits applies the scenario's attempt limit and per-user limits.
-func (r *run) setLimits() error {
-	limits, _, err := r.q.Limits(r.ctx)
-	if err != nil {
-		return fmt.Errorf("read the limits: %w", err)
-	}
-	if r.sc.AttemptsMax > 0 {
-		limits.AttemptsMax = r.sc.AttemptsMax
-		if err := r.q.SetLimits(r.ctx, limits, operator); err != nil {
-			return fmt.Errorf("set the attempt limit: %w", err)
-		}
-	}
-	for _, u := range r.sc.UserLimits {
-		if err := r.q.SetUserLimit(r.ctx, u, operator); err != nil {
-			return fmt.Errorf("set user %s's limits: %w", u.User, err)
-		}
-		r.moment(Moment{Kind: LimitSet, Actor: u.User, Version: int64(u.RunningMax)})
-	}
-	return nil
 }
 
 // request is the task's submit request, its run_at and deadline made

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/model"
-	"github.com/leasehold/leasehold/queue"
 )
 
 // The live fault stories: what only real processes, signals and a real
@@ -39,14 +39,10 @@ var storyTasks = map[string]model.SubmitRequest{
 }
 
 // waitRunningStep waits until the task runs with at least one step done.
-func (r *run) waitRunningStep(name string) (model.Task, error) {
-	var t model.Task
-	err := r.waitFor(name+" to run a step", func() (bool, error) {
-		var err error
-		t, err = r.task(name)
-		return err == nil && t.State == model.Running && t.StepsUsed >= 1, err
+func (r *run) waitRunningStep(name string) (client.Task, error) {
+	return r.watch(name, name+" to run a step", waitSlice, func(t client.Task) (bool, error) {
+		return t.State == model.Running && t.StepsUsed >= 1, nil
 	})
-	return t, err
 }
 
 // storyKill kills the claimant of a task mid-task with SIGKILL: its lease
@@ -76,10 +72,10 @@ func (r *run) storyKill() error {
 	}
 	expired, takenBy := false, ""
 	for _, ev := range events {
-		if ev.Kind == model.EventLeaseExpired && ev.Fence == t.Version {
+		if ev.Kind == string(model.EventLeaseExpired) && ev.Fence == t.Version {
 			expired = true
 		}
-		if ev.Kind == model.EventClaimed && ev.Fence > t.Version && takenBy == "" {
+		if ev.Kind == string(model.EventClaimed) && ev.Fence > t.Version && takenBy == "" {
 			takenBy = ev.Actor
 		}
 	}
@@ -91,12 +87,9 @@ func (r *run) storyKill() error {
 
 // waitReclaimed waits until a worker other than was claims the task under
 // a newer claim than before's, and records the recovery.
-func (r *run) waitReclaimed(name string, before model.Task, was string) error {
-	var cur model.Task
-	err := r.waitFor(name+" to be claimed again", func() (bool, error) {
-		var err error
-		cur, err = r.task(name)
-		return err == nil && cur.Version > before.Version && cur.Owner != was, err
+func (r *run) waitReclaimed(name string, before client.Task, was string) error {
+	cur, err := r.watch(name, name+" to be claimed again", waitSlice, func(cur client.Task) (bool, error) {
+		return cur.Version > before.Version && cur.Owner != was, nil
 	})
 	if err != nil {
 		return err
@@ -164,7 +157,7 @@ func (r *run) storyStop() error {
 	// drops the claim without writing; a write it had already begun is
 	// refused by version instead.
 	var late string
-	err = r.waitFor("the stopped worker to drop its claim or have its late write refused", func() (bool, error) {
+	_, err = r.watch("late", "the stopped worker to drop its claim or have its late write refused", logSlice, func(client.Task) (bool, error) {
 		for _, rec := range r.workerLog(stopped) {
 			if rec.Msg == msgDroppedLocally && rec.TaskID == r.ids["late"] && rec.Fence == t.Version {
 				late = "dropped without a write: lease expired locally"
@@ -173,7 +166,7 @@ func (r *run) storyStop() error {
 		}
 		events, err := r.events("late")
 		for _, ev := range events {
-			if ev.Kind == model.EventStaleWrite && ev.Fence == t.Version && ev.Actor == stopped {
+			if ev.Kind == string(model.EventStaleWrite) && ev.Fence == t.Version && ev.Actor == stopped {
 				late = "refused: " + ev.Detail
 				return true, nil
 			}
@@ -221,7 +214,10 @@ func (r *run) storyStorage() error {
 	}
 	r.moment(Moment{Kind: StorageLocked})
 	outage := storyTasks["outage"]
-	first, firstErr := r.q.Submit(r.ctx, outage)
+	caller := r.c.users[outage.User]
+	call, cancel := r.callCtx()
+	first, firstErr := caller.Submit(call, outage)
+	cancel()
 	time.Sleep(2500 * time.Millisecond) // the lock is held for the story: the workers are meant to meet it
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("release the exclusive lock: %w", err)
@@ -229,15 +225,19 @@ func (r *run) storyStorage() error {
 	r.moment(Moment{Kind: StorageUnlocked})
 	// What did the submit made during the outage do? Ask again: an exact
 	// replay says whether the first one was stored.
-	again, err := r.q.Submit(r.ctx, outage)
+	call, cancel = r.callCtx()
+	again, err := caller.Submit(call, outage)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("resubmit outage: %w", err)
 	}
 	r.ids["outage"], r.reqs["outage"] = again.TaskID, outage
+	// A success must have been stored; a refusal must say the storage is
+	// unavailable (503, to be retried: the idempotency key makes the retry
+	// safe whether or not the first was stored), never anything else.
 	truthful := (firstErr == nil && again.Replay && first.TaskID == again.TaskID) ||
-		(firstErr != nil && !again.Replay) ||
-		(errors.Is(firstErr, queue.ErrOutcomeUnknown))
-	r.outcome(StoryStorageSubmit, "", "submit while storage is unavailable", "a clear error with nothing stored, or a durable success; never a false success",
+		(errors.Is(firstErr, client.ErrUnavailable) && refusedAs(firstErr, "unavailable"))
+	r.outcome(StoryStorageSubmit, "", "submit while storage is unavailable", "503 unavailable (retry is safe), or a durable success; never a false success",
 		fmt.Sprintf("first submit: task %s, error %v; resubmit replay=%t", dash(first.TaskID), firstErr, again.Replay), truthful)
 	backedOff := 0
 	for i := 1; i <= r.sc.Workers; i++ {
@@ -273,7 +273,8 @@ func (r *run) storyCompleteTwice() error {
 	return r.checkDuplicateCompletion()
 }
 
-// checkDuplicateCompletion looks for a completion by w2 followed by a
+// checkDuplicateCompletion looks in the audit trail (read from the
+// database, as the run's checks are) for a completion by w2 followed by a
 // stale write of w2 under the same fence: the second delivery, refused.
 func (r *run) checkDuplicateCompletion() error {
 	events, err := r.q.Events(r.ctx, "")
