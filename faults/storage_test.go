@@ -176,7 +176,8 @@ func TestStorageUnavailableWindow(t *testing.T) {
 	require.Contains(t, err.Error(), "storage unavailable")
 	_, err = b.q.List(b.ctx, model.ListFilter{})
 	requireInjected(t, err, "unavailable")
-	require.Error(t, b.q.DB().PingContext(b.ctx))
+	_, err = b.q.EngineVersion(b.ctx)
+	requireInjected(t, err, "unavailable")
 
 	b.clock.Advance(5*time.Second - time.Millisecond)
 	_, err = b.q.Submit(b.ctx, request("k1"))
@@ -191,7 +192,8 @@ func TestStorageUnavailableWindow(t *testing.T) {
 	c := b.claim()
 	require.NoError(t, b.q.Complete(b.ctx, c))
 	require.Equal(t, model.Completed, b.task(res.TaskID).State)
-	require.NoError(t, b.q.DB().PingContext(b.ctx))
+	_, err = b.q.EngineVersion(b.ctx)
+	require.NoError(t, err)
 	require.Equal(t, 4, b.storage.Counts().Unavailable)
 }
 

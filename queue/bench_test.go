@@ -167,7 +167,7 @@ func benchClaimComplete(b *testing.B, synchronous string, batch int, enforce boo
 	ctx := context.Background()
 	q := benchOpen(b, filepath.Join(b.TempDir(), "bench.db"), synchronous, clockwork.NewRealClock(), model.NewSeededIDs(1))
 	defer q.Close()
-	db := q.DB()
+	db := queue.DBOf(q)
 	for _, stmt := range strip {
 		_, err := db.ExecContext(ctx, stmt)
 		require.NoError(b, err, stmt)
@@ -364,7 +364,7 @@ func checkContention(b *testing.B, q *queue.Queue, contended bool) {
 	require.EqualValues(b, contentionUsers*contentionTasksPerUser, m.Depth[model.Queued])
 	require.EqualValues(b, contentionBlockedUsers, m.Depth[model.Running])
 	var blocked int
-	require.NoError(b, q.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE state = 'queued' AND blocked = 1`).Scan(&blocked))
+	require.NoError(b, queue.DBOf(q).QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE state = 'queued' AND blocked = 1`).Scan(&blocked))
 	want := 0
 	if contended {
 		want = contentionBlockedUsers * contentionTasksPerUser
@@ -416,7 +416,7 @@ func buildContention(b *testing.B, path string, contended bool) {
 	}
 	bulkSubmit(b, q, ids, clock, limits.AttemptsMax, reqs)
 	checkContention(b, q, contended)
-	_, err := q.DB().ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
+	_, err := queue.DBOf(q).ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
 	require.NoError(b, err)
 }
 
@@ -429,7 +429,7 @@ func bulkSubmit(b *testing.B, q *queue.Queue, ids model.IDSource, clock clockwor
 	b.Helper()
 	ctx := context.Background()
 	now := model.Millis(model.Truncate(clock.Now()))
-	tx, err := q.DB().BeginTx(ctx, nil)
+	tx, err := queue.DBOf(q).BeginTx(ctx, nil)
 	require.NoError(b, err)
 	defer tx.Rollback()
 	prepare := func(text string) *sql.Stmt {
@@ -522,7 +522,7 @@ func checkBulkSubmit(b *testing.B) {
 	require.Equal(b, wantMetrics, gotMetrics)
 	// The claim flags are not in model.Task; compare them directly.
 	flagsOf := func(q *queue.Queue) []string {
-		rows, err := q.DB().QueryContext(ctx, `SELECT blocked, limited FROM tasks ORDER BY seq`)
+		rows, err := queue.DBOf(q).QueryContext(ctx, `SELECT blocked, limited FROM tasks ORDER BY seq`)
 		require.NoError(b, err)
 		defer rows.Close()
 		var out []string

@@ -32,16 +32,10 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
-// Connector returns a connector for the SQLite database named by dsn
-// (modernc.org/sqlite's DSN, PRAGMAs included) that caches prepared
-// statements per connection and survives processes racing to switch a new
-// file to WAL. It is for other files a process shares with others, such as
-// the demo's service ledger.
-func Connector(dsn string) driver.Connector {
-	return connector{dsn: dsn, drv: &sqlite.Driver{}}
-}
-
-// connector opens connections through a chosen driver.
+// connector opens connections to the SQLite database named by dsn
+// (modernc.org/sqlite's DSN, PRAGMAs included) through a chosen driver,
+// caching prepared statements per connection and surviving processes
+// racing to switch a new file to WAL.
 type connector struct {
 	dsn string
 	drv driver.Driver

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"modernc.org/sqlite"
 )
 
 // TestConnectorSurvivesARaceToSwitchANewFile opens new files in WAL mode
@@ -20,7 +21,7 @@ func TestConnectorSurvivesARaceToSwitchANewFile(t *testing.T) {
 		path := filepath.Join(t.TempDir(), fmt.Sprintf("race%d.db", round))
 		dbs := make([]*sql.DB, 6)
 		for i := range dbs {
-			db := sql.OpenDB(Connector(path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"))
+			db := sql.OpenDB(connector{dsn: path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)", drv: &sqlite.Driver{}})
 			t.Cleanup(func() { db.Close() })
 			dbs[i] = db
 		}
@@ -60,7 +61,7 @@ func TestConnectorSurvivesARaceToSwitchANewFile(t *testing.T) {
 // another connection holds the lock is busy; a bad statement is not.
 func TestIsBusyTellsALockedDatabaseFromOtherErrors(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "busy.db")
-	holder := sql.OpenDB(Connector(path + "?_pragma=journal_mode(WAL)"))
+	holder := sql.OpenDB(connector{dsn: path + "?_pragma=journal_mode(WAL)", drv: &sqlite.Driver{}})
 	defer holder.Close()
 	_, err := holder.Exec("CREATE TABLE t (v INTEGER)")
 	require.NoError(t, err)

@@ -47,7 +47,7 @@ func healthRequest(key string, payload string) model.SubmitRequest {
 func (b *healthBundle) probeCount(t *testing.T) int64 {
 	t.Helper()
 	var n int64
-	require.NoError(t, b.q.DB().QueryRowContext(b.ctx, "SELECT value FROM settings WHERE key = 'health_probe'").Scan(&n))
+	require.NoError(t, queue.DBOf(b.q).QueryRowContext(b.ctx, "SELECT value FROM settings WHERE key = 'health_probe'").Scan(&n))
 	return n
 }
 

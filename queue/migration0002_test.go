@@ -79,7 +79,7 @@ func TestMigration0002CarriesCounters(t *testing.T) {
 	require.EqualValues(t, 1, m.RunTime.Counts[6])
 	require.EqualValues(t, 2000, m.RunTime.SumMs)
 	var limited int
-	require.NoError(t, q.DB().QueryRowContext(ctx, `SELECT limited FROM tasks WHERE id = 't_a2'`).Scan(&limited))
+	require.NoError(t, q.db.QueryRowContext(ctx, `SELECT limited FROM tasks WHERE id = 't_a2'`).Scan(&limited))
 	require.Equal(t, 1, limited)
 
 	// The limit still holds, and lifts when ana's running task ends.

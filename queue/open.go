@@ -208,8 +208,18 @@ func printablePath(b backend, path string) string {
 // with any password replaced by xxxxx).
 func (q *Queue) Path() string { return q.path }
 
-// DB returns the underlying database handle, for snapshots and tests.
-func (q *Queue) DB() *sql.DB { return q.db }
+// EngineVersion returns the database engine and its version, as evidence
+// reports name them: "SQLite 3.49.1", "PostgreSQL 15.8".
+func (q *Queue) EngineVersion(ctx context.Context) (string, error) {
+	if err := q.checkOpen("engine version"); err != nil {
+		return "", err
+	}
+	var v string
+	if err := q.readRow(ctx, "engine_version").Scan(&v); err != nil {
+		return "", fmt.Errorf("queue: engine version: %w", err)
+	}
+	return v, nil
+}
 
 // Close closes the database. Every operation begun after it fails with
 // ErrClosed (one already running when Close is called may fail with

@@ -106,7 +106,7 @@ func freshPostgres(t *testing.T) *pgFixture {
 	q, err := Open(ctx, Options{Path: url, Clock: clockwork.NewFakeClockAt(time.UnixMilli(1000)), IDs: model.NewSeededIDs(1)})
 	require.NoError(t, err)
 	t.Cleanup(func() { q.Close() })
-	return &pgFixture{t: t, ctx: ctx, url: url, q: q, db: q.DB()}
+	return &pgFixture{t: t, ctx: ctx, url: url, q: q, db: q.db}
 }
 
 // args binds named arguments for the named statement.

@@ -246,7 +246,7 @@ func (b *bundle) reap() model.ReapResult {
 // operation wrote nothing at all.
 func (b *bundle) dump() string {
 	b.t.Helper()
-	return dumpDB(b.t, b.ctx, b.q.DB())
+	return dumpDB(b.t, b.ctx, b.q.db)
 }
 
 func dumpDB(t *testing.T, ctx context.Context, db *sql.DB) string {
@@ -306,7 +306,7 @@ func livePragmas(t *testing.T, b *bundle, count int) [][]string {
 	t.Helper()
 	var out [][]string
 	for range count {
-		conn, err := b.q.DB().Conn(b.ctx)
+		conn, err := b.q.db.Conn(b.ctx)
 		require.NoError(t, err)
 		defer conn.Close()
 		var lines []string

@@ -216,7 +216,7 @@ func TestConcurrentOpenOfNewDatabase(t *testing.T) {
 		defer q.Close()
 	}
 	var applied int
-	require.NoError(t, queues[0].DB().QueryRow("SELECT COUNT(*) FROM schema_migrations").Scan(&applied))
+	require.NoError(t, queues[0].db.QueryRow("SELECT COUNT(*) FROM schema_migrations").Scan(&applied))
 	require.Equal(t, SchemaVersion(), applied)
 	for i, q := range queues {
 		_, err := q.Submit(context.Background(), model.SubmitRequest{User: "ana", Key: fmt.Sprintf("k%d", i),

@@ -79,7 +79,7 @@ func checkList(t *testing.T, createSQL, column string) []string {
 func tasksSQL(t *testing.T, b *bundle) string {
 	t.Helper()
 	var text string
-	require.NoError(t, b.q.DB().QueryRowContext(b.ctx,
+	require.NoError(t, b.q.db.QueryRowContext(b.ctx,
 		"SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'tasks'").Scan(&text))
 	return text
 }
@@ -109,9 +109,9 @@ func TestSchemaStatesMatchModel(t *testing.T) {
 
 	// And the database enforces the lists.
 	id := b.submit()
-	_, err := b.q.DB().ExecContext(b.ctx, "UPDATE tasks SET state = 'paused' WHERE id = ?", id)
+	_, err := b.q.db.ExecContext(b.ctx, "UPDATE tasks SET state = 'paused' WHERE id = ?", id)
 	require.ErrorContains(t, err, "CHECK constraint failed")
-	_, err = b.q.DB().ExecContext(b.ctx, "UPDATE tasks SET reason = 'tired' WHERE id = ?", id)
+	_, err = b.q.db.ExecContext(b.ctx, "UPDATE tasks SET reason = 'tired' WHERE id = ?", id)
 	require.ErrorContains(t, err, "CHECK constraint failed")
 	require.Equal(t, model.Queued, b.state(id))
 }
@@ -119,7 +119,7 @@ func TestSchemaStatesMatchModel(t *testing.T) {
 func TestOpenRefusesNewerSchema(t *testing.T) {
 	b := setupFile(t)
 	newer := SchemaVersion() + 1
-	_, err := b.q.DB().ExecContext(b.ctx,
+	_, err := b.q.db.ExecContext(b.ctx,
 		"INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
 		newer, fmt.Sprintf("%04d_future.sql", newer), strings.Repeat("0", 64), model.Millis(b.now()))
 	require.NoError(t, err)
@@ -141,7 +141,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 
 func TestOpenRefusesChangedMigration(t *testing.T) {
 	b := setupFile(t)
-	_, err := b.q.DB().ExecContext(b.ctx, "UPDATE schema_migrations SET checksum = ? WHERE version = 1", strings.Repeat("f", 64))
+	_, err := b.q.db.ExecContext(b.ctx, "UPDATE schema_migrations SET checksum = ? WHERE version = 1", strings.Repeat("f", 64))
 	require.NoError(t, err)
 	b.close()
 	_, err = Open(b.ctx, Options{Path: b.path, Clock: b.clock, IDs: model.NewSeededIDs(2), Migrate: MigrateAll})
@@ -154,7 +154,7 @@ func TestOpenRefusesOlderSchemaUnlessMigrating(t *testing.T) {
 		t.Skip("needs a second migration")
 	}
 	b := setupFile(t)
-	_, err := b.q.DB().ExecContext(b.ctx, "DELETE FROM schema_migrations WHERE version = ?", SchemaVersion())
+	_, err := b.q.db.ExecContext(b.ctx, "DELETE FROM schema_migrations WHERE version = ?", SchemaVersion())
 	require.NoError(t, err)
 	b.close()
 	_, err = Open(b.ctx, Options{Path: b.path, Clock: b.clock, IDs: model.NewSeededIDs(2)})
@@ -182,7 +182,7 @@ func queryPlan(t *testing.T, b *bundle, name string, args ...any) []string {
 	require.NoError(t, err)
 	text, ok := texts[name]
 	require.True(t, ok, "no query %s", name)
-	rows, err := b.q.DB().QueryContext(b.ctx, "EXPLAIN QUERY PLAN "+text, args...)
+	rows, err := b.q.db.QueryContext(b.ctx, "EXPLAIN QUERY PLAN "+text, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var steps []string
@@ -224,7 +224,7 @@ func TestAuditQueriesUseIndexes(t *testing.T) {
 		_, err := b.q.Cancel(b.ctx, id, fmt.Sprintf("caller%d", i%3))
 		require.NoError(t, err)
 	}
-	_, err := b.q.DB().ExecContext(b.ctx, `
+	_, err := b.q.db.ExecContext(b.ctx, `
 		INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
 		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
 		SELECT 't_' || (i / 4), 'step', 1, 1, '', 'running', 'running', '', 'w' || (i % 7), ? + i * 1000, '', '' FROM n`,
@@ -234,7 +234,7 @@ func TestAuditQueriesUseIndexes(t *testing.T) {
 	now := model.Millis(b.now())
 	for _, analyzed := range []bool{false, true} {
 		if analyzed {
-			_, err := b.q.DB().ExecContext(b.ctx, "ANALYZE")
+			_, err := b.q.db.ExecContext(b.ctx, "ANALYZE")
 			require.NoError(t, err)
 		}
 		for _, tc := range []struct {
@@ -273,7 +273,7 @@ func TestEventsAreAppendOnly(t *testing.T) {
 		"DELETE FROM events",
 		"DELETE FROM events WHERE seq = 1",
 	} {
-		_, err := b.q.DB().ExecContext(b.ctx, stmt)
+		_, err := b.q.db.ExecContext(b.ctx, stmt)
 		require.ErrorContains(t, err, "events are append-only", stmt)
 	}
 	require.Equal(t, events, b.events(""))
@@ -281,7 +281,7 @@ func TestEventsAreAppendOnly(t *testing.T) {
 
 func TestSchemaHasNoTimeDefaults(t *testing.T) {
 	b := setup(t)
-	rows, err := b.q.DB().QueryContext(b.ctx, "SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL")
+	rows, err := b.q.db.QueryContext(b.ctx, "SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL")
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {

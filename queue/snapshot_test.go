@@ -189,7 +189,7 @@ func TestCreateSnapshotWhileWritesContinue(t *testing.T) {
 	b := snapshotSource(t)
 	ctx := b.ctx
 	dir := t.TempDir()
-	initial, err := readState(ctx, b.q.DB())
+	initial, err := readState(ctx, b.q.db)
 	require.NoError(t, err)
 
 	// A writer cycles through submit, submit, claim, step, complete, one
@@ -235,7 +235,7 @@ func TestCreateSnapshotWhileWritesContinue(t *testing.T) {
 				writeErr = fmt.Errorf("op %d: %w", i, err)
 				return
 			}
-			st, err := readState(ctx, b.q.DB())
+			st, err := readState(ctx, b.q.db)
 			if err != nil {
 				writeErr = err
 				return
@@ -272,7 +272,7 @@ func TestCreateSnapshotWhileWritesContinue(t *testing.T) {
 
 	// A writer holds the write lock with a change not yet committed: the
 	// copy does not wait for it and does not contain it.
-	before, err := readState(ctx, b.q.DB())
+	before, err := readState(ctx, b.q.db)
 	require.NoError(t, err)
 	raw, _, err := openRaw(b.path, false)
 	require.NoError(t, err)
@@ -299,7 +299,7 @@ func TestCreateSnapshotWhileWritesContinue(t *testing.T) {
 func TestVerifySnapshotPassesAndListsItsChecks(t *testing.T) {
 	b := snapshotSource(t)
 	dir := t.TempDir()
-	source, err := readState(b.ctx, b.q.DB())
+	source, err := readState(b.ctx, b.q.db)
 	require.NoError(t, err)
 	out := takeSnapshot(t, b, dir, "fresh.db")
 

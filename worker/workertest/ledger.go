@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
-	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -51,15 +52,54 @@ func OpenLedger(path string, kind worker.ServiceKind, clock clockwork.Clock) (*L
 	if clock == nil {
 		return nil, errors.New("open service ledger: a clock is required")
 	}
-	// Every worker process opens the ledger: queue.Connector survives
-	// their race to switch a new file to WAL.
-	db := sql.OpenDB(queue.Connector(path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"))
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=synchronous(FULL)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("open service ledger %s: %w", path, err)
+	}
 	l := &Ledger{kind: kind, clock: clock, db: db, queries: ledgerQueries()}
+	if err := switchToWAL(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open service ledger %s: %w", path, err)
+	}
 	if _, err := db.Exec(l.queries["schema"]); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open service ledger %s: %w", path, err)
 	}
 	return l, nil
+}
+
+// walAttempts bounds how often switchToWAL tries.
+const walAttempts = 3
+
+// switchToWAL puts the ledger's file in WAL mode (a mode the file keeps,
+// so the pool's other connections find it set). Every worker process opens
+// the ledger, often at once on a new file: the switch needs the file's
+// exclusive lock, taken from inside the read that looks at its header, and
+// a switch that meets another process's transaction fails with SQLITE_BUSY
+// at once rather than waiting (waiting could deadlock). The next attempt's
+// read waits out the busy timeout for that transaction, and then finds the
+// file in WAL mode already or switches it; any other error ends the tries.
+func switchToWAL(db *sql.DB) error {
+	var err error
+	for range walAttempts {
+		var mode string
+		if err = db.QueryRow("PRAGMA journal_mode=WAL").Scan(&mode); err == nil {
+			if mode != "wal" {
+				return fmt.Errorf("switch to WAL: the file stays in %s mode", mode)
+			}
+			return nil
+		}
+		if !isBusy(err) {
+			break
+		}
+	}
+	return fmt.Errorf("switch to WAL: %w", err)
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // Close closes the ledger.

@@ -19,6 +19,9 @@ last_error, created_at, updated_at, attempts_failed
 -- name: schema_version
 SELECT COALESCE(MAX(version), 0) FROM schema_migrations;
 
+-- name: engine_version
+SELECT 'PostgreSQL ' || current_setting('server_version');
+
 -- name: settings_all
 SELECT key, value FROM settings;
 

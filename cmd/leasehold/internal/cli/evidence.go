@@ -150,9 +150,13 @@ func buildFacts() (evidence.Facts, error) {
 		return evidence.Facts{}, err
 	}
 	defer q.Close()
-	var sqliteVersion string
-	if err := q.DB().QueryRow("SELECT sqlite_version()").Scan(&sqliteVersion); err != nil {
+	engine, err := q.EngineVersion(context.Background())
+	if err != nil {
 		return evidence.Facts{}, err
+	}
+	sqliteVersion, ok := strings.CutPrefix(engine, "SQLite ")
+	if !ok {
+		return evidence.Facts{}, fmt.Errorf("evidence facts: the scratch database is %s, not SQLite", engine)
 	}
 	v := buildVersion()
 	return evidence.Facts{Generated: time.Now(), Pragmas: q.Pragmas(),

@@ -62,7 +62,8 @@ type fuzzWorld struct {
 func newFuzzWorld(f *testing.F) *fuzzWorld {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(apiEpoch)
-	q, err := queue.Open(ctx, queue.Options{Path: filepath.Join(f.TempDir(), "fuzz.db"), Clock: clock,
+	path := filepath.Join(f.TempDir(), "fuzz.db")
+	q, err := queue.Open(ctx, queue.Options{Path: path, Clock: clock,
 		IDs: model.NewSeededIDs(77), BusyTimeout: time.Second, ValidatePayload: worker.ValidateSynthetic}) // as openQueue sets it
 	require.NoError(f, err)
 	tokens, err := ParseTokens(testTokens, false)
@@ -104,9 +105,12 @@ func newFuzzWorld(f *testing.F) *fuzzWorld {
 			clock.Advance(WaitMax)
 		}
 	}()
-	return &fuzzWorld{srv: srv, db: q.DB(),
+	// The dump reads the file through a handle of its own.
+	db, err := sql.Open("sqlite", path+"?mode=ro")
+	require.NoError(f, err)
+	return &fuzzWorld{srv: srv, db: db,
 		ids:  map[string]string{"@0": queued, "@1": gated, "@2": review, "@3": intent.OpID, "@4": sch.ID},
-		stop: func() { cancel(); srv.Close(); q.Close() }}
+		stop: func() { cancel(); srv.Close(); db.Close(); q.Close() }}
 }
 
 // dump is every row of the tables a request could write.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -262,9 +264,12 @@ func (a *api) paused(t *testing.T, user, key string) (string, int64) {
 // counts returns the rows of the tables a submit writes.
 func (a *api) counts(t *testing.T) [3]int {
 	t.Helper()
+	db, err := sql.Open("sqlite", a.path+"?mode=ro")
+	require.NoError(t, err)
+	defer db.Close()
 	var out [3]int
 	for i, table := range []string{"tasks", "events", "users"} {
-		require.NoError(t, a.q.DB().QueryRow("SELECT COUNT(*) FROM "+table).Scan(&out[i]))
+		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+table).Scan(&out[i]))
 	}
 	return out
 }
@@ -1085,6 +1090,42 @@ func TestLoadTokens(t *testing.T) {
 	require.ErrorContains(t, err, "LEASEHOLD_TOKENS")
 }
 
+// gate stops the next transaction to begin, once armed, until release is
+// closed, holding its connection.
+type gate struct {
+	armed   atomic.Bool
+	held    chan struct{} // closed when a transaction has stopped
+	release chan struct{}
+}
+
+// gateDriver is SQLite's driver with a gate on its connections' begins.
+type gateDriver struct {
+	inner driver.Driver
+	g     *gate
+}
+
+func (d gateDriver) Open(name string) (driver.Conn, error) {
+	c, err := d.inner.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return gateConn{Conn: c, g: d.g}, nil
+}
+
+// gateConn is a connection whose BeginTx waits at the gate when armed.
+type gateConn struct {
+	driver.Conn
+	g *gate
+}
+
+func (c gateConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if c.g.armed.CompareAndSwap(true, false) {
+		close(c.g.held)
+		<-c.g.release
+	}
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
 // scrapeWaitMax bounds how long the test waits for a scrape that should
 // have given up long before.
 const scrapeWaitMax = 20 * time.Second
@@ -1095,14 +1136,24 @@ const scrapeWaitMax = 20 * time.Second
 func TestScrapeGivesUpAtItsTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, err := queue.Open(ctx, queue.Options{Path: filepath.Join(t.TempDir(), "q.db"), Clock: clockwork.NewRealClock(), IDs: model.NewSeededIDs(7)})
+	stop := &gate{held: make(chan struct{}), release: make(chan struct{})}
+	q, err := queue.Open(ctx, queue.Options{Path: filepath.Join(t.TempDir(), "q.db"), Clock: clockwork.NewRealClock(), IDs: model.NewSeededIDs(7),
+		MaxConns: 1, Driver: gateDriver{inner: &sqlite.Driver{}, g: stop}})
 	require.NoError(t, err)
 	defer q.Close()
-	// Hold the pool's only connection: the scrape's read waits for one.
-	q.DB().SetMaxOpenConns(1)
-	conn, err := q.DB().Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
+	// Hold the pool's only connection: a read stops as it begins, and the
+	// scrape's read waits for a connection.
+	stop.armed.Store(true)
+	holder := make(chan error, 1)
+	go func() {
+		_, err := q.Metrics(ctx)
+		holder <- err
+	}()
+	<-stop.held
+	defer func() {
+		close(stop.release)
+		require.NoError(t, <-holder)
+	}()
 
 	logs := &syncBuffer{}
 	c := &queueCollector{q: q, log: slog.New(slog.NewJSONHandler(logs, nil)), timeout: 50 * time.Millisecond}
