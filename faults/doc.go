@@ -6,6 +6,11 @@
 // twice, at once or late) and a worker process (crash and restart, stall
 // and resume).
 //
+// The SQL driver's injector is package faults/storagefault's, which
+// imports neither worker nor queue so that queue's own tests can use it
+// (worker imports queue); its names are also this package's (Storage,
+// StorageFault, NewStorage and the faults), as os.FileMode is fs.FileMode.
+//
 // Nothing here decides when a fault happens. There is no internal
 // randomness and no wall clock: the simulator (or a test) arms a fault
 // explicitly, the next matching operation consumes it, and a storage

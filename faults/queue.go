@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/model"
-	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/queue"
 )
 
-// Queue is a worker.Queue that wraps another (the real queue) and
+// Queue is a queue.WorkerWrites that wraps another (the real queue) and
 // delivers a fenced write twice on command, as a network or a retrying
 // client might: it simulates duplicate delivery, at once (ArmDuplicate,
 // DuplicateEvery) or late (ArmHold, then Redeliver). The caller receives
@@ -21,7 +21,7 @@ import (
 // every call is forwarded once, unchanged. Queue is safe for concurrent
 // use.
 type Queue struct {
-	inner worker.Queue
+	inner queue.WorkerWrites
 
 	mu     sync.Mutex
 	armed  int // writes to deliver twice at once
@@ -53,7 +53,7 @@ type Redelivery struct {
 // HeldMax bounds the writes a Queue keeps for late delivery.
 const HeldMax = 8
 
-var _ worker.Queue = (*Queue)(nil)
+var _ queue.WorkerWrites = (*Queue)(nil)
 
 // Duplicate records one duplicated write and its second delivery's error.
 type Duplicate struct {
@@ -86,7 +86,7 @@ func (c QueueCounts) String() string {
 }
 
 // NewQueue wraps inner.
-func NewQueue(inner worker.Queue) *Queue {
+func NewQueue(inner queue.WorkerWrites) *Queue {
 	if inner == nil {
 		panic("faults: NewQueue needs a queue")
 	}

@@ -150,7 +150,7 @@ func (s *Service) Call(ctx context.Context, c worker.Call) (string, error) {
 	op := "call " + c.OpID
 	if f == ServiceUnavailable {
 		s.count(&s.counts.Unavailable)
-		return "", &Error{Fault: string(f), Op: op, Description: "service unavailable", also: worker.ErrUnavailable}
+		return "", &Error{Fault: string(f), Op: op, Description: "service unavailable", Also: worker.ErrUnavailable}
 	}
 	// The service decides the call. A refusal (not applied) is passed on:
 	// reading it as unknown would pretend an application might have
@@ -161,7 +161,7 @@ func (s *Service) Call(ctx context.Context, c worker.Call) (string, error) {
 		return "", err
 	}
 	s.count(&s.counts.LostResponse)
-	return "", &Error{Fault: string(f), Op: op, Description: "timed out waiting for the response", timeout: true}
+	return "", &Error{Fault: string(f), Op: op, Description: "timed out waiting for the response", TimedOut: true}
 }
 
 // Status is forwarded.

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"modernc.org/sqlite"
 
-	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/faults/storagefault"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -24,13 +24,13 @@ import (
 // a storage fault injector under it.
 type groupRig struct {
 	*bundle
-	storage *faults.Storage
+	storage *storagefault.Storage
 }
 
 func setupGroup(t *testing.T) *groupRig {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(epoch)
-	storage := faults.NewStorage(&sqlite.Driver{}, clock)
+	storage := storagefault.NewStorage(&sqlite.Driver{}, clock)
 	b := openBundle(t, filepath.Join(t.TempDir(), "leasehold.db"), clock, 1, func(o *Options) { o.Driver = storage })
 	require.NotNil(t, b.q.ops, "grouping is on by default")
 	return &groupRig{bundle: b, storage: storage}
@@ -129,7 +129,7 @@ func TestGroupStatementFaultRollsBackAll(t *testing.T) {
 			for _, where := range []string{"savepoint", "operation"} {
 				t.Run(fmt.Sprintf("k%d/j%d/%s", k, j, where), func(t *testing.T) {
 					g := setupGroup(t)
-					arm := func() { g.storage.Arm(faults.FailStatement) }
+					arm := func() { g.storage.Arm(storagefault.FailStatement) }
 					var ops []func() error
 					var armFirst func()
 					for i := range k {
@@ -151,9 +151,9 @@ func TestGroupStatementFaultRollsBackAll(t *testing.T) {
 						require.ErrorIs(t, err, ErrNotApplied, "member %d", i)
 						require.NotErrorIs(t, err, ErrOutcomeUnknown, "member %d", i)
 						if i == j {
-							require.ErrorIs(t, err, faults.ErrInjected, "member %d", i)
+							require.ErrorIs(t, err, storagefault.ErrInjected, "member %d", i)
 						} else {
-							require.NotErrorIs(t, err, faults.ErrInjected, "member %d", i)
+							require.NotErrorIs(t, err, storagefault.ErrInjected, "member %d", i)
 						}
 					}
 					require.Equal(t, 1, g.storage.Counts().FailStatement)
@@ -278,7 +278,7 @@ func TestGroupStaleWriteKeepsItsEvent(t *testing.T) {
 // reports failure tells each the same, and everything is written. A
 // member refused and rolled back to its savepoint keeps its refusal.
 func TestGroupCommitFailureAcknowledgesNoMember(t *testing.T) {
-	for _, fault := range []faults.StorageFault{faults.FailCommit, faults.AmbiguousCommit} {
+	for _, fault := range []storagefault.Fault{storagefault.FailCommit, storagefault.AmbiguousCommit} {
 		t.Run(string(fault), func(t *testing.T) {
 			g := setupGroup(t)
 			g.submit(func(r *model.SubmitRequest) { r.Key = "used" })
@@ -297,10 +297,10 @@ func TestGroupCommitFailureAcknowledgesNoMember(t *testing.T) {
 					continue
 				}
 				require.ErrorIs(t, err, ErrOutcomeUnknown, "member %d", i)
-				require.ErrorIs(t, err, faults.ErrInjected, "member %d", i)
+				require.ErrorIs(t, err, storagefault.ErrInjected, "member %d", i)
 			}
 			want := 1
-			if fault == faults.AmbiguousCommit {
+			if fault == storagefault.AmbiguousCommit {
 				want = 4
 			}
 			require.Equal(t, want, g.taskCount())

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"modernc.org/sqlite"
 
-	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/faults/storagefault"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -24,7 +24,7 @@ var healthEpoch = time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
 type healthBundle struct {
 	ctx     context.Context
 	clock   *clockwork.FakeClock
-	storage *faults.Storage
+	storage *storagefault.Storage
 	q       *queue.Queue
 }
 
@@ -32,7 +32,7 @@ func openHealth(t *testing.T, path string) *healthBundle {
 	t.Helper()
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(healthEpoch)
-	storage := faults.NewStorage(&sqlite.Driver{}, clock)
+	storage := storagefault.NewStorage(&sqlite.Driver{}, clock)
 	q, err := queue.Open(ctx, queue.Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(3), Driver: storage})
 	require.NoError(t, err)
 	t.Cleanup(func() { q.Close() })
@@ -116,7 +116,7 @@ func TestHealthFailsAfterAWriteFailedInStorage(t *testing.T) {
 	require.NoError(t, b.q.Health(b.ctx))
 
 	// A busy database is a storage failure of its own class.
-	b.storage.Arm(faults.Busy)
+	b.storage.Arm(storagefault.Busy)
 	_, err = b.q.Submit(b.ctx, healthRequest("k2", `{"steps":[]}`))
 	require.Error(t, err)
 	requireUnhealthy(t, b.q.Health(b.ctx), queue.ClassBusy)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/faults/storagefault"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -91,10 +91,10 @@ func TestSubmitManyValidatesPayloads(t *testing.T) {
 // nothing of it is in the database.
 func TestSubmitManyCommitFailure(t *testing.T) {
 	g := setupGroup(t)
-	g.storage.Arm(faults.FailCommit)
+	g.storage.Arm(storagefault.FailCommit)
 	_, err := g.q.SubmitMany(g.ctx, batchRequests(10))
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
-	require.ErrorIs(t, err, faults.ErrInjected)
+	require.ErrorIs(t, err, storagefault.ErrInjected)
 	require.Zero(t, g.taskCount())
 	res, err := g.q.SubmitMany(g.ctx, batchRequests(10))
 	require.NoError(t, err)

@@ -8,11 +8,9 @@ import (
 )
 
 // WorkerWrites is what a worker writes to the queue: the claim, and every
-// write made under it, each fenced by the claim. Store includes it, and
-// *Queue and model.Reference implement it. worker.Queue has the same
-// method set (the simulator's build checks both ways); it cannot be an
-// alias of this yet, since queue's own tests import faults, which imports
-// worker.
+// write made under it, each fenced by the claim. Store includes it;
+// *Queue and model.Reference implement it, worker.Queue is its name in
+// the worker's Config, and the fault injector faults.Queue wraps one.
 type WorkerWrites interface {
 	Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error)
 	Heartbeat(ctx context.Context, c model.Claim, lease time.Duration) (model.HeartbeatResult, error)

@@ -12,22 +12,13 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
 )
 
-// Queue is the part of the queue a worker writes to. *queue.Queue
-// implements it; fault injectors wrap it.
-type Queue interface {
-	Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error)
-	Heartbeat(ctx context.Context, c model.Claim, lease time.Duration) (model.HeartbeatResult, error)
-	CompleteStep(ctx context.Context, w model.StepWrite) (model.StepResult, error)
-	RecordIntent(ctx context.Context, c model.Claim, step int) (model.IntentResult, error)
-	RecordReceipt(ctx context.Context, c model.Claim, opID, result string) error
-	Pause(ctx context.Context, c model.Claim, step int, gate string) (model.State, error)
-	Complete(ctx context.Context, c model.Claim) error
-	Fail(ctx context.Context, c model.Claim, f model.Failure) (model.State, error)
-	Release(ctx context.Context, c model.Claim) (model.State, error)
-	AcknowledgeCancel(ctx context.Context, c model.Claim) error
-}
+// Queue is what a worker writes to the queue: queue.WorkerWrites, the one
+// declaration of it, under the name Config uses. *queue.Queue implements
+// it; fault injectors wrap it.
+type Queue = queue.WorkerWrites
 
 // Bounds on a worker's configuration.
 const (

@@ -1,4 +1,4 @@
-package faults_test
+package storagefault_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"modernc.org/sqlite"
 
-	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/faults/storagefault"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -29,7 +29,7 @@ type storageBundle struct {
 	t       *testing.T
 	ctx     context.Context
 	clock   *clockwork.FakeClock
-	storage *faults.Storage
+	storage *storagefault.Storage
 	q       *queue.Queue
 }
 
@@ -40,7 +40,7 @@ func setupStorage(t *testing.T) *storageBundle {
 	t.Helper()
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(epoch)
-	storage := faults.NewStorage(&sqlite.Driver{}, clock)
+	storage := storagefault.NewStorage(&sqlite.Driver{}, clock)
 	q, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clock, IDs: model.NewSeededIDs(1),
 		Driver: storage, BusyTimeout: queue.NoBusyTimeout})
 	require.NoError(t, err)
@@ -103,8 +103,8 @@ func countEvents(t *testing.T, q *queue.Queue, taskID string, kind model.EventKi
 func requireInjected(t *testing.T, err error, fault string) {
 	t.Helper()
 	require.Error(t, err)
-	require.ErrorIs(t, err, faults.ErrInjected)
-	var fe *faults.Error
+	require.ErrorIs(t, err, storagefault.ErrInjected)
+	var fe *storagefault.Error
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, fault, fe.Fault)
 	require.Contains(t, err.Error(), "faults: injected "+fault)
@@ -151,7 +151,7 @@ func TestStorageTransparentWhenUnarmed(t *testing.T) {
 	require.Equal(t, int64(5), wrappedTask.CostUsed)
 	require.Equal(t, 2, wrappedTask.StepsUsed)
 	require.Equal(t, 1, countEvents(t, b.q, wrappedTask.ID, model.EventStaleWrite))
-	require.Equal(t, faults.StorageCounts{}, b.storage.Counts())
+	require.Equal(t, storagefault.Counts{}, b.storage.Counts())
 	require.Zero(t, b.storage.Counts().Total())
 
 	ctx := context.Background()
@@ -215,7 +215,7 @@ func TestStorageOpenEndedOutage(t *testing.T) {
 
 func TestStorageFailCommitStoresNothing(t *testing.T) {
 	b := setupStorage(t)
-	b.storage.Arm(faults.FailCommit)
+	b.storage.Arm(storagefault.FailCommit)
 	_, err := b.q.Submit(b.ctx, request("k1"))
 	requireInjected(t, err, "fail_commit")
 	require.Empty(t, b.tasks())
@@ -227,7 +227,7 @@ func TestStorageFailCommitStoresNothing(t *testing.T) {
 
 func TestStorageAmbiguousCommitSubmitIsStored(t *testing.T) {
 	b := setupStorage(t)
-	b.storage.Arm(faults.AmbiguousCommit)
+	b.storage.Arm(storagefault.AmbiguousCommit)
 	_, err := b.q.Submit(b.ctx, request("k1"))
 	requireInjected(t, err, "ambiguous_commit")
 	ts := b.tasks()
@@ -235,7 +235,7 @@ func TestStorageAmbiguousCommitSubmitIsStored(t *testing.T) {
 	res := b.submit("k1")
 	require.Equal(t, model.SubmitResult{TaskID: ts[0].ID, Replay: true}, res)
 	require.Len(t, b.tasks(), 1)
-	require.Equal(t, 1, b.storage.Counts().Fired(faults.AmbiguousCommit))
+	require.Equal(t, 1, b.storage.Counts().Fired(storagefault.AmbiguousCommit))
 }
 
 func TestStorageAmbiguousCommitStepChargedOnce(t *testing.T) {
@@ -243,7 +243,7 @@ func TestStorageAmbiguousCommitStepChargedOnce(t *testing.T) {
 	id := b.submit("k1").TaskID
 	c := b.claim()
 	w := model.StepWrite{Claim: c, Index: 0, Cost: 3}
-	b.storage.Arm(faults.AmbiguousCommit)
+	b.storage.Arm(storagefault.AmbiguousCommit)
 	_, err := b.q.CompleteStep(b.ctx, w)
 	requireInjected(t, err, "ambiguous_commit")
 	res, err := b.q.CompleteStep(b.ctx, w)
@@ -258,13 +258,13 @@ func TestStorageAmbiguousCommitStepChargedOnce(t *testing.T) {
 // FailBegin, FailStatement and Busy surface as errors from the queue, for
 // a submit and for a fenced write, and change nothing.
 func TestStorageFaultsSurfaceAsErrors(t *testing.T) {
-	for _, f := range []faults.StorageFault{faults.FailBegin, faults.FailStatement, faults.Busy} {
+	for _, f := range []storagefault.Fault{storagefault.FailBegin, storagefault.FailStatement, storagefault.Busy} {
 		t.Run(f.String(), func(t *testing.T) {
 			b := setupStorage(t)
 			b.storage.Arm(f)
 			_, err := b.q.Submit(b.ctx, request("k1"))
 			requireInjected(t, err, f.String())
-			if f == faults.Busy {
+			if f == storagefault.Busy {
 				require.Contains(t, err.Error(), "database is locked")
 				require.Contains(t, err.Error(), "SQLITE_BUSY")
 			}
@@ -291,7 +291,7 @@ func TestStorageFaultsSurfaceAsErrors(t *testing.T) {
 // kind; an outage window takes precedence and leaves them armed.
 func TestStorageArmOrder(t *testing.T) {
 	b := setupStorage(t)
-	for _, f := range []faults.StorageFault{faults.FailCommit, faults.Busy, faults.AmbiguousCommit, faults.FailStatement, faults.FailBegin} {
+	for _, f := range []storagefault.Fault{storagefault.FailCommit, storagefault.Busy, storagefault.AmbiguousCommit, storagefault.FailStatement, storagefault.FailBegin} {
 		b.storage.Arm(f)
 	}
 	require.Equal(t, "storage: available; armed [fail_commit busy ambiguous_commit fail_statement fail_begin]; fired "+
@@ -308,12 +308,12 @@ func TestStorageArmOrder(t *testing.T) {
 	// spend the statement fault).
 	steps := []struct {
 		fault string
-		armed []faults.StorageFault
+		armed []storagefault.Fault
 	}{
-		{"busy", []faults.StorageFault{faults.FailCommit, faults.AmbiguousCommit, faults.FailStatement, faults.FailBegin}},
-		{"fail_begin", []faults.StorageFault{faults.FailCommit, faults.AmbiguousCommit, faults.FailStatement}},
-		{"fail_statement", []faults.StorageFault{faults.FailCommit, faults.AmbiguousCommit}},
-		{"fail_commit", []faults.StorageFault{faults.AmbiguousCommit}},
+		{"busy", []storagefault.Fault{storagefault.FailCommit, storagefault.AmbiguousCommit, storagefault.FailStatement, storagefault.FailBegin}},
+		{"fail_begin", []storagefault.Fault{storagefault.FailCommit, storagefault.AmbiguousCommit, storagefault.FailStatement}},
+		{"fail_statement", []storagefault.Fault{storagefault.FailCommit, storagefault.AmbiguousCommit}},
+		{"fail_commit", []storagefault.Fault{storagefault.AmbiguousCommit}},
 		{"ambiguous_commit", nil},
 	}
 	for _, s := range steps {
@@ -326,26 +326,26 @@ func TestStorageArmOrder(t *testing.T) {
 		"unavailable=1 disk_full=0 fail_begin=1 fail_statement=1 fail_commit=1 ambiguous_commit=1 busy=1", b.storage.String())
 	require.True(t, b.submit("k1").Replay)
 
-	b.storage.Arm(faults.Busy)
-	b.storage.Arm(faults.FailCommit)
+	b.storage.Arm(storagefault.Busy)
+	b.storage.Arm(storagefault.FailCommit)
 	b.storage.Disarm()
 	require.Empty(t, b.storage.Armed())
 	b.submit("k2")
 }
 
 func TestStorageArmUnknownPanics(t *testing.T) {
-	storage := faults.NewStorage(&sqlite.Driver{}, clockwork.NewFakeClockAt(epoch))
+	storage := storagefault.NewStorage(&sqlite.Driver{}, clockwork.NewFakeClockAt(epoch))
 	require.Panics(t, func() { storage.Arm("explode") })
 	require.Empty(t, storage.Armed())
 }
 
 func TestParseStorageFault(t *testing.T) {
-	for _, f := range faults.StorageFaults() {
-		got, err := faults.ParseStorageFault(f.String())
+	for _, f := range storagefault.Faults() {
+		got, err := storagefault.ParseFault(f.String())
 		require.NoError(t, err)
 		require.Equal(t, f, got)
 	}
-	_, err := faults.ParseStorageFault("explode")
+	_, err := storagefault.ParseFault("explode")
 	require.ErrorContains(t, err, "unknown storage fault")
 }
 
@@ -359,10 +359,10 @@ func (c connector) Connect(context.Context) (driver.Conn, error) { return c.drv.
 func (c connector) Driver() driver.Driver                        { return c.drv }
 
 // openDB opens a one-connection in-memory database through a Storage.
-func openDB(t *testing.T) (*sql.DB, *faults.Storage, *clockwork.FakeClock) {
+func openDB(t *testing.T) (*sql.DB, *storagefault.Storage, *clockwork.FakeClock) {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(epoch)
-	storage := faults.NewStorage(&sqlite.Driver{}, clock)
+	storage := storagefault.NewStorage(&sqlite.Driver{}, clock)
 	db := sql.OpenDB(connector{dsn: ":memory:?_txlock=immediate", drv: storage})
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
@@ -426,7 +426,7 @@ func TestStorageRefusedCommitRollsBack(t *testing.T) {
 	requireInjected(t, err, "unavailable")
 	err = tx.Commit()
 	requireInjected(t, err, "unavailable")
-	var fe *faults.Error
+	var fe *storagefault.Error
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "commit", fe.Op)
 	clock.Advance(time.Second)
@@ -436,7 +436,7 @@ func TestStorageRefusedCommitRollsBack(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.ExecContext(ctx, `INSERT INTO t (name) VALUES ('c')`)
 	require.NoError(t, err)
-	storage.Arm(faults.FailCommit)
+	storage.Arm(storagefault.FailCommit)
 	requireInjected(t, tx.Commit(), "fail_commit")
 	require.Zero(t, countRows(t, db))
 
@@ -447,7 +447,7 @@ func TestStorageRefusedCommitRollsBack(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
 	require.Equal(t, 1, countRows(t, db))
-	require.Equal(t, faults.StorageCounts{Unavailable: 2, FailCommit: 1}, storage.Counts())
+	require.Equal(t, storagefault.Counts{Unavailable: 2, FailCommit: 1}, storage.Counts())
 }
 
 // FailStatement hits the next statement wherever it runs: a query outside
@@ -455,14 +455,14 @@ func TestStorageRefusedCommitRollsBack(t *testing.T) {
 func TestStorageFailStatement(t *testing.T) {
 	db, storage, _ := openDB(t)
 	ctx := context.Background()
-	storage.Arm(faults.FailStatement)
+	storage.Arm(storagefault.FailStatement)
 	_, err := db.QueryContext(ctx, `SELECT name FROM t`)
 	requireInjected(t, err, "fail_statement")
 	require.Contains(t, err.Error(), "disk I/O error")
 
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	storage.Arm(faults.FailStatement)
+	storage.Arm(storagefault.FailStatement)
 	_, err = tx.ExecContext(ctx, `INSERT INTO t (name) VALUES ('a')`)
 	requireInjected(t, err, "fail_statement")
 	require.NoError(t, tx.Rollback())
@@ -478,7 +478,7 @@ func TestStorageFailStatement(t *testing.T) {
 func TestStorageConcurrent(t *testing.T) {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(epoch)
-	storage := faults.NewStorage(&sqlite.Driver{}, clock)
+	storage := storagefault.NewStorage(&sqlite.Driver{}, clock)
 	q, err := queue.Open(ctx, queue.Options{Path: t.TempDir() + "/leasehold.db", Clock: clock,
 		IDs: model.NewSeededIDs(1), Driver: storage, MaxConns: 4, Ungrouped: true})
 	require.NoError(t, err)
@@ -493,7 +493,7 @@ func TestStorageConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range submits {
 				if i%3 == 0 {
-					storage.Arm(faults.FailCommit)
+					storage.Arm(storagefault.FailCommit)
 				}
 				_, err := q.Submit(ctx, model.SubmitRequest{User: "ana", Key: fmt.Sprintf("g%d-%d", g, i),
 					Payload: `{}`, CostBudget: 1, StepsMax: 1})
@@ -507,7 +507,7 @@ func TestStorageConcurrent(t *testing.T) {
 	for _, es := range errs {
 		for _, err := range es {
 			if err != nil {
-				require.ErrorIs(t, err, faults.ErrInjected)
+				require.ErrorIs(t, err, storagefault.ErrInjected)
 				failed++
 			}
 		}
@@ -522,11 +522,11 @@ func TestStorageConcurrent(t *testing.T) {
 
 func TestErrorUnwrapsOnlyInjected(t *testing.T) {
 	b := setupStorage(t)
-	b.storage.Arm(faults.FailBegin)
+	b.storage.Arm(storagefault.FailBegin)
 	_, err := b.q.Submit(b.ctx, request("k1"))
 	requireInjected(t, err, "fail_begin")
 	require.False(t, errors.Is(err, context.DeadlineExceeded))
-	var fe *faults.Error
+	var fe *storagefault.Error
 	require.ErrorAs(t, err, &fe)
 	require.False(t, fe.Timeout())
 	require.Equal(t, "begin: cannot begin transaction (faults: injected fail_begin)", fe.Error())
@@ -538,8 +538,8 @@ func TestStorageBypass(t *testing.T) {
 	b := setupStorage(t)
 	id := b.submit("k1").TaskID
 	b.storage.SetUnavailable(true)
-	b.storage.Arm(faults.FailStatement)
-	b.storage.Arm(faults.AmbiguousCommit)
+	b.storage.Arm(storagefault.FailStatement)
+	b.storage.Arm(storagefault.AmbiguousCommit)
 	before := b.storage.String()
 	var tasks []model.Task
 	var err error
@@ -624,19 +624,19 @@ func TestStorageRefusesADriverWithoutContextInterfaces(t *testing.T) {
 	raw := &sqlite.Driver{}
 
 	var bare *bareConn
-	storage := faults.NewStorage(driverFunc(func(name string) (driver.Conn, error) {
+	storage := storagefault.NewStorage(driverFunc(func(name string) (driver.Conn, error) {
 		c, err := raw.Open(name)
 		bare = &bareConn{Conn: c}
 		return bare, err
 	}), clock)
 	c, err := storage.Open(":memory:")
 	require.Nil(t, c)
-	require.ErrorIs(t, err, faults.ErrDriverUnsupported)
-	require.ErrorContains(t, err, "connection *faults_test.bareConn needs ConnBeginTx")
+	require.ErrorIs(t, err, storagefault.ErrDriverUnsupported)
+	require.ErrorContains(t, err, "connection *storagefault_test.bareConn needs ConnBeginTx")
 	require.True(t, bare.closed, "the refused connection is closed")
 
 	var conn *bareStmtConn
-	storage = faults.NewStorage(driverFunc(func(name string) (driver.Conn, error) {
+	storage = storagefault.NewStorage(driverFunc(func(name string) (driver.Conn, error) {
 		c, err := raw.Open(name)
 		if err != nil {
 			return nil, err
@@ -649,13 +649,13 @@ func TestStorageRefusesADriverWithoutContextInterfaces(t *testing.T) {
 	defer c.Close()
 	s, err := c.Prepare("SELECT 1")
 	require.Nil(t, s)
-	require.ErrorIs(t, err, faults.ErrDriverUnsupported)
-	require.ErrorContains(t, err, "statement *faults_test.bareStmt needs StmtExecContext and StmtQueryContext")
+	require.ErrorIs(t, err, storagefault.ErrDriverUnsupported)
+	require.ErrorContains(t, err, "statement *storagefault_test.bareStmt needs StmtExecContext and StmtQueryContext")
 	require.True(t, conn.last.closed, "the refused statement is closed")
-	require.Equal(t, faults.StorageCounts{}, storage.Counts(), "a refusal is not an injected fault")
+	require.Equal(t, storagefault.Counts{}, storage.Counts(), "a refusal is not an injected fault")
 
 	// The SQLite driver itself is accepted, and its connection unwraps.
-	storage = faults.NewStorage(raw, clock)
+	storage = storagefault.NewStorage(raw, clock)
 	c, err = storage.Open(":memory:")
 	require.NoError(t, err)
 	defer c.Close()
@@ -679,7 +679,7 @@ func TestStorageDiskFull(t *testing.T) {
 	_, err := b.q.Submit(b.ctx, request("k2"))
 	requireInjected(t, err, "disk_full")
 	require.Contains(t, err.Error(), "database or disk is full")
-	var fe *faults.Error
+	var fe *storagefault.Error
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, 13, fe.Code(), "reads as SQLITE_FULL")
 	require.Len(t, b.tasks(), 1, "the refused submit was rolled back")
@@ -695,11 +695,11 @@ func TestStorageDiskFull(t *testing.T) {
 
 // Every injected storage error carries the SQLite code it reads as.
 func TestInjectedStorageErrorsCarryTheirCode(t *testing.T) {
-	for f, code := range map[faults.StorageFault]int{faults.Busy: 5, faults.FailStatement: 10, faults.FailBegin: 10, faults.FailCommit: 10} {
+	for f, code := range map[storagefault.Fault]int{storagefault.Busy: 5, storagefault.FailStatement: 10, storagefault.FailBegin: 10, storagefault.FailCommit: 10} {
 		b := setupStorage(t)
 		b.storage.Arm(f)
 		_, err := b.q.Submit(b.ctx, request("k1"))
-		var fe *faults.Error
+		var fe *storagefault.Error
 		require.ErrorAs(t, err, &fe, "%s", f)
 		require.Equal(t, code, fe.Code(), "%s", f)
 	}

@@ -1,4 +1,4 @@
-package faults
+package storagefault
 
 import (
 	"context"
