@@ -7,12 +7,14 @@ package worker_test
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver of the test's own connection
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
@@ -208,10 +210,15 @@ func TestPostgresRunnerPollsWhileListenerIsLost(t *testing.T) {
 	pr := startPostgresRunner(t, q, clock, "w1", pollMax)
 	pr.listening()
 
+	// A connection of the test's own, in the queue's schema, ends the
+	// listener's.
+	admin, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer admin.Close()
 	var schema string
-	require.NoError(t, q.DB().QueryRowContext(context.Background(), "SELECT current_schema()").Scan(&schema))
+	require.NoError(t, admin.QueryRowContext(context.Background(), "SELECT current_schema()").Scan(&schema))
 	var terminated int
-	require.NoError(t, q.DB().QueryRowContext(context.Background(),
+	require.NoError(t, admin.QueryRowContext(context.Background(),
 		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		 WHERE datname = current_database() AND application_name = $1`, "leasehold wake "+schema).Scan(&terminated))
 	require.Equal(t, 1, terminated, "exactly one listening connection for this schema")
