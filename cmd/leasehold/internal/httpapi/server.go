@@ -34,8 +34,26 @@ import (
 const (
 	requestBytesMax = model.PayloadBytesMax + 16<<10 // a payload and the fields around it
 	batchBytesMax   = 32 << 20                       // a batch of SubmitBatchMax ordinary submits
-	requestTimeout  = 10 * time.Second
 )
+
+// Timeouts bound the server's connections and requests. The long-poll
+// and the event stream are exempt from Request and Write (they lift the
+// connection's write deadline and run outside the request timeout); every
+// other route keeps both.
+type Timeouts struct {
+	// Request bounds an ordinary route's handling: past it the caller gets
+	// 503 with code timeout (http.TimeoutHandler).
+	Request time.Duration
+	// ReadHeader, Read, Write and Idle are http.Server's timeouts.
+	ReadHeader, Read, Write, Idle time.Duration
+}
+
+// DefaultTimeouts are the timeouts a server has unless WithTimeouts
+// changes them.
+func DefaultTimeouts() Timeouts {
+	return Timeouts{Request: 10 * time.Second, ReadHeader: 5 * time.Second, Read: 15 * time.Second,
+		Write: 20 * time.Second, Idle: 60 * time.Second}
+}
 
 // Server is the HTTP face of one queue.
 type Server struct {
@@ -54,7 +72,8 @@ type Server struct {
 	close   context.CancelFunc
 	// mount, if set, is given the mux to add routes of its own (the
 	// console).
-	mount func(*http.ServeMux)
+	mount    func(*http.ServeMux)
+	timeouts Timeouts
 }
 
 // Option changes a Server.
@@ -72,6 +91,10 @@ func WithAuthDelay(d time.Duration) Option { return func(s *Server) { s.gate.bas
 // (StreamsPerTokenDefault by default).
 func WithStreamsPerToken(n int) Option { return func(s *Server) { s.streamsMax = n } }
 
+// WithTimeouts sets the server's timeouts (DefaultTimeouts by default);
+// each must be positive.
+func WithTimeouts(t Timeouts) Option { return func(s *Server) { s.timeouts = t } }
+
 // WithMount lets mount add routes to the server's mux (the console at
 // /ui/); they get neither the API's authentication nor its error bodies.
 func WithMount(mount func(*http.ServeMux)) Option { return func(s *Server) { s.mount = mount } }
@@ -80,7 +103,7 @@ func WithMount(mount func(*http.ServeMux)) Option { return func(s *Server) { s.m
 // secret) to log. It warns once for each token whose line names no users.
 func New(q *queue.Queue, tokens []Token, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{q: q, tokens: tokens, log: log, clock: clockwork.NewRealClock(), gate: &authGate{base: AuthDelayDefault},
-		streamsMax: StreamsPerTokenDefault, streams: map[string]int{}}
+		streamsMax: StreamsPerTokenDefault, streams: map[string]int{}, timeouts: DefaultTimeouts()}
 	s.closing, s.close = context.WithCancel(context.Background())
 	for _, opt := range opts {
 		opt(s)
@@ -301,15 +324,29 @@ func (s *Server) Handler() http.Handler {
 		s.mount(m)
 	}
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.noRoute(m, w, r) })
-	timed := http.TimeoutHandler(m, requestTimeout, `{"error":"request timed out","code":"timeout"}`)
+	timed := http.TimeoutHandler(m, s.timeouts.Request, `{"error":"request timed out","code":"timeout"}`)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if longLived(r) {
 			m.ServeHTTP(w, r)
 			return
 		}
-		timed.ServeHTTP(w, r)
+		timed.ServeHTTP(timeoutJSON{w}, r)
 	})
 }
+
+// timeoutJSON labels the request timeout's 503 as the JSON it is:
+// http.TimeoutHandler writes its body with no Content-Type of its own.
+type timeoutJSON struct{ http.ResponseWriter }
+
+func (w timeoutJSON) WriteHeader(code int) {
+	if code == http.StatusServiceUnavailable && w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w timeoutJSON) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // longLived reports whether r is a long-poll or an event stream, exempt
 // from the request timeout.
@@ -349,8 +386,12 @@ func (s *Server) noRoute(m *http.ServeMux, w http.ResponseWriter, r *http.Reques
 // Serve runs s on ln until ctx is done, then shuts it down gracefully:
 // open long-polls answer and event streams end at once.
 func Serve(ctx context.Context, ln net.Listener, s *Server) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
-		WriteTimeout: 20 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 16 << 10,
+	t := s.timeouts
+	if t.Request <= 0 || t.ReadHeader <= 0 || t.Read <= 0 || t.Write <= 0 || t.Idle <= 0 {
+		return fmt.Errorf("serve: every timeout must be positive, got %+v", t)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
+		WriteTimeout: t.Write, IdleTimeout: t.Idle, MaxHeaderBytes: 16 << 10,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	srv.RegisterOnShutdown(s.close)
 	s.log.Info("serving", "addr", ln.Addr().String(), "tokens", len(s.tokens))

@@ -1,0 +1,113 @@
+package httpapi
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+)
+
+// TestLongLivedRoutesOutliveTheServersTimeouts runs the real server on a
+// loopback listener with its request timeout and write timeout made short
+// through WithTimeouts (the only real durations here; the wait's own
+// length and the ping interval are on the fake clock). A long-poll and an
+// event stream are opened; then two ordinary writes, each stuck behind a
+// lock another connection holds on the database, are answered 503
+// timeout (as JSON, as documented), each only after the request timeout
+// has passed, so that by the second both long-lived requests have been
+// open longer than the request timeout and the write timeout. The lock released, the first
+// write's cancel commits: the long-poll answers it and the stream
+// delivers its event, both written well past the write deadline an
+// ordinary response would have had.
+func TestLongLivedRoutesOutliveTheServersTimeouts(t *testing.T) {
+	short := DefaultTimeouts()
+	short.Request, short.Write = 150*time.Millisecond, 200*time.Millisecond
+	a := setupAPIWith(t, []Option{WithTimeouts(short)}, func(o *queue.Options) {
+		o.BusyTimeout = 10 * time.Second // a write waits on the lock far past the request timeout
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a safety net
+	defer cancel()
+	id := a.submit(t, "carol", "long", nil)
+	c := a.clientFor(t, secretRoot)
+	before, err := c.Task(ctx, id)
+	require.NoError(t, err)
+
+	type answer struct {
+		task client.Task
+		err  error
+	}
+	waited := make(chan answer, 1)
+	go func() {
+		task, err := c.WaitTask(ctx, id, before.LastEventSeq, 30*time.Second)
+		waited <- answer{task, err}
+	}()
+	require.NoError(t, a.clock.BlockUntilContext(ctx, 2)) // the wait's timeout and the queue's poll
+	stream := a.openStream(t, secretRoot, nil, "?after="+strconv.FormatInt(before.LastEventSeq, 10))
+	opened := time.Now()
+
+	db, err := sql.Open("sqlite", a.path)
+	require.NoError(t, err)
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE")
+	require.NoError(t, err)
+	for range 2 {
+		start := time.Now()
+		status, _, body := a.do(t, http.MethodPost, "/v1/tasks/"+id+"/cancel", secretSubmit, "")
+		require.Equal(t, http.StatusServiceUnavailable, status, "%s", body)
+		require.JSONEq(t, `{"error":"request timed out","code":"timeout"}`, string(body))
+		require.GreaterOrEqual(t, time.Since(start), short.Request, "an ordinary route answers at its request timeout")
+	}
+	require.Greater(t, time.Since(opened), max(short.Request, short.Write), "both long-lived requests have outlived both timeouts")
+	select {
+	case got := <-waited:
+		t.Fatalf("the long-poll answered before any change: %+v", got)
+	default:
+	}
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	require.NoError(t, err)
+
+	// The timed-out cancel still runs to its end (a write is never left
+	// half-decided), and its change is what the long-lived requests see.
+	got := <-waited
+	require.NoError(t, got.err)
+	require.Equal(t, model.Cancelled, got.task.State)
+	require.Greater(t, got.task.LastEventSeq, before.LastEventSeq)
+	e := stream.next(t, false)
+	require.Equal(t, "event", e.kind)
+	var ev client.Event
+	require.NoError(t, json.Unmarshal([]byte(e.data), &ev))
+	require.Equal(t, string(model.EventCancelled), ev.Kind)
+	require.Equal(t, id, ev.TaskID)
+	require.Equal(t, got.task.LastEventSeq, ev.Seq)
+
+	// The stream is still open: the next ping comes at the fake clock's
+	// ping interval, long after the write deadline.
+	require.NoError(t, a.clock.BlockUntilContext(ctx, 2)) // the ping timer and the queue's poll
+	a.clock.Advance(PingInterval)
+	require.Equal(t, sseEvent{comment: "ping"}, stream.next(t, true))
+	// And an ordinary read on a connection of its own is answered as ever.
+	require.Equal(t, "cancelled", a.task(t, id)["state"])
+}
+
+// TestServeRefusesANonPositiveTimeout: a zero timeout (which http.Server
+// would read as none) is refused before anything is served.
+func TestServeRefusesANonPositiveTimeout(t *testing.T) {
+	bad := DefaultTimeouts()
+	bad.Write = 0
+	s := New(nil, nil, slog.New(slog.DiscardHandler), WithTimeouts(bad))
+	err := Serve(context.Background(), nil, s)
+	require.ErrorContains(t, err, "timeout must be positive")
+}
