@@ -37,30 +37,71 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 	var out []model.Claimed
 	err = q.writeRetrying(ctx, "claim", func(t *txn) error {
 		out = nil
-		// A batch of one is within every stored limit (ClaimBatchMax is at
-		// least 1), so it needs no read of the limits.
-		if req.Max != 1 {
-			limits, err := t.limits()
-			if err != nil {
-				return err
-			}
-			if err := req.Validate(limits.ClaimBatchMax); err != nil {
-				return err
-			}
+		if err := t.checkClaimBatch(req); err != nil {
+			return err
 		}
-		return q.store.claim(t, req, req.Max, func(task model.Task) error {
-			c, err := t.claimed(task, req)
-			if err != nil {
-				return err
-			}
-			out = append(out, c)
-			return nil
-		})
+		return t.claim(req, &out)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// CompleteAndClaim completes c as Complete does and then, in the same
+// write operation (one transaction, one commit), claims up to next.Max
+// tasks for next as Claim does: a worker slot that finishes its task takes
+// the next one without a commit of its own, so completions and claims of
+// many slots share group commits. The claim sees the completion (its
+// user's running count is down by one). next is checked before anything
+// is written; a completion the queue refuses (a stale claim, its event
+// kept) claims nothing and returns the refusal, as Complete does. It
+// returns the claims made, none when nothing is due.
+func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error) {
+	if err := next.Validate(model.ClaimBatchLimit); err != nil {
+		return nil, err
+	}
+	var out []model.Claimed
+	err := q.writeRetrying(ctx, "complete and claim", func(t *txn) error {
+		out = nil
+		if err := t.checkClaimBatch(next); err != nil {
+			return err
+		}
+		if err := t.complete(c); err != nil {
+			return err
+		}
+		return t.claim(next, &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkClaimBatch checks req's batch against the stored claim_batch_max.
+// A batch of one is within every stored limit (ClaimBatchMax is at least
+// 1), so it needs no read of the limits.
+func (t *txn) checkClaimBatch(req model.ClaimRequest) error {
+	if req.Max == 1 {
+		return nil
+	}
+	limits, err := t.limits()
+	if err != nil {
+		return err
+	}
+	return req.Validate(limits.ClaimBatchMax)
+}
+
+// claim claims up to req.Max tasks inside t and appends them to out.
+func (t *txn) claim(req model.ClaimRequest, out *[]model.Claimed) error {
+	return t.q.store.claim(t, req, req.Max, func(task model.Task) error {
+		c, err := t.claimed(task, req)
+		if err != nil {
+			return err
+		}
+		*out = append(*out, c)
+		return nil
+	})
 }
 
 // claimed records the claim of task, which the store has just taken for

@@ -280,28 +280,31 @@ func (q *Queue) Pause(ctx context.Context, c model.Claim, step int, gate string)
 // completion. Only when it matches no row is the task loaded, to record and
 // return why the write is stale (or that the task does not exist).
 func (q *Queue) Complete(ctx context.Context, c model.Claim) error {
-	return q.write(ctx, "complete", func(t *txn) error {
-		n, err := t.exec("complete_fenced", sql.Named("id", c.TaskID), sql.Named("fence", c.Fence),
-			sql.Named("now", model.Millis(t.now)))
-		if err != nil {
-			return err
-		}
-		if n == 1 {
-			return t.emit(model.Event{TaskID: c.TaskID, Kind: model.EventCompleted, Attempt: int(c.Fence),
-				Fence: c.Fence, From: model.Running, To: model.Completed, Actor: c.Owner})
-		}
-		// complete_fenced refused the claim: fenced says why and records it.
-		// It makes the same checks as complete_fenced, so in a normal build
-		// it always refuses here. Only a broken variant that forges its
-		// checks (complete-without-fence, write-after-lease-expiry; see
-		// broken_on.go) gets past it, and the settle below is reachable
-		// only in that build.
-		task, err := t.fenced(c, model.WriteComplete, false)
-		if err != nil {
-			return err
-		}
-		return t.settle(task, model.Completed, model.NoReason, model.EventCompleted, c.Owner, "")
-	})
+	return q.write(ctx, "complete", func(t *txn) error { return t.complete(c) })
+}
+
+// complete is Complete's write inside t (CompleteAndClaim's first part).
+func (t *txn) complete(c model.Claim) error {
+	n, err := t.exec("complete_fenced", sql.Named("id", c.TaskID), sql.Named("fence", c.Fence),
+		sql.Named("now", model.Millis(t.now)))
+	if err != nil {
+		return err
+	}
+	if n == 1 {
+		return t.emit(model.Event{TaskID: c.TaskID, Kind: model.EventCompleted, Attempt: int(c.Fence),
+			Fence: c.Fence, From: model.Running, To: model.Completed, Actor: c.Owner})
+	}
+	// complete_fenced refused the claim: fenced says why and records it.
+	// It makes the same checks as complete_fenced, so in a normal build
+	// it always refuses here. Only a broken variant that forges its
+	// checks (complete-without-fence, write-after-lease-expiry; see
+	// broken_on.go) gets past it, and the settle below is reachable
+	// only in that build.
+	task, err := t.fenced(c, model.WriteComplete, false)
+	if err != nil {
+		return err
+	}
+	return t.settle(task, model.Completed, model.NoReason, model.EventCompleted, c.Owner, "")
 }
 
 // Fail ends the claim with a classified failure: permanent fails the task

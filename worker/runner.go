@@ -291,14 +291,73 @@ func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed, notif
 	}
 }
 
-// slotLoop runs claims handed to it until the claimer stops.
+// slotLoop runs claims handed to it until the claimer stops. Over a queue
+// that can (CompleteClaimer), a slot completing its task claims its next
+// one in the same write, and runs it at once without going idle.
 func (r *Runner) slotLoop(work <-chan model.Claimed, drain, abandon <-chan struct{}) {
+	_, refills := r.cfg.Queue.(CompleteClaimer)
 	for c := range work {
 		s := newSlot(r.cfg, c, r.cfg.Clock.Now())
 		r.track(s, true)
-		r.drive(s, drain, abandon)
-		r.track(s, false)
+		for {
+			if refills {
+				s.refill = func() (model.ClaimRequest, bool) { return r.refillRequest(s) }
+			}
+			r.drive(s, drain, abandon)
+			if len(s.refilled) == 0 {
+				r.track(s, false)
+				break
+			}
+			next := newSlot(r.cfg, s.refilled[0], r.cfg.Clock.Now())
+			r.handOver(s, next)
+			s = next
+		}
 	}
+}
+
+// refillRequest says whether slot s, about to complete its task, may claim
+// its next one in the same write, and the claim to ask for: one task, as
+// the claimer would for one free slot (see claimer.room), with the unspent
+// budget and the failing heartbeats of the other slots, and nothing once
+// the shutdown has begun.
+func (r *Runner) refillRequest(s *Slot) (model.ClaimRequest, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.draining {
+		return model.ClaimRequest{}, false
+	}
+	failing := false
+	var exposure int64
+	for other, f := range r.hbFailing {
+		failing = failing || (f && other != s)
+	}
+	for other, e := range r.exposure {
+		if other != s {
+			exposure += e
+		}
+	}
+	if r.claimer.room(1, failing, exposure) == 0 {
+		return model.ClaimRequest{}, false
+	}
+	return model.ClaimRequest{Worker: r.cfg.ID, Max: 1, Lease: r.cfg.Lease}, true
+}
+
+// handOver records slot s, whose completing write claimed the task next
+// runs, ending and next taking its place: the slot stays busy, and the
+// claimer is not woken. A claim that arrives after the shutdown grace has
+// ended is left at once.
+func (r *Runner) handOver(s, next *Slot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.held, s.claim.TaskID)
+	delete(r.exposure, s)
+	delete(r.hbFailing, s)
+	if r.gaveUp {
+		r.left = append(r.left, LeftClaim{Claim: next.claim, Why: "claimed as the shutdown grace ended"})
+		return
+	}
+	r.held[next.claim.TaskID] = next.claim
+	r.exposure[next] = next.task.CostBudget - next.task.CostUsed
 }
 
 // track records a slot taking or ending a claim.

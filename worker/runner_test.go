@@ -56,9 +56,13 @@ type recordingQueue struct {
 	mu       sync.Mutex
 	accepted []acceptance
 	claims   []claimCall
+	refills  []claimCall // CompleteAndClaim's, accepted or not
 }
 
-var _ worker.Queue = (*recordingQueue)(nil)
+var (
+	_ worker.Queue           = (*recordingQueue)(nil)
+	_ worker.CompleteClaimer = (*recordingQueue)(nil)
+)
 
 func (q *recordingQueue) record(err error, kind string, c model.Claim) {
 	if err == nil {
@@ -123,6 +127,27 @@ func (q *recordingQueue) Complete(ctx context.Context, c model.Claim) error {
 	err := q.inner.Complete(ctx, c)
 	q.record(err, "complete", c)
 	return err
+}
+
+// CompleteAndClaim passes to the queue's and records the completion, then
+// each claim it made, in that order (the order the queue made them in, in
+// one write).
+func (q *recordingQueue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	claimed, err := q.inner.(worker.CompleteClaimer).CompleteAndClaim(ctx, c, next)
+	q.refills = append(q.refills, claimCall{at: q.clock.Now(), max: next.Max, claimed: len(claimed), refused: err != nil})
+	q.record(err, "complete", c)
+	for _, cl := range claimed {
+		q.record(err, "claim", cl.Claim)
+	}
+	return claimed, err
+}
+
+func (q *recordingQueue) refillCalls() []claimCall {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]claimCall(nil), q.refills...)
 }
 
 func (q *recordingQueue) Fail(ctx context.Context, c model.Claim, f model.Failure) (model.State, error) {
@@ -367,22 +392,23 @@ func (l *live) checkReports() map[string]map[int64]string {
 		if !r.Accepted || r.Write == "" || r.Err != nil {
 			continue
 		}
-		if r.Write == "claim" {
-			for _, c := range r.Claims {
-				require.Equal(t, r.Worker, c.Owner)
-				key := acceptance{taskID: c.TaskID, fence: c.Fence, kind: "claim"}
-				reported[key] = append(reported[key], model.AcceptedWrite{TaskID: c.TaskID, Fence: c.Fence, Kind: "claim",
-					At: r.at, Owner: r.Worker, LeaseUntil: c.LeaseUntil})
-				if owners[c.TaskID] == nil {
-					owners[c.TaskID] = map[int64]string{}
-				}
-				owners[c.TaskID][c.Fence] = c.Owner
-			}
-			continue
+		if r.Write != "claim" {
+			key := acceptance{taskID: r.TaskID, fence: r.Fence, kind: string(r.Write)}
+			reported[key] = append(reported[key], model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: string(r.Write),
+				At: r.at, Owner: r.Worker, LeaseUntil: r.LeaseUntil})
 		}
-		key := acceptance{taskID: r.TaskID, fence: r.Fence, kind: string(r.Write)}
-		reported[key] = append(reported[key], model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: string(r.Write),
-			At: r.at, Owner: r.Worker, LeaseUntil: r.LeaseUntil})
+		// A claim's report lists what it claimed; so does a completion's
+		// that claimed the slot's next task in the same write.
+		for _, c := range r.Claims {
+			require.Equal(t, r.Worker, c.Owner)
+			key := acceptance{taskID: c.TaskID, fence: c.Fence, kind: "claim"}
+			reported[key] = append(reported[key], model.AcceptedWrite{TaskID: c.TaskID, Fence: c.Fence, Kind: "claim",
+				At: r.at, Owner: r.Worker, LeaseUntil: c.LeaseUntil})
+			if owners[c.TaskID] == nil {
+				owners[c.TaskID] = map[int64]string{}
+			}
+			owners[c.TaskID][c.Fence] = c.Owner
+		}
 	}
 	h := model.NewHistory()
 	latest := map[string]int64{}
@@ -523,9 +549,16 @@ func TestRunnerShutdownFinishesTheEffectInFlightThenReleases(t *testing.T) {
 	})
 }
 
+// plainQueue is a worker.Queue without CompleteAndClaim: a runner over it
+// claims only through its claimer.
+type plainQueue struct{ worker.Queue }
+
 // The claimer asks for nothing while every slot is busy, however often its
 // poll timer fires, and claims again the moment a slot frees (woken by the
-// slot, not by its next poll: the slot frees at 3.3s, between polls).
+// slot, not by its next poll: the slot frees at 3.3s, between polls). The
+// queue is seen without CompleteAndClaim, so that the slot frees instead
+// of claiming its next task itself (see
+// TestRunnerSlotClaimsItsNextTaskAsItCompletes).
 func TestRunnerClaimsNothingWhileEverySlotIsBusy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t)
@@ -537,7 +570,10 @@ func TestRunnerClaimsNothingWhileEverySlotIsBusy(t *testing.T) {
 		first := submit(10, 3250)
 		second := submit(5, 6000)
 		waiting := submit(0, 1000)
-		lr := l.start("w1", newLiveService(worker.Dedup, nil), func(c *worker.Config, _ *worker.RunOptions) { c.Concurrency = 2 })
+		lr := l.start("w1", newLiveService(worker.Dedup, nil), func(c *worker.Config, _ *worker.RunOptions) {
+			c.Concurrency = 2
+			c.Queue = plainQueue{c.Queue}
+		})
 
 		synctest.Wait()
 		require.Equal(t, []claimCall{{at: epoch, max: 2, claimed: 2}}, l.q.claimCalls())
@@ -846,6 +882,10 @@ type refusingQueue struct {
 	refused bool
 }
 
+func (q *refusingQueue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error) {
+	return q.Queue.(worker.CompleteClaimer).CompleteAndClaim(ctx, c, next)
+}
+
 func (q *refusingQueue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
 	if !q.refused {
 		q.refused = true
@@ -874,5 +914,89 @@ func TestRunnerDoesNotHalveOnOtherInvalidInput(t *testing.T) {
 		reports := l.allReports()
 		require.Equal(t, worker.ActionClaim, reports[0].Action)
 		require.Equal(t, refusal.Error(), reports[0].Anomaly)
+	})
+}
+
+// Over a queue with CompleteAndClaim, a slot completing its task claims
+// its next one in the same write and runs it without going idle: after the
+// claimer's first batch, every task is claimed by the completion before
+// it, in one transaction (the claimed event follows that completion's in
+// the trail, at the same time). A slot whose completion finds nothing
+// frees, and the claimer polls for it again.
+func TestRunnerSlotClaimsItsNextTaskAsItCompletes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t)
+		l := newLive(b)
+		var ids []string
+		for range 5 {
+			ids = append(ids, b.submit(`{"steps":[{"cost":1,"duration_ms":1000}]}`, 10, 5))
+		}
+		lr := l.start("w1", newLiveService(worker.Dedup, nil), func(c *worker.Config, _ *worker.RunOptions) { c.Concurrency = 2 })
+		l.drive(100, func() {
+			require.LessOrEqual(t, len(lr.r.Claims()), 2, "never more claims than slots")
+		}, func() bool { return l.all(ids, model.Completed) })
+		lr.stop(t)
+
+		claims := l.q.claimCalls()
+		require.Equal(t, claimCall{at: epoch, max: 2, claimed: 2}, claims[0])
+		for _, c := range claims[1:] {
+			require.Zero(t, c.claimed, "after the first batch the claimer finds nothing: %+v", c)
+		}
+		refilled := 0
+		for _, c := range l.q.refillCalls() {
+			require.Equal(t, 1, c.max)
+			require.False(t, c.refused)
+			refilled += c.claimed
+		}
+		require.Equal(t, 3, refilled, "the other three tasks were claimed by completions")
+		require.Equal(t, epoch.Add(3*time.Second), b.eventsOf(ids[4], model.EventCompleted)[0].At,
+			"three rounds of 1s: no slot waited for the claimer")
+
+		trail, err := b.q.EventsAfter(b.ctx, 0, model.ListLimitMax)
+		require.NoError(t, err)
+		for _, id := range ids {
+			require.Equal(t, int64(1), b.task(id).Version, "%s ran under one claim", id)
+		}
+		for i, e := range trail {
+			if e.Kind != model.EventClaimed || i == 0 || trail[i-1].Kind != model.EventCompleted {
+				continue
+			}
+			refilled--
+			require.Equal(t, trail[i-1].At, e.At, "claimed in the completion's write: %+v", e)
+			require.Equal(t, "w1", e.Actor)
+		}
+		require.Zero(t, refilled, "each refilled claim follows the completion that made it")
+		l.checkReports()
+	})
+}
+
+// A slot claims its next task with its completion only while the worker's
+// cost capacity allows it: with a capacity of one task's budget, the slot
+// completing while the other still holds a task frees instead, and claims
+// resume (by the claimer or the last completion) once the budget held is
+// below the capacity.
+func TestRunnerRefillKeepsTheCostCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t)
+		l := newLive(b)
+		short := b.submit(`{"steps":[{"cost":1,"duration_ms":1000}]}`, 10, 5)
+		long := b.submit(`{"steps":[{"cost":1,"duration_ms":2000}]}`, 10, 5)
+		last := b.submit(`{"steps":[{"cost":1,"duration_ms":1000}]}`, 10, 5)
+		lr := l.start("w1", newLiveService(worker.Dedup, nil), func(c *worker.Config, _ *worker.RunOptions) {
+			c.Concurrency, c.CostCapacity = 2, 10
+		})
+		// The claimer's first batch takes both (nothing held yet: below the
+		// capacity), and then nothing while 10 or more is held.
+		l.drive(100, func() {
+			if b.task(long).State == model.Running {
+				require.Equal(t, model.Queued, b.task(last).State, "nothing claimed while %s's budget is held", long)
+			}
+		}, func() bool { return l.all([]string{short, long, last}, model.Completed) })
+		lr.stop(t)
+		calls := l.q.refillCalls()
+		require.NotEmpty(t, calls)
+		require.Equal(t, epoch.Add(2*time.Second), calls[0].at, "the short task's completion claimed nothing: %+v", calls)
+		require.Equal(t, 1, calls[0].claimed, "the long task's completion claimed the last task")
+		l.checkReports()
 	})
 }

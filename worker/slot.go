@@ -66,6 +66,21 @@ type Slot struct {
 	// not cut it short.
 	storageBackoff time.Duration
 	serviceBackoff time.Duration
+
+	// refill, when set (by the live Runner), says whether the slot may take
+	// its next task with the write that completes this one, and the claim
+	// to ask for; refilled holds what that write claimed.
+	refill   func() (model.ClaimRequest, bool)
+	refilled []model.Claimed
+}
+
+// CompleteClaimer is a Queue that can complete a claim and claim the next
+// tasks in one write (*queue.Queue's CompleteAndClaim). A live Runner over
+// such a queue has each slot take its next task with the write that
+// completes the last one, so that completions and claims of many slots
+// share commits.
+type CompleteClaimer interface {
+	CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error)
 }
 
 func newSlot(cfg *Config, c model.Claimed, now time.Time) *Slot {
@@ -504,9 +519,38 @@ func (s *Slot) pause(ctx context.Context, now time.Time) Report {
 }
 
 func (s *Slot) complete(ctx context.Context, now time.Time) Report {
+	if cc, ok := s.cfg.Queue.(CompleteClaimer); ok && s.refill != nil {
+		if next, ok := s.refill(); ok {
+			return s.completeAndClaim(ctx, now, cc, next)
+		}
+	}
 	return s.finish(now, model.WriteComplete, "task completed", func() (string, error) {
 		return "completed", s.cfg.Queue.Complete(ctx, s.claim)
 	})
+}
+
+// completeAndClaim completes the task and claims next in one write; the
+// claims it made are the slot's refilled, listed in the report.
+func (s *Slot) completeAndClaim(ctx context.Context, now time.Time, cc CompleteClaimer, next model.ClaimRequest) Report {
+	var claimed []model.Claimed
+	r := s.finish(now, model.WriteComplete, "task completed", func() (string, error) {
+		var err error
+		claimed, err = cc.CompleteAndClaim(ctx, s.claim, next)
+		return "completed", err
+	})
+	if r.Err != nil {
+		return r
+	}
+	s.refilled = claimed
+	for _, c := range claimed {
+		r.Claims = append(r.Claims, c.Claim)
+		s.cfg.Logger.Info("task claimed", "worker", s.cfg.ID, "task_id", c.Claim.TaskID, "attempt", c.Claim.Attempt,
+			"attempt_id", c.Claim.AttemptID(), "fence", c.Claim.Fence)
+	}
+	if len(claimed) > 0 {
+		r.Outcome += fmt.Sprintf("; %d claimed", len(claimed))
+	}
+	return r
 }
 
 func (s *Slot) failTask(ctx context.Context, now time.Time) Report {

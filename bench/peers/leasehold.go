@@ -99,17 +99,27 @@ func submitMany(ctx context.Context, q *queue.Queue, n, steps int) error {
 	return nil
 }
 
+// runCounts is what a worker runtime reported: writes that failed in
+// storage (the worker retries them: busy timeouts, mostly), and the claim
+// writes that took tasks and how many they took.
+type runCounts struct {
+	retried, claimWrites, claimed int64
+}
+
 // runner starts a worker runtime over q and calls done for each task it
-// completes; stop ends it gracefully and returns how many writes failed in
-// storage (the worker retries them: busy timeouts, mostly) and the first
+// completes; stop ends it gracefully and returns its counts and the first
 // anomaly or failure seen.
-func runner(q *queue.Queue, workers int, done func()) (stop func() (int, error), err error) {
+func runner(q *queue.Queue, workers int, done func()) (stop func() (runCounts, error), err error) {
 	var mu sync.Mutex
 	var problem error
-	var retried atomic.Int64
+	var retried, claimWrites, claimed atomic.Int64
 	cfg := worker.Config{ID: "bench", Queue: q, Handler: worker.Synthetic{}, Service: nopService{}, Clock: clockwork.NewRealClock(),
 		Concurrency: workers, PollMin: time.Millisecond, PollMax: 10 * time.Millisecond}
 	r, err := worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q, OnReport: func(rep worker.Report) {
+		if len(rep.Claims) > 0 {
+			claimWrites.Add(1)
+			claimed.Add(int64(len(rep.Claims)))
+		}
 		switch {
 		case rep.Action == worker.ActionComplete && rep.Accepted:
 			done()
@@ -132,12 +142,12 @@ func runner(q *queue.Queue, workers int, done func()) (stop func() (int, error),
 		defer close(finished)
 		_ = r.Run(ctx)
 	}()
-	return func() (int, error) {
+	return func() (runCounts, error) {
 		cancel()
 		<-finished
 		mu.Lock()
 		defer mu.Unlock()
-		return int(retried.Load()), problem
+		return runCounts{retried: retried.Load(), claimWrites: claimWrites.Load(), claimed: claimed.Load()}, problem
 	}, nil
 }
 
@@ -149,7 +159,7 @@ func (l leasehold) work(ctx context.Context, path, sync string, workers, n, step
 	defer q.Close()
 	var completed atomic.Int64
 	all := make(chan struct{})
-	var stop func() (int, error)
+	var stop func() (runCounts, error)
 	smp, err := measure(n, func() error {
 		var err error
 		stop, err = runner(q, workers, func() {
@@ -168,11 +178,11 @@ func (l leasehold) work(ctx context.Context, path, sync string, workers, n, step
 		}
 	})
 	if stop != nil {
-		retried, serr := stop()
+		counts, serr := stop()
 		if err == nil {
 			err = serr
 		}
-		smp.retried = retried
+		smp.retried, smp.claimWrites, smp.claimed = int(counts.retried), counts.claimWrites, counts.claimed
 	}
 	if err != nil {
 		return sample{}, err
@@ -185,7 +195,7 @@ func (l leasehold) work(ctx context.Context, path, sync string, workers, n, step
 	if got := m.Depth[model.Completed]; got != int64(n) {
 		return sample{}, fmt.Errorf("%d tasks completed, want %d", got, n)
 	}
-	smp.groups, smp.groupOps = groups, ops
+	smp.groups, smp.groupOps, smp.sizes = groups, ops, formatSizes(q.GroupSizes())
 	return smp, nil
 }
 

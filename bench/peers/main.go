@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -69,7 +70,7 @@ func main() {
 	flag.IntVar(&cfg.oneJobs, "one-jobs", 1000, "jobs per one-at-a-time intake run")
 	flag.IntVar(&cfg.latencyJobs, "latency-jobs", 20, "jobs per idle-latency run")
 	flag.StringVar(&consumers, "goqite-consumers", "1,2,4", "goqite consumer counts tried; its best is reported")
-	flag.StringVar(&cfg.only, "only", "", "run only cells whose name contains this")
+	flag.StringVar(&cfg.only, "only", "", "run only cells whose name matches this regular expression")
 	flag.StringVar(&cfg.system, "system", "", "run only systems whose name contains this")
 	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the databases (default: a new temporary one)")
@@ -81,6 +82,10 @@ func main() {
 			os.Exit(2)
 		}
 		cfg.goqiteConsumers = append(cfg.goqiteConsumers, n)
+	}
+	if _, err := regexp.Compile(cfg.only); err != nil {
+		fmt.Fprintf(os.Stderr, "peers: -only: %v\n", err)
+		os.Exit(2)
 	}
 	if cfg.rounds < 1 || cfg.jobs < 1 || cfg.oneJobs < 1 || cfg.latencyJobs < 1 {
 		fmt.Fprintln(os.Stderr, "peers: -rounds, -jobs, -one-jobs and -latency-jobs must be positive")
@@ -157,7 +162,8 @@ func plan(cfg config) []cell {
 	if cfg.only == "" {
 		return cells
 	}
-	return slices.DeleteFunc(cells, func(c cell) bool { return !strings.Contains(c.String(), cfg.only) })
+	only := regexp.MustCompile(cfg.only) // checked in main
+	return slices.DeleteFunc(cells, func(c cell) bool { return !only.MatchString(c.String()) })
 }
 
 // bench holds a run's state: the seeded template databases and every
@@ -235,6 +241,12 @@ func (b *bench) record(key, name string, smp sample) {
 	}
 	if smp.groups > 0 {
 		retried += fmt.Sprintf("  %.1f writes per commit", float64(smp.groupOps)/float64(smp.groups))
+	}
+	if smp.claimWrites > 0 {
+		retried += fmt.Sprintf(", %.1f tasks per claim", float64(smp.claimed)/float64(smp.claimWrites))
+	}
+	if smp.sizes != "" {
+		retried += "; group sizes " + smp.sizes
 	}
 	fmt.Fprintf(b.out, "  %-34s %-22s %8.0f jobs/s  %6.0f µs CPU/job%s\n", key, name, smp.rate(), smp.cpuPerJob(), retried)
 }

@@ -40,6 +40,11 @@ type sample struct {
 	// groups and groupOps are leasehold's group commits in the run and the
 	// write operations they carried.
 	groups, groupOps int64
+	// sizes is leasehold's histogram of group sizes (see formatSizes);
+	// claimWrites and claimed count its worker's claim writes and the
+	// tasks they took.
+	sizes                string
+	claimWrites, claimed int64
 }
 
 func (s sample) rate() float64 { return float64(s.jobs) / s.wall.Seconds() }
@@ -69,4 +74,34 @@ func ratio(a, b float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f×", a/b)
+}
+
+// formatSizes renders a histogram of group sizes (counts[k] groups of k
+// operations) in power-of-two buckets, each as the share of the
+// operations that groups of its sizes carried: "1:40% 2:25% 3-4:35%".
+func formatSizes(counts []int64) string {
+	var ops int64
+	for k, n := range counts {
+		ops += int64(k) * n
+	}
+	if ops == 0 {
+		return ""
+	}
+	var parts []string
+	for lo := 1; lo < len(counts); lo *= 2 {
+		hi := min(2*lo-1, len(counts)-1)
+		var carried int64
+		for k := lo; k <= hi; k++ {
+			carried += int64(k) * counts[k]
+		}
+		if carried == 0 {
+			continue
+		}
+		name := fmt.Sprint(lo)
+		if hi > lo {
+			name = fmt.Sprintf("%d-%d", lo, hi)
+		}
+		parts = append(parts, fmt.Sprintf("%s:%.0f%%", name, 100*float64(carried)/float64(ops)))
+	}
+	return strings.Join(parts, " ")
 }

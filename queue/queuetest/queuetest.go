@@ -61,6 +61,7 @@ var cases = []struct {
 	{"ClaimRunAtInclusive", testClaimRunAtInclusive},
 	{"ClaimBatch", testClaimBatch},
 	{"ClaimBatchIdle", testClaimBatchIdle},
+	{"CompleteAndClaim", testCompleteAndClaim},
 	{"FencingStaleFence", testFencingStaleFence},
 	{"FencingExpiredLease", testFencingExpiredLease},
 	{"FencingNotRunning", testFencingNotRunning},
