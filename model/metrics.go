@@ -43,7 +43,8 @@ func (h *Histogram) Observe(d time.Duration) {
 }
 
 // Metrics is a snapshot of the queue's health, measured against the known
-// population of submitted tasks: the depths by state sum to Submitted.
+// population of submitted tasks: the depths by state and the tasks pruned
+// sum to Submitted.
 type Metrics struct {
 	Depth           map[State]int64
 	OldestQueuedAge time.Duration
@@ -56,6 +57,9 @@ type Metrics struct {
 	StaleWrites     int64
 	BudgetExhausted int64
 	Reviews         int64
+	// Pruned counts the terminal tasks retention has removed: they are in
+	// no depth any more, but were submitted.
+	Pruned int64
 	// QueueWait is measured from when a task became eligible (queued and
 	// due) to its claim; RunTime from a claim to the end of that claim
 	// (settled, paused, released or expired). Kept apart, they tell a task
@@ -64,9 +68,10 @@ type Metrics struct {
 	RunTime   Histogram
 }
 
-// Reconciles reports whether the depths account for every submitted task.
+// Reconciles reports whether the depths and the tasks pruned account for
+// every submitted task.
 func (m Metrics) Reconciles() bool {
-	var total int64
+	total := m.Pruned
 	for _, n := range m.Depth {
 		total += n
 	}

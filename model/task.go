@@ -124,6 +124,12 @@ const (
 	EventEffectSettled   EventKind = "effect_settled"
 	EventRestored        EventKind = "restored"
 	EventMigrated        EventKind = "migrated"
+	// EventPruned records one prune transaction (retention): what it
+	// removed, and by whom. It concerns no task: its tasks' own events are
+	// what it removed.
+	EventPruned EventKind = "pruned"
+	// EventRetentionSet records a change of the stored retention policy.
+	EventRetentionSet EventKind = "retention_set"
 )
 
 // Event is one row of the append-only audit trail. It never holds payload

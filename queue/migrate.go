@@ -100,13 +100,22 @@ func outdated(applied []AppliedMigration, pending []Migration) error {
 // applyPending runs the pending migrations and records them, all in one
 // write transaction that plans again under its lock: another process may
 // have migrated the database since the first look (two workers starting on
-// a new file), and no process may see a schema migrated only in part.
+// a new file, or many machines on a new PostgreSQL schema), and no process
+// may see a schema migrated only in part. SQLite's write transaction is
+// that lock (BEGIN IMMEDIATE); a store whose transactions take no lock at
+// BEGIN (PostgreSQL) has a migrations_lock query, which the transaction
+// runs first and holds until it ends.
 func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 	tx, err := q.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("queue: migrate: begin: %w", err)
 	}
 	defer tx.Rollback()
+	if lock, ok := q.sql.queries["migrations_lock"]; ok {
+		if _, err := tx.ExecContext(ctx, lock.text); err != nil {
+			return fmt.Errorf("queue: migrate: lock: %w", err)
+		}
+	}
 	applied, pending, err := plan(ctx, tx, q.sql)
 	if err != nil {
 		return err

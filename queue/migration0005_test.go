@@ -73,7 +73,8 @@ func TestUpgradeFromEverySchemaVersion(t *testing.T) {
 
 // writeSchemaVersion writes at path a database with the given migrations
 // applied and recorded, holding: ana (running limit 1) with t_a1 running
-// and t_a2 queued, bob with t_b1 queued and a schedule.
+// and t_a2 queued, bob with t_b1 queued and a schedule. The user column is
+// user before migration 0005 and user_id from it on.
 func writeSchemaVersion(t *testing.T, path string, migrations []Migration, now int64) {
 	t.Helper()
 	ctx := context.Background()
@@ -93,9 +94,13 @@ func writeSchemaVersion(t *testing.T, path string, migrations []Migration, now i
 		exec(texts["migration_record"], sql.Named("version", m.Version), sql.Named("name", m.Name),
 			sql.Named("checksum", m.Checksum), sql.Named("now", now))
 	}
-	exec(`INSERT INTO users (user, running_max) VALUES ('ana', 1), ('bob', -1)`)
+	user := "user"
+	if len(migrations) >= 5 {
+		user = "user_id"
+	}
+	exec(`INSERT INTO users (` + user + `, running_max) VALUES ('ana', 1), ('bob', -1)`)
 	for _, task := range []struct{ id, user string }{{"t_a1", "ana"}, {"t_a2", "ana"}, {"t_b1", "bob"}} {
-		exec(`INSERT INTO tasks (id, user, idem_key, request_hash, payload, state, priority, run_at, attempts_max,
+		exec(`INSERT INTO tasks (id, `+user+`, idem_key, request_hash, payload, state, priority, run_at, attempts_max,
 			queued_at, cost_budget, steps_max, created_at, updated_at)
 			VALUES (?, ?, ?, 'h', '{}', 'queued', 0, ?, 3, ?, 10, 5, ?, ?)`, task.id, task.user, task.id, now, now, now, now)
 		exec(`INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail)
@@ -105,6 +110,6 @@ func writeSchemaVersion(t *testing.T, path string, migrations []Migration, now i
 		now+60_000, now)
 	exec(`INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail)
 		VALUES ('t_a1', 'claimed', 1, 1, '', 'queued', 'running', '', 'w1', ?, '')`, now)
-	exec(`INSERT INTO schedules (id, user, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
+	exec(`INSERT INTO schedules (id, `+user+`, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
 		VALUES ('s_1', 'bob', '{}', 10, 5, 0, ?, 60000, ?)`, now, now)
 }

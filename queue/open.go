@@ -125,6 +125,8 @@ type Queue struct {
 	stats    groupStats
 
 	commits notifier // woken after every write; see WaitEvents
+
+	prunes pruneCursor // where PruneDue's next pass starts (prune.go)
 }
 
 // Open opens (creating if needed) the database at o.Path and checks its

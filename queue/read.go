@@ -131,13 +131,16 @@ func (q *Queue) Metrics(ctx context.Context) (model.Metrics, error) {
 }
 
 // addTally adds one row of the tallies table to m. Its name says what it
-// counts (see migration 0002): state:STATE, event:KIND:FROM:TO:REASON,
-// queue_wait:BUCKET or run_time:BUCKET.
+// counts (see migrations 0002 and 0006): state:STATE,
+// event:KIND:FROM:TO:REASON, queue_wait:BUCKET, run_time:BUCKET or
+// pruned:STATE.
 func addTally(m *model.Metrics, name string, n, sum int64) error {
 	parts := strings.Split(name, ":")
 	switch {
 	case parts[0] == "state" && len(parts) == 2:
 		m.Depth[model.State(parts[1])] = n
+	case parts[0] == "pruned" && len(parts) == 2:
+		m.Pruned += n
 	case parts[0] == "event" && len(parts) == 5:
 		model.Tally(m, model.EventKind(parts[1]), model.State(parts[2]), model.State(parts[3]), model.Reason(parts[4]), n)
 	case (parts[0] == "queue_wait" || parts[0] == "run_time") && len(parts) == 2:
@@ -159,26 +162,38 @@ func addTally(m *model.Metrics, name string, n, sum int64) error {
 }
 
 // CheckCounters compares the counters the triggers keep (tasks per state,
-// running and active tasks per user, the blocked and limited flags of
-// queued tasks) with a recount of the tasks, and returns an error
-// describing any disagreement.
+// running and active tasks per user, and the store's third check: on
+// SQLite the blocked and limited flags of queued tasks, on PostgreSQL,
+// which keeps no such flags, that no user runs more tasks than it has
+// active) with a recount of the tasks, and returns an error describing any
+// disagreement in the store's own terms.
 func (q *Queue) CheckCounters(ctx context.Context) error {
-	if err := checkCounters(q.readRow(ctx, "counters_check")); err != nil {
+	if err := checkCounters(q.readRow(ctx, "counters_check"), thirdCheck(q.store.dialect())); err != nil {
 		return fmt.Errorf("queue: %w", err)
 	}
 	return nil
 }
 
+// thirdCheck names what the third count of a dialect's counters_check
+// counts, for the message that reports it.
+func thirdCheck(dialect string) string {
+	if dialect == string(StorePostgres) {
+		return "users counted running more tasks than they have active"
+	}
+	return "queued tasks' blocked or limited flags"
+}
+
 // checkCounters reads the row of counters_check (counts of disagreements,
-// each zero when the counters are right) and describes any disagreement.
-// Queue.CheckCounters and snapshot verification both use it.
-func checkCounters(r interface{ Scan(...any) error }) error {
-	var states, users, blocked int
-	if err := r.Scan(&states, &users, &blocked); err != nil {
+// each zero when the counters are right) and describes any disagreement,
+// the third count as third says. Queue.CheckCounters and snapshot
+// verification both use it.
+func checkCounters(r interface{ Scan(...any) error }, third string) error {
+	var states, users, other int
+	if err := r.Scan(&states, &users, &other); err != nil {
 		return fmt.Errorf("check counters: %w", err)
 	}
-	if states != 0 || users != 0 || blocked != 0 {
-		return fmt.Errorf("counters disagree with the tasks: %d state counts, %d users, %d queued tasks' blocked or limited flags", states, users, blocked)
+	if states != 0 || users != 0 || other != 0 {
+		return fmt.Errorf("counters disagree with the tasks: %d state counts, %d users, %d %s", states, users, other, third)
 	}
 	return nil
 }

@@ -306,7 +306,7 @@ func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	return checkCounters(db.QueryRowContext(ctx, check))
+	return checkCounters(db.QueryRowContext(ctx, check), thirdCheck(sqliteBackend{}.dialect()))
 }
 
 // forSchemaOf returns a query text of this build (the {task_columns} or a

@@ -100,4 +100,13 @@ var cases = []struct {
 	{"ScheduleCollapsesMissedRuns", testScheduleCollapses},
 	{"ScheduleRemove", testScheduleRemove},
 	{"MetricsReconcile", testMetricsReconcile},
+	{"PruneTerminalOnly", testPruneTerminalOnly},
+	{"PruneAgeBoundary", testPruneAgeBoundary},
+	{"PruneKeepsUnreceiptedEffects", testPruneKeepsUnreceiptedEffects},
+	{"PruneTombstones", testPruneTombstones},
+	{"PruneBatches", testPruneBatches},
+	{"PruneDryRun", testPruneDryRun},
+	{"PruneValidation", testPruneValidation},
+	{"PruneFollower", testPruneFollower},
+	{"PruneDue", testPruneDue},
 }

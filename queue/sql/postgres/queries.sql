@@ -32,7 +32,12 @@ UPDATE settings SET value = :value WHERE key = :key;
 SELECT {task_columns} FROM tasks WHERE id = :id;
 
 -- name: task_by_key
-SELECT id, request_hash FROM tasks WHERE user_id = :user AND idem_key = :key;
+-- The task under a user's key, or the tombstone a prune left of it (see
+-- prune.sql), so that a replay is recognised after its task is pruned.
+SELECT id, request_hash FROM tasks WHERE user_id = :user AND idem_key = :key
+UNION ALL
+SELECT task_id, request_hash FROM idem_tombstones WHERE user_id = :user AND idem_key = :key
+LIMIT 1;
 
 -- name: user_ensure
 -- Admission's lock, then the user's row. Every submit takes the same
@@ -258,6 +263,14 @@ SELECT
            OR u.active != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id
                                AND t.state IN ('queued', 'running', 'waiting_for_approval'))),
     (SELECT COUNT(*) FROM users WHERE running > active);
+
+-- name: migrations_lock
+-- The first statement of the migration transaction: one process at a time
+-- plans and applies migrations to a schema (several starting at once on an
+-- empty one would otherwise race to create the same tables, and all but
+-- one fail on the catalog). The lock ends with the transaction; whoever
+-- waited then plans again and finds the migrations applied.
+SELECT pg_advisory_xact_lock(7424603, hashtext(current_schema()));
 
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (

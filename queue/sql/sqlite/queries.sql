@@ -27,7 +27,12 @@ UPDATE settings SET value = :value WHERE key = :key;
 SELECT {task_columns} FROM tasks WHERE id = :id;
 
 -- name: task_by_key
-SELECT id, request_hash FROM tasks WHERE user_id = :user AND idem_key = :key;
+-- The task under a user's key, or the tombstone a prune left of it (see
+-- prune.sql), so that a replay is recognised after its task is pruned.
+SELECT id, request_hash FROM tasks WHERE user_id = :user AND idem_key = :key
+UNION ALL
+SELECT task_id, request_hash FROM idem_tombstones WHERE user_id = :user AND idem_key = :key
+LIMIT 1;
 
 -- name: user_ensure
 INSERT INTO users (user_id) VALUES (:user) ON CONFLICT (user_id) DO NOTHING;

@@ -158,7 +158,8 @@ func History(entries []Entry) []porcupine.Operation {
 // task's current state and fence).
 func registerEvent(k model.EventKind) bool {
 	switch k {
-	case model.EventLimitsSet, model.EventScheduleAdded, model.EventScheduleRemoved, model.EventRestored, model.EventMigrated:
+	case model.EventLimitsSet, model.EventScheduleAdded, model.EventScheduleRemoved, model.EventRestored, model.EventMigrated,
+		model.EventPruned, model.EventRetentionSet:
 		return false
 	}
 	return true

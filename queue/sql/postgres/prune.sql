@@ -1,0 +1,104 @@
+-- Retention (queue/prune.go), as SQLite's prune.sql: the statements of one
+-- prune pass, run in one transaction, and the dry run's counts. Migration
+-- 0002 says what the schema allows: a task, its events and effects are
+-- deleted only while the transaction's leasehold.prune_cutoff is set, only
+-- for a terminal task settled at or before it, an effect only with its
+-- receipt. :ids is a JSON array of task IDs, the pass's batch.
+
+-- name: prune_gate_open
+SELECT set_config('leasehold.prune_cutoff', (:cutoff::BIGINT)::TEXT, true);
+
+-- name: prune_gate_close
+SELECT set_config('leasehold.prune_cutoff', '', true);
+
+-- name: prune_scan
+-- Tasks in submission order from the pass's cursor, with whether each has
+-- an effect without its receipt. Read in Go, which stops at the first task
+-- created after the cutoff (none after it can have settled before it, but
+-- for the clock skew between machines, which only delays a prune).
+SELECT t.seq, t.id, t.state, t.created_at, t.updated_at,
+       (SELECT COUNT(*) FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+FROM tasks t
+WHERE t.seq > :after
+ORDER BY t.seq
+LIMIT :limit;
+
+-- name: prune_take
+-- The batch, checked again and locked: terminal, settled at or before the
+-- cutoff, every effect receipted. A task another prune holds is skipped
+-- (that prune removes it), so two machines' housekeeping never wait on
+-- each other.
+SELECT t.id, t.state FROM tasks t
+WHERE t.id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
+  AND t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+  AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+ORDER BY t.seq
+FOR UPDATE OF t SKIP LOCKED;
+
+-- name: prune_tombstones
+INSERT INTO idem_tombstones (user_id, idem_key, request_hash, task_id, state, settled_at, pruned_at, expires_at)
+SELECT user_id, idem_key, request_hash, id, state, updated_at, :now, :expires_at
+FROM tasks WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: prune_effects
+DELETE FROM effects WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: prune_events
+DELETE FROM events WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: prune_tasks
+DELETE FROM tasks WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: prune_expire
+-- Tombstones whose window has passed, oldest first, a batch at a time;
+-- one another prune holds is skipped.
+DELETE FROM idem_tombstones
+WHERE (user_id, idem_key) IN (SELECT user_id, idem_key FROM idem_tombstones
+                              WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit
+                              FOR UPDATE SKIP LOCKED);
+
+-- name: prune_count_tasks
+-- The dry run: the terminal tasks a prune at the cutoff would remove, by
+-- state.
+SELECT t.state, COUNT(*) FROM tasks t
+WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+  AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+GROUP BY t.state ORDER BY t.state COLLATE "C";
+
+-- name: prune_count_rest
+-- The dry run: their events and effects, the terminal tasks past the
+-- cutoff kept for an effect without its receipt, and the tombstones whose
+-- window has passed.
+SELECT
+    (SELECT COUNT(*) FROM events WHERE task_id IN (
+        SELECT t.id FROM tasks t
+        WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0))),
+    (SELECT COUNT(*) FROM effects WHERE task_id IN (
+        SELECT t.id FROM tasks t
+        WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0))),
+    (SELECT COUNT(*) FROM tasks t
+        WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+          AND EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)),
+    (SELECT COUNT(*) FROM idem_tombstones WHERE expires_at <= :now);
+
+-- name: tally_compact
+-- tally_deltas gains a row per counter change (see migration 0001); this
+-- folds the oldest :limit rows into one row per name, in one statement, so
+-- that the table stays small. Rows a concurrent transaction inserts are not
+-- in the statement's snapshot and stay as they are; two compactions at
+-- once fold disjoint rows (a row the other deleted is skipped), and every
+-- sum over the table is the same before and after.
+WITH gone AS (
+    DELETE FROM tally_deltas
+    WHERE id IN (SELECT id FROM tally_deltas ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED)
+    RETURNING name, n, sum_ms
+)
+INSERT INTO tally_deltas (name, n, sum_ms)
+SELECT name, SUM(n)::BIGINT, SUM(sum_ms)::BIGINT FROM gone GROUP BY name ORDER BY name COLLATE "C";
+
+-- name: tally_rows
+-- How many rows tally_deltas holds, up to :limit + 1: compaction runs only
+-- once there are more than :limit.
+SELECT COUNT(*) FROM (SELECT 1 FROM tally_deltas LIMIT :limit + 1) r;

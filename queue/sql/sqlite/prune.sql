@@ -1,0 +1,78 @@
+-- Retention (queue/prune.go): the statements of one prune pass, run in one
+-- write transaction, and the dry run's counts. Migration 0006 says what the
+-- schema allows: a task, its events and effects are deleted only while
+-- prune_gate holds the pass's cutoff, only for a terminal task settled at
+-- or before it, an effect only with its receipt. :ids is a JSON array of
+-- task IDs, the pass's batch.
+
+-- name: prune_gate_open
+INSERT INTO prune_gate (cutoff) VALUES (:cutoff);
+
+-- name: prune_gate_close
+DELETE FROM prune_gate;
+
+-- name: prune_scan
+-- Tasks in submission order from the pass's cursor, with whether each has
+-- an effect without its receipt. Read in Go, which stops at the first task
+-- created after the cutoff (none after it can have settled before it).
+SELECT t.seq, t.id, t.state, t.created_at, t.updated_at,
+       (SELECT COUNT(*) FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+FROM tasks t
+WHERE t.seq > :after
+ORDER BY t.seq
+LIMIT :limit;
+
+-- name: prune_take
+-- The batch, checked again in the pass's transaction: terminal, settled at
+-- or before the cutoff, every effect receipted.
+SELECT t.id, t.state FROM tasks t
+WHERE t.id IN (SELECT value FROM json_each(:ids))
+  AND t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+  AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+ORDER BY t.seq;
+
+-- name: prune_tombstones
+INSERT INTO idem_tombstones (user_id, idem_key, request_hash, task_id, state, settled_at, pruned_at, expires_at)
+SELECT user_id, idem_key, request_hash, id, state, updated_at, :now, :expires_at
+FROM tasks WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_effects
+DELETE FROM effects WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_events
+DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_tasks
+DELETE FROM tasks WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_expire
+-- Tombstones whose window has passed, oldest first, a batch at a time.
+DELETE FROM idem_tombstones
+WHERE (user_id, idem_key) IN (SELECT user_id, idem_key FROM idem_tombstones
+                              WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit);
+
+-- name: prune_count_tasks
+-- The dry run: the terminal tasks a prune at the cutoff would remove, by
+-- state.
+SELECT t.state, COUNT(*) FROM tasks t
+WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+  AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+GROUP BY t.state ORDER BY t.state;
+
+-- name: prune_count_rest
+-- The dry run: their events and effects, the terminal tasks past the
+-- cutoff kept for an effect without its receipt, and the tombstones whose
+-- window has passed.
+SELECT
+    (SELECT COUNT(*) FROM events WHERE task_id IN (
+        SELECT t.id FROM tasks t
+        WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0))),
+    (SELECT COUNT(*) FROM effects WHERE task_id IN (
+        SELECT t.id FROM tasks t
+        WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0))),
+    (SELECT COUNT(*) FROM tasks t
+        WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+          AND EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)),
+    (SELECT COUNT(*) FROM idem_tombstones WHERE expires_at <= :now);
