@@ -61,11 +61,12 @@ func TestTimeWire(t *testing.T) {
 
 // TestFollowReadsAStream checks the stream parser against a recorded
 // stream: comments skipped, events in order, the end event reported with
-// the last sequence number delivered.
+// the last sequence number delivered. A follow from after an event is a
+// resume and says so in Last-Event-ID.
 func TestFollowReadsAStream(t *testing.T) {
-	var gotAuth, gotAfter string
+	var gotAuth, gotAfter, gotResume string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gotAuth, gotAfter = r.Header.Get("Authorization"), r.URL.Query().Get("after")
+		gotAuth, gotAfter, gotResume = r.Header.Get("Authorization"), r.URL.Query().Get("after"), r.Header.Get("Last-Event-ID")
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "retry: 1000\n\n: ping\n\n")
 		fmt.Fprint(w, "id: 8\nevent: event\ndata: {\"seq\":8,\"task_id\":\"t-1\",\"kind\":\"submitted\",\"user\":\"ana\"}\n\n")
@@ -92,6 +93,13 @@ func TestFollowReadsAStream(t *testing.T) {
 	require.Equal(t, int64(8), last)
 	require.Equal(t, "Bearer s3cret-s3cret-s3cret", gotAuth)
 	require.Equal(t, "7", gotAfter)
+	require.Equal(t, "7", gotResume)
+
+	// A follow from the start is not a resume.
+	_, err = c.Follow(context.Background(), 0, func(e Event) error { return stop })
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, "0", gotAfter)
+	require.Empty(t, gotResume)
 }
 
 // TestFollowRefusesAStreamGoingBack: an event at or below one already

@@ -19,7 +19,8 @@ const sseLineMax = 1 << 20
 // an error, or the stream ends. It returns the sequence number of the
 // last event fn was given (after, if none): calling Follow again from it
 // resumes without a gap or a repeat. A stream the server ended (it shuts
-// down) or a connection lost is ErrStreamEnded; ctx's end is ctx's error.
+// down, or a resume of the same token took its place at the token's cap)
+// or a connection lost is ErrStreamEnded; ctx's end is ctx's error.
 func (c *Client) Follow(ctx context.Context, after int64, fn func(Event) error) (int64, error) {
 	last := after
 	query := url.Values{"after": {strconv.FormatInt(after, 10)}}
@@ -29,6 +30,12 @@ func (c *Client) Follow(ctx context.Context, after int64, fn func(Event) error) 
 	}
 	req.Header.Set("Authorization", "Bearer "+c.secret)
 	req.Header.Set("Accept", "text/event-stream")
+	if after > 0 {
+		// A resume: the server lets it take the slot of this token's
+		// oldest stream (which may be this client's previous one, not yet
+		// seen closed) rather than refuse it at the token's cap.
+		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -34,18 +34,48 @@ func liftWriteDeadline(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 }
 
-// openStream counts a stream of the principal against its cap.
-func (s *Server) openStream(p Principal) (release func(), err error) {
+// errStreamReplaced ends a stream whose slot a resume of the same token
+// took.
+var errStreamReplaced = errors.New("replaced by a resumed stream of the same token")
+
+// streamSlot is one open stream of a token: end stops it.
+type streamSlot struct{ end context.CancelCauseFunc }
+
+// openStream counts a stream of the principal against its cap, oldest
+// first. A token at its cap is refused a new stream, unless the stream is
+// a resume (it carries Last-Event-ID): a client reconnecting, whose
+// earlier stream the server may not have seen end yet (the connection
+// half-open, or its close not yet read), so the resume takes the slot of
+// the token's oldest stream, which ends. The cap holds either way.
+func (s *Server) openStream(p Principal, resume bool, slot *streamSlot) (release func(), err error) {
 	s.streamsMu.Lock()
 	defer s.streamsMu.Unlock()
-	if s.streams[p.Name] >= s.streamsMax {
-		return nil, fmt.Errorf("token %s already holds %d event streams: %w", p.Name, s.streamsMax, errTooManyStreams)
+	open := s.streams[p.Name]
+	if len(open) >= s.streamsMax {
+		if !resume || len(open) == 0 {
+			return nil, fmt.Errorf("token %s already holds %d event streams: %w", p.Name, s.streamsMax, errTooManyStreams)
+		}
+		oldest := open[0]
+		open = open[1:]
+		oldest.end(errStreamReplaced)
+		s.log.Warn("event stream replaced by a resume of the same token", "actor", p.Name, "streams", s.streamsMax)
 	}
-	s.streams[p.Name]++
+	s.streams[p.Name] = append(open, slot)
 	return func() {
 		s.streamsMu.Lock()
 		defer s.streamsMu.Unlock()
-		s.streams[p.Name]--
+		open := s.streams[p.Name]
+		for i, o := range open {
+			if o == slot {
+				open = append(open[:i:i], open[i+1:]...)
+				break
+			}
+		}
+		if len(open) == 0 {
+			delete(s.streams, p.Name)
+		} else {
+			s.streams[p.Name] = open
+		}
 	}, nil
 }
 
@@ -73,7 +103,8 @@ func streamStart(r *http.Request) (int64, error) {
 // followEvents is GET /v1/events: the audit trail from after the start
 // as Server-Sent Events, each event once, in sequence order ("id: SEQ",
 // "event: event", "data: JSON"), ": ping" comments while idle, and
-// "event: end" when the server shuts down. A token bound to some users
+// "event: end" when the server shuts down (or a resume of the same token
+// took this stream's slot: see openStream). A token bound to some users
 // sees only their tasks' events.
 //
 // In SQLite one transaction writes at a time, so sequence order is
@@ -87,14 +118,14 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, p Principa
 	if err != nil {
 		return err
 	}
-	release, err := s.openStream(p)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	release, err := s.openStream(p, r.Header.Get("Last-Event-ID") != "", &streamSlot{end: cancel})
 	if err != nil {
 		return err
 	}
 	defer release()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	defer context.AfterFunc(s.closing, cancel)()
+	defer context.AfterFunc(s.closing, func() { cancel(nil) })()
 
 	liftWriteDeadline(w)
 	rc := http.NewResponseController(w)
@@ -114,8 +145,12 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, p Principa
 		stop()
 		switch {
 		case ctx.Err() != nil:
-			if s.closing.Err() != nil {
+			switch {
+			case s.closing.Err() != nil:
 				fmt.Fprint(w, "event: end\ndata: {\"reason\":\"shutdown\"}\n\n")
+				_ = rc.Flush()
+			case errors.Is(context.Cause(ctx), errStreamReplaced):
+				fmt.Fprint(w, "event: end\ndata: {\"reason\":\"replaced by a resumed stream of this token\"}\n\n")
 				_ = rc.Flush()
 			}
 			return nil

@@ -65,7 +65,7 @@ type Server struct {
 	// streamsMax bounds the event streams one token holds open.
 	streamsMax int
 	streamsMu  sync.Mutex
-	streams    map[string]int
+	streams    map[string][]*streamSlot // each token's open streams, oldest first
 	// closing is cancelled when the server begins to shut down: open
 	// long-polls and streams end on it.
 	closing context.Context
@@ -103,7 +103,7 @@ func WithMount(mount func(*http.ServeMux)) Option { return func(s *Server) { s.m
 // secret) to log. It warns once for each token whose line names no users.
 func New(q *queue.Queue, tokens []Token, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{q: q, tokens: tokens, log: log, clock: clockwork.NewRealClock(), gate: &authGate{base: AuthDelayDefault},
-		streamsMax: StreamsPerTokenDefault, streams: map[string]int{}, timeouts: DefaultTimeouts()}
+		streamsMax: StreamsPerTokenDefault, streams: map[string][]*streamSlot{}, timeouts: DefaultTimeouts()}
 	s.closing, s.close = context.WithCancel(context.Background())
 	for _, opt := range opts {
 		opt(s)

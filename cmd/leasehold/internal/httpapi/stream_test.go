@@ -333,8 +333,12 @@ func TestLongLivedRoutesSkipTheTimeout(t *testing.T) {
 // several goroutines (their writes grouped into shared commits), a
 // follower that hangs up every few events and resumes from the last one
 // it saw ends with every event exactly once, in order.
+//
+// The follower resumes at once each time, under the default cap of
+// streams per token: each resume takes the place of the stream it hung up
+// on, whether or not the server has seen that one close yet.
 func TestEventStreamResumesUnderConcurrentWrites(t *testing.T) {
-	a := setupAPIWith(t, []Option{WithStreamsPerToken(1000)})                // resumes outpace the server noticing a hang-up
+	a := setupAPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a safety net
 	defer cancel()
 	const writers, each = 4, 20
@@ -377,4 +381,48 @@ func TestEventStreamResumesUnderConcurrentWrites(t *testing.T) {
 		want = append(want, e.Seq)
 	}
 	require.Equal(t, want, got, "every event once, in sequence order, across %d resumes", len(got)/7)
+}
+
+// TestResumeAtTheCapReplacesTheOldestStream over a real loopback
+// listener: a token holding its cap of live streams is refused a new one
+// (429), but a resume (Last-Event-ID) is let in and the token's oldest
+// stream ends with an end event saying why; the others go on receiving
+// events, and the cap still holds for the next new stream.
+func TestResumeAtTheCapReplacesTheOldestStream(t *testing.T) {
+	a := setupAPI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a safety net
+	defer cancel()
+	a.submit(t, "ana", "r0", nil)
+	all, err := a.q.Events(ctx, "")
+	require.NoError(t, err)
+	seen := strconv.FormatInt(all[len(all)-1].Seq, 10)
+
+	var open []*sseReader
+	for range StreamsPerTokenDefault {
+		open = append(open, a.openStream(t, secretAnaOps, nil, "?after="+seen))
+	}
+	a.refused(t, http.MethodGet, "/v1/events?after="+seen, secretAnaOps, "", http.StatusTooManyRequests, "")
+
+	resumed := a.openStream(t, secretAnaOps, http.Header{"Last-Event-ID": {seen}}, "")
+	end := open[0].next(t, false)
+	require.Equal(t, "end", end.kind)
+	require.Contains(t, end.data, "replaced")
+	require.Equal(t, "EOF", open[0].next(t, false).kind)
+	require.Contains(t, a.logs.String(), "event stream replaced by a resume of the same token")
+	a.refused(t, http.MethodGet, "/v1/events?after="+seen, secretAnaOps, "", http.StatusTooManyRequests, "")
+
+	id := a.submit(t, "ana", "r1", nil)
+	for i, s := range append(open[1:], resumed) {
+		e := s.next(t, false)
+		require.Equal(t, "event", e.kind, "stream %d", i+1)
+		require.Contains(t, e.data, id, "stream %d", i+1)
+	}
+
+	// Another token's streams are its own: ben's resume replaces none of
+	// ana-ops's.
+	a.openStream(t, secretBen, http.Header{"Last-Event-ID": {seen}}, "")
+	id = a.submit(t, "ana", "r2", nil)
+	for i, s := range append(open[1:], resumed) {
+		require.Contains(t, s.next(t, false).data, id, "stream %d", i+1)
+	}
 }
