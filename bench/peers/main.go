@@ -71,7 +71,7 @@ func main() {
 	flag.IntVar(&cfg.latencyJobs, "latency-jobs", 20, "jobs per idle-latency run")
 	flag.StringVar(&consumers, "goqite-consumers", "1,2,4", "goqite consumer counts tried; its best is reported")
 	flag.StringVar(&cfg.only, "only", "", "run only cells whose name matches this regular expression")
-	flag.StringVar(&cfg.system, "system", "", "run only systems whose name contains this")
+	flag.StringVar(&cfg.system, "system", "", "run only systems whose name matches this regular expression")
 	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the databases (default: a new temporary one)")
 	flag.Parse()
@@ -83,9 +83,11 @@ func main() {
 		}
 		cfg.goqiteConsumers = append(cfg.goqiteConsumers, n)
 	}
-	if _, err := regexp.Compile(cfg.only); err != nil {
-		fmt.Fprintf(os.Stderr, "peers: -only: %v\n", err)
-		os.Exit(2)
+	for name, re := range map[string]string{"only": cfg.only, "system": cfg.system} {
+		if _, err := regexp.Compile(re); err != nil {
+			fmt.Fprintf(os.Stderr, "peers: -%s: %v\n", name, err)
+			os.Exit(2)
+		}
 	}
 	if cfg.rounds < 1 || cfg.jobs < 1 || cfg.oneJobs < 1 || cfg.latencyJobs < 1 {
 		fmt.Fprintln(os.Stderr, "peers: -rounds, -jobs, -one-jobs and -latency-jobs must be positive")
@@ -121,9 +123,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	fmt.Fprintf(out, "jobs %d per work run and bulk intake, %d per one-at-a-time intake, %d per latency run; %d rounds\n\n",
 		cfg.jobs, cfg.oneJobs, cfg.latencyJobs, cfg.rounds)
 
-	systems := slices.DeleteFunc(allSystems(cfg), func(s system) bool { return !strings.Contains(s.name(), cfg.system) })
+	only := regexp.MustCompile(cfg.system) // checked in main
+	systems := slices.DeleteFunc(allSystems(cfg), func(s system) bool { return !only.MatchString(s.name()) })
 	if len(systems) == 0 {
-		return fmt.Errorf("no system's name contains %q", cfg.system)
+		return fmt.Errorf("no system's name matches %q", cfg.system)
 	}
 	b := &bench{cfg: cfg, out: out, templates: map[string]string{}, results: map[string]map[string][]sample{},
 		latencies: map[string]map[string][]time.Duration{}}
@@ -293,7 +296,7 @@ func printVersions(out io.Writer) {
 			fmt.Fprintf(out, "%s %s\n", dep.Path, v)
 		}
 	}
-	fmt.Fprintf(out, "SQLite %s; every database a file in WAL, busy_timeout 5000, BEGIN IMMEDIATE\n", sqliteVersion())
+	fmt.Fprintf(out, "SQLite %s; every database a file in WAL, busy_timeout 5000, temp_store MEMORY, BEGIN IMMEDIATE\n", sqliteVersion())
 }
 
 func copyFile(src, dst string) error {

@@ -30,7 +30,7 @@ func (riverQ) name() string { return riverName }
 // keys) and BEGIN IMMEDIATE.
 func sqliteDSN(path, sync string) string {
 	return path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync +
-		")&_pragma=foreign_keys(1)&_txlock=immediate"
+		")&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)&_txlock=immediate"
 }
 
 func openSQLite(path, sync string, conns int) (*sql.DB, error) {
