@@ -5,6 +5,9 @@ type Shrunk struct {
 	Keep   []int   // indices into the seed's generated schedule
 	Events []Event // the events at those indices
 	Result Result  // the run of the shrunk schedule
+	// Stopped: stop ended the shrink before it had tried every removal;
+	// Keep is the shortest schedule found by then.
+	Stopped bool
 }
 
 // shrinkRunsMax bounds the runs a shrink may make.
@@ -15,8 +18,9 @@ const shrinkRunsMax = 4000
 // first large chunks, then smaller ones, down to single events, until no
 // single event can go. The fault mix stays the seed's. It shrinks the
 // seed's generated schedule (or cfg.Keep's part of it); cfg.Events is not
-// used, and the tries record no trace or timeline.
-func Shrink(cfg Config, failed Result) Shrunk {
+// used, and the tries record no trace or timeline. Once stop (which may
+// be nil) is closed, no further try starts.
+func Shrink(cfg Config, failed Result, stop <-chan struct{}) Shrunk {
 	want := failed.Broken()
 	keep := make([]int, len(failed.Schedule))
 	for i := range keep {
@@ -36,9 +40,20 @@ func Shrink(cfg Config, failed Result) Shrunk {
 	}
 	best := failed
 	runs := 0
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
 	for chunk := len(keep) / 2; chunk >= 1 && runs < shrinkRunsMax; {
 		removed := false
 		for start := 0; start < len(keep) && runs < shrinkRunsMax; {
+			if stopped() {
+				return Shrunk{Keep: keep, Events: best.Schedule, Result: best, Stopped: true}
+			}
 			end := min(start+chunk, len(keep))
 			candidate := make([]int, 0, len(keep)-(end-start)) // never nil: nil would mean "every event"
 			candidate = append(append(candidate, keep[:start]...), keep[end:]...)

@@ -187,3 +187,32 @@ func TestCarelessLeavesCancelThenCrashToWorkers(t *testing.T) {
 		require.Regexp(t, `cancel-crash cancel_then_crash: cancellation requested, then w\d crashed`, trace, "seed %d", seed)
 	}
 }
+
+// A sweep told to stop starts no further seed and hands over the seeds
+// judged, in order from the first: none when stopped before it began;
+// those finished (the one that closed it, and any already running) when
+// stopped from each.
+func TestSweepStops(t *testing.T) {
+	sc := scenarios.LateResult()
+	stop := make(chan struct{})
+	close(stop)
+	called := 0
+	require.Equal(t, 0, Sweep(SweepConfig{Scenario: sc, From: 1, Count: 50, Parallel: 2, Stop: stop}, func(Result) { called++ }))
+	require.Equal(t, 0, called)
+
+	stop = make(chan struct{})
+	var seeds []uint64
+	judged := Sweep(SweepConfig{Scenario: sc, From: 7, Count: 50, Parallel: 2, Stop: stop}, func(r Result) {
+		seeds = append(seeds, r.Seed)
+		if len(seeds) == 3 {
+			close(stop)
+		}
+	})
+	require.Equal(t, len(seeds), judged)
+	require.GreaterOrEqual(t, judged, 3)
+	require.LessOrEqual(t, judged, 3+2, "at most the seeds already running finish")
+	for i, s := range seeds {
+		require.Equal(t, uint64(7+i), s)
+	}
+	require.Equal(t, 50, Sweep(SweepConfig{Scenario: sc, From: 1, Count: 50, Parallel: 2}, func(Result) {}))
+}

@@ -19,12 +19,18 @@ type SweepConfig struct {
 	// seed is its own world, so results do not depend on it.
 	Parallel int
 	Mix      *FaultMix
+	// Stop, once closed, ends the sweep early: no seed starts after it,
+	// the seeds running finish, and each sees the results of the seeds
+	// before the first one not run. Nil runs every seed.
+	Stop <-chan struct{}
 }
 
 // Sweep runs every seed of the sweep and calls each with the results in
 // seed order, whatever order they finished in. Passing runs drop their
 // schedule and trace tail before each sees them, to keep long sweeps small.
-func Sweep(cfg SweepConfig, each func(Result)) {
+// It returns how many seeds each saw: cfg.Count, unless cfg.Stop ended the
+// sweep early.
+func Sweep(cfg SweepConfig, each func(Result)) (judged int) {
 	parallel := cfg.Parallel
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
@@ -44,6 +50,11 @@ func Sweep(cfg SweepConfig, each func(Result)) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
+				select {
+				case <-cfg.Stop:
+					continue // stopped: handed out, never run
+				default:
+				}
 				r := Run(Config{Scenario: cfg.Scenario, Seed: cfg.From + uint64(i), Mix: cfg.Mix})
 				if r.Pass {
 					r.Schedule, r.Tail = nil, nil
@@ -54,17 +65,36 @@ func Sweep(cfg SweepConfig, each func(Result)) {
 		}()
 	}
 	go func() {
+		defer close(next)
 		for i := range slots {
-			next <- i
+			select {
+			case next <- i:
+			case <-cfg.Stop:
+				return
+			}
 		}
-		close(next)
+	}()
+	finished := make(chan struct{}) // every seed handed out has been run
+	go func() {
+		wg.Wait()
+		close(finished)
 	}()
 	for _, s := range slots {
-		<-s.done
+		select {
+		case <-s.done:
+		case <-finished:
+			select {
+			case <-s.done:
+			default:
+				return judged // stopped: this seed never started
+			}
+		}
 		each(s.res)
 		s.res = Result{}
+		judged++
 	}
-	wg.Wait()
+	<-finished
+	return judged
 }
 
 // SweepGCPercent is the collector's target (GOGC) for a process that runs

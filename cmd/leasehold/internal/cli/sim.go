@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
@@ -50,11 +52,18 @@ func runSim(e *env, args []string) int {
 			return fail(e, "sim", err)
 		}
 	}
+	intr, release := watchInterrupt(e.ctx)
+	defer release()
 	code := exitOK
 	for _, sc := range o.scenarios {
-		recs, c := simScenario(e, o, sc)
+		recs, c := simScenario(e, o, sc, intr)
 		if c == exitUsage {
 			return c
+		}
+		if intr.Interrupted() {
+			// What finished is printed; no report of a part of a run, and
+			// no scenario after this one.
+			return intr.Code()
 		}
 		code = max(code, c)
 		if dir != "" {
@@ -153,8 +162,10 @@ func simFlags(args []string) (simOptions, error) {
 
 // simScenario runs one scenario as the options say (one seed, or a sweep
 // in this process or in child processes), prints each seed and the
-// summary, and returns the seeds' records and the exit code.
-func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]evidence.SeedRecord, int) {
+// summary, and returns the seeds' records and the exit code. Interrupted,
+// it starts no further seed, and its summary counts the seeds judged from
+// the first before it stopped (with the command that resumes the sweep).
+func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt) ([]evidence.SeedRecord, int) {
 	var recs []evidence.SeedRecord
 	var cov sim.Coverage
 	failed, firstFailed := 0, uint64(0)
@@ -172,8 +183,8 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]evidence.SeedRe
 	start := time.Now()
 	switch {
 	case o.keep != nil || o.shrink || o.determinism || o.count == 1:
-		for s := o.seed; ; s++ {
-			rec, ok := simOne(e, o, sc, s)
+		for s := o.seed; !intr.Interrupted(); s++ {
+			rec, ok := simOne(e, o, sc, s, intr.Stop())
 			take(rec)
 			if !ok && rec.Pass {
 				failed++ // the determinism check or the timeline failed
@@ -183,7 +194,7 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]evidence.SeedRe
 			}
 		}
 	case o.parallel != 1:
-		err := sweepProcesses(sc.Name, o.seed, o.count, o.parallel, e.stderr, func(rec evidence.SeedRecord) {
+		err := sweepProcesses(sc.Name, o.seed, o.count, o.parallel, e.stderr, intr.Stop(), func(rec evidence.SeedRecord) {
 			printRecord(e, rec, o.json)
 			take(rec)
 		})
@@ -191,20 +202,28 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]evidence.SeedRe
 			return recs, fail(e, "sim", err)
 		}
 	default:
-		sim.Sweep(sim.SweepConfig{Scenario: sc, From: o.seed, Count: o.count, Parallel: 1}, func(r sim.Result) {
+		sim.Sweep(sim.SweepConfig{Scenario: sc, From: o.seed, Count: o.count, Parallel: 1, Stop: intr.Stop()}, func(r sim.Result) {
 			rec := evidence.SeedRecordOf(r)
 			printRecord(e, rec, o.json)
 			take(rec)
 		})
 	}
 	missing := cov.Missing(sc)
-	sum := evidence.SummaryRecord{Record: evidence.RecordSummary, Scenario: sc.Name, From: o.seed, Seeds: o.count, Passed: o.count - failed,
+	judged := len(recs)
+	sum := evidence.SummaryRecord{Record: evidence.RecordSummary, Scenario: sc.Name, From: o.seed, Seeds: judged, Passed: judged - failed,
 		Failed: failed, FirstFailed: firstFailed, CoverageEnforced: cov.Enforced(), Unreached: cov.Unreached(sc),
 		Coverage: cov, Pass: failed == 0 && len(missing) == 0}
+	if judged < o.count {
+		// Only an interruption judges fewer seeds than asked for.
+		sum.Interrupted, sum.Requested, sum.Pass = true, o.count, false
+	}
 	if sum.Unreached == nil {
 		sum.Unreached = []scenarios.Cell{}
 	}
 	printSummary(e, o, sc, sum, cov, time.Since(start))
+	if sum.Interrupted {
+		fmt.Fprintf(e.stderr, "leasehold sim: interrupted (%s) after %d of %d seeds of scenario %s\n", intr.Name(), judged, o.count, sc.Name)
+	}
 	if !sum.Pass {
 		return recs, exitFail
 	}
@@ -217,6 +236,15 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario) ([]evidence.SeedRe
 func printSummary(e *env, o simOptions, sc scenarios.Scenario, sum evidence.SummaryRecord, cov sim.Coverage, elapsed time.Duration) {
 	if o.json {
 		writeJSONLine(e.stdout, sum)
+		return
+	}
+	if sum.Interrupted {
+		fmt.Fprintf(e.stdout, "summary: scenario %s seeds from %d: interrupted after %d of %d seeds: %d passed, %d failed in %.1fs\n",
+			sc.Name, sum.From, sum.Seeds, sum.Requested, sum.Passed, sum.Failed, elapsed.Seconds())
+		if sum.Failed > 0 {
+			fmt.Fprintf(e.stdout, "first failure: make sim SEED=%d SCENARIO=%s\n", sum.FirstFailed, sc.Name)
+		}
+		fmt.Fprintf(e.stdout, "resume: leasehold sim --scenario %s --seed %d --seeds %d\n", sc.Name, sum.From+uint64(sum.Seeds), sum.Requested-sum.Seeds)
 		return
 	}
 	if o.count > 1 {
@@ -237,7 +265,7 @@ func printSummary(e *env, o simOptions, sc scenarios.Scenario, sum evidence.Summ
 // simOne runs one seed, optionally shrinking a failure or checking
 // determinism, prints its record, and returns the record and whether
 // everything asked of it passed.
-func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64) (evidence.SeedRecord, bool) {
+func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64, stop <-chan struct{}) (evidence.SeedRecord, bool) {
 	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: o.keep, Trace: o.trace, Timeline: o.timeline != ""}
 	r := sim.Run(cfg)
 	rec := evidence.SeedRecordOf(r)
@@ -248,8 +276,8 @@ func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64) (evidence.
 		ok = ok && same
 	}
 	if o.shrink && !r.Pass {
-		s := sim.Shrink(cfg, r)
-		rec.Shrunk = &evidence.ShrunkRecord{Broken: r.Broken(), Of: len(r.Schedule), Keep: s.Keep, Events: make([]string, len(s.Events)),
+		s := sim.Shrink(cfg, r, stop)
+		rec.Shrunk = &evidence.ShrunkRecord{Broken: r.Broken(), Of: len(r.Schedule), Keep: s.Keep, Events: make([]string, len(s.Events)), Stopped: s.Stopped,
 			Replay: fmt.Sprintf("leasehold sim --scenario %s --seed %d --events %s", sc.Name, seed, joinInts(s.Keep))}
 		for i, ev := range s.Events {
 			rec.Shrunk.Events[i] = ev.String()
@@ -301,14 +329,25 @@ func writeTimeline(path string, r sim.Result) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
+// simChildGrace is how long an interrupted sweep waits for its processes
+// to finish their seed, print what they judged and exit, before it kills
+// them.
+const simChildGrace = 10 * time.Second
+
 // sweepProcesses splits a sweep into contiguous ranges run by child
 // processes of this binary (one per core unless told otherwise: separate
 // processes share no locks, unlike goroutines over one SQLite library),
 // reads their JSON records and hands each seed's record to each in seed
-// order. A child that dies (a panic, a signal) or does not judge every
-// seed of its range is an error naming the range: its unjudged seeds are
-// never counted as passes.
-func sweepProcesses(scenario string, from uint64, count, parallel int, stderr io.Writer, each func(evidence.SeedRecord)) error {
+// order, as soon as it and every seed before it are judged. A child that
+// dies (a panic, a signal) or does not judge every seed of its range is
+// an error naming the range: its unjudged seeds are never counted as
+// passes.
+//
+// Once stop is closed, every child is sent SIGTERM (and killed if it has
+// not exited within simChildGrace); each then hands over the records it
+// printed, and only the seeds judged from the first up to the first one
+// not judged are handed to each.
+func sweepProcesses(scenario string, from uint64, count, parallel int, stderr io.Writer, stop <-chan struct{}, each func(evidence.SeedRecord)) error {
 	if parallel <= 0 {
 		parallel = runtime.NumCPU()
 	}
@@ -317,56 +356,187 @@ func sweepProcesses(scenario string, from uint64, count, parallel int, stderr io
 	if err != nil {
 		return fmt.Errorf("find this binary to run sweep processes: %w", err)
 	}
-	type child struct {
-		out  bytes.Buffer
-		cmd  *exec.Cmd
-		from uint64
-		n    int
-	}
-	children := make([]*child, 0, parallel)
-	stop := func(rest []*child) {
+	children := make([]*sweepChild, 0, parallel)
+	kill := func(rest []*sweepChild) {
 		for _, c := range rest {
 			_ = c.cmd.Process.Kill()
-			_ = c.cmd.Wait()
+		}
+	}
+	end := func(rest []*sweepChild) {
+		kill(rest)
+		for _, c := range rest {
+			<-c.exited
+		}
+	}
+	stopping := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
 		}
 	}
 	next := from
-	for i := 0; i < parallel; i++ {
+	for i := 0; i < parallel && !stopping(); i++ {
 		n := count / parallel
 		if i < count%parallel {
 			n++
 		}
-		c := &child{from: next, n: n}
+		c := &sweepChild{from: next, n: n, more: make(chan struct{}, 1), exited: make(chan struct{})}
 		c.cmd = exec.Command(self, "sim", "--scenario", scenario, "--seed", strconv.FormatUint(next, 10),
 			"--seeds", strconv.Itoa(n), "--parallel", "1", "--json")
 		// One core per process, and a collector tuned for a batch of
 		// short-lived worlds: a 10,000-seed portfolio sweep on two cores
 		// went from 150 s to under 115 s.
 		c.cmd.Env = sim.SweepProcessEnv(os.Environ())
-		c.cmd.Stdout, c.cmd.Stderr = &c.out, stderr
+		c.cmd.Stdout, c.cmd.Stderr = c, stderr
 		if err := c.cmd.Start(); err != nil {
-			stop(children)
+			end(children)
 			return fmt.Errorf("start sweep process: %w", err)
 		}
+		go func() {
+			c.werr = c.cmd.Wait() // returns once all its output is in
+			close(c.exited)
+		}()
 		children, next = append(children, c), next+uint64(n)
 	}
-	for i, c := range children {
-		werr := c.cmd.Wait()
-		var exit *exec.ExitError
-		if werr != nil && !errors.As(werr, &exit) {
-			stop(children[i+1:])
-			return fmt.Errorf("sweep process for seeds %d..%d: %w", c.from, c.from+uint64(c.n)-1, werr)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-stop:
+		case <-done:
+			return
 		}
-		recs, err := judgeSweepChild(c.out.Bytes(), c.cmd.ProcessState.ExitCode(), c.cmd.ProcessState.String(), scenario, c.from, c.n)
+		for _, c := range children {
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		t := time.NewTimer(simChildGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			kill(children)
+		case <-done:
+		}
+	}()
+	whole := true // every child so far judged its whole range
+	for i, c := range children {
+		handed := 0                                // records of c handed to each
+		hand := func(recs []evidence.SeedRecord) { // recs[:handed] were handed as they came
+			for ; handed < len(recs); handed++ {
+				each(recs[handed])
+			}
+		}
+		// Hand over the records as they come, while they are in order;
+		// the whole output is judged once the process has exited.
+		for inOrder, exited := whole, false; inOrder && !exited && !stopping(); {
+			select {
+			case <-c.more:
+			case <-c.exited:
+				exited = true
+			}
+			for _, line := range c.lines() {
+				var rec evidence.SeedRecord
+				switch {
+				case !inOrder:
+				case json.Unmarshal(line, &rec) != nil:
+					inOrder = false // not a record: the judging says so
+				case rec.Record != evidence.RecordSeed:
+				case rec.Scenario == scenario && rec.Seed == c.from+uint64(handed) && handed < c.n:
+					each(rec)
+					handed++
+				default:
+					inOrder = false
+				}
+			}
+		}
+		<-c.exited
+		if stopping() {
+			if whole {
+				recs := judgedPrefix(c.output(), scenario, c.from, c.n)
+				hand(recs)
+				whole = len(recs) == c.n
+			}
+			continue
+		}
+		var exit *exec.ExitError
+		if c.werr != nil && !errors.As(c.werr, &exit) {
+			end(children[i+1:])
+			return fmt.Errorf("sweep process for seeds %d..%d: %w", c.from, c.from+uint64(c.n)-1, c.werr)
+		}
+		recs, err := judgeSweepChild(c.output(), c.cmd.ProcessState.ExitCode(), c.cmd.ProcessState.String(), scenario, c.from, c.n)
 		if err != nil {
-			stop(children[i+1:])
+			end(children[i+1:])
 			return err
 		}
-		for _, rec := range recs {
-			each(rec)
-		}
+		hand(recs)
 	}
 	return nil
+}
+
+// sweepChild is one process of a sweep: its range of seeds, and the
+// output it has printed so far (it is the process's stdout).
+type sweepChild struct {
+	cmd    *exec.Cmd
+	from   uint64
+	n      int
+	more   chan struct{} // signalled after each write
+	exited chan struct{} // closed once the process has exited and its output is in
+	werr   error         // cmd.Wait's, once exited is closed
+
+	mu   sync.Mutex
+	out  bytes.Buffer
+	read int // how much of out lines has returned
+}
+
+// Write takes in the process's output.
+func (c *sweepChild) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.out.Write(p)
+	c.mu.Unlock()
+	select {
+	case c.more <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// lines returns the whole lines the process has printed since the last
+// call.
+func (c *sweepChild) lines() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fresh := c.out.Bytes()[c.read:]
+	cut := bytes.LastIndexByte(fresh, '\n')
+	if cut < 0 {
+		return nil
+	}
+	c.read += cut + 1
+	return bytes.Split(bytes.Clone(fresh[:cut]), []byte{'\n'})
+}
+
+// output returns a copy of what the process has printed so far.
+func (c *sweepChild) output() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.out.Bytes())
+}
+
+// judgedPrefix returns the seed records an interrupted sweep process
+// printed for its seeds from from, in order, up to the first seed it did
+// not judge (or a line cut short by its end).
+func judgedPrefix(out []byte, scenario string, from uint64, n int) []evidence.SeedRecord {
+	if cut := bytes.LastIndexByte(out, '\n'); cut >= 0 {
+		out = out[:cut+1]
+	} else {
+		out = nil
+	}
+	recs, _ := readSeedRecords(out) // the records before any bad line
+	judged := 0
+	for judged < len(recs) && judged < n && recs[judged].Seed == from+uint64(judged) && recs[judged].Scenario == scenario {
+		judged++
+	}
+	return recs[:judged]
 }
 
 // judgeSweepChild reads the JSON records a sweep process printed for its n

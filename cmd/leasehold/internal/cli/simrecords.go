@@ -43,6 +43,9 @@ func printSeedText(w io.Writer, rec evidence.SeedRecord, trace []string) {
 		fmt.Fprintln(w, "determinism: FAILED: a second run gave another fingerprint")
 	}
 	if s := rec.Shrunk; s != nil {
+		if s.Stopped {
+			fmt.Fprintln(w, "shrink interrupted: the shortest schedule found so far")
+		}
 		fmt.Fprintf(w, "shrunk: %d of %d events still break %s\n", len(s.Keep), s.Of, s.Broken)
 		for i, ev := range s.Events {
 			fmt.Fprintf(w, "  %d %s\n", s.Keep[i], ev)

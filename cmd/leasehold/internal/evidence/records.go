@@ -51,6 +51,9 @@ type ShrunkRecord struct {
 	Keep   []int    `json:"keep"`   // the kept events' indices
 	Events []string `json:"events"` // the kept events, as schedules print them
 	Replay string   `json:"replay"` // the command that replays the shrunk run
+	// Stopped: an interruption ended the shrink early; Keep is the
+	// shortest schedule found by then, and still breaks Broken.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // SummaryRecord closes a scenario's records: the sweep's counts, its merged
@@ -69,6 +72,10 @@ type SummaryRecord struct {
 	Unreached        []scenarios.Cell `json:"unreached"`
 	Coverage         sim.Coverage     `json:"coverage"`
 	Pass             bool             `json:"pass"`
+	// Interrupted: a signal stopped the sweep; Seeds counts the seeds
+	// judged from From before it stopped, of the Requested.
+	Interrupted bool `json:"interrupted,omitempty"`
+	Requested   int  `json:"requested,omitempty"`
 }
 
 // SeedRecordOf turns a run's result into its record.
