@@ -160,9 +160,26 @@ func (b apiBackend) Limits(ctx context.Context, p Principal) (model.Limits, []mo
 	return l, users, mapped(err)
 }
 
+func (b apiBackend) SetLimits(ctx context.Context, p Principal, l model.Limits) error {
+	return mapped(b.s.SetLimits(ctx, apiPrincipal(p), l))
+}
+
+func (b apiBackend) SetUserLimit(ctx context.Context, p Principal, u model.UserLimit) error {
+	return mapped(b.s.SetUserLimit(ctx, apiPrincipal(p), u))
+}
+
 func (b apiBackend) Schedules(ctx context.Context, p Principal) ([]model.Schedule, error) {
 	s, err := b.s.Schedules(ctx, apiPrincipal(p))
 	return s, mapped(err)
+}
+
+func (b apiBackend) AddSchedule(ctx context.Context, p Principal, spec model.ScheduleSpec) (model.Schedule, error) {
+	s, err := b.s.AddSchedule(ctx, apiPrincipal(p), spec)
+	return s, mapped(err)
+}
+
+func (b apiBackend) RemoveSchedule(ctx context.Context, p Principal, id string) error {
+	return mapped(b.s.RemoveSchedule(ctx, apiPrincipal(p), id))
 }
 
 func (b apiBackend) Metrics(ctx context.Context, p Principal) (model.Metrics, error) {

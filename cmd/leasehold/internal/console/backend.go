@@ -87,7 +87,14 @@ type Backend interface {
 	SettleEffect(ctx context.Context, p Principal, op string, applied bool) error
 	Inspect(ctx context.Context, p Principal) ([]Inspection, error)
 	Limits(ctx context.Context, p Principal) (model.Limits, []model.UserLimit, error)
+	// SetLimits replaces the queue-wide limits (a token for every user
+	// only); SetUserLimit sets one user's override.
+	SetLimits(ctx context.Context, p Principal, l model.Limits) error
+	SetUserLimit(ctx context.Context, p Principal, u model.UserLimit) error
 	Schedules(ctx context.Context, p Principal) ([]model.Schedule, error)
+	AddSchedule(ctx context.Context, p Principal, spec model.ScheduleSpec) (model.Schedule, error)
+	// RemoveSchedule removes a schedule; the tasks it made stay.
+	RemoveSchedule(ctx context.Context, p Principal, id string) error
 	Metrics(ctx context.Context, p Principal) (model.Metrics, error)
 	// RecentFailures returns up to limit of the principal's tasks that
 	// most recently failed or went to review, the latest first.

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
 )
 
 // browserTimeout bounds the whole browser test.
@@ -296,6 +297,29 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		shot(page)
 	}
+
+	// The operator edits a limit on the page: the attempts before review,
+	// through the same core as PUT /v1/limits, recorded under its name.
+	require.Equal(t, "3", text("#limit-attempts_max"), "the default")
+	run(chromedp.SetValue(chromedp.CSS(`#limits-form input[name="attempts_max"]`), "6"), chromedp.Click(chromedp.ID("#save-limits")),
+		chromedp.WaitVisible(chromedp.ID("#flash")))
+	require.Equal(t, "Queue-wide limits saved.", text("#flash"))
+	require.Equal(t, "6", text("#limit-attempts_max"))
+	limits, _, err := b.q.Limits(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 6, limits.AttemptsMax)
+	audit, err := b.q.Audit(context.Background(), queue.AuditFilter{Actor: "operator"})
+	require.NoError(t, err)
+	require.Equal(t, model.EventLimitsSet, audit[len(audit)-1].Kind)
+	shot("limits-edited")
+	// And removes the schedule from its row.
+	run(chromedp.Navigate(b.srv.URL+"/ui/schedules"), chromedp.WaitVisible(chromedp.CSS("tr.schedule-row")),
+		chromedp.Click(chromedp.CSS("tr.schedule-row button.remove")), chromedp.WaitVisible(chromedp.ID("#flash")))
+	require.Contains(t, text("#flash"), "removed")
+	require.Equal(t, 0, count("tr.schedule-row"))
+	left, err := b.q.Schedules(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, left)
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	require.Empty(t, log.errors)

@@ -135,7 +135,11 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/approvals", c.page(c.approvalsPage))
 	m.HandleFunc("GET /ui/inspect", c.page(c.inspectPage))
 	m.HandleFunc("GET /ui/schedules", c.page(c.schedulesPage))
+	m.HandleFunc("POST /ui/schedules", c.action(c.addSchedule))
+	m.HandleFunc("POST /ui/schedules/{id}/remove", c.action(c.removeSchedule))
 	m.HandleFunc("GET /ui/limits", c.page(c.limitsPage))
+	m.HandleFunc("POST /ui/limits", c.action(c.setLimits))
+	m.HandleFunc("POST /ui/limits/users", c.action(c.setUserLimit))
 	m.HandleFunc("GET /ui/live", c.page(c.livePage))
 	m.HandleFunc("GET /ui/submit", c.page(c.submitPage))
 	m.HandleFunc("POST /ui/submit", c.action(c.submit))
@@ -278,8 +282,14 @@ func (c *Console) refuse(w http.ResponseWriter, r *http.Request, req *request, s
 }
 
 // backLink is where the refusal page's link leads: the task the request
-// concerned, or the task list.
+// concerned, the settings page it came from, or the task list.
 func backLink(r *http.Request) string {
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/ui/schedules"):
+		return "/ui/schedules"
+	case strings.HasPrefix(r.URL.Path, "/ui/limits"):
+		return "/ui/limits"
+	}
 	if id := r.PathValue("id"); id != "" && model.CheckName("id", id) == nil {
 		return "/ui/tasks/" + id
 	}

@@ -33,6 +33,7 @@ const (
 	bobSecret      = "bob-submits-0123456789"
 	approverSecret = "approver-0123456789ab"
 	operatorSecret = "operator-0123456789ab"
+	anaOpsSecret   = "ana-operates-0123456789"
 )
 
 // bundle is a console over the HTTP API's cores and a real SQLite file,
@@ -53,6 +54,7 @@ var tokenLines = strings.Join([]string{
 	"bob submit " + bobSecret + " bob",
 	"approver approve " + approverSecret + " *",
 	"operator operate,submit " + operatorSecret + " *",
+	"ana-ops operate " + anaOpsSecret + " ana",
 }, "\n")
 
 // countingBackend counts sign-in checks, to show a forged sign-in never

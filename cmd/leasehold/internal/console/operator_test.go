@@ -141,7 +141,7 @@ func TestLiveSchedulesAndLimitsNeedOperate(t *testing.T) {
 	require.Contains(t, live.body, `<meta http-equiv="refresh" content="5">`)
 	require.Contains(t, live.body, `<span class="num">1m30s</span>`)
 	require.Contains(t, op.get("/ui/limits").body, "10000 cost, 1000 steps")
-	require.Contains(t, op.get("/ui/schedules").body, "No schedules.")
+	require.Contains(t, op.get("/ui/schedules").body, "No schedules yet.")
 
 	ana := b.client(t)
 	ana.signIn(anaSecret)
@@ -161,6 +161,7 @@ func TestEveryPostFormCarriesTheCSRFToken(t *testing.T) {
 	approver := b.client(t)
 	approver.signIn(approverSecret)
 	for _, p := range []page{c.get("/ui/tasks"), c.get(taskPath(review)), c.get("/ui/inspect"), c.get("/ui/submit"),
+		c.get("/ui/limits"), c.get("/ui/schedules"),
 		approver.get("/ui/approvals"), approver.get(taskPath(id)), b.client(t).get("/ui/signin")} {
 		forms := strings.Count(p.body, `method="post"`)
 		require.Positive(t, forms)

@@ -386,34 +386,6 @@ func (c *Console) inspectPage(w http.ResponseWriter, r *http.Request, req *reque
 	return nil
 }
 
-func (c *Console) schedulesPage(w http.ResponseWriter, r *http.Request, req *request) error {
-	schedules, err := c.backend.Schedules(r.Context(), req.p)
-	if err != nil {
-		return err
-	}
-	v := c.view(req, "Schedules")
-	v.Nav, v.Data = "schedules", schedules
-	c.render(w, http.StatusOK, "schedules", v)
-	return nil
-}
-
-// limitsView is the limits page.
-type limitsView struct {
-	Limits model.Limits
-	Users  []model.UserLimit
-}
-
-func (c *Console) limitsPage(w http.ResponseWriter, r *http.Request, req *request) error {
-	limits, users, err := c.backend.Limits(r.Context(), req.p)
-	if err != nil {
-		return err
-	}
-	v := c.view(req, "Limits")
-	v.Nav, v.Data = "limits", limitsView{Limits: limits, Users: users}
-	c.render(w, http.StatusOK, "limits", v)
-	return nil
-}
-
 // liveView is the live page: depth, the oldest queued task's age and the
 // latest failures.
 type liveView struct {
