@@ -73,6 +73,10 @@ type PruneRequest struct {
 	Actor  string
 }
 
+// Check reports what Prune would refuse in r, naming the field, and
+// changes nothing.
+func (r PruneRequest) Check() error { return r.validate() }
+
 // validate checks r and fills its defaults.
 func (r *PruneRequest) validate() error {
 	if err := model.CheckName("actor", r.Actor); err != nil {

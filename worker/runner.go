@@ -11,13 +11,23 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
 )
 
 // Housekeeper is the queue housekeeping a live worker also runs: the
-// reaper and the periodic scheduler. *queue.Queue implements it.
+// reaper and the periodic scheduler (and, if it is also a Pruner,
+// retention). *queue.Queue implements it.
 type Housekeeper interface {
 	Reap(ctx context.Context) (model.ReapResult, error)
 	EnqueueDue(ctx context.Context) (model.EnqueueResult, error)
+}
+
+// Pruner is the retention step of housekeeping: a Housekeeper that also
+// implements it (*queue.Queue does) prunes, on every housekeeping pass,
+// one bounded batch of the terminal tasks the stored retention policy
+// says are old enough (none while the policy is off, the default).
+type Pruner interface {
+	PruneDue(ctx context.Context) (queue.PruneResult, error)
 }
 
 // RunOptions configures the live Runner beyond the worker's Config.
@@ -435,6 +445,14 @@ func (r *Runner) housekeep(stop <-chan struct{}) {
 		} else if res.Enqueued > 0 || res.Collapsed > 0 {
 			r.cfg.Logger.Info("periodic runs enqueued", "worker", r.cfg.ID, "enqueued", res.Enqueued,
 				"collapsed", res.Collapsed, "refused", res.Refused)
+		}
+		if p, ok := r.opts.Housekeeper.(Pruner); ok {
+			if res, err := p.PruneDue(ctx); err != nil {
+				r.cfg.Logger.Warn("prune failed", "worker", r.cfg.ID, "error", err.Error())
+			} else if res.Transactions > 0 {
+				r.cfg.Logger.Info("pruned", "worker", r.cfg.ID, "tasks", res.TaskCount(), "events", res.Events,
+					"tombstones", res.Tombstones, "expired_tombstones", res.Expired)
+			}
 		}
 	}
 }

@@ -52,8 +52,8 @@ func printMetrics(e *env, m model.Metrics) {
 		fmt.Fprintf(e.stdout, "  %-21s %d\n", s, m.Depth[s])
 	}
 	fmt.Fprintf(e.stdout, "oldest due queued task: %s\n", m.OldestQueuedAge.Round(time.Millisecond))
-	fmt.Fprintf(e.stdout, "submitted %d, completed %d, failed %d, cancelled %d, reviews %d\n",
-		m.Submitted, m.Completions, m.Failures, m.Cancellations, m.Reviews)
+	fmt.Fprintf(e.stdout, "submitted %d, completed %d, failed %d, cancelled %d, reviews %d, pruned %d\n",
+		m.Submitted, m.Completions, m.Failures, m.Cancellations, m.Reviews, m.Pruned)
 	fmt.Fprintf(e.stdout, "retries %d, lease expiries %d, stale writes refused %d, budget exhaustions %d\n",
 		m.Retries, m.LeaseExpiries, m.StaleWrites, m.BudgetExhausted)
 	for _, h := range []struct {

@@ -439,6 +439,21 @@ func badInputs() []badCase {
 		{"schedule run unknown flag", w("schedule", "run"), []string{"--bogus"}, []string{"bogus"}, false},
 		{"schedule run unexpected argument", w("schedule", "run"), []string{"extra"}, []string{"extra"}, false},
 		{"reap unknown flag", w("reap"), []string{"--bogus"}, []string{"bogus"}, false},
+		// prune (prune_test.go tests the command itself)
+		{"prune unknown flag", w("prune"), []string{"--older-than", "30d", "--bogus"}, []string{"bogus"}, false},
+		{"prune missing age", w("prune"), nil, []string{"--older-than", "required"}, false},
+		{"prune zero age", w("prune"), []string{"--older-than", "0d"}, []string{"--older-than", "positive"}, false},
+		{"prune negative age", w("prune"), []string{"--older-than", "-36h"}, []string{"--older-than", "negative"}, false},
+		{"prune bad age", w("prune"), []string{"--older-than", "30days"}, []string{"--older-than", "30days"}, false},
+		{"prune age too long", w("prune"), []string{"--older-than", "4000d"}, []string{"--older-than", "3650d"}, false},
+		{"prune zero key window", w("prune"), []string{"--older-than", "30d", "--keep-keys", "0s"}, []string{"--keep-keys", "positive"}, false},
+		{"prune bad key window", w("prune"), []string{"--older-than", "30d", "--keep-keys", "x"}, []string{"--keep-keys"}, false},
+		{"prune batch too big", w("prune"), []string{"--older-than", "30d", "--batch", "501"}, []string{"--batch", "500"}, false},
+		{"prune zero batch", w("prune"), []string{"--older-than", "30d", "--batch", "0"}, []string{"--batch"}, false},
+		{"prune unexpected argument", w("prune"), []string{"--older-than", "30d", "extra"}, []string{"extra"}, false},
+		{"prune policy unknown flag", w("prune", "policy"), []string{"--bogus"}, []string{"bogus"}, false},
+		{"prune policy negative age", w("prune", "policy"), []string{"--older-than", "-1d"}, []string{"--older-than", "negative"}, false},
+		{"prune policy zero key window", w("prune", "policy"), []string{"--keep-keys", "0d"}, []string{"--keep-keys", "positive"}, false},
 		{"reap unexpected argument", w("reap"), []string{"extra"}, []string{"extra"}, false},
 		// worker (every flag is checked before any file is opened)
 		{"worker unknown flag", w("worker"), workerArgs("--bogus"), []string{"bogus"}, false},
@@ -733,6 +748,9 @@ func TestNewerSchemaIsRefusedByEveryCommand(t *testing.T) {
 		{"schedule", "remove", "s_1", "--actor", "ops"},
 		{"schedule", "run"},
 		{"reap"},
+		{"prune", "--older-than", "1d"},
+		{"prune", "--older-than", "1d", "--dry-run"},
+		{"prune", "policy"},
 		{"worker", "--id", "w1"},
 	}
 	before := snapshot(t, f.dir)

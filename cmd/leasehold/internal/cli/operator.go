@@ -279,7 +279,7 @@ func runMetrics(e *env, args []string) int {
 			return err
 		}
 		if !m.Reconciles() {
-			return errors.New("metrics do not reconcile: the depths by state do not add up to the tasks submitted")
+			return errors.New("metrics do not reconcile: the depths by state and the tasks pruned do not add up to the tasks submitted")
 		}
 		if *c.json {
 			return printJSON(e.stdout, view.MetricsOf(m))

@@ -423,7 +423,8 @@ func TestRunbookBlocksAllRun(t *testing.T) {
 	tested := []string{"pending-see", "pending-raise-user-limit", "queue-full-raise-cap", "stuck-see", "stuck-reap",
 		"stuck-cancel", "failed-see", "failed-resubmit", "uncertain-see", "uncertain-applied", "uncertain-not-applied",
 		"uncertain-give-up", "dead-letter-see", "dead-letter-requeue", "dead-letter-give-up", "storage-check",
-		"crash-loop-see", "crash-loop-cancel", "schedule-see", "schedule-run", "snapshot", "restore", "upgrade"}
+		"crash-loop-see", "crash-loop-cancel", "schedule-see", "schedule-run", "snapshot", "restore", "upgrade",
+		"retention-see", "retention-prune", "retention-policy"}
 	blocks := runbookBlocks(t)
 	for name := range blocks {
 		require.Contains(t, tested, name, "RUNBOOK.md block %s is run by no test", name)

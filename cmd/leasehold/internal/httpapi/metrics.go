@@ -54,6 +54,7 @@ var totals = []struct {
 	{"leasehold_stale_writes_total", "Worker writes refused under a stale claim.", func(m model.Metrics) int64 { return m.StaleWrites }},
 	{"leasehold_budget_exhaustions_total", "Tasks failed for their budget.", func(m model.Metrics) int64 { return m.BudgetExhausted }},
 	{"leasehold_reviews_total", "Tasks parked in needs_review.", func(m model.Metrics) int64 { return m.Reviews }},
+	{"leasehold_pruned_total", "Terminal tasks removed by retention (prune); with the depths they account for every task submitted.", func(m model.Metrics) int64 { return m.Pruned }},
 }
 
 func init() {

@@ -878,6 +878,7 @@ func TestServeMetricsAndHealth(t *testing.T) {
 		"leasehold_stale_writes_total":                   0,
 		"leasehold_budget_exhaustions_total":             0,
 		"leasehold_reviews_total":                        0,
+		"leasehold_pruned_total":                         0,
 		"leasehold_oldest_queued_age_seconds":            3.2,
 		`leasehold_queue_wait_seconds_bucket{le="0.1"}`:  0,
 		`leasehold_queue_wait_seconds_bucket{le="0.25"}`: 1,

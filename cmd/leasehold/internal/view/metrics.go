@@ -16,6 +16,7 @@ type Metrics struct {
 	StaleWrites     int64            `json:"stale_writes"`
 	BudgetExhausted int64            `json:"budget_exhaustions"`
 	Reviews         int64            `json:"reviews"`
+	Pruned          int64            `json:"pruned"`
 	QueueWait       Histogram        `json:"queue_wait_ms"`
 	RunTime         Histogram        `json:"run_time_ms"`
 }
@@ -41,5 +42,5 @@ func MetricsOf(m model.Metrics) Metrics {
 	return Metrics{Depth: depth, OldestQueuedMs: m.OldestQueuedAge.Milliseconds(), Submitted: m.Submitted,
 		Completions: m.Completions, Failures: m.Failures, Cancellations: m.Cancellations, Retries: m.Retries,
 		LeaseExpiries: m.LeaseExpiries, StaleWrites: m.StaleWrites, BudgetExhausted: m.BudgetExhausted,
-		Reviews: m.Reviews, QueueWait: h(m.QueueWait), RunTime: h(m.RunTime)}
+		Reviews: m.Reviews, Pruned: m.Pruned, QueueWait: h(m.QueueWait), RunTime: h(m.RunTime)}
 }
