@@ -23,6 +23,10 @@ type SweepConfig struct {
 	// the seeds running finish, and each sees the results of the seeds
 	// before the first one not run. Nil runs every seed.
 	Stop <-chan struct{}
+	// Timelines records each seed's timeline (Config.Timeline). The first
+	// seed's and every failed seed's are kept in their results; a later
+	// passing seed's is dropped, to keep long sweeps small.
+	Timelines bool
 }
 
 // Sweep runs every seed of the sweep and calls each with the results in
@@ -55,9 +59,12 @@ func Sweep(cfg SweepConfig, each func(Result)) (judged int) {
 					continue // stopped: handed out, never run
 				default:
 				}
-				r := Run(Config{Scenario: cfg.Scenario, Seed: cfg.From + uint64(i), Mix: cfg.Mix})
+				r := Run(Config{Scenario: cfg.Scenario, Seed: cfg.From + uint64(i), Mix: cfg.Mix, Timeline: cfg.Timelines})
 				if r.Pass {
 					r.Schedule, r.Tail = nil, nil
+					if i > 0 {
+						r.Timeline = nil
+					}
 				}
 				slots[i].res = r
 				close(slots[i].done)

@@ -77,7 +77,7 @@ func (c *claimer) claim(ctx context.Context, room int) (Report, []model.Claimed,
 		c.storage = nextBackoff(c.storage, cfg.StorageBackoffMin, cfg.StorageBackoffMax)
 		r.StorageError = true
 		r.Outcome = "storage error; retry in " + c.storage.String()
-		cfg.Logger.Warn("claim failed", "worker", cfg.ID, "error", err.Error(), "retry_in", c.storage.String())
+		cfg.Logger.Warn("claim failed", "worker", cfg.ID, "error", err.Error(), "storage_error", true, "retry_in", c.storage.String())
 		return r, nil, c.storage
 	}
 	if len(claimed) == 0 {

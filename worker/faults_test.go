@@ -1,6 +1,10 @@
 package worker_test
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -14,14 +18,17 @@ import (
 
 // While storage is down the worker reports storage errors and backs off;
 // while its heartbeats fail it claims nothing new; when storage returns it
-// carries on under the same claim and then claims the waiting task.
+// carries on under the same claim and then claims the waiting task. Every
+// storage error's log record says so in a field of its own.
 func TestStorageOutage(t *testing.T) {
 	b := setupStorage(t)
 	long := b.submit(`{"steps":[{"cost":1},{"cost":1,"duration_ms":6000},{"cost":1}]}`, 10, 5)
 	later := b.submitRequest(model.SubmitRequest{User: "ana", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 10, StepsMax: 5,
 		RunAt: epoch.Add(2 * time.Second)})
+	var logs bytes.Buffer
 	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) {
 		c.Concurrency, c.Lease, c.Heartbeat = 2, 10*time.Second, time.Second
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
 	b.stepUntil(w, func(r worker.Report) bool { return r.Action == worker.ActionHeartbeat && r.Accepted })
 	require.Equal(t, epoch.Add(time.Second), b.clock.Now())
@@ -54,12 +61,30 @@ func TestStorageOutage(t *testing.T) {
 
 	// Claims tried before any heartbeat failed were refused as storage
 	// errors too, and backed off.
+	storageErrors := 0
 	for _, r := range reports {
+		if r.StorageError {
+			storageErrors++
+		}
 		if r.Action == worker.ActionClaim && r.StorageError {
 			require.ErrorIs(t, r.Err, faults.ErrInjected)
 			require.Contains(t, r.Outcome, "storage error; retry in ")
 		}
 	}
+	logged := 0
+	for sc := bufio.NewScanner(&logs); sc.Scan(); {
+		var rec struct {
+			Msg          string `json:"msg"`
+			StorageError bool   `json:"storage_error"`
+			Error        string `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &rec))
+		if rec.StorageError {
+			logged++
+			require.Contains(t, rec.Error, "storage unavailable", "%s", sc.Bytes())
+		}
+	}
+	require.Equal(t, storageErrors, logged, "one log record marked storage_error per storage error reported")
 
 	task := b.task(long)
 	require.Equal(t, model.Completed, task.State)

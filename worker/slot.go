@@ -159,6 +159,9 @@ func (s *Slot) log(level slog.Level, msg string, r Report) {
 	if r.Outcome != "" {
 		attrs = append(attrs, "outcome", r.Outcome)
 	}
+	if r.StorageError {
+		attrs = append(attrs, "storage_error", true)
+	}
 	if r.Err != nil {
 		attrs = append(attrs, "error", r.Err.Error())
 	}

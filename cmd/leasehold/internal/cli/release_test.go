@@ -750,6 +750,10 @@ func TestSimReport(t *testing.T) {
 	require.Empty(t, rep.Live.Outcomes)
 	require.Len(t, rep.Fixture.Timelines, 1)
 	require.Contains(t, rep.Fixture.Timelines[0].Caption, printed[0].Fingerprint)
+	require.NotNil(t, printed[0].Timeline, "the first seed's record carries the timeline the report draws")
+	require.Nil(t, printed[1].Timeline, "a later passing seed's record does not")
+	require.Equal(t, evidence.SimTimeline(rep.Fixture.Timelines[0].Title, printed[0].Timeline.Entries, printed[0].Timeline.Workers).Bars,
+		rep.Fixture.Timelines[0].Bars, "the report draws the printed record's timeline")
 	require.Len(t, rep.Checks, 1)
 	require.Equal(t, reports.Fixture, rep.Checks[0].Results[0].Kind)
 

@@ -70,7 +70,7 @@ func runSim(e *env, args []string) int {
 			facts, err := buildFacts()
 			var r reports.Report
 			if err == nil {
-				r, err = evidence.SimReport(sc, o.seed, o.count, o.keep, recs, facts, sim.Run)
+				r, err = evidence.SimReport(sc, o.seed, o.count, o.keep, recs, facts)
 			}
 			if err == nil {
 				err = writeReport(dir, "report", r)
@@ -100,7 +100,7 @@ func simFlags(args []string) (simOptions, error) {
 	parallel := fs.Int("parallel", 0, "processes a sweep is split across, each running one seed at a time on one core (default: all cores; 1 runs the sweep in this process)")
 	trace := fs.Bool("trace", false, "print every trace line of a single seed")
 	timeline := fs.String("timeline", "", "write a single seed's structured timeline (the shrunk run's with --shrink) to this JSON file")
-	report := fs.String("report", "", "also write a report of the run (index.html, report.md, report.json: fingerprints, verdicts, a timeline) into this directory")
+	report := fs.String("report", "", "also write a report of the run (index.html, report.md, report.json: fingerprints, verdicts, a timeline, drawn from the seeds' records; a sweep with a report runs in this process) into this directory")
 	asJSON := fs.Bool("json", false, "print one JSON record per seed and a summary record per scenario (with its coverage map) instead of text")
 	coverage := fs.Bool("coverage", false, "print each scenario's coverage map: transitions, refusals and fault kinds at phases its seeds reached (a sweep of at least 200 seeds fails on a declared cell none reached)")
 	if err := parse(fs, args); err != nil {
@@ -170,6 +170,9 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt
 	var cov sim.Coverage
 	failed, firstFailed := 0, uint64(0)
 	take := func(rec evidence.SeedRecord) {
+		if len(recs) > 0 && (rec.Pass || failed > 0) {
+			rec.Timeline = nil // the report draws the first seed or the first failed one
+		}
 		recs = append(recs, rec)
 		cov.Add(rec.Coverage)
 		if !rec.Pass {
@@ -193,7 +196,7 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt
 				break
 			}
 		}
-	case o.parallel != 1:
+	case o.parallel != 1 && o.report == "":
 		err := sweepProcesses(sc.Name, o.seed, o.count, o.parallel, e.stderr, intr.Stop(), func(rec evidence.SeedRecord) {
 			printRecord(e, rec, o.json)
 			take(rec)
@@ -202,7 +205,11 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt
 			return recs, fail(e, "sim", err)
 		}
 	default:
-		sim.Sweep(sim.SweepConfig{Scenario: sc, From: o.seed, Count: o.count, Parallel: 1, Stop: intr.Stop()}, func(r sim.Result) {
+		// A report draws a seed's timeline from its record, so a sweep with
+		// one records them, in this process (its goroutines are the
+		// parallel runs).
+		sim.Sweep(sim.SweepConfig{Scenario: sc, From: o.seed, Count: o.count, Parallel: o.parallel, Stop: intr.Stop(),
+			Timelines: o.report != ""}, func(r sim.Result) {
 			rec := evidence.SeedRecordOf(r)
 			printRecord(e, rec, o.json)
 			take(rec)
@@ -266,7 +273,7 @@ func printSummary(e *env, o simOptions, sc scenarios.Scenario, sum evidence.Summ
 // determinism, prints its record, and returns the record and whether
 // everything asked of it passed.
 func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64, stop <-chan struct{}) (evidence.SeedRecord, bool) {
-	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: o.keep, Trace: o.trace, Timeline: o.timeline != ""}
+	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: o.keep, Trace: o.trace, Timeline: o.timeline != "" || o.report != ""}
 	r := sim.Run(cfg)
 	rec := evidence.SeedRecordOf(r)
 	ok := r.Pass

@@ -41,6 +41,15 @@ type SeedRecord struct {
 	Shrunk *ShrunkRecord `json:"shrunk,omitempty"`
 	// Trace is every trace line, with --trace.
 	Trace []string `json:"trace,omitempty"`
+	// Timeline is the run's timeline, when the run recorded one (sim
+	// --report records the timelines its report may draw).
+	Timeline *TimelineRecord `json:"timeline,omitempty"`
+}
+
+// TimelineRecord is a run's timeline as a seed record carries it.
+type TimelineRecord struct {
+	Workers int                 `json:"workers"`
+	Entries []sim.TimelineEntry `json:"entries"`
 }
 
 // ShrunkRecord is a failed seed's schedule shrunk to the fewest events that
@@ -85,6 +94,9 @@ func SeedRecordOf(r sim.Result) SeedRecord {
 		Coverage: r.Coverage, Stats: r.Stats}
 	if !r.Pass {
 		rec.Broken, rec.Summary, rec.Tail = r.Broken(), r.Summary(), r.Tail
+	}
+	if r.Timeline != nil {
+		rec.Timeline = &TimelineRecord{Workers: r.Workers, Entries: r.Timeline}
 	}
 	return rec
 }

@@ -104,7 +104,9 @@ type logRecord struct {
 	TaskID  string `json:"task_id"`
 	Fence   int64  `json:"fence"`
 	Outcome string `json:"outcome"`
-	RetryIn string `json:"retry_in"`
+	// StorageError marks a claim or a write that failed in storage (and
+	// is retried after a backoff).
+	StorageError bool `json:"storage_error"`
 }
 
 // workerLog decodes a worker's log records; lines that are not JSON
@@ -130,7 +132,6 @@ func (r *run) workerLog(name string) []logRecord {
 // The worker's log messages the stories look for.
 const (
 	msgDroppedLocally = "lease expired locally; claim left to the reaper"
-	msgClaimFailed    = "claim failed"
 )
 
 // storyStop freezes a task's claimant with SIGSTOP past its lease and
@@ -242,7 +243,7 @@ func (r *run) storyStorage() error {
 	backedOff := 0
 	for i := 1; i <= r.sc.Workers; i++ {
 		for _, rec := range r.workerLog(fmt.Sprintf("w%d", i)) {
-			if (rec.Msg == msgClaimFailed && rec.RetryIn != "") || strings.HasPrefix(rec.Outcome, "storage error") {
+			if rec.StorageError {
 				backedOff++
 			}
 		}
