@@ -34,4 +34,7 @@ var (
 	// ErrClosed: the queue has been closed; every operation after Close
 	// fails with it.
 	ErrClosed = errors.New("queue closed")
+	// ErrSQLiteOnly: the operation works on SQLite files only (snapshots
+	// and restores), and was given another store's database.
+	ErrSQLiteOnly = errors.New("snapshots are SQLite files")
 )

@@ -47,10 +47,30 @@ func readApplied(ctx context.Context, db querier, set *sqlSet) ([]AppliedMigrati
 	return out, rows.Err()
 }
 
-// Plan compares a SQLite database's applied migrations with this build's
-// and returns the ones still to apply. It refuses a database that is newer
-// than this build or whose applied migrations differ from this build's.
-func Plan(ctx context.Context, db *sql.DB) (applied []AppliedMigration, pending []Migration, err error) {
+// Inspect returns the migrations the database at path (a SQLite file, or
+// a URL another store handles, such as postgres://) has applied and the
+// ones this build would apply, reading without changing anything. It
+// refuses a database that is newer than this build or whose applied
+// migrations differ from this build's.
+func Inspect(ctx context.Context, path string) (applied []AppliedMigration, pending []Migration, err error) {
+	b := backendFor(path)
+	if _, ok := b.(sqliteBackend); ok {
+		return inspectFile(ctx, path)
+	}
+	set, err := sqlOf(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, _, err := b.connect(ctx, Options{Path: path, ReadOnly: true, MaxConns: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer db.Close()
+	return plan(ctx, db, set)
+}
+
+// planFile is plan for a SQLite database opened raw (snapshots, Inspect).
+func planFile(ctx context.Context, db *sql.DB) (applied []AppliedMigration, pending []Migration, err error) {
 	set, err := sqlOf(backends[0])
 	if err != nil {
 		return nil, nil, err
@@ -58,7 +78,8 @@ func Plan(ctx context.Context, db *sql.DB) (applied []AppliedMigration, pending 
 	return plan(ctx, db, set)
 }
 
-// plan is Plan for the store whose SQL files are set.
+// plan compares the applied migrations db records with those of the
+// store whose SQL files are set, and returns the ones still to apply.
 func plan(ctx context.Context, db querier, set *sqlSet) (applied []AppliedMigration, pending []Migration, err error) {
 	known := set.migrations
 	applied, err = readApplied(ctx, db, set)

@@ -272,20 +272,3 @@ func pgUserRoom(t *txn, candidates []model.Task) (map[string]int64, error) {
 	}
 	return room, nil
 }
-
-// InspectPostgres returns the migrations the PostgreSQL database at url
-// has applied and the ones this build would apply, reading through a
-// read-only pool (the migrate command's plan; Inspect is SQLite's).
-func InspectPostgres(ctx context.Context, url string) ([]AppliedMigration, []Migration, error) {
-	b := pgBackend{}
-	set, err := sqlOf(b)
-	if err != nil {
-		return nil, nil, err
-	}
-	db, _, err := b.connect(ctx, Options{Path: url, ReadOnly: true, MaxConns: 1})
-	if err != nil {
-		return nil, nil, err
-	}
-	defer db.Close()
-	return plan(ctx, db, set)
-}

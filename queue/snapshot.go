@@ -90,6 +90,9 @@ func writable(path string) bool {
 // then its manifest. out must not exist. now stamps the manifest. A
 // database at a schema version newer than this build's is refused.
 func CreateSnapshot(ctx context.Context, src, out string, now time.Time) (Manifest, error) {
+	if err := sqliteFile("snapshot", src); err != nil {
+		return Manifest{}, err
+	}
 	if _, err := os.Stat(out); err == nil {
 		return Manifest{}, &model.ValidationError{Field: "out", Problem: fmt.Sprintf("%s exists; a snapshot never overwrites", out)}
 	}
@@ -103,7 +106,7 @@ func CreateSnapshot(ctx context.Context, src, out string, now time.Time) (Manife
 	defer db.Close()
 	// A database at a schema this build does not know (a newer one) is
 	// refused: this build could not verify the copy.
-	if _, _, err := Plan(ctx, db); err != nil {
+	if _, _, err := planFile(ctx, db); err != nil {
 		return Manifest{}, fmt.Errorf("snapshot %s: %w", src, err)
 	}
 	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", out); err != nil {
@@ -219,6 +222,9 @@ type Verification struct {
 // counts against the manifest. A failure says which check and why.
 func VerifySnapshot(ctx context.Context, snapshot string) (Verification, error) {
 	v := Verification{}
+	if err := sqliteFile("verify snapshot", snapshot); err != nil {
+		return v, err
+	}
 	m, err := ReadManifest(snapshot)
 	if err != nil {
 		return v, err
@@ -246,7 +252,7 @@ func VerifySnapshot(ctx context.Context, snapshot string) (Verification, error) 
 	} else {
 		v.Checks = append(v.Checks, "integrity: SQLite integrity_check ok (read-only here, so CHECK constraints were not re-checked)")
 	}
-	if _, _, err := Plan(ctx, db); err != nil {
+	if _, _, err := planFile(ctx, db); err != nil {
 		return v, fmt.Errorf("%s: %w", snapshot, err)
 	}
 	actual, err := describeDB(ctx, db, snapshot, sum, size)
@@ -345,6 +351,9 @@ func forSchemaOf(ctx context.Context, db *sql.DB, text string) (string, error) {
 // never writes over an existing file (a live database or not), and
 // refuses a snapshot that fails verification.
 func Restore(ctx context.Context, snapshot, to string) (Verification, error) {
+	if err := sqliteFile("restore", to); err != nil {
+		return Verification{}, err
+	}
 	for _, p := range []string{to, to + "-wal", to + "-shm"} {
 		if _, err := os.Stat(p); err == nil {
 			return Verification{}, &model.ValidationError{Field: "to", Problem: fmt.Sprintf("%s exists; restore never writes over a database", p)}
@@ -389,9 +398,18 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// Inspect reports a database file's applied and pending migrations without
-// changing it.
-func Inspect(ctx context.Context, path string) ([]AppliedMigration, []Migration, error) {
+// sqliteFile refuses, for op, a path another store handles (a PostgreSQL
+// URL, whose password it does not repeat).
+func sqliteFile(op, path string) error {
+	if b := backendFor(path); b.dialect() != backends[0].dialect() {
+		return fmt.Errorf("queue: %s: %s is a %s database, and %w: back it up with its own tools (pg_dump, pg_restore)",
+			op, RedactURL(path), b.dialect(), ErrSQLiteOnly)
+	}
+	return nil
+}
+
+// inspectFile is Inspect for a SQLite file.
+func inspectFile(ctx context.Context, path string) ([]AppliedMigration, []Migration, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, nil, err
 	}
@@ -400,5 +418,5 @@ func Inspect(ctx context.Context, path string) ([]AppliedMigration, []Migration,
 		return nil, nil, err
 	}
 	defer db.Close()
-	return Plan(ctx, db)
+	return planFile(ctx, db)
 }

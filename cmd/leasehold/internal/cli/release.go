@@ -232,70 +232,49 @@ func runMigrate(e *env, args []string) int {
 	if err := parse(fs, args); err != nil {
 		return fail(e, "migrate", err)
 	}
-	// --busy-timeout and --synchronous apply to the migration's own
-	// connection (the snapshot and its verification open theirs at the
-	// queue's defaults); they are checked before anything is read.
 	if c.onPostgres() {
 		return runMigratePostgres(e, c, *dryRun)
 	}
-	_, _, err := c.settings()
-	var db string
-	if err == nil {
-		db, err = safePath("db", *c.db)
-	}
-	if err == nil {
-		err = model.CheckName("actor", *c.actor)
-	}
-	// The snapshot directory is checked before the database is opened,
-	// like every other path.
-	var dir string
-	if err == nil && !*dryRun {
-		if *snapshots == "" {
-			*snapshots = filepath.Join(filepath.Dir(db), "snapshots")
-		}
-		dir, err = safePath("snapshot-dir", *snapshots)
-	}
+	db, dir, err := migrateFile(c, *dryRun, *snapshots)
 	if err != nil {
 		return fail(e, "migrate", err)
 	}
-	applied, pending, err := queue.Inspect(e.ctx, db)
+	rec, err := migratePlan(e, c, db, db, *dryRun)
 	if err != nil {
 		return fail(e, "migrate", err)
 	}
-	rec := migrateRecord{Database: db, From: 0, Build: queue.SchemaVersion(), Pending: []pendingMigration{}, DryRun: *dryRun}
-	if len(applied) > 0 {
-		rec.From = applied[len(applied)-1].Version
-	}
-	for _, m := range pending {
-		rec.Pending = append(rec.Pending, pendingMigration{Name: m.Name, SHA256: m.Checksum})
-	}
-	if !*c.json { // the plan first, so that a failed migration follows it
-		fmt.Fprintf(e.stdout, "database %s: schema version %d; this build: %d\n", db, rec.From, rec.Build)
-		for _, m := range rec.Pending {
-			fmt.Fprintf(e.stdout, "  pending %s (sha256 %s)\n", m.Name, m.SHA256[:16])
-		}
-	}
-	if len(pending) > 0 && !*dryRun {
+	if len(rec.Pending) > 0 && !*dryRun {
 		if err := migrate(e, c.withDB(db), dir, *c.actor, &rec); err != nil {
 			return fail(e, "migrate", err)
 		}
 	}
-	if *c.json {
-		if err := printJSON(e.stdout, rec); err != nil {
-			return fail(e, "migrate", err)
-		}
-		return exitOK
+	return migrateDone(e, c, rec, fmt.Sprintf("verified snapshot %s\nmigrated %s to schema version %d", rec.Snapshot, db, rec.MigratedTo))
+}
+
+// migrateFile checks migrate's flags for a SQLite file before anything is
+// read: --busy-timeout and --synchronous (they apply to the migration's
+// own connection; the snapshot and its verification open theirs at the
+// queue's defaults), --db, --actor and, unless it is a dry run, the
+// snapshot directory (default: snapshots beside the database). It returns
+// the database's and the directory's resolved paths.
+func migrateFile(c common, dryRun bool, snapshots string) (db, dir string, err error) {
+	if _, _, err := c.settings(); err != nil {
+		return "", "", err
 	}
-	switch {
-	case len(pending) == 0:
-		fmt.Fprintln(e.stdout, "nothing to do")
-	case *dryRun:
-		fmt.Fprintln(e.stdout, "dry run: nothing changed")
-	default:
-		fmt.Fprintf(e.stdout, "verified snapshot %s\n", rec.Snapshot)
-		fmt.Fprintf(e.stdout, "migrated %s to schema version %d\n", db, rec.MigratedTo)
+	if db, err = safePath("db", *c.db); err != nil {
+		return "", "", err
 	}
-	return exitOK
+	if err := model.CheckName("actor", *c.actor); err != nil {
+		return "", "", err
+	}
+	if dryRun {
+		return db, "", nil
+	}
+	if snapshots == "" {
+		snapshots = filepath.Join(filepath.Dir(db), "snapshots")
+	}
+	dir, err = safePath("snapshot-dir", snapshots)
+	return db, dir, err
 }
 
 // refusePostgres refuses a command that works on SQLite files only when
@@ -320,28 +299,11 @@ func runMigratePostgres(e *env, c common, dryRun bool) int {
 	if err != nil {
 		return fail(e, "migrate", err)
 	}
-	applied, pending, err := queue.InspectPostgres(e.ctx, loc.URL)
+	rec, err := migratePlan(e, c, loc.URL, loc.String(), dryRun)
 	if err != nil {
 		return fail(e, "migrate", explainOpen(loc.String(), err))
 	}
-	known, err := queue.PostgresMigrations()
-	if err != nil {
-		return fail(e, "migrate", err)
-	}
-	rec := migrateRecord{Database: loc.String(), Build: len(known), Pending: []pendingMigration{}, DryRun: dryRun}
-	if len(applied) > 0 {
-		rec.From = applied[len(applied)-1].Version
-	}
-	for _, m := range pending {
-		rec.Pending = append(rec.Pending, pendingMigration{Name: m.Name, SHA256: m.Checksum})
-	}
-	if !*c.json {
-		fmt.Fprintf(e.stdout, "database %s: schema version %d; this build: %d\n", rec.Database, rec.From, rec.Build)
-		for _, m := range rec.Pending {
-			fmt.Fprintf(e.stdout, "  pending %s (sha256 %s)\n", m.Name, m.SHA256[:16])
-		}
-	}
-	if len(pending) > 0 && !dryRun {
+	if len(rec.Pending) > 0 && !dryRun {
 		q, err := openQueue(e.ctx, c, queue.MigrateAll)
 		if err != nil {
 			return fail(e, "migrate", err)
@@ -354,6 +316,39 @@ func runMigratePostgres(e *env, c common, dryRun bool) int {
 		}
 		rec.MigratedTo = rec.Build
 	}
+	return migrateDone(e, c, rec, fmt.Sprintf("migrated %s to schema version %d", rec.Database, rec.MigratedTo))
+}
+
+// migratePlan reads the plan of the database at path (printed as name):
+// its schema version and the migrations this build would apply. Unless
+// --json is set it prints the plan first, so that a failed migration
+// follows it.
+func migratePlan(e *env, c common, path, name string, dryRun bool) (migrateRecord, error) {
+	applied, pending, err := queue.Inspect(e.ctx, path)
+	if err != nil {
+		return migrateRecord{}, err
+	}
+	rec := migrateRecord{Database: name, Pending: []pendingMigration{}, DryRun: dryRun}
+	if len(applied) > 0 {
+		rec.From = applied[len(applied)-1].Version
+	}
+	rec.Build = rec.From
+	for _, m := range pending {
+		rec.Pending = append(rec.Pending, pendingMigration{Name: m.Name, SHA256: m.Checksum})
+		rec.Build = m.Version
+	}
+	if !*c.json {
+		fmt.Fprintf(e.stdout, "database %s: schema version %d; this build: %d\n", rec.Database, rec.From, rec.Build)
+		for _, m := range rec.Pending {
+			fmt.Fprintf(e.stdout, "  pending %s (sha256 %s)\n", m.Name, m.SHA256[:16])
+		}
+	}
+	return rec, nil
+}
+
+// migrateDone prints what migrate did: its record with --json, or a line
+// (migrated, the text's, when it applied migrations).
+func migrateDone(e *env, c common, rec migrateRecord, migrated string) int {
 	if *c.json {
 		if err := printJSON(e.stdout, rec); err != nil {
 			return fail(e, "migrate", err)
@@ -361,12 +356,12 @@ func runMigratePostgres(e *env, c common, dryRun bool) int {
 		return exitOK
 	}
 	switch {
-	case len(pending) == 0:
+	case len(rec.Pending) == 0:
 		fmt.Fprintln(e.stdout, "nothing to do")
-	case dryRun:
+	case rec.DryRun:
 		fmt.Fprintln(e.stdout, "dry run: nothing changed")
 	default:
-		fmt.Fprintf(e.stdout, "migrated %s to schema version %d\n", rec.Database, rec.MigratedTo)
+		fmt.Fprintln(e.stdout, migrated)
 	}
 	return exitOK
 }
@@ -410,9 +405,9 @@ func migrate(e *env, c common, dir, actor string, rec *migrateRecord) error {
 	}
 	defer q.Close()
 	if err := q.RecordOperatorEvent(e.ctx, model.EventMigrated, actor,
-		fmt.Sprintf("schema %d -> %d; snapshot %s", rec.From, queue.SchemaVersion(), filepath.Base(snap))); err != nil {
+		fmt.Sprintf("schema %d -> %d; snapshot %s", rec.From, rec.Build, filepath.Base(snap))); err != nil {
 		return err
 	}
-	rec.MigratedTo = queue.SchemaVersion()
+	rec.MigratedTo = rec.Build
 	return nil
 }

@@ -37,15 +37,9 @@ func runWorker(e *env, args []string) int {
 	if err := parse(fs, args); err != nil {
 		return fail(e, "worker", err)
 	}
-	kind, err := worker.ParseServiceKind(*serviceKind)
+	kind, ledger, err := workerService(c, *serviceKind, *serviceDB)
 	if err != nil {
-		return fail(e, "worker", badUsage("--service-kind: %v", err))
-	}
-	if *serviceDB == "" {
-		*serviceDB = "service.db" // in the working directory, when the queue is on a server
-		if !c.onPostgres() {
-			*serviceDB = filepath.Join(filepath.Dir(*c.db), "service.db")
-		}
+		return fail(e, "worker", err)
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := worker.Config{ID: *id, Handler: worker.Synthetic{}, Clock: clockwork.NewRealClock(), Logger: logger,
@@ -57,7 +51,7 @@ func runWorker(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "worker", err)
 	}
-	svc, err := workertest.OpenLedger(*serviceDB, kind, clockwork.NewRealClock())
+	svc, err := workertest.OpenLedger(ledger, kind, clockwork.NewRealClock())
 	if err != nil {
 		q.Close()
 		return fail(e, "worker", err)
@@ -92,6 +86,24 @@ func runWorker(e *env, args []string) int {
 		return fail(e, "worker", err)
 	}
 	return exitOK
+}
+
+// workerService checks --service-kind and resolves --service-db: by
+// default service.db beside a database file, or in the working directory
+// when the queue is on a server.
+func workerService(c common, kindFlag, ledger string) (worker.ServiceKind, string, error) {
+	kind, err := worker.ParseServiceKind(kindFlag)
+	if err != nil {
+		return "", "", badUsage("--service-kind: %v", err)
+	}
+	switch {
+	case ledger != "":
+	case c.onPostgres():
+		ledger = "service.db"
+	default:
+		ledger = filepath.Join(filepath.Dir(*c.db), "service.db")
+	}
+	return kind, ledger, nil
 }
 
 // checkWorkerFlags validates every flag, as cfg and the shutdown grace,
