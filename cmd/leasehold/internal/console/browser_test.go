@@ -26,7 +26,8 @@ import (
 const browserTimeout = 60 * time.Second
 
 // screenshotsEnv, when set, asks the browser test to save a screenshot of
-// each page under out/console-screenshots/ at the repository root.
+// each page: into the directory it names when that is an absolute path,
+// else under out/console-screenshots/ at the repository root.
 const screenshotsEnv = "LEASEHOLD_CONSOLE_SCREENSHOTS"
 
 // findBrowser looks for Debian's chromium, then other Chrome builds in
@@ -331,14 +332,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 }
 
-// screenshotDir is out/console-screenshots/ at the repository root when
-// screenshotsEnv is set, else "" (no screenshots).
+// screenshotDir is where screenshotsEnv asks for the screenshots, "" for
+// none.
 func screenshotDir(t *testing.T) string {
-	if os.Getenv(screenshotsEnv) == "" {
+	dir := os.Getenv(screenshotsEnv)
+	if dir == "" {
 		return ""
 	}
-	dir, err := filepath.Abs(filepath.Join("..", "..", "..", "..", "out", "console-screenshots"))
-	require.NoError(t, err)
+	if !filepath.IsAbs(dir) {
+		var err error
+		dir, err = filepath.Abs(filepath.Join("..", "..", "..", "..", "out", "console-screenshots"))
+		require.NoError(t, err)
+	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	return dir
 }
