@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -132,4 +133,28 @@ func TestRefusalBecomesError(t *testing.T) {
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, Error{Status: 409, Code: "version_mismatch", Field: "version", Message: "version 3 is stale"}, *e)
 	require.ErrorIs(t, err, ErrVersionMismatch)
+}
+
+// Reject names the version shown, as Approve does, and a stale one is
+// ErrVersionMismatch (and ErrConflict).
+func TestRejectSendsTheVersion(t *testing.T) {
+	var got struct {
+		path, body string
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.path, got.body = r.URL.Path, string(b)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprint(w, `{"error":"reject task t-1 version 3: recorded version is 4","code":"version_mismatch","field":"version"}`)
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, "s3cret-s3cret-s3cret")
+	require.NoError(t, err)
+	_, err = c.Reject(context.Background(), "t-1", 3)
+	require.Equal(t, "/v1/tasks/t-1/reject", got.path)
+	require.JSONEq(t, `{"version":3}`, got.body)
+	require.ErrorIs(t, err, ErrVersionMismatch)
+	require.ErrorIs(t, err, ErrConflict)
+	require.NotErrorIs(t, err, ErrNotFound)
 }

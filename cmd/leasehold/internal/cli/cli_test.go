@@ -945,10 +945,23 @@ func TestApproveAndReject(t *testing.T) {
 	require.Equal(t, "queued", rec["state"])
 	require.Equal(t, "boss", rec["approved_by"])
 
-	requireOK(t, f.do("reject", other, "--version", strconv.FormatInt(otherVersion, 10), "--actor", "boss"))
+	// A rejection naming another version exits 1 naming it and changes
+	// nothing; the version status shows rejects.
+	before := f.statusJSON(other)
+	events := f.do("events", other, "--json")
+	requireOK(t, events)
+	r := f.do("reject", other, "--version", strconv.FormatInt(otherVersion+1, 10), "--actor", "boss")
+	require.Equal(t, exitFail, r.code, "%s", r)
+	require.Contains(t, r.stderr, "version")
+	require.Equal(t, before, f.statusJSON(other))
+	require.Equal(t, events.stdout, f.do("events", other, "--json").stdout, "a refused rejection records nothing")
+	r = f.do("reject", other, "--version", strconv.FormatInt(otherVersion, 10), "--actor", "boss")
+	requireOK(t, r)
+	require.Equal(t, fmt.Sprintf("task %s rejected by boss at version %d\n", other, otherVersion), r.stdout)
 	rec = f.statusJSON(other)
 	require.Equal(t, "cancelled", rec["state"])
 	require.Equal(t, "approval_rejected", rec["reason"])
+	require.Equal(t, "boss", rec["cancelled_by"])
 }
 
 // An uncertain effect parks its task in needs_review: inspect shows the
