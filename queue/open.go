@@ -54,7 +54,9 @@ type Options struct {
 	Backoff     model.Backoff   // zero: model.DefaultBackoff
 	Synchronous string          // SynchronousFull (default) or SynchronousNormal
 	// BusyTimeout is how long a connection waits for a lock; zero means
-	// five seconds, NoBusyTimeout means not at all.
+	// five seconds, NoBusyTimeout means not at all. On PostgreSQL it is
+	// the pool's lock_timeout (unless the URL sets one), and zero leaves
+	// the server's.
 	BusyTimeout time.Duration
 	// MaxConns bounds the pool of a file database (default 4). An
 	// in-memory database always uses one connection.

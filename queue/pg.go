@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -83,6 +84,11 @@ func (pgBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, err
 	if err != nil {
 		return nil, nil, &model.ValidationError{Field: "db", Problem: scrubPasswords("the URL "+loc.String()+" is not valid", loc.URL)}
 	}
+	if lt, ok := pgLockTimeout(o.BusyTimeout); ok {
+		if _, set := cfg.RuntimeParams["lock_timeout"]; !set { // the URL's own setting wins
+			cfg.RuntimeParams["lock_timeout"] = lt
+		}
+	}
 	if o.ReadOnly {
 		// Every transaction of the pool is READ ONLY: a write fails with
 		// read_only_sql_transaction (ClassReadOnly), and nothing migrates.
@@ -105,10 +111,28 @@ func (pgBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, err
 		return nil, nil, fmt.Errorf("queue: connect to %s: %w", loc.String(), scrubbed(err, loc.URL))
 	}
 	settings := []string{"server=" + loc.String(), "isolation=read committed", fmt.Sprintf("max_conns=%d", conns)}
+	if lt := cfg.RuntimeParams["lock_timeout"]; lt != "" {
+		settings = append(settings, "lock_timeout="+lt)
+	}
 	if o.ReadOnly {
 		settings = append(settings, "default_transaction_read_only=on")
 	}
 	return db, settings, nil
+}
+
+// pgLockTimeout is the lock_timeout that Options.BusyTimeout asks of
+// PostgreSQL: how long a statement waits for a lock another transaction
+// holds before failing with lock_not_available (ClassBusy). Zero leaves
+// the server's setting (by default, waiting as long as it takes);
+// NoBusyTimeout fails at once (a millisecond: zero would mean no limit).
+func pgLockTimeout(busy time.Duration) (string, bool) {
+	switch {
+	case busy == NoBusyTimeout:
+		return "1ms", true
+	case busy > 0:
+		return fmt.Sprintf("%dms", max(busy.Milliseconds(), 1)), true
+	}
+	return "", false
 }
 
 // urlConnector opens connections to url through drv.
