@@ -46,9 +46,13 @@ CLIPKG := github.com/leasehold/leasehold/cmd/leasehold/internal/cli
 build: ## Build bin/leasehold with its version stamped
 	$(GO) build -ldflags "-X $(CLIPKG).commit=$(COMMIT) -X $(CLIPKG).built=$(BUILT)" -o bin/leasehold ./cmd/leasehold
 
+# STORE=postgres runs the demo on PostgreSQL: .ci/postgres finds a server
+# (or installs and starts one) and prints its URL; the demo makes a fresh
+# database (leasehold_demo) on it, and the workers connect over TCP.
 .PHONY: demo
-demo: build ## The live portfolio run: two real worker processes, signals, the wall clock (out/demo)
-	bin/leasehold demo
+demo: build ## The live portfolio run: two real worker processes, signals, the wall clock (out/demo): make demo [STORE=sqlite|postgres]
+	@case "$(STORE)" in ""|sqlite|postgres) ;; *) echo "make demo: STORE must be sqlite or postgres, not $(STORE)" >&2; exit 2;; esac
+	bin/leasehold demo$(if $(filter postgres,$(STORE)), --postgres "$$(.ci/postgres)")
 
 .PHONY: sim
 sim: build ## Reproduce one seed or sweep many, with the coverage map: make sim SEED=n [SCENARIO=name|all] [SEEDS=count] [REPORT=dir]

@@ -113,9 +113,9 @@ func (g *group) abort(err error) {
 // was away is lost). Signals coalesce: the channel holds at most one. The
 // listener lives until ctx ends.
 //
-// A lost connection is logged once, as a warning, and reopened with a
-// backoff on the queue's clock (WakeRetryMin to WakeRetryMax); its return
-// is logged too. Meanwhile nothing wakes the channel, and a worker that
+// The first connection is logged; a lost one is logged once, as a
+// warning, and reopened with a backoff on the queue's clock (WakeRetryMin
+// to WakeRetryMax); its return is logged too. Meanwhile nothing wakes the channel, and a worker that
 // also polls loses nothing but time.
 //
 // On SQLite Wake returns nil, which never receives: workers there poll.
@@ -143,14 +143,18 @@ func signal(ch chan<- struct{}) {
 // each notification of this schema.
 func (q *Queue) listen(ctx context.Context, ch chan<- struct{}, log *slog.Logger) {
 	var retry time.Duration
-	lost := false
+	lost, up := false, false
 	for ctx.Err() == nil {
 		conn, schema, err := q.openListener(ctx)
 		if err == nil {
-			if lost {
+			switch {
+			case lost:
 				log.Info("wake listener back", "db", q.path)
 				lost = false
+			case !up:
+				log.Info("wake listener up", "db", q.path, "channel", ReadyChannel)
 			}
+			up = true
 			retry = 0
 			signal(ch)
 			err = waitNotifications(ctx, conn, schema, ch)

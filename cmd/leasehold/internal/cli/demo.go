@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
+	"github.com/leasehold/leasehold/queue"
 )
 
 func init() {
@@ -19,12 +20,25 @@ func init() {
 func runDemo(e *env, args []string) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	dirFlag := fs.String("dir", filepath.Join("out", "demo"), "working directory inside LEASEHOLD_DATA_DIR (or the working directory): emptied first, so it must be empty or hold a previous demo's result.json")
+	pgFlag := fs.String("postgres", "", "run on PostgreSQL: the URL of a server, on which the demo makes the schema "+
+		liverun.DemoSchema+" of database "+liverun.DemoDatabase+" afresh (dropping the previous demo's) and leaves it for inspection; default: a SQLite file in --dir")
 	if err := parse(fs, args); err != nil {
 		return fail(e, "demo", err)
+	}
+	if *pgFlag != "" {
+		if loc, err := queue.ParseLocation(*pgFlag); err != nil || loc.Kind != queue.StorePostgres {
+			return fail(e, "demo", badUsage("--postgres: %s is not a postgres:// URL", queue.RedactURL(*pgFlag)))
+		}
 	}
 	dir, err := demoDir(*dirFlag)
 	if err != nil {
 		return fail(e, "demo", err)
+	}
+	var db string
+	if *pgFlag != "" {
+		if db, err = liverun.FreshPostgres(e.ctx, *pgFlag); err != nil {
+			return fail(e, "demo", err)
+		}
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -36,7 +50,7 @@ func runDemo(e *env, args []string) int {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail(e, "demo", err)
 	}
-	res := liverun.Run(e.ctx, liverun.Config{Dir: dir, Self: self, Stdout: e.stdout, IDs: randomIDs{},
+	res := liverun.Run(e.ctx, liverun.Config{Dir: dir, DB: db, Self: self, Stdout: e.stdout, IDs: randomIDs{},
 		Commit: buildVersion().Commit, Machine: liverun.Machine()})
 	path := filepath.Join(dir, "result.json")
 	if err := res.Write(path); err != nil {

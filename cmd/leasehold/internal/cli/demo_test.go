@@ -70,3 +70,21 @@ func TestDemoDirIsCheckedBeforeAnythingIsRemoved(t *testing.T) {
 		require.Equal(t, filepath.Join(root, name), dir)
 	}
 }
+
+// demo --postgres takes a postgres:// server URL: anything else exits 2
+// naming --postgres, and a server that does not answer exits 1 naming it;
+// neither shows the URL's password, and neither touches --dir.
+func TestDemoPostgresFlagIsChecked(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	t.Setenv("LEASEHOLD_DATA_DIR", root)
+	dir := filepath.Join(root, "demo")
+	r := lh(t, "demo", "--dir", dir, "--postgres", "mysql://ops:s3cret@db.example/leasehold")
+	requireUsage(t, r, "--postgres", "not a postgres:// URL")
+	require.NotContains(t, r.stderr, "s3cret")
+	r = lh(t, "demo", "--dir", dir, "--postgres", "postgres://ops:s3cret@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=5")
+	requireFailed(t, r, "127.0.0.1:1")
+	require.NotContains(t, r.stderr, "s3cret")
+	_, err = os.Stat(dir)
+	require.ErrorIs(t, err, os.ErrNotExist, "a refused demo made its directory")
+}

@@ -60,7 +60,7 @@ func commonFlags(fs *flag.FlagSet, actor bool) common {
 		db:          fs.String("db", defaultDB(), dbUsage),
 		json:        fs.Bool("json", false, "print records as JSON"),
 		synchronous: fs.String("synchronous", queue.SynchronousFull, "SQLite synchronous setting: FULL, or NORMAL (can lose the last commits on power loss)"),
-		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long to wait for another process's lock before reporting storage busy"),
+		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long to wait for another process's lock before reporting storage busy (SQLite's busy_timeout, PostgreSQL's lock_timeout)"),
 	}
 	if actor {
 		c.actor = fs.String("actor", defaultActor(), "who acts (recorded in the audit trail)")
@@ -164,8 +164,12 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 		return nil, err
 	}
 	if loc.Kind == queue.StorePostgres {
+		busy, _, err := c.settings() // --busy-timeout is PostgreSQL's lock_timeout
+		if err != nil {
+			return nil, err
+		}
 		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
-			Migrate: mode, ValidatePayload: worker.ValidateSynthetic})
+			Migrate: mode, BusyTimeout: busy, ValidatePayload: worker.ValidateSynthetic})
 		return q, explainOpen(loc.String(), err)
 	}
 	if err := checkDBPath(*c.db); err != nil {
@@ -192,8 +196,12 @@ func openReader(ctx context.Context, c common) (*queue.Queue, error) {
 		return nil, err
 	}
 	if loc.Kind == queue.StorePostgres {
+		busy, _, err := c.settings()
+		if err != nil {
+			return nil, err
+		}
 		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
-			ReadOnly: true})
+			BusyTimeout: busy, ReadOnly: true})
 		return q, explainOpen(loc.String(), err)
 	}
 	if err := checkDBPath(*c.db); err != nil {

@@ -75,7 +75,7 @@ func runWorker(e *env, args []string) int {
 	if cfg.Queue, err = liverun.WorkerQueue(q, os.Getenv); err != nil {
 		return fail(e, "worker", err)
 	}
-	r, err := worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q, ShutdownGrace: *shutdownGrace})
+	r, err := worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q, Waker: q, ShutdownGrace: *shutdownGrace})
 	if err != nil {
 		return fail(e, "worker", err)
 	}

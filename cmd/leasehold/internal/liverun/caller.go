@@ -168,8 +168,9 @@ func (r *run) startServer() error {
 		if err != nil {
 			return err
 		}
-		p, err := r.startProc("serve", []string{"serve", "--db", r.db, "--addr", addr, "--strict-tokens",
-			"--busy-timeout", callerBusy.String()}, []string{c.tokensEnv()})
+		dbArgs, dbEnv := r.dbArgs()
+		p, err := r.startProc("serve", append(append([]string{"serve"}, dbArgs...), "--addr", addr, "--strict-tokens",
+			"--busy-timeout", callerBusy.String()), append([]string{c.tokensEnv()}, dbEnv...))
 		if err != nil {
 			return err
 		}

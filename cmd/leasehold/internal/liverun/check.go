@@ -263,6 +263,9 @@ func Print(w io.Writer, res Result, path string) {
 			fmt.Fprintln(w, "  "+s)
 		}
 	}
+	if store := res.Settings["store"]; store != "" {
+		fmt.Fprintf(w, "\nstore: %s\n", store)
+	}
 	fmt.Fprintf(w, "\noutcomes (live: %s over real processes and the wall clock, durations x%d):\n", res.Scenario, DurationScale)
 	for _, o := range res.Outcomes {
 		mark := "PASS"

@@ -23,7 +23,10 @@ import (
 
 // Config is what a live run needs from the command that starts it.
 type Config struct {
-	Dir     string    // the run's directory, empty: it receives the database, the ledger and the worker logs
+	Dir string // the run's directory, empty: it receives the database, the ledger and the worker logs
+	// DB, when set, is a PostgreSQL database for the run to fill (see
+	// FreshPostgres) instead of a SQLite file in Dir.
+	DB      string
 	Self    string    // the leasehold binary the workers run
 	Stdout  io.Writer // one progress line per moment
 	IDs     model.IDSource
@@ -83,14 +86,21 @@ func Machine() map[string]string {
 // failed outcome; Run leaves no worker process running.
 func Run(ctx context.Context, cfg Config) Result {
 	sc := scenarios.Portfolio()
-	r := &run{cfg: cfg, ctx: ctx, sc: sc, db: filepath.Join(cfg.Dir, "leasehold.db"), start: time.Now(),
+	db := cfg.DB
+	if db == "" {
+		db = filepath.Join(cfg.Dir, "leasehold.db")
+	}
+	r := &run{cfg: cfg, ctx: ctx, sc: sc, db: db, start: time.Now(),
 		procs: map[string]*proc{}, env: map[string][]string{}, ids: map[string]string{},
 		reqs: map[string]model.SubmitRequest{}, sampling: make(chan struct{})}
 	r.res = Result{Kind: Kind, Scenario: sc.Name, Started: r.start.UTC(), Machine: cfg.Machine, Commit: cfg.Commit, IDs: r.ids,
 		Settings: map[string]string{"lease": sc.Lease.String(), "heartbeat": sc.Heartbeat.String(),
 			"workers": strconv.Itoa(sc.Workers), "concurrency": strconv.Itoa(sc.Concurrency), "service_kind": "fenced",
-			"duplicate": "w2 delivers every completion twice (" + DuplicateEnv + "=complete)", "synchronous": queue.SynchronousFull,
+			"duplicate":      "w2 delivers every completion twice (" + DuplicateEnv + "=complete)",
 			"duration_scale": strconv.Itoa(DurationScale) + " (the scenario's duration_ms run as written)"}}
+	for k, v := range r.storeSettings() {
+		r.res.Settings[k] = v
+	}
 	err := r.play()
 	r.stopSampling()
 	if err != nil {
@@ -133,9 +143,10 @@ func (r *run) startWorker(name string, env ...string) error {
 	r.mu.Lock()
 	r.env[name] = env
 	r.mu.Unlock()
-	p, err := r.startProc(name, []string{"worker", "--db", r.db, "--id", name, "--concurrency", strconv.Itoa(r.sc.Concurrency),
+	dbArgs, dbEnv := r.dbArgs()
+	p, err := r.startProc(name, append(append([]string{"worker"}, dbArgs...), "--id", name, "--concurrency", strconv.Itoa(r.sc.Concurrency),
 		"--lease", r.sc.Lease.String(), "--heartbeat", r.sc.Heartbeat.String(), "--busy-timeout", "300ms",
-		"--service-kind", "fenced", "--service-db", filepath.Join(r.cfg.Dir, "service.db")}, env)
+		"--service-kind", "fenced", "--service-db", filepath.Join(r.cfg.Dir, "service.db")), append(env, dbEnv...))
 	if err != nil {
 		return err
 	}

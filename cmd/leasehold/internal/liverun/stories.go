@@ -3,7 +3,6 @@ package liverun
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -199,19 +198,9 @@ func (r *run) storyStorage() error {
 	if _, err := r.waitState("steady", model.Running); err != nil {
 		return err
 	}
-	db, err := sql.Open("sqlite", r.db+"?_pragma=busy_timeout(5000)")
+	release, err := r.lockStorage(context.Background())
 	if err != nil {
-		return fmt.Errorf("open a second connection: %w", err)
-	}
-	defer db.Close()
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("open a second connection: %w", err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
-		return fmt.Errorf("take the exclusive lock: %w", err)
+		return err
 	}
 	r.moment(Moment{Kind: StorageLocked})
 	outage := storyTasks["outage"]
@@ -220,7 +209,7 @@ func (r *run) storyStorage() error {
 	first, firstErr := caller.Submit(call, outage)
 	cancel()
 	time.Sleep(2500 * time.Millisecond) // the lock is held for the story: the workers are meant to meet it
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+	if err := release(); err != nil {
 		return fmt.Errorf("release the exclusive lock: %w", err)
 	}
 	r.moment(Moment{Kind: StorageUnlocked})
