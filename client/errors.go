@@ -26,8 +26,9 @@ var (
 	// used idempotency key, a stale version, a transition the task's
 	// state does not allow.
 	ErrConflict = errors.New("conflict")
-	// ErrVersionMismatch: an approval or a rejection named a version other than the
-	// task's (409, code version_mismatch); it also matches ErrConflict.
+	// ErrVersionMismatch: an approval or a rejection named a version
+	// other than the task's (409, code version_mismatch); it also matches
+	// ErrConflict.
 	ErrVersionMismatch = errors.New("version mismatch")
 	// ErrTooLarge: the request body is over the server's limit (413).
 	ErrTooLarge = errors.New("request too large")
