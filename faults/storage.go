@@ -47,3 +47,10 @@ func StorageFaults() []StorageFault { return storagefault.Faults() }
 // ParseStorageFault returns the storage fault named name
 // (storagefault.ParseFault).
 func ParseStorageFault(name string) (StorageFault, error) { return storagefault.ParseFault(name) }
+
+// NewPostgresStorage returns a Storage wrapping inner, pgx's database/sql
+// driver, whose faults read as a PostgreSQL server's
+// (storagefault.NewPostgres).
+func NewPostgresStorage(inner driver.Driver, clock clockwork.Clock) *Storage {
+	return storagefault.NewPostgres(inner, clock)
+}

@@ -168,9 +168,9 @@ func scrubbed(err error, rawURL string) error {
 // classify maps PostgreSQL's SQLSTATE codes and pgx's connection failures
 // to storage classes.
 func (pgBackend) classify(err error) StorageClass {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return classOfSQLState(pgErr.Code)
+	var st sqlStater
+	if errors.As(err, &st) && st.SQLState() != "" {
+		return classOfSQLState(st.SQLState())
 	}
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error
@@ -182,6 +182,10 @@ func (pgBackend) classify(err error) StorageClass {
 	}
 	return ""
 }
+
+// sqlStater is an error that carries a SQLSTATE: pgx's *pgconn.PgError (a
+// server's error), and the errors fault injectors make up in its place.
+type sqlStater interface{ SQLState() string }
 
 // classOfSQLState is the storage class of a SQLSTATE, or "" for an error
 // that is no storage failure (a syntax error is a bug, and is reported as

@@ -96,7 +96,7 @@ func newTestWorld(t *testing.T, sc scenarios.Scenario) *World {
 	t.Helper()
 	w, err := newWorld(sc, 1, FaultMix{ServiceKind: worker.Plain}, worldOptions{})
 	require.NoError(t, err)
-	t.Cleanup(w.close)
+	t.Cleanup(func() { require.NoError(t, w.close()) })
 	return w
 }
 

@@ -18,7 +18,7 @@ func oracleWorld(t *testing.T) *World {
 	t.Helper()
 	w, err := newWorld(scenarios.Portfolio(), 1, DefaultMix(worker.Plain), worldOptions{})
 	require.NoError(t, err)
-	t.Cleanup(w.close)
+	t.Cleanup(func() { require.NoError(t, w.close()) })
 	require.Nil(t, w.checker.check())
 	return w
 }

@@ -41,6 +41,8 @@ type Config struct {
 	// and with them the liveness, expectation and anomaly verdicts, so a
 	// test can show which check catches a bug.
 	Only []string
+	// Store is the database the world runs on; zero: SQLite in memory.
+	Store Store
 	// NoOracle (tests and benchmarks only) runs the world without the
 	// reference model in lockstep and without the invariants stated over
 	// it.
@@ -157,12 +159,16 @@ func Run(cfg Config) (res Result) {
 	}()
 	tr.line(fmt.Sprintf("seed %d scenario %s", cfg.Seed, sc.Name))
 	tr.line("faults: " + mix.String())
-	w, err := newWorld(sc, cfg.Seed, mix, worldOptions{noOracle: cfg.NoOracle, only: cfg.Only})
+	w, err := newWorld(sc, cfg.Seed, mix, worldOptions{noOracle: cfg.NoOracle, only: cfg.Only, store: cfg.Store})
 	if err != nil {
 		res.Anomalies = append(res.Anomalies, err.Error())
 		return res
 	}
-	defer w.close()
+	defer func() {
+		if err := w.close(); err != nil {
+			res.Anomalies = append(res.Anomalies, err.Error())
+		}
+	}()
 	w.recordTimeline = cfg.Timeline
 	res.Workers = sc.Workers
 	defer func() {

@@ -27,6 +27,9 @@ type SweepConfig struct {
 	// seed's and every failed seed's are kept in their results; a later
 	// passing seed's is dropped, to keep long sweeps small.
 	Timelines bool
+	// Store is the database every seed's world runs on (each PostgreSQL
+	// world in a schema of its own); zero: SQLite in memory.
+	Store Store
 }
 
 // Sweep runs every seed of the sweep and calls each with the results in
@@ -59,7 +62,7 @@ func Sweep(cfg SweepConfig, each func(Result)) (judged int) {
 					continue // stopped: handed out, never run
 				default:
 				}
-				r := Run(Config{Scenario: cfg.Scenario, Seed: cfg.From + uint64(i), Mix: cfg.Mix, Timeline: cfg.Timelines})
+				r := Run(Config{Scenario: cfg.Scenario, Seed: cfg.From + uint64(i), Mix: cfg.Mix, Timeline: cfg.Timelines, Store: cfg.Store})
 				if r.Pass {
 					r.Schedule, r.Tail = nil, nil
 					if i > 0 {

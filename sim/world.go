@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/model"
@@ -63,6 +62,7 @@ type World struct {
 	mix     FaultMix
 	clock   *clockwork.FakeClock
 	storage *faults.Storage
+	db      opened // the queue's database, closed by close
 	// q is the queue every operation of the world goes through: the real
 	// queue and, in lockstep with it, the reference model (oracle.go).
 	q              *lockstep
@@ -101,44 +101,34 @@ type World struct {
 type worldOptions struct {
 	noOracle bool     // run without the reference model in lockstep
 	only     []string // the checks that report; nil: all
+	store    Store    // the database; zero: SQLite in memory
 }
 
 // newWorld builds the world for one seed.
 func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix, opts worldOptions) (*World, error) {
 	ctx := context.Background() // never cancelled: cancellation rolls database/sql back asynchronously
 	clock := clockwork.NewFakeClockAt(Epoch)
-	storage := faults.NewStorage(&sqlite.Driver{}, clock)
-	image, err := migratedImage()
+	db, err := opts.store.open(ctx, clock, seed)
 	if err != nil {
 		return nil, err
 	}
-	// IDs and jitter derive from (seed, task, attempt), so the queue and
-	// the reference give the same task the same ID and the same backoff
-	// however many draws either made.
-	q, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clock, IDs: model.NewDerivedIDs(subSeed(seed, streamIDs)),
-		Rand: model.NewDerivedRand(subSeed(seed, streamJitter)), Driver: storage, BusyTimeout: queue.NoBusyTimeout, Image: image})
-	if err != nil {
-		return nil, fmt.Errorf("sim: open queue: %w", err)
-	}
+	q, storage := db.q, db.storage
 	ls, err := newLockstep(ctx, q, storage, clock, seed, !opts.noOracle)
 	if err != nil {
-		q.Close()
-		return nil, err
+		return nil, errors.Join(err, db.close())
 	}
-	w := &World{ctx: ctx, sc: sc, seed: seed, mix: mix, clock: clock, storage: storage, q: ls,
+	w := &World{ctx: ctx, sc: sc, seed: seed, mix: mix, clock: clock, storage: storage, q: ls, db: db,
 		service: workertest.NewService(mix.ServiceKind, clock)}
 	w.svc = faults.NewService(w.service)
 	w.checker = newChecker(w, opts.only)
 	ls.report, ls.limitsChanged = w.checker.lockstepReport, w.checker.limitsChanged
 	if err := w.setup(); err != nil {
-		q.Close()
-		return nil, err
+		return nil, errors.Join(err, db.close())
 	}
 	for i := 0; i < sc.Workers; i++ {
 		sw := &simWorker{proc: faults.NewProcess(workerName(i)), queue: faults.NewQueue(w.q)}
 		if sw.w, err = w.newWorker(i, sw); err != nil {
-			q.Close()
-			return nil, err
+			return nil, errors.Join(err, db.close())
 		}
 		w.workers = append(w.workers, sw)
 	}
@@ -217,8 +207,9 @@ func (w *World) newWorker(i int, sw *simWorker) (*worker.Worker, error) {
 		StorageBackoffMin: 50 * time.Millisecond, StorageBackoffMax: time.Second})
 }
 
-// close releases the database.
-func (w *World) close() { w.q.Close() }
+// close releases the database (and, on PostgreSQL, drops the world's
+// schema).
+func (w *World) close() error { return w.db.close() }
 
 // apply executes one event and returns the outcome for the trace.
 func (w *World) apply(e Event) string {

@@ -25,6 +25,10 @@ type Error struct {
 	TimedOut bool
 
 	code int // the SQLite result code a storage fault reads as; 0 for others
+	// sqlState is the SQLSTATE a PostgreSQL storage fault reads as; ""
+	// for others. dropsConn says the fault also ends the connection.
+	sqlState  string
+	dropsConn bool
 }
 
 // Error renders "<op>: <description> (faults: injected <fault>)".
@@ -50,3 +54,9 @@ func (e *Error) Timeout() bool { return e.TimedOut }
 // treats an injected one as the real failure; 0 for faults that are not
 // storage faults.
 func (e *Error) Code() int { return e.code }
+
+// SQLState returns the SQLSTATE a PostgreSQL storage fault reads as (see
+// NewPostgres), as pgx's *pgconn.PgError reports a server's, so that code
+// classifying PostgreSQL errors by their SQLSTATE treats an injected one
+// as the real failure; "" for every other fault.
+func (e *Error) SQLState() string { return e.sqlState }

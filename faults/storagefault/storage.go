@@ -155,6 +155,9 @@ func (c Counts) String() string {
 type Storage struct {
 	inner driver.Driver
 	clock clockwork.Clock
+	// postgres: the wrapped driver is pgx's, and faults read as a
+	// PostgreSQL server's (see NewPostgres).
+	postgres bool
 
 	mu      sync.Mutex
 	bypass  int       // Bypass calls running
@@ -322,6 +325,9 @@ func (s *Storage) Open(name string) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.postgres {
+		return wrapPgConn(s, c)
+	}
 	return wrapConn(s, c)
 }
 
@@ -338,13 +344,13 @@ func (s *Storage) check(op storageOp) error {
 	}
 	if s.unavailableLocked() {
 		s.counts.Unavailable++
-		return unavailableError(op)
+		return s.unavailableError(op)
 	}
 	f, ok := s.takeLocked(op)
 	if !ok {
 		return nil
 	}
-	return faultError(f)
+	return s.faultError(f)
 }
 
 // commitFault decides a commit: refuse it (err set), apply it and then
@@ -357,20 +363,20 @@ func (s *Storage) commitFault() (ambiguous *Error, err *Error) {
 	}
 	if s.unavailableLocked() {
 		s.counts.Unavailable++
-		return nil, unavailableError(opCommit)
+		return nil, s.unavailableError(opCommit)
 	}
 	if s.full {
 		s.counts.DiskFull++
-		return nil, diskFullError()
+		return nil, s.diskFullError()
 	}
 	f, ok := s.takeLocked(opCommit)
 	switch {
 	case !ok:
 		return nil, nil
 	case f == AmbiguousCommit:
-		return faultError(f), nil
+		return s.faultError(f), nil
 	}
-	return nil, faultError(f)
+	return nil, s.faultError(f)
 }
 
 // takeLocked removes and counts the first armed fault of op's kind.
@@ -394,18 +400,27 @@ const (
 	codeCantOpen = 14
 )
 
-func unavailableError(op storageOp) *Error {
+func (s *Storage) unavailableError(op storageOp) *Error {
+	if s.postgres {
+		return pgUnavailableError(op)
+	}
 	return &Error{Fault: faultUnavailable, Op: string(op), Description: "storage unavailable", code: codeCantOpen}
 }
 
 // faultDiskFull names the refusals of a full disk.
 const faultDiskFull = "disk_full"
 
-func diskFullError() *Error {
+func (s *Storage) diskFullError() *Error {
+	if s.postgres {
+		return pgDiskFullError()
+	}
 	return &Error{Fault: faultDiskFull, Op: string(opCommit), Description: "database or disk is full (13) (SQLITE_FULL)", code: codeFull}
 }
 
-func faultError(f Fault) *Error {
+func (s *Storage) faultError(f Fault) *Error {
+	if s.postgres {
+		return pgFaultError(f)
+	}
 	e := &Error{Fault: string(f), Op: string(f.op()), code: codeIOErr}
 	switch f {
 	case FailBegin:
