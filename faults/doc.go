@@ -29,6 +29,11 @@
 //	storage.SetUnavailableUntil(clock.Now().Add(5 * time.Second))
 //	storage.Bypass(func() { /* an observer's reads, untouched by faults */ })
 //
+//	// The same fault plan on PostgreSQL, each fault read as the server's
+//	// (a SQLSTATE), a lost connection closed and replaced:
+//	pg := faults.NewPostgresStorage(stdlib.GetDefaultDriver(), clock)
+//	q, err := queue.Open(ctx, queue.Options{Path: url, ..., Driver: pg})
+//
 //	wq := faults.NewQueue(q)       // hand wq to worker.Config.Queue
 //	wq.ArmDuplicate()              // the next fenced write is delivered twice
 //	wq.DuplicateEvery("complete")  // every completion is delivered twice

@@ -1,10 +1,10 @@
 // Package sim is leasehold's deterministic simulator: one seed drives the
 // real workers (worker.Worker, stepped one action at a time) and the real
-// queue (SQLite in memory, through the faults storage injector) in one
-// goroutine, under a fake clock, through crashes, stalls, graceful
-// shutdowns, duplicate and late deliveries, lost service responses and
-// storage faults; and it checks, after every event, that the run kept the
-// contract.
+// queue (SQLite in memory, or PostgreSQL in a schema of its own: see
+// Store; through the faults storage injector) in one goroutine, under a
+// fake clock, through crashes, stalls, graceful shutdowns, duplicate and
+// late deliveries, lost service responses and storage faults; and it
+// checks, after every event, that the run kept the contract.
 //
 // A run (Run, with a Config naming a scenario and a seed) has three parts:
 //

@@ -1,0 +1,226 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/scenarios"
+)
+
+// pgSweepSeeds is how many seeds of each of portfolio and late-result go
+// test runs on PostgreSQL, pgSweepParallel at a time (each world in a
+// schema of its own; a seed waits on the server most of its time).
+const (
+	pgSweepSeeds    = 100
+	pgSweepParallel = 8
+)
+
+// postgresStore returns a store on the test server, closed (its schemas
+// dropped) when the test ends; it skips the test when no server is named
+// (fails it with CI set).
+func postgresStore(t *testing.T) Store {
+	t.Helper()
+	st, err := PostgresStore(pgtest.ServerURL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	return st
+}
+
+// injectedError matches an injected storage error in a trace line, from
+// the driver operation it hit to the fault's name.
+var injectedError = regexp.MustCompile(`\b(open|prepare|ping|begin|statement|commit): .*?\(faults: injected ([a-z_]+)\)`)
+
+// storeNeutral rewrites a trace line's injected storage errors to the
+// fault's name alone. The two stores' drivers word them differently (a
+// SQLSTATE against a SQLite result code), and on PostgreSQL a fault that
+// loses the connection makes the next operation open a new one, so an
+// outage refuses it at "open" or "prepare" where SQLite's single
+// connection is refused at "begin" or "statement".
+func storeNeutral(line string) string { return injectedError.ReplaceAllString(line, "<$2>") }
+
+// TestPostgresSweeps runs seeds 1-100 of portfolio and of late-result on
+// PostgreSQL, every invariant and the oracle checked: every seed must
+// pass, and its trace must be the same seed's trace on SQLite but for the
+// wording of injected storage errors (storeNeutral). So a seed's
+// fingerprint differs between the stores exactly when the seed injects a
+// storage fault that surfaces in the trace.
+func TestPostgresSweeps(t *testing.T) {
+	st := postgresStore(t)
+	for _, sc := range []scenarios.Scenario{scenarios.Portfolio(), scenarios.LateResult()} {
+		t.Run(sc.Name, func(t *testing.T) {
+			var mu sync.Mutex
+			identical := 0
+			seeds := make(chan uint64)
+			var wg sync.WaitGroup
+			for range pgSweepParallel {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for seed := range seeds {
+						pg := Run(Config{Scenario: sc, Seed: seed, Store: st, Trace: true})
+						lite := Run(Config{Scenario: sc, Seed: seed, Trace: true})
+						problem := ""
+						switch {
+						case !pg.Pass:
+							problem = fmt.Sprintf("fails on postgres: %s\n%s", pg.Summary(), strings.Join(pg.Tail, "\n"))
+						case !lite.Pass:
+							problem = "fails on sqlite: " + lite.Summary()
+						default:
+							problem = traceDifference(pg.Trace, lite.Trace)
+						}
+						mu.Lock()
+						if problem != "" {
+							t.Errorf("seed %d: %s\nreproduce: leasehold sim --store postgres --scenario %s --seed %d", seed, problem, sc.Name, seed)
+						}
+						if pg.Fingerprint == lite.Fingerprint {
+							identical++
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			for seed := uint64(1); seed <= pgSweepSeeds; seed++ {
+				seeds <- seed
+			}
+			close(seeds)
+			wg.Wait()
+			t.Logf("%d seeds on postgres passed; %d had the sqlite fingerprint (no injected storage error in their trace)", pgSweepSeeds, identical)
+		})
+	}
+}
+
+// traceDifference names the first line where two stores' traces differ
+// other than in the wording of an injected storage error, or "".
+func traceDifference(pg, lite []string) string {
+	for i := range min(len(pg), len(lite)) {
+		if a, b := storeNeutral(pg[i]), storeNeutral(lite[i]); a != b {
+			return fmt.Sprintf("trace line %d differs from sqlite's:\npostgres: %s\nsqlite:   %s", i, pg[i], lite[i])
+		}
+	}
+	if len(pg) != len(lite) {
+		return fmt.Sprintf("trace has %d lines, sqlite's %d", len(pg), len(lite))
+	}
+	return ""
+}
+
+// TestStoreNeutral checks that the rewrite removes just the wording.
+func TestStoreNeutral(t *testing.T) {
+	pg := `13 +100ms step w1: w1 claim -> storage error; retry in 50ms err="queue: claim: open: FATAL: the database system is not accepting connections (SQLSTATE 57P03) (faults: injected unavailable)"`
+	lite := `13 +100ms step w1: w1 claim -> storage error; retry in 50ms err="queue: claim: statement: storage unavailable (faults: injected unavailable)"`
+	require.Equal(t, storeNeutral(lite), storeNeutral(pg))
+	require.Equal(t, `13 +100ms step w1: w1 claim -> storage error; retry in 50ms err="queue: claim: <unavailable>"`, storeNeutral(pg))
+	busy := `x: queue: heartbeat: begin: begin: database is locked (5) (SQLITE_BUSY) (faults: injected busy)`
+	require.NotEqual(t, storeNeutral(busy), storeNeutral(lite))
+}
+
+// pgFingerprintSeeds are the seeds whose PostgreSQL fingerprints
+// TestPostgresSameSeedSameFingerprint compares across processes.
+var pgFingerprintSeeds = []uint64{1, 2, 3}
+
+// TestPostgresSameSeedSameFingerprint runs portfolio and late-result
+// seeds 1-3 on PostgreSQL in this process and, at the same time, in
+// another one (GOMAXPROCS 2), each world in a schema of its own, and
+// compares the fingerprints.
+func TestPostgresSameSeedSameFingerprint(t *testing.T) {
+	if os.Getenv("LEASEHOLD_SIM_PG_CHILD") != "" {
+		return
+	}
+	st := postgresStore(t)
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestPostgresFingerprintChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "LEASEHOLD_SIM_PG_CHILD=1", "GOMAXPROCS=2")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	want := pgFingerprints(st)
+	require.NoError(t, cmd.Wait(), "%s", out.String())
+	for _, line := range want {
+		t.Log("postgres fingerprint", line)
+	}
+	var got []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "fingerprint "); ok {
+			got = append(got, rest)
+		}
+	}
+	require.Equal(t, want, got)
+}
+
+// TestPostgresFingerprintChild prints fingerprints for
+// TestPostgresSameSeedSameFingerprint.
+func TestPostgresFingerprintChild(t *testing.T) {
+	if os.Getenv("LEASEHOLD_SIM_PG_CHILD") == "" {
+		t.Skip("run by TestPostgresSameSeedSameFingerprint")
+	}
+	for _, line := range pgFingerprints(postgresStore(t)) {
+		fmt.Println("fingerprint " + line)
+	}
+}
+
+// pgFingerprints runs the seeds, all at once, and lists their
+// fingerprints in order.
+func pgFingerprints(st Store) []string {
+	scs := []scenarios.Scenario{scenarios.Portfolio(), scenarios.LateResult()}
+	out := make([]string, len(scs)*len(pgFingerprintSeeds))
+	var wg sync.WaitGroup
+	for i, sc := range scs {
+		for j, seed := range pgFingerprintSeeds {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := Run(Config{Scenario: sc, Seed: seed, Store: st})
+				out[i*len(pgFingerprintSeeds)+j] = fmt.Sprintf("%s %d %s pass=%t", sc.Name, seed, r.Fingerprint, r.Pass)
+			}()
+		}
+	}
+	wg.Wait()
+	return out
+}
+
+// TestPostgresStoreResetIsFresh checks that a schema a world has used,
+// reset, holds exactly what a newly made and migrated schema holds: every
+// table's rows and every sequence's state.
+func TestPostgresStoreResetIsFresh(t *testing.T) {
+	st := postgresStore(t)
+	r := Run(Config{Scenario: scenarios.Portfolio(), Seed: 1, Store: st})
+	require.True(t, r.Pass, r.Summary())
+	ctx := context.Background()
+	used, err := st.pg.take(ctx) // the schema seed 1 ran in, reset
+	require.NoError(t, err)
+	defer st.pg.give(used)
+	fresh, err := postgresStore(t).pg.take(ctx) // a new store's first schema, just migrated
+	require.NoError(t, err)
+	pr := st.pg.pristine
+	require.NotEmpty(t, pr.filled, "migrating seeds settings and tallies")
+	require.NotEmpty(t, pr.sequences)
+	require.Equal(t, dumpSchema(t, fresh, pr), dumpSchema(t, used, pr))
+}
+
+// dumpSchema returns every row of every table of pr and every sequence's
+// state, in ws's schema, as text in a fixed order.
+func dumpSchema(t *testing.T, ws *worldSchema, pr *pristine) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	for _, table := range pr.tables {
+		var rows string
+		require.NoError(t, ws.admin.QueryRow(ctx, "SELECT COALESCE(string_agg(r::TEXT, E'\\n' ORDER BY r::TEXT COLLATE \"C\"), '') FROM "+
+			ident(ws.name, table)+" r").Scan(&rows))
+		out = append(out, table+":\n"+rows)
+	}
+	for _, s := range pr.sequences {
+		var value int64
+		var called bool
+		require.NoError(t, ws.admin.QueryRow(ctx, "SELECT last_value, is_called FROM "+ident(ws.name, s.name)).Scan(&value, &called))
+		out = append(out, fmt.Sprintf("%s: %d %t", s.name, value, called))
+	}
+	return out
+}
