@@ -53,6 +53,7 @@ type Config struct {
 type Result struct {
 	Seed        uint64
 	Scenario    string
+	Store       string // the store the world ran on: StoreSQLite or StorePostgres
 	Mix         FaultMix
 	Fingerprint string // SHA-256 of the trace
 	Pass        bool
@@ -138,7 +139,7 @@ func Run(cfg Config) (res Result) {
 	if events == nil {
 		events = Generate(sc, cfg.Seed, mix)
 	}
-	res = Result{Seed: cfg.Seed, Scenario: sc.Name, Mix: mix}
+	res = Result{Seed: cfg.Seed, Scenario: sc.Name, Store: cfg.Store.Name(), Mix: mix}
 	if cfg.Keep != nil {
 		kept := make([]Event, 0, len(cfg.Keep))
 		for _, i := range cfg.Keep {
@@ -256,6 +257,9 @@ func (w *World) stats() Stats {
 
 // Command returns the command line that reproduces the run.
 func (r Result) Command() string {
+	if r.Store == StorePostgres {
+		return fmt.Sprintf("make sim SEED=%d SCENARIO=%s STORE=postgres", r.Seed, r.Scenario)
+	}
 	return fmt.Sprintf("make sim SEED=%d SCENARIO=%s", r.Seed, r.Scenario)
 }
 

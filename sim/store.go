@@ -48,11 +48,30 @@ var ErrStoreURL = errors.New("sim: the postgres store needs a postgres:// URL")
 // schema far quicker than migrating one: the sweeps open thousands. Close
 // drops the schemas.
 func PostgresStore(dbURL string) (Store, error) {
-	u, err := url.Parse(dbURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
-		return Store{}, ErrStoreURL // the URL is not quoted: it may hold a password
+	loc, err := queue.ParseLocation(dbURL)
+	switch {
+	case err != nil:
+		return Store{}, fmt.Errorf("%w: %w", ErrStoreURL, err) // ParseLocation's words hold no password
+	case loc.Kind != queue.StorePostgres:
+		return Store{}, ErrStoreURL
 	}
-	return Store{pg: &pgStore{url: dbURL, prefix: fmt.Sprintf("%s%d_%d_", schemaPrefix, os.Getpid(), storeCounter.Add(1))}}, nil
+	return Store{pg: &pgStore{url: loc.URL, prefix: fmt.Sprintf("%s%d_%d_", schemaPrefix, os.Getpid(), storeCounter.Add(1))}}, nil
+}
+
+// Ready makes sure the store can open a world: on PostgreSQL it connects
+// and makes (and migrates) the first world's schema, so that an
+// unreachable server or a refused connection is reported once, before any
+// seed runs.
+func (s Store) Ready(ctx context.Context) error {
+	if s.pg == nil {
+		return nil
+	}
+	ws, err := s.pg.take(ctx)
+	if err != nil {
+		return err
+	}
+	s.pg.give(ws)
+	return nil
 }
 
 // Name returns "sqlite" or "postgres".
