@@ -55,8 +55,8 @@ demo: build ## The live portfolio run: two real worker processes, signals, the w
 	bin/leasehold demo$(if $(filter postgres,$(STORE)), --postgres "$$(.ci/postgres)")
 
 .PHONY: sim
-sim: build ## Reproduce one seed or sweep many, with the coverage map: make sim SEED=n [SCENARIO=name|all] [SEEDS=count] [REPORT=dir]
-	bin/leasehold sim --seed $(SEED) --scenario $(SCENARIO) --seeds $(SEEDS) --coverage$(if $(REPORT), --report $(REPORT))
+sim: build ## Reproduce one seed or sweep many, with the coverage map: make sim SEED=n [SCENARIO=name|all] [SEEDS=count] [REPORT=dir] [STORE=postgres (the database: LEASEHOLD_DB)]
+	bin/leasehold sim --seed $(SEED) --scenario $(SCENARIO) --seeds $(SEEDS) --coverage$(if $(REPORT), --report $(REPORT))$(if $(STORE), --store $(STORE))
 
 .PHONY: evidence
 evidence: build ## Simulated and live results into one report (out/evidence/index.html, .md, .json)

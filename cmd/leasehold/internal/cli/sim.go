@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
+	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/reports"
 	"github.com/leasehold/leasehold/scenarios"
 	"github.com/leasehold/leasehold/sim"
@@ -39,12 +40,33 @@ type simOptions struct {
 	shrink, determinism, trace, json bool
 	coverage                         bool
 	timeline, report                 string
+	// pgURL is the PostgreSQL database of --store postgres, empty for
+	// SQLite; store is opened on it by runSim.
+	pgURL string
+	store sim.Store
 }
+
+// simPgParallel is how many worlds a PostgreSQL sweep runs at once in this
+// process by default: a world waits on the server most of its time.
+const simPgParallel = 8
 
 func runSim(e *env, args []string) int {
 	o, err := simFlags(args)
 	if err != nil {
 		return fail(e, "sim", err)
+	}
+	if o.pgURL != "" {
+		if o.store, err = sim.PostgresStore(o.pgURL); err != nil {
+			return fail(e, "sim", badUsage("--db: %v", err))
+		}
+		defer func() {
+			if err := o.store.Close(); err != nil {
+				fmt.Fprintf(e.stderr, "leasehold sim: %v\n", err)
+			}
+		}()
+		if err := o.store.Ready(e.ctx); err != nil {
+			return fail(e, "sim", err)
+		}
 	}
 	dir := ""
 	if o.report != "" {
@@ -103,11 +125,17 @@ func simFlags(args []string) (simOptions, error) {
 	report := fs.String("report", "", "also write a report of the run (index.html, report.md, report.json: fingerprints, verdicts, a timeline, drawn from the seeds' records; a sweep with a report runs in this process) into this directory")
 	asJSON := fs.Bool("json", false, "print one JSON record per seed and a summary record per scenario (with its coverage map) instead of text")
 	coverage := fs.Bool("coverage", false, "print each scenario's coverage map: transitions, refusals and fault kinds at phases its seeds reached (a sweep of at least 200 seeds fails on a declared cell none reached)")
+	store := fs.String("store", sim.StoreSQLite, "the store the worlds run on: sqlite (in memory) or postgres (a schema of its own per world, in the database --db names; a sweep runs --parallel worlds at once in this process, default 8)")
+	db := fs.String("db", "", "with --store postgres: the PostgreSQL database (postgres:// URL) the worlds' schemas are made in and dropped from (default: $LEASEHOLD_DB when it is a postgres:// URL, else $LEASEHOLD_TEST_POSTGRES)")
 	if err := parse(fs, args); err != nil {
 		return simOptions{}, err
 	}
+	pgURL, err := simStoreURL(*store, *db)
+	if err != nil {
+		return simOptions{}, err
+	}
 	o := simOptions{seed: *seed, count: *count, parallel: *parallel, shrink: *shrink, determinism: *determinism,
-		trace: *trace, json: *asJSON, coverage: *coverage, timeline: *timeline, report: *report}
+		trace: *trace, json: *asJSON, coverage: *coverage, timeline: *timeline, report: *report, pgURL: pgURL}
 	if *scenarioName == "all" {
 		for _, name := range scenarios.Names() {
 			sc, _ := scenarios.Get(name)
@@ -143,7 +171,6 @@ func simFlags(args []string) (simOptions, error) {
 			return o, badUsage("--timeline: the directory of %s does not exist", o.timeline)
 		}
 	}
-	var err error
 	if o.keep, err = parseIndices(*keep); err != nil {
 		return o, badUsage("--events: %v", err)
 	}
@@ -159,6 +186,43 @@ func simFlags(args []string) (simOptions, error) {
 	}
 	return o, nil
 }
+
+// simStoreURL checks --store and --db and returns the PostgreSQL URL the
+// worlds run in, or "" for SQLite.
+func simStoreURL(store, db string) (string, error) {
+	switch store {
+	case sim.StoreSQLite:
+		if db != "" {
+			return "", badUsage("--db: the SQLite simulator runs in memory; --db names a PostgreSQL database for --store postgres")
+		}
+		return "", nil
+	case sim.StorePostgres:
+	default:
+		return "", badUsage("--store: want sqlite or postgres, got %q", store)
+	}
+	if db == "" {
+		if env := os.Getenv("LEASEHOLD_DB"); strings.Contains(env, "://") {
+			db = env
+		} else {
+			db = os.Getenv(pgtestEnv)
+		}
+	}
+	if db == "" {
+		return "", badUsage("--store postgres: name the database with --db postgres://HOST/DB (or set LEASEHOLD_DB)")
+	}
+	loc, err := queue.ParseLocation(db)
+	if err != nil {
+		return "", badUsage("%v", strings.TrimSuffix(err.Error(), ": "+queue.ErrBadLocation.Error()))
+	}
+	if loc.Kind != queue.StorePostgres {
+		return "", badUsage("--db: --store postgres needs a postgres:// URL, not the file %s", loc.String())
+	}
+	return loc.URL, nil
+}
+
+// pgtestEnv names the test server's URL (internal/pgtest.Env), which a
+// PostgreSQL sim falls back on.
+const pgtestEnv = "LEASEHOLD_TEST_POSTGRES"
 
 // simScenario runs one scenario as the options say (one seed, or a sweep
 // in this process or in child processes), prints each seed and the
@@ -196,7 +260,7 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt
 				break
 			}
 		}
-	case o.parallel != 1 && o.report == "":
+	case o.parallel != 1 && o.report == "" && o.store.Name() == sim.StoreSQLite:
 		err := sweepProcesses(sc.Name, o.seed, o.count, o.parallel, e.stderr, intr.Stop(), func(rec evidence.SeedRecord) {
 			printRecord(e, rec, o.json)
 			take(rec)
@@ -208,8 +272,14 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt
 		// A report draws a seed's timeline from its record, so a sweep with
 		// one records them, in this process (its goroutines are the
 		// parallel runs).
-		sim.Sweep(sim.SweepConfig{Scenario: sc, From: o.seed, Count: o.count, Parallel: o.parallel, Stop: intr.Stop(),
-			Timelines: o.report != ""}, func(r sim.Result) {
+		// A PostgreSQL sweep runs its worlds in this process too: each
+		// waits on the server most of its time.
+		parallel := o.parallel
+		if parallel == 0 && o.store.Name() == sim.StorePostgres {
+			parallel = simPgParallel
+		}
+		sim.Sweep(sim.SweepConfig{Scenario: sc, From: o.seed, Count: o.count, Parallel: parallel, Stop: intr.Stop(),
+			Timelines: o.report != "", Store: o.store}, func(r sim.Result) {
 			rec := evidence.SeedRecordOf(r)
 			printRecord(e, rec, o.json)
 			take(rec)
@@ -273,7 +343,7 @@ func printSummary(e *env, o simOptions, sc scenarios.Scenario, sum evidence.Summ
 // determinism, prints its record, and returns the record and whether
 // everything asked of it passed.
 func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64, stop <-chan struct{}) (evidence.SeedRecord, bool) {
-	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: o.keep, Trace: o.trace, Timeline: o.timeline != "" || o.report != ""}
+	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: o.keep, Trace: o.trace, Timeline: o.timeline != "" || o.report != "", Store: o.store}
 	r := sim.Run(cfg)
 	rec := evidence.SeedRecordOf(r)
 	ok := r.Pass
@@ -290,7 +360,7 @@ func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64, stop <-cha
 			rec.Shrunk.Events[i] = ev.String()
 		}
 		if o.timeline != "" {
-			r = sim.Run(sim.Config{Scenario: sc, Seed: seed, Keep: s.Keep, Timeline: true})
+			r = sim.Run(sim.Config{Scenario: sc, Seed: seed, Keep: s.Keep, Timeline: true, Store: o.store})
 		}
 	}
 	if o.json {

@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
+	"github.com/leasehold/leasehold/internal/pgtest"
+)
+
+// TestSimPostgres: sim --store postgres runs seeds on the server --db
+// names (a schema of its own per world, dropped afterwards) and prints
+// what sim prints on SQLite, with the same fingerprint twice; bad --store
+// and --db values are exit 2, an unreachable server exit 1, each one line
+// without the password.
+func TestSimPostgres(t *testing.T) {
+	db := withPassword(t, pgtest.ServerURL(t))
+
+	r := lh(t, "sim", "--store", "postgres", "--db", db, "--scenario", "late-result", "--seed", "1", "--seeds", "4", "--json")
+	requireNoSecret(t, r)
+	require.Equal(t, exitOK, r.code, r.String())
+	var fingerprints []string
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var rec evidence.SeedRecord
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+		if rec.Record == evidence.RecordSeed {
+			require.True(t, rec.Pass, line)
+			require.Contains(t, rec.Reproduce, "STORE=postgres")
+			fingerprints = append(fingerprints, rec.Fingerprint)
+		}
+	}
+	require.Len(t, fingerprints, 4)
+	require.Len(t, summaries(t, r.stdout), 1)
+	require.True(t, summaries(t, r.stdout)[0].Pass)
+
+	r = lh(t, "sim", "--store", "postgres", "--db", db, "--scenario", "late-result", "--seed", "2", "--check-determinism")
+	requireNoSecret(t, r)
+	require.Equal(t, exitOK, r.code, r.String())
+	require.Contains(t, r.stdout, "fingerprint: "+fingerprints[1])
+
+	// Every schema the runs made is gone.
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var left int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1",
+		fmt.Sprintf("leasehold\\_sim\\_%d\\_%%", os.Getpid())).Scan(&left))
+	require.Zero(t, left, "the worlds' schemas are dropped")
+
+	requireUsage(t, lh(t, "sim", "--store", "mysql"), "--store", "mysql")
+	requireUsage(t, lh(t, "sim", "--db", db), "--db", "in memory")
+	requireUsage(t, lh(t, "sim", "--store", "postgres", "--db", "queue.db"), "--db", "postgres://")
+	r = lh(t, "sim", "--store", "postgres", "--db", "postgres://postgres:"+pgSecret+"@[bad/db")
+	requireNoSecret(t, r)
+	requireUsage(t, r, "--db")
+	r = lh(t, "sim", "--store", "postgres", "--db", "postgres://postgres:"+pgSecret+"@127.0.0.1:1/db?connect_timeout=5")
+	requireNoSecret(t, r)
+	require.Equal(t, exitFail, r.code, r.String())
+	requireOneLine(t, r, "connect")
+}
