@@ -3,6 +3,9 @@
 // storage unavailable for a window of the injected clock, a full disk, a
 // failed begin, a statement that reads as an I/O error, a busy database,
 // a commit that fails and a commit that succeeds but reports failure.
+// NewPostgres wraps pgx's driver with the same fault plan, each fault
+// read as what a PostgreSQL server and its connections do (a SQLSTATE;
+// a lost connection closed, its transaction rolled back, and replaced).
 //
 // It imports neither worker nor queue, so that queue's own tests can use
 // it; package faults gives its names to the simulator and the live run

@@ -1,4 +1,4 @@
-package faults_test
+package storagefault_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/faults/storagefault"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
@@ -34,7 +34,7 @@ func setupPgStorage(t *testing.T) *storageBundle {
 	url := pgtest.Fresh(t, migratePostgres)
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(epoch)
-	storage := faults.NewPostgresStorage(stdlib.GetDefaultDriver(), clock)
+	storage := storagefault.NewPostgres(stdlib.GetDefaultDriver(), clock)
 	q, err := queue.Open(ctx, queue.Options{Path: url, Clock: clock, IDs: model.NewSeededIDs(1), Driver: storage, MaxConns: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -68,16 +68,16 @@ func TestPgStorageTransparentWhenUnarmed(t *testing.T) {
 // class the queue gives it, and whether the write was applied.
 func TestPgStorageFaultsReadAsPostgres(t *testing.T) {
 	cases := []struct {
-		fault   faults.StorageFault
+		fault   storagefault.Fault
 		class   queue.StorageClass
 		state   string
 		applied bool
 	}{
-		{faults.FailBegin, queue.ClassConnection, "08006", false},
-		{faults.FailStatement, queue.ClassConnection, "08006", false},
-		{faults.FailCommit, queue.ClassConflict, "40001", false},
-		{faults.AmbiguousCommit, queue.ClassConnection, "08006", true},
-		{faults.Busy, queue.ClassBusy, "55P03", false},
+		{storagefault.FailBegin, queue.ClassConnection, "08006", false},
+		{storagefault.FailStatement, queue.ClassConnection, "08006", false},
+		{storagefault.FailCommit, queue.ClassConflict, "40001", false},
+		{storagefault.AmbiguousCommit, queue.ClassConnection, "08006", true},
+		{storagefault.Busy, queue.ClassBusy, "55P03", false},
 	}
 	for _, c := range cases {
 		t.Run(string(c.fault), func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestPgStorageFaultsReadAsPostgres(t *testing.T) {
 			b.storage.Arm(c.fault)
 			_, err := b.q.Submit(b.ctx, request("k1"))
 			requireInjected(t, err, string(c.fault))
-			var fe *faults.Error
+			var fe *storagefault.Error
 			require.ErrorAs(t, err, &fe)
 			require.Equal(t, c.state, fe.SQLState())
 			require.Zero(t, fe.Code(), "a PostgreSQL fault carries no SQLite code")
@@ -109,7 +109,7 @@ func TestPgStorageUnavailableWindow(t *testing.T) {
 	b.storage.SetUnavailableUntil(b.clock.Now().Add(5 * time.Second))
 	_, err := b.q.Submit(b.ctx, request("k1"))
 	requireInjected(t, err, "unavailable")
-	var fe *faults.Error
+	var fe *storagefault.Error
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "57P01", fe.SQLState(), "the open connection is terminated: %v", err)
 	_, err = b.q.Submit(b.ctx, request("k2"))
@@ -129,7 +129,7 @@ func TestPgStorageUnavailableWindow(t *testing.T) {
 func TestPgStorageLostConnectionHoldsNoLock(t *testing.T) {
 	url := pgtest.Fresh(t, migratePostgres)
 	clock := clockwork.NewFakeClockAt(epoch)
-	storage := faults.NewPostgresStorage(stdlib.GetDefaultDriver(), clock)
+	storage := storagefault.NewPostgres(stdlib.GetDefaultDriver(), clock)
 	c, err := storage.Open(url)
 	require.NoError(t, err)
 	defer c.Close()
@@ -146,23 +146,23 @@ func TestPgStorageLostConnectionHoldsNoLock(t *testing.T) {
 	require.NoError(t, other.QueryRow(ctx, "SELECT pg_try_advisory_lock(7424699)").Scan(&got))
 	require.False(t, got, "the transaction holds the lock")
 
-	storage.Arm(faults.FailStatement)
+	storage.Arm(storagefault.FailStatement)
 	_, err = execer.ExecContext(ctx, "SELECT 1", nil)
-	requireInjected(t, err, string(faults.FailStatement))
+	requireInjected(t, err, string(storagefault.FailStatement))
 	require.NoError(t, other.QueryRow(ctx, "SELECT pg_try_advisory_lock(7424699)").Scan(&got))
 	require.True(t, got, "the lost connection's transaction was rolled back before the error")
 	require.False(t, c.(driver.Validator).IsValid(), "a lost connection is not put back in the pool")
 	require.ErrorIs(t, c.(driver.SessionResetter).ResetSession(ctx), driver.ErrBadConn)
 	require.NoError(t, tx.Rollback(), "rolling back on a lost connection has nothing left to do")
 	_, err = execer.ExecContext(ctx, "SELECT 1", nil)
-	require.ErrorIs(t, err, faults.ErrInjected, "a lost connection runs nothing more")
+	require.ErrorIs(t, err, storagefault.ErrInjected, "a lost connection runs nothing more")
 }
 
 // A connection of a driver without pgx's argument checker is refused.
 func TestPgStorageRefusesADriverWithoutNamedValueChecker(t *testing.T) {
-	storage := faults.NewPostgresStorage(plainDriver{}, clockwork.NewFakeClockAt(epoch))
+	storage := storagefault.NewPostgres(plainDriver{}, clockwork.NewFakeClockAt(epoch))
 	_, err := storage.Open("x")
-	require.ErrorIs(t, err, faults.ErrDriverUnsupported)
+	require.ErrorIs(t, err, storagefault.ErrDriverUnsupported)
 }
 
 // plainDriver opens connections with no optional interface.
