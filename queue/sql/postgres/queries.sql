@@ -4,7 +4,10 @@
 -- that name, the column order rows are scanned in. Parameters are written
 -- :name, as in SQLite's file, and rewritten to $n when the file loads.
 -- Text is ordered with COLLATE "C", so the order does not depend on the
--- server's locale.
+-- server's locale. {broken:VARIANT|safe|broken} is the safe text in every
+-- build; the leasehold_broken build also loads the query with the broken
+-- text, run while that variant is switched on (the same variants as
+-- SQLite's file: a test compares them).
 
 -- The advisory locks are keyed by a constant and the schema, so queues in
 -- different schemas of one database do not wait on each other.
@@ -84,14 +87,14 @@ WITH eligible AS (
     SELECT seq, user_id,
            row_number() OVER (PARTITION BY user_id ORDER BY priority DESC, run_at, seq) AS nth
     FROM tasks
-    WHERE state = 'queued' AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+    WHERE state = 'queued' AND run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
 ), allowed AS (
     SELECT e.seq FROM eligible e JOIN user_caps c ON c.user_id = e.user_id
-    WHERE c.running_limit <= 0 OR e.nth <= c.running_limit - c.running
+    WHERE {broken:no-user-limit|c.running_limit <= 0 OR e.nth <= c.running_limit - c.running|TRUE}
 )
 SELECT {task_columns} FROM tasks
 WHERE seq IN (SELECT seq FROM allowed)
-  AND state = 'queued' AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+  AND state = 'queued' AND run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
 ORDER BY priority DESC, run_at, seq
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
@@ -113,8 +116,8 @@ FOR UPDATE OF u;
 -- Whether any task is claimable, read without a transaction, so that an
 -- idle worker's poll takes no lock.
 SELECT 1 FROM tasks
-WHERE state = 'queued' AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
-  AND user_id IN (SELECT user_id FROM user_caps WHERE running_limit <= 0 OR running < running_limit)
+WHERE state = 'queued' AND run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
+  {broken:no-user-limit|AND user_id IN (SELECT user_id FROM user_caps WHERE running_limit <= 0 OR running < running_limit)|}
 LIMIT 1;
 
 -- name: claim_task
@@ -125,12 +128,13 @@ WHERE seq = :seq AND state = 'queued';
 
 -- name: heartbeat
 UPDATE tasks SET lease_until = :lease_until, heartbeat_at = :now, updated_at = :now
-WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now;
+WHERE id = :id AND version = :fence AND state = 'running' AND {broken:write-after-lease-expiry|lease_until|(:now::BIGINT + 1)} {broken:write-at-lease-until|>|>=} :now;
 
 -- name: step_apply
 UPDATE tasks
 SET steps_used = steps_used + 1, cost_used = cost_used + :cost, checkpoint = :checkpoint, updated_at = :now
-WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now AND steps_used = :index;
+WHERE id = :id AND version = :fence AND state = 'running' AND {broken:write-after-lease-expiry|lease_until|(:now::BIGINT + 1)} {broken:write-at-lease-until|>|>=} :now
+  AND steps_used = :index;
 
 -- name: touch
 UPDATE tasks SET updated_at = :now WHERE id = :id;
@@ -139,11 +143,14 @@ UPDATE tasks SET updated_at = :now WHERE id = :id;
 UPDATE tasks
 SET state = 'waiting_for_approval', owner = '', lease_until = 0, steps_used = steps_used + 1,
     approval_gate = :gate, approval_version = version, updated_at = :now
-WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now AND steps_used = :index;
+    {broken:pause-charges-attempt||, attempts_charged = attempts_charged + 1}
+WHERE id = :id AND version = :fence AND state = 'running' AND {broken:write-after-lease-expiry|lease_until|(:now::BIGINT + 1)} {broken:write-at-lease-until|>|>=} :now
+  AND steps_used = :index;
 
 -- name: complete_fenced
 UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = :now
-WHERE id = :id AND version = :fence AND state = 'running' AND lease_until > :now;
+WHERE id = :id AND version = :fence AND state = 'running'
+  AND lease_until {broken:write-at-lease-until|>|>=} :now;
 
 -- name: settle
 UPDATE tasks
@@ -166,7 +173,8 @@ INSERT INTO effects (op_id, task_id, step, intent_fence, intent_at)
 VALUES (:op_id, :task_id, :step, :fence, :now);
 
 -- name: effect_receipt
-UPDATE effects SET receipt_fence = :fence, receipt_at = :now, receipt_by = :by, result = :result
+UPDATE effects
+SET {broken:receipt-not-stored|receipt_fence = :fence, receipt_at = :now, receipt_by = :by, result = :result|receipt_at = 0}
 WHERE op_id = :op_id AND receipt_at = 0;
 
 -- name: effect_delete

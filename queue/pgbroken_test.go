@@ -1,0 +1,90 @@
+package queue
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/internal/broken"
+)
+
+// brokenVariantsOf returns, for every query of b's SQL files that has
+// broken-variant placeholders, the variants it names.
+func brokenVariantsOf(t *testing.T, b backend) map[string][]broken.Variant {
+	t.Helper()
+	texts, err := loadQueries(b.sqlFiles())
+	require.NoError(t, err)
+	out := map[string][]broken.Variant{}
+	for name, text := range texts {
+		_, variants, err := expandBroken(text, 0)
+		require.NoError(t, err, name)
+		if len(variants) > 0 {
+			out[name] = variants
+		}
+	}
+	return out
+}
+
+// allVariants is every variant named in a query set, in order.
+func allVariants(byQuery map[string][]broken.Variant) []broken.Variant {
+	var all []broken.Variant
+	for _, vs := range byQuery {
+		all = append(all, vs...)
+	}
+	slices.Sort(all)
+	return slices.Compact(all)
+}
+
+// TestPostgresSQLNamesTheBrokenVariants: the PostgreSQL queries carry a
+// placeholder for every broken variant SQLite's do, so that a
+// leasehold_broken sweep can switch each on against either store; and
+// each query both files have names the same variants in both.
+func TestPostgresSQLNamesTheBrokenVariants(t *testing.T) {
+	lite, pg := brokenVariantsOf(t, sqliteBackend{}), brokenVariantsOf(t, pgBackend{})
+	require.NotEmpty(t, lite)
+	require.Equal(t, allVariants(lite), allVariants(pg))
+	for name, vs := range lite {
+		require.ElementsMatch(t, vs, pg[name], "query %s", name)
+	}
+}
+
+// TestPostgresBrokenVariantsPrepare: the server parses every broken
+// variant's text of the PostgreSQL queries (in any build: the texts are
+// expanded here) and gives each of its parameters the type the safe text
+// gives it, so a variant switched on fails as its mechanism's absence,
+// never as a syntax error or a time that does not fit an int4.
+func TestPostgresBrokenVariantsPrepare(t *testing.T) {
+	f := freshPostgres(t)
+	conn, err := pgx.Connect(f.ctx, f.url)
+	require.NoError(t, err)
+	defer conn.Close(f.ctx)
+	texts, err := loadQueries(pgBackend{}.sqlFiles())
+	require.NoError(t, err)
+	paramTypes := func(text string) map[string]uint32 {
+		rewritten, names := rewriteParams(text)
+		sd, err := conn.Prepare(f.ctx, "", rewritten)
+		require.NoError(t, err, "prepare %s", text)
+		types := map[string]uint32{}
+		for i, name := range names {
+			types[name] = sd.ParamOIDs[i]
+		}
+		return types
+	}
+	prepared := 0
+	for name, vs := range brokenVariantsOf(t, pgBackend{}) {
+		safe, _, err := expandBroken(texts[name], 0)
+		require.NoError(t, err)
+		want := paramTypes(safe)
+		for _, v := range vs {
+			text, _, err := expandBroken(texts[name], v)
+			require.NoError(t, err)
+			for param, oid := range paramTypes(text) {
+				require.Equal(t, want[param], oid, "%s~%s: parameter :%s", name, v, param)
+			}
+			prepared++
+		}
+	}
+	require.Greater(t, prepared, 10)
+}
