@@ -31,7 +31,7 @@ test: ## Run the whole test suite (what CI runs)
 .PHONY: test-postgres
 test-postgres: ## Run the PostgreSQL store's suites, starting a test server if none answers
 	url="$$(.ci/postgres)" && LEASEHOLD_TEST_POSTGRES="$$url" $(GO) test -count=1 -timeout 5m ./internal/pgtest && \
-	  LEASEHOLD_TEST_POSTGRES="$$url" $(GO) test -count=1 -timeout 5m -run 'Postgres|Pg|TestTranscripts' ./queue/... ./cmd/leasehold/internal/cli ./sim ./faults/...
+	  LEASEHOLD_TEST_POSTGRES="$$url" $(GO) test -count=1 -timeout 5m -run 'Postgres|Pg|TestTranscripts' ./queue/... ./worker ./cmd/leasehold/internal/cli ./cmd/leasehold/internal/liverun ./sim ./faults/...
 
 .PHONY: rapid
 rapid: ## Run the property tests with RAPID_CHECKS=N checks (default 100)

@@ -16,7 +16,7 @@ import (
 // left in it is gone, even with a session of that run still open, and the
 // database the server's URL names is not touched. A bad or unreachable
 // server is an error naming it, without its password.
-func TestFreshSchemaIsEmptyEachTime(t *testing.T) {
+func TestPostgresDemoSchemaIsFreshEachTime(t *testing.T) {
 	server := pgtest.ServerURL(t)
 	ctx := context.Background()
 	schema := fmt.Sprintf("demo_test_%d", os.Getpid())
