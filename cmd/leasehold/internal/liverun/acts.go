@@ -175,3 +175,35 @@ func (r *run) actApprove(t scenarios.Task) error {
 		done.State == model.Completed && done.ApprovedBy == approver && done.StepsUsed == steps(t) && resumedAt > 0)
 	return nil
 }
+
+// storyTokenBound shows, through the running server, that a user's token
+// acts for that user alone: the first scenario task's user submitting for
+// the second's is 403 and writes nothing, and reading the second's task
+// is 404, as for a task that does not exist.
+func (r *run) storyTokenBound() error {
+	mine, theirs := r.sc.Tasks[0], r.sc.Tasks[1]
+	if mine.Request.User == theirs.Request.User || r.ids[theirs.Name] == "" {
+		return fmt.Errorf("token story: tasks %s and %s must be submitted by two users", mine.Name, theirs.Name)
+	}
+	c := r.c.users[mine.Request.User]
+	before, err := r.operatorTaskCount()
+	if err != nil {
+		return err
+	}
+	req := theirs.Request
+	req.Key = "token-bound-1"
+	ctx, cancel := r.callCtx()
+	defer cancel()
+	_, submitErr := c.Submit(ctx, req)
+	_, readErr := c.Task(ctx, r.ids[theirs.Name])
+	after, err := r.operatorTaskCount()
+	if err != nil {
+		return err
+	}
+	r.outcome(StoryTokenBound, "", "a user's token acts for that user alone",
+		"submitting for another user is 403, nothing written; reading another user's task is 404",
+		fmt.Sprintf("%s's token submitting as %s: %v; reading %s: %v; tasks %d before, %d after",
+			mine.Request.User, theirs.Request.User, submitErr, theirs.Name, readErr, before, after),
+		errors.Is(submitErr, client.ErrForbidden) && errors.Is(readErr, client.ErrNotFound) && before == after)
+	return nil
+}

@@ -35,6 +35,9 @@ const (
 	StoryNoRepeat         Story = "no_repeated_effect"
 	StoryOverBudget       Story = "over_budget_effect"
 	StoryRan              Story = "ran_to_the_end"
+	// StoryTokenBound: a user's token submits for no other user and reads
+	// no other user's task.
+	StoryTokenBound Story = "token_bound"
 )
 
 // Outcome is one expected outcome and what was observed.

@@ -327,7 +327,7 @@ func (r *run) play() error {
 			return err
 		}
 	}
-	for _, story := range []func() error{r.storyKill, r.storyStop, r.storyStorage} {
+	for _, story := range []func() error{r.storyTokenBound, r.storyKill, r.storyStop, r.storyStorage} {
 		if err := story(); err != nil {
 			return err
 		}
