@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -49,8 +50,9 @@ func storeNeutral(line string) string { return injectedError.ReplaceAllString(li
 
 // TestPostgresSweeps runs seeds 1-100 of portfolio and of late-result on
 // PostgreSQL, every invariant and the oracle checked: every seed must
-// pass, and its trace must be the same seed's trace on SQLite but for the
-// wording of injected storage errors (storeNeutral). So a seed's
+// pass, reach the same cells of the coverage map as on SQLite, and give
+// the same seed's trace on SQLite but for the wording of injected storage
+// errors (storeNeutral). So a seed's
 // fingerprint differs between the stores exactly when the seed injects a
 // storage fault that surfaces in the trace.
 func TestPostgresSweeps(t *testing.T) {
@@ -74,6 +76,8 @@ func TestPostgresSweeps(t *testing.T) {
 							problem = fmt.Sprintf("fails on postgres: %s\n%s", pg.Summary(), strings.Join(pg.Tail, "\n"))
 						case !lite.Pass:
 							problem = "fails on sqlite: " + lite.Summary()
+						case !reflect.DeepEqual(pg.Coverage, lite.Coverage):
+							problem = fmt.Sprintf("coverage differs from sqlite's:\npostgres: %+v\nsqlite:   %+v", pg.Coverage, lite.Coverage)
 						default:
 							problem = traceDifference(pg.Trace, lite.Trace)
 						}
