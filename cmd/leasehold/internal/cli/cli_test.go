@@ -356,7 +356,6 @@ func badInputs() []badCase {
 		// reject
 		{"reject unknown flag", w("reject"), []string{"TASK", "--version", "1", "--bogus"}, []string{"bogus"}, false},
 		{"reject missing task", w("reject"), []string{"--version", "1"}, []string{"argument"}, false},
-		{"reject missing version", w("reject"), []string{"TASK"}, []string{"--version"}, false},
 		{"reject negative version", w("reject"), []string{"TASK", "--version", "-3"}, []string{"--version"}, false},
 		{"reject version not a number", w("reject"), []string{"TASK", "--version", "v1"}, []string{"version"}, false},
 		{"reject bad task ID", w("reject"), []string{"T_00", "--version", "1"}, []string{"task"}, false},
@@ -661,6 +660,7 @@ func TestFailedOperationsExitOne(t *testing.T) {
 		{"reject with an outdated version", []string{"reject", waiting, "--version", strconv.FormatInt(version-1, 10), "--actor", "boss"}, []string{"version"}},
 		{"reject with a later version", []string{"reject", waiting, "--version", strconv.FormatInt(version+1, 10), "--actor", "boss"}, []string{"version"}},
 		{"reject of a queued task", []string{"reject", queued, "--version", "0", "--actor", "boss"}, []string{queued}},
+		{"reject of a queued task without a version", []string{"reject", queued, "--actor", "boss"}, []string{queued}},
 		{"resolve of a task not in needs_review", []string{"resolve", queued, "--as", "failed", "--actor", "ops"}, []string{queued, "queued"}},
 		{"requeue of a task not in needs_review", []string{"requeue", waiting, "--grant-cost", "1", "--grant-steps", "1", "--actor", "ops"}, []string{waiting}},
 		{"settle of an unknown operation", []string{"settle", unknown + ".s0", "--applied", "--actor", "ops"}, []string{unknown + ".s0", "not found"}},
@@ -962,6 +962,15 @@ func TestApproveAndReject(t *testing.T) {
 	require.Equal(t, "cancelled", rec["state"])
 	require.Equal(t, "approval_rejected", rec["reason"])
 	require.Equal(t, "boss", rec["cancelled_by"])
+
+	// Without --version, reject refuses the task at the version it waits
+	// at now, as DESIGN.md's `reject TASK` states.
+	g := newFixture(t)
+	third, thirdVersion := g.toApproval("k3")
+	r = g.do("reject", third, "--actor", "boss")
+	requireOK(t, r)
+	require.Equal(t, fmt.Sprintf("task %s rejected by boss at version %d\n", third, thirdVersion), r.stdout)
+	require.Equal(t, "cancelled", g.statusJSON(third)["state"])
 }
 
 // An uncertain effect parks its task in needs_review: inspect shows the

@@ -14,7 +14,7 @@ import (
 
 func init() {
 	register("approve", "approve a task waiting at its gate: approve TASK --version V", runApprove)
-	register("reject", "reject a task waiting at its gate: reject TASK --version V", runReject)
+	register("reject", "reject a task waiting at its gate: reject TASK [--version V]", runReject)
 	register("requeue", "requeue a task from needs_review with a bounded grant: requeue TASK --grant-cost N --grant-steps N", runRequeue)
 	register("resolve", "settle a task in needs_review: resolve TASK --as completed|failed|cancelled", runResolve)
 	register("settle", "record what the provider says of an uncertain effect: settle OP --applied|--not-applied", runSettle)
@@ -55,7 +55,7 @@ func runWith(e *env, name, path string, q *queue.Queue, err error, fn func(q *qu
 }
 
 func runApprove(e *env, args []string) int {
-	return runGate(e, "approve", args, func(q *queue.Queue, id string, version int64, actor string) error {
+	return runGate(e, "approve", args, true, func(q *queue.Queue, id string, version int64, actor string) error {
 		if err := q.Approve(e.ctx, id, version, actor); err != nil {
 			return err
 		}
@@ -64,8 +64,18 @@ func runApprove(e *env, args []string) int {
 	})
 }
 
+// runReject rejects at the version given, or, without --version, at the
+// version the task is waiting at now: refusing work needs no proof that the
+// rejecter saw the latest gate, so the command reads it in the same call.
 func runReject(e *env, args []string) int {
-	return runGate(e, "reject", args, func(q *queue.Queue, id string, version int64, actor string) error {
+	return runGate(e, "reject", args, false, func(q *queue.Queue, id string, version int64, actor string) error {
+		if version < 0 {
+			t, err := q.Task(e.ctx, id)
+			if err != nil {
+				return err
+			}
+			version = t.ApprovalVersion // a task not waiting is refused by Reject itself
+		}
 		if err := q.Reject(e.ctx, id, version, actor); err != nil {
 			return err
 		}
@@ -75,16 +85,23 @@ func runReject(e *env, args []string) int {
 }
 
 // runGate parses an approve or a reject, which both name the task and the
-// version recorded when it paused, and hands them to decide.
-func runGate(e *env, name string, args []string, decide func(q *queue.Queue, id string, version int64, actor string) error) int {
+// version recorded when it paused, and hands them to decide. A version not
+// given (allowed only where versionRequired is false) reaches decide as -1.
+func runGate(e *env, name string, args []string, versionRequired bool, decide func(q *queue.Queue, id string, version int64, actor string) error) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	c := commonFlags(fs, true)
-	version := fs.Int64("version", 0, "the version recorded when the task paused (status shows it); required")
+	usage := "the version recorded when the task paused (status shows it); required"
+	if !versionRequired {
+		usage = "the version recorded when the task paused (status shows it); without it, the version the task waits at now"
+	}
+	version := fs.Int64("version", 0, usage)
 	id, err := taskArg(fs, args)
 	switch {
 	case err != nil:
-	case !given(fs, "version"):
+	case !given(fs, "version") && versionRequired:
 		err = badUsage("--version: required (the version status shows for the gate)")
+	case !given(fs, "version"):
+		*version = -1
 	case *version < 0:
 		err = badUsage("--version: must be 0 or more, got %d", *version)
 	}
