@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -231,4 +232,38 @@ func TestWakeOnSQLiteIsNil(t *testing.T) {
 	require.NoError(t, err)
 	defer q.Close()
 	require.Nil(t, q.Wake(context.Background(), nil))
+}
+
+// failingNotifier is SQLite's store with a wake-up notification that
+// always fails, standing in for a pg_notify the server refuses.
+type failingNotifier struct{ sqliteBackend }
+
+func (failingNotifier) notifyReady(*txn) error { return errors.New("notify refused") }
+
+// TestFailedNotifyRollsTheWriteBack: the notification is a statement of
+// the write's own transaction, so when it fails the write is rolled back
+// and reported not applied, never a false success: the submit is not
+// stored (its retry stores it, no replay), and a write that makes nothing
+// claimable sends no notification and is unaffected.
+func TestFailedNotifyRollsTheWriteBack(t *testing.T) {
+	ctx := context.Background()
+	q, err := Open(ctx, Options{Path: Memory, Clock: clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), IDs: model.NewSeededIDs(1)})
+	require.NoError(t, err)
+	defer q.Close()
+	req := model.SubmitRequest{User: "ana", Key: "k", Payload: `{}`, CostBudget: 10, StepsMax: 5}
+	later := req
+	later.Key, later.RunAt = "later", time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	q.store = failingNotifier{}
+	_, err = q.Submit(ctx, req)
+	require.ErrorIs(t, err, ErrNotApplied)
+	require.ErrorContains(t, err, "notify refused")
+	_, err = q.Submit(ctx, later)
+	require.NoError(t, err, "a task due later sends no notification")
+
+	q.store = sqliteBackend{}
+	res, err := q.Submit(ctx, req)
+	require.NoError(t, err)
+	require.False(t, res.Replay, "the refused submit stored nothing")
+	require.NoError(t, q.CheckCounters(ctx))
 }
