@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -250,4 +251,41 @@ func TestRunbookRetention(t *testing.T) {
 
 	outs = runbook(t, blocks, "retention-policy", vars, exitOK)
 	require.Contains(t, outs[1], "settled more than 90d ago; tombstones kept 30d")
+}
+
+// TestPostgresConcurrentMigrateCommands: several leasehold migrate runs at
+// once against one empty PostgreSQL schema (a deployment's processes
+// starting together) all succeed, one of them applying the migrations;
+// the schema ends at this build's version with each migration once.
+func TestPostgresConcurrentMigrateCommands(t *testing.T) {
+	db := pgtest.Fresh(t, func(context.Context, string) error { return nil })
+	const runs = 6
+	results := make([]result, runs)
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = lh(t, "migrate", "--db", db, "--actor", "deploy")
+		}()
+	}
+	wg.Wait()
+	migrated := 0
+	for i, r := range results {
+		require.Equal(t, exitOK, r.code, "run %d: %s", i, r)
+		if strings.Contains(r.stdout, "migrated") {
+			migrated++
+		}
+	}
+	require.GreaterOrEqual(t, migrated, 1, "one run applied the migrations")
+	raw, err := sql.Open("pgx", db)
+	require.NoError(t, err)
+	defer raw.Close()
+	var versions, distinct, newest int
+	require.NoError(t, raw.QueryRow("SELECT COUNT(*), COUNT(DISTINCT version), MAX(version) FROM schema_migrations").Scan(&versions, &distinct, &newest))
+	ms, err := queue.PostgresMigrations()
+	require.NoError(t, err)
+	require.Equal(t, len(ms), versions)
+	require.Equal(t, versions, distinct)
+	require.Equal(t, len(ms), newest)
 }
