@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jonboulle/clockwork"
-	"modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/model"
@@ -121,13 +120,13 @@ func (o opened) close() error {
 func (s Store) open(ctx context.Context, clock clockwork.Clock, seed uint64) (opened, error) {
 	ids, rand := model.NewDerivedIDs(subSeed(seed, streamIDs)), model.NewDerivedRand(subSeed(seed, streamJitter))
 	if s.pg == nil {
-		storage := faults.NewStorage(&sqlite.Driver{}, clock)
-		image, err := migratedImage()
+		pool, err := worldDBs() // its connections start as the migrated image (dbpool.go)
 		if err != nil {
 			return opened{}, err
 		}
+		storage := faults.NewStorage(pool, clock)
 		q, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clock, IDs: ids, Rand: rand,
-			Driver: storage, BusyTimeout: queue.NoBusyTimeout, Image: image})
+			Driver: storage, BusyTimeout: queue.NoBusyTimeout})
 		if err != nil {
 			return opened{}, fmt.Errorf("sim: open queue: %w", err)
 		}

@@ -1,0 +1,308 @@
+package sim
+
+import (
+	"context"
+	"database/sql/driver"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"modernc.org/sqlite"
+)
+
+// Every world starts from the same migrated database, and compiling the
+// queue's statements was a tenth of a seed's time: a new in-memory
+// database (or sqlite3_deserialize into an old one, which expires every
+// compiled statement) compiles each again. So the worlds' databases come
+// from a pool of connections that outlive their worlds, each keeping its
+// compiled statements: a connection given back is restored, page by page,
+// to the migrated image (through SQLite's sqlite_dbpage table, in one
+// transaction, then truncated to the image's length), so that the next
+// world finds a database byte for byte the image's but for the header's
+// commit counters, under the same schema, and its statements still
+// compiled. The restore then drops the connection's cached pages: SQLite
+// keeps each cached page's decoded b-tree header beside it, and a page
+// rewritten underneath would be read by its old header (without the drop,
+// every reused world failed with "database disk image is malformed").
+//
+// The pool sits below the fault injector: a world's storage faults see
+// every open, prepare, statement and commit the queue makes, exactly as
+// with a fresh connection.
+
+// worldDBs is the process's pool of world databases.
+var worldDBs = sync.OnceValues(func() (*dbPool, error) {
+	image, err := migratedImage()
+	if err != nil {
+		return nil, err
+	}
+	return newDBPool(&sqlite.Driver{}, image)
+})
+
+// dbPool is a driver.Driver whose connections are in-memory databases that
+// start as image and go back to the pool when closed.
+type dbPool struct {
+	inner driver.Driver
+	image []byte
+	pages [][]byte // image, page by page
+
+	mu   sync.Mutex
+	idle map[string][]*pooledConn // by DSN: a connection keeps its DSN's settings
+}
+
+func newDBPool(inner driver.Driver, image []byte) (*dbPool, error) {
+	if len(image) < 100 {
+		return nil, fmt.Errorf("sim: database image of %d bytes has no header", len(image))
+	}
+	size := int(binary.BigEndian.Uint16(image[16:18]))
+	if size == 1 {
+		size = 65536
+	}
+	if size < 512 || len(image)%size != 0 {
+		return nil, fmt.Errorf("sim: database image of %d bytes is not whole pages of %d", len(image), size)
+	}
+	p := &dbPool{inner: inner, image: image, idle: map[string][]*pooledConn{}}
+	for off := 0; off < len(image); off += size {
+		p.pages = append(p.pages, image[off:off+size])
+	}
+	return p, nil
+}
+
+// Open returns an idle connection for dsn restored to the image, or a new
+// one loaded with it.
+func (p *dbPool) Open(dsn string) (driver.Conn, error) {
+	p.mu.Lock()
+	var c *pooledConn
+	if idle := p.idle[dsn]; len(idle) > 0 {
+		c, p.idle[dsn] = idle[len(idle)-1], idle[:len(idle)-1]
+	}
+	p.mu.Unlock()
+	if c != nil {
+		if err := c.restore(p.pages); err == nil {
+			c.closed = false
+			return c, nil
+		}
+		c.discard() // a connection that cannot be restored is not reused
+	}
+	dc, err := p.inner.Open(dsn)
+	if err != nil {
+		return nil, err
+	}
+	ic, ok := dc.(poolInner)
+	if !ok {
+		return nil, errors.Join(fmt.Errorf("sim: connection %T lacks an interface the pool needs", dc), dc.Close())
+	}
+	c = &pooledConn{pool: p, dsn: dsn, inner: ic, idle: map[string]driver.Stmt{}}
+	if err := ic.Deserialize(p.image); err != nil {
+		return nil, errors.Join(fmt.Errorf("sim: load the database image: %w", err), dc.Close())
+	}
+	return c, nil
+}
+
+// give takes back a closed connection.
+func (p *dbPool) give(c *pooledConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle[c.dsn] = append(p.idle[c.dsn], c)
+}
+
+// poolInner is what the pool needs of a modernc.org/sqlite connection.
+type poolInner interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.SessionResetter
+	driver.Validator
+	driver.Pinger
+	Deserialize([]byte) error
+	Serialize() ([]byte, error)
+}
+
+// pooledConn is one pooled connection. It lends its compiled statements by
+// their SQL text, one user at a time, as the queue's own statement cache
+// does for one connection's life, but for the connection's whole life
+// across worlds.
+type pooledConn struct {
+	pool   *dbPool
+	dsn    string
+	inner  poolInner
+	closed bool
+
+	mu     sync.Mutex
+	idle   map[string]driver.Stmt
+	dbpage driver.Stmt // INSERT INTO sqlite_dbpage, for restore
+}
+
+var (
+	_ driver.Conn               = (*pooledConn)(nil)
+	_ driver.ConnBeginTx        = (*pooledConn)(nil)
+	_ driver.ConnPrepareContext = (*pooledConn)(nil)
+	_ driver.ExecerContext      = (*pooledConn)(nil)
+	_ driver.QueryerContext     = (*pooledConn)(nil)
+	_ driver.SessionResetter    = (*pooledConn)(nil)
+	_ driver.Validator          = (*pooledConn)(nil)
+	_ driver.Pinger             = (*pooledConn)(nil)
+)
+
+// Unwrap returns the SQLite connection, for code that reaches its own
+// methods (Serialize) through sql.Conn.Raw.
+func (c *pooledConn) Unwrap() driver.Conn { return c.inner }
+
+// Close gives the connection back to the pool; its database is restored
+// when it is next opened.
+func (c *pooledConn) Close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	c.pool.give(c)
+	return nil
+}
+
+// discard closes the connection for good.
+func (c *pooledConn) discard() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = map[string]driver.Stmt{}
+	c.mu.Unlock()
+	for _, s := range idle {
+		s.Close()
+	}
+	if c.dbpage != nil {
+		c.dbpage.Close()
+	}
+	c.inner.Close()
+}
+
+func (c *pooledConn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+// PrepareContext lends the compiled statement for query, or compiles one.
+func (c *pooledConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	c.mu.Lock()
+	si, ok := c.idle[query]
+	if ok {
+		delete(c.idle, query)
+	}
+	c.mu.Unlock()
+	if !ok {
+		var err error
+		if si, err = c.inner.PrepareContext(ctx, query); err != nil {
+			return nil, err
+		}
+	}
+	return &pooledStmt{c: c, query: query, inner: si.(poolStmt)}, nil
+}
+
+// take back a statement its user closed: kept if none is kept for its
+// text, finalized otherwise.
+func (c *pooledConn) take(query string, si driver.Stmt) error {
+	c.mu.Lock()
+	if _, kept := c.idle[query]; !kept {
+		c.idle[query] = si
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	return si.Close()
+}
+
+func (c *pooledConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (c *pooledConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.inner.BeginTx(ctx, opts)
+}
+
+func (c *pooledConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	return c.inner.ExecContext(ctx, query, args)
+}
+
+func (c *pooledConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	return c.inner.QueryContext(ctx, query, args)
+}
+
+func (c *pooledConn) ResetSession(ctx context.Context) error { return c.inner.ResetSession(ctx) }
+func (c *pooledConn) IsValid() bool                          { return !c.closed && c.inner.IsValid() }
+func (c *pooledConn) Ping(ctx context.Context) error         { return c.inner.Ping(ctx) }
+
+// restore writes the image's pages over the database's, truncates it to
+// the image's length, and drops the cached pages (whose decoded b-tree
+// headers would describe the old contents).
+func (c *pooledConn) restore(pages [][]byte) (err error) {
+	ctx := context.Background()
+	if c.dbpage == nil {
+		if c.dbpage, err = c.inner.PrepareContext(ctx, "INSERT INTO sqlite_dbpage (pgno, data) VALUES (?, ?)"); err != nil {
+			return fmt.Errorf("sim: restore: %w", err)
+		}
+	}
+	write := c.dbpage.(driver.StmtExecContext)
+	tx, err := c.inner.BeginTx(ctx, driver.TxOptions{})
+	if err != nil {
+		return fmt.Errorf("sim: restore: %w", err)
+	}
+	args := make([]driver.NamedValue, 2)
+	put := func(pgno int, data any) error {
+		args[0] = driver.NamedValue{Ordinal: 1, Value: int64(pgno)}
+		args[1] = driver.NamedValue{Ordinal: 2, Value: data}
+		_, err := write.ExecContext(ctx, args)
+		return err
+	}
+	for i, page := range pages {
+		if err = put(i+1, page); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = put(len(pages)+1, nil) // the pages past the image's go (after every write: a write cancels it)
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("sim: restore: %w", err), tx.Rollback())
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sim: restore: %w", err)
+	}
+	if _, err := c.inner.ExecContext(ctx, "PRAGMA shrink_memory", nil); err != nil {
+		return fmt.Errorf("sim: restore: %w", err)
+	}
+	return nil
+}
+
+// poolStmt is what the pool needs of a statement.
+type poolStmt interface {
+	driver.Stmt
+	driver.StmtExecContext
+	driver.StmtQueryContext
+}
+
+// pooledStmt is a statement lent by a pooledConn; closing it gives it
+// back.
+type pooledStmt struct {
+	c     *pooledConn
+	query string
+	inner poolStmt
+}
+
+var (
+	_ driver.StmtExecContext  = (*pooledStmt)(nil)
+	_ driver.StmtQueryContext = (*pooledStmt)(nil)
+)
+
+func (s *pooledStmt) Close() error  { return s.c.take(s.query, s.inner) }
+func (s *pooledStmt) NumInput() int { return s.inner.NumInput() }
+
+func (s *pooledStmt) Exec(args []driver.Value) (driver.Result, error) { return s.inner.Exec(args) }
+
+func (s *pooledStmt) Query(args []driver.Value) (driver.Rows, error) { return s.inner.Query(args) }
+
+func (s *pooledStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	return s.inner.ExecContext(ctx, args)
+}
+
+func (s *pooledStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return s.inner.QueryContext(ctx, args)
+}
