@@ -46,6 +46,9 @@ const PruneBatchMax = 500
 // receipt, are read and passed over).
 const pruneScanFactor = 8
 
+// PruneKeptListed is how many of the tasks a dry run keeps it names.
+const PruneKeptListed = 20
+
 // RetentionMax bounds every retention duration: an age or a window of more
 // than ten years is a mistake, not a policy.
 const RetentionMax = 3650 * 24 * time.Hour
@@ -127,8 +130,11 @@ type PruneResult struct {
 	Tombstones int64 // idempotency tombstones written
 	Expired    int64 // tombstones removed, their window passed
 	// Kept counts the terminal tasks settled before the cutoff that stay
-	// because an effect of theirs has no receipt.
-	Kept int64
+	// because an effect of theirs has no receipt: the ledger's record of an
+	// operation nobody knows the outcome of is never removed. A dry run
+	// names the first PruneKeptListed of them in KeptIDs.
+	Kept    int64
+	KeptIDs []string
 	// Transactions counts the transactions that removed something, each
 	// recorded by a pruned event.
 	Transactions int
@@ -253,6 +259,24 @@ func (q *Queue) pruneCount(ctx context.Context, cutoff time.Time) (PruneResult, 
 		return res, fmt.Errorf("queue: prune: %w", err)
 	}
 	res.Tombstones = res.TaskCount()
+	if res.Kept == 0 {
+		return res, nil
+	}
+	rows, err = t.query("prune_kept", at, sql.Named("limit", PruneKeptListed))
+	if err != nil {
+		return res, fmt.Errorf("queue: prune: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return res, fmt.Errorf("queue: prune: %w", err)
+		}
+		res.KeptIDs = append(res.KeptIDs, id)
+	}
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("queue: prune: %w", err)
+	}
 	return res, nil
 }
 

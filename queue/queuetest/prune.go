@@ -193,6 +193,7 @@ func testPruneKeepsUnreceiptedEffects(s *suite) {
 	dry, err := s.pruner().Prune(s.ctx, queue.PruneRequest{OlderThan: day, DryRun: true, Actor: "ops"})
 	require.NoError(s.t, err)
 	require.Equal(s.t, int64(1), dry.Kept)
+	require.Equal(s.t, []string{open}, dry.KeptIDs)
 	require.Equal(s.t, int64(1), dry.Effects)
 
 	res := s.prune(queue.PruneRequest{OlderThan: day})

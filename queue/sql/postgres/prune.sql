@@ -65,6 +65,14 @@ WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutof
   AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
 GROUP BY t.state ORDER BY t.state COLLATE "C";
 
+-- name: prune_kept
+-- The dry run: the first terminal tasks past the cutoff that stay for an
+-- effect without its receipt.
+SELECT t.id FROM tasks t
+WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
+  AND EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+ORDER BY t.seq LIMIT :limit;
+
 -- name: prune_count_rest
 -- The dry run: their events and effects, the terminal tasks past the
 -- cutoff kept for an effect without its receipt, and the tombstones whose

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/model"
@@ -116,6 +117,7 @@ type pruneRecord struct {
 	Tombstones   int64            `json:"tombstones"`
 	Expired      int64            `json:"expired_tombstones"`
 	Kept         int64            `json:"kept"`
+	KeptIDs      []string         `json:"kept_ids,omitempty"` // a dry run's first kept tasks
 	Transactions int              `json:"transactions"`
 }
 
@@ -125,7 +127,7 @@ func pruneRecordOf(r queue.PruneResult) pruneRecord {
 		by[string(s)] = r.Tasks[s]
 	}
 	return pruneRecord{DryRun: r.DryRun, Cutoff: r.Cutoff.UTC().Format(time.RFC3339Nano), Tasks: r.TaskCount(), ByState: by,
-		Events: r.Events, Effects: r.Effects, Tombstones: r.Tombstones, Expired: r.Expired, Kept: r.Kept,
+		Events: r.Events, Effects: r.Effects, Tombstones: r.Tombstones, Expired: r.Expired, Kept: r.Kept, KeptIDs: r.KeptIDs,
 		Transactions: r.Transactions}
 }
 
@@ -141,7 +143,14 @@ func printPruned(e *env, r queue.PruneResult, keepKeys time.Duration) {
 	fmt.Fprintf(e.stdout, "%s %d idempotency tombstones (kept %s); %s %d whose window has passed\n",
 		wrote, r.Tombstones, queue.FormatAge(keepKeys), removed, r.Expired)
 	if r.Kept > 0 {
-		fmt.Fprintf(e.stdout, "kept %d terminal tasks past the age: each has an effect without its receipt (leasehold inspect)\n", r.Kept)
+		fmt.Fprintf(e.stdout, "kept %d terminal tasks past the age: each has an effect without its receipt, never pruned (leasehold events TASK shows its intent)", r.Kept)
+		if len(r.KeptIDs) > 0 {
+			fmt.Fprintf(e.stdout, ": %s", strings.Join(r.KeptIDs, " "))
+			if more := r.Kept - int64(len(r.KeptIDs)); more > 0 {
+				fmt.Fprintf(e.stdout, " and %d more", more)
+			}
+		}
+		fmt.Fprintln(e.stdout)
 	}
 	if !r.DryRun {
 		fmt.Fprintf(e.stdout, "%d transactions, each recorded in the audit trail\n", r.Transactions)

@@ -72,12 +72,14 @@ func pruneScenario(t *testing.T, db string) {
 	require.Equal(t, int64(1), dry.Tasks)
 	require.Equal(t, int64(1), dry.ByState["completed"])
 	require.Equal(t, int64(1), dry.Kept)
+	require.Equal(t, []string{open}, dry.KeptIDs)
 	requireOK(t, lh(t, "status", old, "--db", db))
 
 	r = lh(t, "prune", "--db", db, "--older-than", "1d", "--dry-run")
 	requireOK(t, r)
 	require.Contains(t, r.stdout, "would prune 1 terminal tasks")
-	require.Contains(t, r.stdout, "kept 1 terminal tasks past the age")
+	require.Contains(t, r.stdout, "kept 1 terminal tasks past the age: each has an effect without its receipt, never pruned")
+	require.Contains(t, r.stdout, ": "+open+"\n")
 
 	done := pruneOutput(t, lh(t, "prune", "--db", db, "--older-than", "1d", "--actor", "ops", "--json"))
 	require.False(t, done.DryRun)
