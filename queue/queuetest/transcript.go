@@ -321,46 +321,148 @@ func outcome(err error) string {
 	return "error: unclassified: " + err.Error()
 }
 
+// do runs one command and returns what it prints. The commands are in
+// four areas: a worker's writes, an operator's, time (the clock, the
+// reaper and schedules) and reads.
 func (r *transcriptRun) do(c *command) string {
-	s, ctx := r.h.Store, r.ctx
-	done := func(err error, ok string) string {
-		if err != nil {
-			return outcome(err)
+	for _, area := range []func(*command) (string, bool){r.workerCommand, r.operatorCommand, r.timeCommand, r.readCommand} {
+		if out, ok := area(c); ok {
+			return out
 		}
-		return ok
 	}
+	badScript("unknown command %q", c.verb)
+	return ""
+}
+
+// done prints err as outcome does, or ok when there is none.
+func done(err error, ok string) string {
+	if err != nil {
+		return outcome(err)
+	}
+	return ok
+}
+
+// workerCommand runs a worker's command: submit, claim, and every write
+// under a claim.
+func (r *transcriptRun) workerCommand(c *command) (string, bool) {
+	s, ctx := r.h.Store, r.ctx
 	switch c.verb {
 	case "submit":
-		res, err := s.Submit(ctx, model.SubmitRequest{User: c.str("user", "ana"), Key: c.need("key"),
-			Payload: c.str("payload", `{"steps":[]}`), CostBudget: c.int("budget", 10), StepsMax: int(c.int("steps", 5)),
-			Priority: int(c.int("priority", 0)), RunAt: r.at(c, "run_at"), Deadline: r.at(c, "deadline")})
-		if err != nil {
-			return outcome(err)
-		}
-		if res.Replay {
-			return r.name(res.TaskID) + " replay"
-		}
-		return r.name(res.TaskID)
+		return r.submit(c), true
 	case "claim":
-		claimed, err := s.Claim(ctx, model.ClaimRequest{Worker: c.str("worker", "w1"), Max: int(c.int("max", 1)),
-			Lease: c.dur("lease", 30*time.Second)})
+		return r.claimTasks(c), true
+	case "heartbeat":
+		res, err := s.Heartbeat(ctx, r.claim(c), c.dur("lease", 30*time.Second))
+		return done(err, fmt.Sprintf("lease_until=%s cancel_requested=%t", r.offset(res.LeaseUntil), res.CancelRequested)), true
+	case "step":
+		res, err := s.CompleteStep(ctx, model.StepWrite{Claim: r.claim(c), Index: int(c.int("index", 0)),
+			Cost: c.int("cost", 0), Checkpoint: c.str("checkpoint", "")})
+		return done(err, fmt.Sprintf("replayed=%t cancel_requested=%t", res.Replayed, res.CancelRequested)), true
+	case "intent":
+		res, err := s.RecordIntent(ctx, r.claim(c), int(c.int("step", 0)))
+		out := fmt.Sprintf("op=%s %s", res.OpID, res.Status)
+		if res.Result != "" {
+			out += " result=" + res.Result
+		}
+		return done(err, out), true
+	case "receipt":
+		cl := r.claim(c)
+		return done(s.RecordReceipt(ctx, cl, model.OperationID(cl.TaskID, int(c.int("step", 0))), c.str("result", "ok")), "ok"), true
+	case "pause":
+		to, err := s.Pause(ctx, r.claim(c), int(c.int("step", 0)), c.str("gate", "manager"))
+		return done(err, string(to)), true
+	case "complete":
+		return done(s.Complete(ctx, r.claim(c)), "ok"), true
+	case "fail":
+		cl := r.claim(c)
+		f := model.Failure{Class: model.FailureClass(c.need("class")), Reason: model.Reason(c.str("reason", "")),
+			Message: c.str("message", "")}
+		if step := c.str("step", ""); step != "" {
+			f.OpID = model.OperationID(cl.TaskID, int(c.int("step", 0)))
+		}
+		to, err := s.Fail(ctx, cl, f)
+		return done(err, string(to)), true
+	case "release":
+		to, err := s.Release(ctx, r.claim(c))
+		return done(err, string(to)), true
+	case "ack-cancel":
+		return done(s.AcknowledgeCancel(ctx, r.claim(c)), "ok"), true
+	}
+	return "", false
+}
+
+// submit runs submit: the task's name, and "replay" for a replay.
+func (r *transcriptRun) submit(c *command) string {
+	res, err := r.h.Store.Submit(r.ctx, model.SubmitRequest{User: c.str("user", "ana"), Key: c.need("key"),
+		Payload: c.str("payload", `{"steps":[]}`), CostBudget: c.int("budget", 10), StepsMax: int(c.int("steps", 5)),
+		Priority: int(c.int("priority", 0)), RunAt: r.at(c, "run_at"), Deadline: r.at(c, "deadline")})
+	if err != nil {
+		return outcome(err)
+	}
+	if res.Replay {
+		return r.name(res.TaskID) + " replay"
+	}
+	return r.name(res.TaskID)
+}
+
+// claimTasks runs claim, keeping each claim by task and fence for the
+// commands that write under it.
+func (r *transcriptRun) claimTasks(c *command) string {
+	claimed, err := r.h.Store.Claim(r.ctx, model.ClaimRequest{Worker: c.str("worker", "w1"), Max: int(c.int("max", 1)),
+		Lease: c.dur("lease", 30*time.Second)})
+	if err != nil {
+		return outcome(err)
+	}
+	if len(claimed) == 0 {
+		return "none"
+	}
+	var lines []string
+	for _, cl := range claimed {
+		n := r.name(cl.Claim.TaskID)
+		if r.claims[n] == nil {
+			r.claims[n] = map[int64]model.Claim{}
+		}
+		r.claims[n][cl.Claim.Fence] = cl.Claim
+		lines = append(lines, fmt.Sprintf("%s fence=%d attempt=%d owner=%s lease_until=%s", n, cl.Claim.Fence,
+			cl.Claim.Attempt, cl.Claim.Owner, r.offset(cl.Claim.LeaseUntil)))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// operatorCommand runs an operator's command.
+func (r *transcriptRun) operatorCommand(c *command) (string, bool) {
+	s, ctx := r.h.Store, r.ctx
+	switch c.verb {
+	case "cancel":
+		task, err := s.Cancel(ctx, r.id(c), c.str("actor", "ana"))
 		if err != nil {
-			return outcome(err)
+			return outcome(err), true
 		}
-		if len(claimed) == 0 {
-			return "none"
-		}
-		var lines []string
-		for _, cl := range claimed {
-			n := r.name(cl.Claim.TaskID)
-			if r.claims[n] == nil {
-				r.claims[n] = map[int64]model.Claim{}
-			}
-			r.claims[n][cl.Claim.Fence] = cl.Claim
-			lines = append(lines, fmt.Sprintf("%s fence=%d attempt=%d owner=%s lease_until=%s", n, cl.Claim.Fence,
-				cl.Claim.Attempt, cl.Claim.Owner, r.offset(cl.Claim.LeaseUntil)))
-		}
-		return strings.Join(lines, "\n")
+		return r.taskLine(task), true
+	case "approve":
+		return done(s.Approve(ctx, r.id(c), c.int("version", 0), c.str("actor", "mia")), "ok"), true
+	case "reject":
+		return done(s.Reject(ctx, r.id(c), c.int("version", 0), c.str("actor", "mia")), "ok"), true
+	case "requeue":
+		return done(s.Requeue(ctx, r.id(c), model.Grant{Cost: c.int("cost", 0), Steps: int(c.int("steps", 0))},
+			c.str("actor", "ops")), "ok"), true
+	case "resolve":
+		return done(s.Resolve(ctx, r.id(c), model.State(c.need("as")), c.str("actor", "ops")), "ok"), true
+	case "settle":
+		id := r.id(c)
+		return done(s.SettleEffect(ctx, model.OperationID(id, int(c.int("step", 0))), c.str("applied", "") == "true",
+			c.str("actor", "ops")), "ok"), true
+	case "limits":
+		return r.limits(c), true
+	}
+	return "", false
+}
+
+// timeCommand runs a command of time: the clock, the reaper and the
+// schedules.
+func (r *transcriptRun) timeCommand(c *command) (string, bool) {
+	s, ctx := r.h.Store, r.ctx
+	switch c.verb {
 	case "advance":
 		if len(c.pos) != 1 {
 			badScript("advance takes one duration")
@@ -370,116 +472,61 @@ func (r *transcriptRun) do(c *command) string {
 			badScript("advance: %v", err)
 		}
 		r.h.Clock.Advance(d)
-		return "now=" + r.offset(model.Truncate(r.h.Clock.Now()))
-	case "heartbeat":
-		res, err := s.Heartbeat(ctx, r.claim(c), c.dur("lease", 30*time.Second))
-		if err != nil {
-			return outcome(err)
-		}
-		return fmt.Sprintf("lease_until=%s cancel_requested=%t", r.offset(res.LeaseUntil), res.CancelRequested)
-	case "step":
-		res, err := s.CompleteStep(ctx, model.StepWrite{Claim: r.claim(c), Index: int(c.int("index", 0)),
-			Cost: c.int("cost", 0), Checkpoint: c.str("checkpoint", "")})
-		if err != nil {
-			return outcome(err)
-		}
-		return fmt.Sprintf("replayed=%t cancel_requested=%t", res.Replayed, res.CancelRequested)
-	case "intent":
-		res, err := s.RecordIntent(ctx, r.claim(c), int(c.int("step", 0)))
-		if err != nil {
-			return outcome(err)
-		}
-		out := fmt.Sprintf("op=%s %s", res.OpID, res.Status)
-		if res.Result != "" {
-			out += " result=" + res.Result
-		}
-		return out
-	case "receipt":
-		cl := r.claim(c)
-		return done(s.RecordReceipt(ctx, cl, model.OperationID(cl.TaskID, int(c.int("step", 0))), c.str("result", "ok")), "ok")
-	case "pause":
-		to, err := s.Pause(ctx, r.claim(c), int(c.int("step", 0)), c.str("gate", "manager"))
-		return done(err, string(to))
-	case "complete":
-		return done(s.Complete(ctx, r.claim(c)), "ok")
-	case "fail":
-		cl := r.claim(c)
-		f := model.Failure{Class: model.FailureClass(c.need("class")), Reason: model.Reason(c.str("reason", "")),
-			Message: c.str("message", "")}
-		if step := c.str("step", ""); step != "" {
-			f.OpID = model.OperationID(cl.TaskID, int(c.int("step", 0)))
-		}
-		to, err := s.Fail(ctx, cl, f)
-		return done(err, string(to))
-	case "release":
-		to, err := s.Release(ctx, r.claim(c))
-		return done(err, string(to))
-	case "ack-cancel":
-		return done(s.AcknowledgeCancel(ctx, r.claim(c)), "ok")
+		return "now=" + r.offset(model.Truncate(r.h.Clock.Now())), true
 	case "reap":
 		res, err := s.Reap(ctx)
-		return done(err, fmt.Sprintf("expired=%d deadlines=%d", res.Expired, res.Deadlines))
-	case "cancel":
-		task, err := s.Cancel(ctx, r.id(c), c.str("actor", "ana"))
-		if err != nil {
-			return outcome(err)
-		}
-		return r.taskLine(task)
-	case "approve":
-		return done(s.Approve(ctx, r.id(c), c.int("version", 0), c.str("actor", "mia")), "ok")
-	case "reject":
-		return done(s.Reject(ctx, r.id(c), c.int("version", 0), c.str("actor", "mia")), "ok")
-	case "requeue":
-		return done(s.Requeue(ctx, r.id(c), model.Grant{Cost: c.int("cost", 0), Steps: int(c.int("steps", 0))},
-			c.str("actor", "ops")), "ok")
-	case "resolve":
-		return done(s.Resolve(ctx, r.id(c), model.State(c.need("as")), c.str("actor", "ops")), "ok")
-	case "settle":
-		id := r.id(c)
-		return done(s.SettleEffect(ctx, model.OperationID(id, int(c.int("step", 0))), c.str("applied", "") == "true",
-			c.str("actor", "ops")), "ok")
-	case "limits":
-		return r.limits(c)
+		return done(err, fmt.Sprintf("expired=%d deadlines=%d", res.Expired, res.Deadlines)), true
 	case "schedule":
 		sched, err := s.AddSchedule(ctx, model.ScheduleSpec{User: c.str("user", "ana"),
 			Payload: c.str("payload", `{"steps":[]}`), CostBudget: c.int("budget", 10), StepsMax: int(c.int("steps", 5)),
 			Origin: r.at(c, "origin"), Period: c.dur("period", time.Hour)}, c.str("actor", "ops"))
 		if err != nil {
-			return outcome(err)
+			return outcome(err), true
 		}
-		return r.name(sched.ID)
+		return r.name(sched.ID), true
 	case "enqueue":
 		res, err := s.EnqueueDue(ctx)
-		return done(err, fmt.Sprintf("enqueued=%d collapsed=%d refused=%d", res.Enqueued, res.Collapsed, res.Refused))
+		return done(err, fmt.Sprintf("enqueued=%d collapsed=%d refused=%d", res.Enqueued, res.Collapsed, res.Refused)), true
 	case "runs":
-		return r.runs(c)
-	case "task":
-		task, err := s.Task(ctx, r.id(c))
-		if err != nil {
-			return outcome(err)
-		}
-		return r.taskLine(task)
-	case "events":
-		return r.events(c)
-	case "effects":
-		return r.effects(c)
-	case "list":
-		tasks, err := s.List(ctx, model.ListFilter{State: model.State(c.str("state", "")), Limit: model.ListLimitMax})
-		if err != nil {
-			return outcome(err)
-		}
-		var lines []string
-		for _, task := range tasks {
-			lines = append(lines, r.name(task.ID)+" "+string(task.State))
-		}
-		sort.Strings(lines)
-		if len(lines) == 0 {
-			return "none"
-		}
-		return strings.Join(lines, "\n")
+		return r.runs(c), true
 	}
-	badScript("unknown command %q", c.verb)
-	return ""
+	return "", false
+}
+
+// readCommand runs a read.
+func (r *transcriptRun) readCommand(c *command) (string, bool) {
+	switch c.verb {
+	case "task":
+		task, err := r.h.Store.Task(r.ctx, r.id(c))
+		if err != nil {
+			return outcome(err), true
+		}
+		return r.taskLine(task), true
+	case "events":
+		return r.events(c), true
+	case "effects":
+		return r.effects(c), true
+	case "list":
+		return r.list(c), true
+	}
+	return "", false
+}
+
+// list runs list: each task's name and state, in name order.
+func (r *transcriptRun) list(c *command) string {
+	tasks, err := r.h.Store.List(r.ctx, model.ListFilter{State: model.State(c.str("state", "")), Limit: model.ListLimitMax})
+	if err != nil {
+		return outcome(err)
+	}
+	var lines []string
+	for _, task := range tasks {
+		lines = append(lines, r.name(task.ID)+" "+string(task.State))
+	}
+	sort.Strings(lines)
+	if len(lines) == 0 {
+		return "none"
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (r *transcriptRun) limits(c *command) string {
