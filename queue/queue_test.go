@@ -336,3 +336,12 @@ func TestFilePragmas(t *testing.T) {
 	require.Equal(t, []string{"busy_timeout(5000)", "synchronous(FULL)", "foreign_keys(1)", "temp_store(MEMORY)"}, m.q.Pragmas())
 	require.Equal(t, [][]string{{"busy_timeout=5000", "journal_mode=memory", "synchronous=2", "foreign_keys=1", "temp_store=2"}}, livePragmas(t, m, 1))
 }
+
+// requireField requires a validation error naming field.
+func requireField(t *testing.T, err error, field string) {
+	t.Helper()
+	require.ErrorIs(t, err, ErrInvalidInput)
+	var ve *model.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, field, ve.Field, "error: %v", err)
+}

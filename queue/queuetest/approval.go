@@ -35,11 +35,22 @@ func testApproval(s *suite) {
 
 	require.ErrorIs(t, s.store.Approve(s.ctx, id, c.Fence+1, "boss"), model.ErrVersionMismatch)
 	require.Equal(t, task, s.task(id))
+	m := s.metrics()
+	require.EqualValues(t, 1, m.RunTime.Count, "the run up to the gate is timed")
+	require.EqualValues(t, 1000, m.RunTime.SumMs)
+	res, err := s.store.Reap(s.ctx)
+	require.NoError(t, err)
+	require.Equal(t, model.ReapResult{}, res, "a waiting task is no reaper's")
+	s.advance(time.Minute)
 	require.NoError(t, s.store.Approve(s.ctx, id, c.Fence, "boss"))
 	task = s.task(id)
 	require.Equal(t, model.Queued, task.State)
 	require.Equal(t, "boss", task.ApprovedBy)
 	require.Equal(t, s.now(), task.RunAt)
+	require.Equal(t, s.now(), task.QueuedAt)
+	approved := s.lastEvent(id)
+	require.Equal(t, model.EventApproved, approved.Kind)
+	require.Equal(t, "boss", approved.Actor)
 	require.ErrorIs(t, s.store.Approve(s.ctx, id, c.Fence, "boss"), model.ErrInvalidTransition)
 
 	resumed := s.claim("w2")
@@ -186,6 +197,16 @@ func testCancelRunning(s *suite) {
 	to, err = s.store.Pause(s.ctx, gc, 0, "manager")
 	require.NoError(t, err)
 	require.Equal(t, model.Cancelled, to)
+	// And a transient failure: no retry, and no attempt charged.
+	failing, fc := s.running()
+	_, err = s.store.Cancel(s.ctx, failing, "caller")
+	require.NoError(t, err)
+	to, err = s.store.Fail(s.ctx, fc, model.Failure{Class: model.Transient})
+	require.NoError(t, err)
+	require.Equal(t, model.Cancelled, to)
+	task = s.task(failing)
+	require.Equal(t, model.CancelledByCaller, task.Reason)
+	require.Zero(t, task.AttemptsCharged)
 }
 
 func testCancelWaiting(s *suite) {

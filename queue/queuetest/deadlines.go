@@ -62,6 +62,47 @@ func testDeadlineRunning(s *suite) {
 	require.Equal(t, model.DeadlineExceeded, task.Reason)
 	require.Zero(t, task.StepsUsed)
 	require.Equal(t, model.EventDeadline, s.lastEvent(id).Kind)
+
+	// Every write of the claim past the deadline fails the task, writing
+	// nothing of its own, and the claim has ended with it.
+	for _, w := range []struct {
+		name  string
+		write func(c model.Claim) error
+	}{
+		{"heartbeat", func(c model.Claim) error { _, err := s.store.Heartbeat(s.ctx, c, lease); return err }},
+		{"step", func(c model.Claim) error {
+			_, err := s.store.CompleteStep(s.ctx, model.StepWrite{Claim: c, Index: 0, Cost: 1})
+			return err
+		}},
+		{"effect_intent", func(c model.Claim) error { _, err := s.store.RecordIntent(s.ctx, c, 0); return err }},
+		{"pause", func(c model.Claim) error { _, err := s.store.Pause(s.ctx, c, 0, "manager"); return err }},
+	} {
+		id, c := s.running(func(r *model.SubmitRequest) { r.Deadline = s.now().Add(10 * time.Second) })
+		s.advance(10*time.Second + time.Millisecond)
+		require.ErrorIs(t, w.write(c), model.ErrDeadlineExceeded, w.name)
+		task := s.task(id)
+		require.Equal(t, model.Failed, task.State, w.name)
+		require.Equal(t, model.DeadlineExceeded, task.Reason)
+		require.Zero(t, task.CostUsed)
+		require.Zero(t, task.StepsUsed)
+		require.Empty(t, s.effects(id))
+		e := s.lastEvent(id)
+		require.Equal(t, model.EventDeadline, e.Kind)
+		require.Equal(t, "w1", e.Actor)
+		require.ErrorIs(t, w.write(c), model.ErrStaleClaim, "%s: the claim has ended", w.name)
+	}
+
+	// A lease that runs out after the deadline has passed fails the task
+	// for its deadline, charging no attempt and counting no expiry.
+	late, _ := s.running(func(r *model.SubmitRequest) { r.Deadline = s.now().Add(10 * time.Second) })
+	s.advance(time.Hour)
+	res, err := s.store.Reap(s.ctx)
+	require.NoError(t, err)
+	require.Equal(t, model.ReapResult{Deadlines: 1}, res)
+	task = s.task(late)
+	require.Equal(t, model.DeadlineExceeded, task.Reason)
+	require.Zero(t, task.AttemptsCharged)
+	require.Zero(t, s.metrics().LeaseExpiries)
 }
 
 func testDeadlineWaiting(s *suite) {

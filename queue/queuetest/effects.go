@@ -15,9 +15,14 @@ func testEffectsLedger(s *suite) {
 	intent, err := s.store.RecordIntent(s.ctx, c, 0)
 	require.NoError(t, err)
 	require.Equal(t, model.IntentResult{OpID: op, Status: model.IntentRecorded}, intent)
+	recorded := s.lastEvent(id)
+	require.Equal(t, model.EventEffectIntent, recorded.Kind)
+	require.Equal(t, op, recorded.OpID)
+	events := len(s.events(id))
 	again, err := s.store.RecordIntent(s.ctx, c, 0)
 	require.NoError(t, err)
 	require.Equal(t, intent, again, "a repeated intent under the same claim is still recorded")
+	require.Len(t, s.events(id), events, "and records nothing new")
 	effects := s.effects(id)
 	require.Len(t, effects, 1)
 	require.Equal(t, model.Effect{OpID: op, TaskID: id, Step: 0, IntentFence: c.Fence, IntentAt: s.now()}, effects[0])
@@ -52,6 +57,8 @@ func testEffectsLedger(s *suite) {
 	receipted, err := s.store.RecordIntent(s.ctx, next, 0)
 	require.NoError(t, err)
 	require.Equal(t, model.IntentResult{OpID: op, Status: model.IntentReceipted, Result: "charged 5"}, receipted)
+	require.ErrorIs(t, s.store.RecordReceipt(s.ctx, next, op, "charged 5"), model.ErrEffectReceipted,
+		"a receipt under another claim is a second one")
 	require.Equal(t, effects, s.effects(id))
 }
 

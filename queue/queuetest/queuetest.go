@@ -46,6 +46,7 @@ func Exercise(t *testing.T, open func(t *testing.T) Harness) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(begin(t, open)) })
 	}
+	exerciseTransitions(t, open)
 }
 
 var cases = []struct {

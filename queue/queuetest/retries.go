@@ -95,10 +95,36 @@ func testPermanentFailure(s *suite) {
 	require.Len(t, task.LastError, model.ErrorMessageMax, "the message is bounded")
 	require.Zero(t, task.AttemptsCharged, "a permanent failure is not retried")
 
-	other, oc := s.running()
-	_, err = s.store.Fail(s.ctx, oc, model.Failure{Class: model.Permanent, Reason: model.BudgetExhausted})
-	require.NoError(t, err)
-	require.Equal(t, model.BudgetExhausted, s.task(other).Reason)
+	// The reasons a worker may give, each kept (none is a permanent error)
+	// on the task and its failed event.
+	for _, r := range []struct{ given, want model.Reason }{
+		{model.NoReason, model.PermanentError},
+		{model.PermanentError, model.PermanentError},
+		{model.BudgetExhausted, model.BudgetExhausted},
+		{model.StepsExhausted, model.StepsExhausted},
+		{model.DeadlineExceeded, model.DeadlineExceeded},
+	} {
+		other, oc := s.running()
+		to, err := s.store.Fail(s.ctx, oc, model.Failure{Class: model.Permanent, Reason: r.given, Message: "boom"})
+		require.NoError(t, err)
+		require.Equal(t, model.Failed, to)
+		task := s.task(other)
+		require.Equal(t, r.want, task.Reason, "given %q", r.given)
+		require.Equal(t, "boom", task.LastError)
+		e := s.lastEvent(other)
+		require.Equal(t, model.EventFailed, e.Kind)
+		require.Equal(t, r.want, e.Reason)
+	}
+	// The reasons only the queue or an operator gives are refused, and
+	// the refusal writes nothing.
+	refused, rc := s.running()
+	before, events := s.task(refused), s.events("")
+	for _, bad := range []model.Reason{model.OperatorResolved, model.CancelledByCaller, model.AttemptsExhausted, "nonsense"} {
+		_, err := s.store.Fail(s.ctx, rc, model.Failure{Class: model.Permanent, Reason: bad})
+		s.requireInvalid(err, "reason")
+	}
+	require.Equal(t, before, s.task(refused))
+	require.Equal(t, events, s.events(""))
 }
 
 func testUncertainFailure(s *suite) {

@@ -91,4 +91,14 @@ func testStepLimitExhausted(s *suite) {
 	require.Equal(t, model.StepsExhausted, task.Reason)
 	require.Equal(t, 1, task.StepsUsed)
 	require.EqualValues(t, 1, task.CostUsed, "the refused step is not charged")
+
+	// A gate counts as a step: one past the limit fails the task too.
+	gated, gc := s.running(func(r *model.SubmitRequest) { r.StepsMax = 1 })
+	_, err = s.store.CompleteStep(s.ctx, model.StepWrite{Claim: gc, Index: 0, Cost: 1})
+	require.NoError(t, err)
+	_, err = s.store.Pause(s.ctx, gc, 1, "manager")
+	require.ErrorIs(t, err, model.ErrStepsExhausted)
+	task = s.task(gated)
+	require.Equal(t, model.Failed, task.State)
+	require.Equal(t, model.StepsExhausted, task.Reason)
 }
