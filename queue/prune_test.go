@@ -297,3 +297,48 @@ func TestCheckCountersNamesTheStoresChecks(t *testing.T) {
 		require.NoError(t, err)
 	})
 }
+
+// TestPruneTrailFollowers: the HTTP API's followers (EventsSince, every
+// user's or some users') behind a pruned range read what remains after
+// their cursor, in order, with no error and no repeat; the pruned event,
+// which concerns no task, reaches an operator's follower and not a user's.
+func TestPruneTrailFollowers(t *testing.T) {
+	stores(t, func(t *testing.T, store string) {
+		ctx := context.Background()
+		q, clock := openPrunable(t, store)
+		gone := settledTask(t, q, "k1", false)
+		clock.Advance(48 * time.Hour)
+		res, err := q.Submit(ctx, model.SubmitRequest{User: "ana", Key: "k2", Payload: `{"steps":[]}`, CostBudget: 10, StepsMax: 5})
+		require.NoError(t, err)
+		stays := res.TaskID
+		before, err := q.EventsSince(ctx, EventFilter{})
+		require.NoError(t, err)
+		require.Len(t, before, 4, "three events of the settled task, one of the queued one")
+		cursor := before[0].Seq // a follower that has seen the first event only
+		require.Equal(t, gone, before[0].TaskID)
+
+		_, err = q.Prune(ctx, PruneRequest{OlderThan: 24 * time.Hour, Actor: "ops"})
+		require.NoError(t, err)
+
+		all, err := q.EventsSince(ctx, EventFilter{After: cursor})
+		require.NoError(t, err)
+		require.Len(t, all, 2)
+		require.Equal(t, stays, all[0].TaskID)
+		require.Equal(t, before[3].Seq, all[0].Seq, "a remaining event keeps its sequence number")
+		require.Equal(t, model.EventPruned, all[1].Kind)
+		require.Empty(t, all[1].User)
+
+		mine, err := q.EventsSince(ctx, EventFilter{Users: []string{"ana"}, After: cursor})
+		require.NoError(t, err)
+		require.Len(t, mine, 1)
+		require.Equal(t, stays, mine[0].TaskID)
+
+		byTask, err := q.EventsSince(ctx, EventFilter{TaskID: gone})
+		require.NoError(t, err)
+		require.Empty(t, byTask, "a pruned task's follower finds nothing more")
+
+		last, err := q.EventsSince(ctx, EventFilter{After: all[1].Seq})
+		require.NoError(t, err)
+		require.Empty(t, last)
+	})
+}
