@@ -127,6 +127,7 @@ type Queue struct {
 	stats    groupStats
 
 	commits notifier // woken after every write; see WaitEvents
+	wakes   listeners // Wake's listeners, stopped by Close
 
 	prunes pruneCursor // where PruneDue's next pass starts (prune.go)
 }
@@ -230,6 +231,7 @@ func (q *Queue) EngineVersion(ctx context.Context) (string, error) {
 // database/sql's error instead).
 func (q *Queue) Close() error {
 	q.closed.Store(true)
+	q.wakes.stop()
 	if q.ops != nil {
 		q.stopOnce.Do(q.stopGroups)
 	}

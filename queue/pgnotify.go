@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -118,17 +119,69 @@ func (g *group) abort(err error) {
 // to WakeRetryMax); its return is logged too. Meanwhile nothing wakes the channel, and a worker that
 // also polls loses nothing but time.
 //
-// On SQLite Wake returns nil, which never receives: workers there poll.
+// On SQLite, and on a closed queue, Wake returns nil, which never
+// receives: workers there poll. Close stops the listeners.
 func (q *Queue) Wake(ctx context.Context, log *slog.Logger) <-chan struct{} {
-	if _, ok := q.store.(readyNotifier); !ok || q.closed.Load() {
+	if _, ok := q.store.(readyNotifier); !ok {
 		return nil
 	}
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	ctx, done, ok := q.wakes.add(ctx)
+	if !ok {
+		return nil // closed
+	}
 	ch := make(chan struct{}, 1)
-	go q.listen(ctx, ch, log)
+	go func() {
+		defer done()
+		q.listen(ctx, ch, log)
+		log.Debug("wake listener stopped", "db", q.path)
+	}()
 	return ch
+}
+
+// listeners are the contexts of a queue's wake listeners: Close ends
+// them, so no listener outlives its queue.
+type listeners struct {
+	mu     sync.Mutex
+	closed bool
+	next   int
+	stops  map[int]context.CancelFunc
+}
+
+// add returns a context for a new listener that ends with ctx or at stop,
+// and the function the listener calls when it has ended; false once stop
+// has been called.
+func (l *listeners) add(ctx context.Context) (context.Context, func(), bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, nil, false
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	if l.stops == nil {
+		l.stops = map[int]context.CancelFunc{}
+	}
+	id := l.next
+	l.next++
+	l.stops[id] = cancel
+	return ctx, func() {
+		l.mu.Lock()
+		delete(l.stops, id)
+		l.mu.Unlock()
+		cancel()
+	}, true
+}
+
+// stop ends every listener, and refuses new ones.
+func (l *listeners) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for _, cancel := range l.stops {
+		cancel()
+	}
 }
 
 // signal puts a wake-up in ch unless one is waiting already.

@@ -267,3 +267,17 @@ func TestFailedNotifyRollsTheWriteBack(t *testing.T) {
 	require.False(t, res.Replay, "the refused submit stored nothing")
 	require.NoError(t, q.CheckCounters(ctx))
 }
+
+// TestCloseStopsTheWakeListener: Close ends the listeners Wake started
+// (their context need not end), and a closed queue starts none.
+func TestCloseStopsTheWakeListener(t *testing.T) {
+	f := freshPostgres(t)
+	q, err := Open(f.ctx, Options{Path: f.url, Clock: f.q.clock, IDs: model.NewSeededIDs(4)})
+	require.NoError(t, err)
+	logs := newLogRecords()
+	wake := q.Wake(context.Background(), slog.New(logs))
+	awaitWake(t, wake, "the listener's first connection")
+	require.NoError(t, q.Close())
+	logs.await(t, "wake listener stopped")
+	require.Nil(t, q.Wake(context.Background(), nil))
+}
