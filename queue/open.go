@@ -126,7 +126,7 @@ type Queue struct {
 	stopOnce sync.Once
 	stats    groupStats
 
-	commits notifier // woken after every write; see WaitEvents
+	commits notifier  // woken after every write; see WaitEvents
 	wakes   listeners // Wake's listeners, stopped by Close
 
 	prunes pruneCursor // where PruneDue's next pass starts (prune.go)
