@@ -78,6 +78,15 @@ func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.
 	return out, nil
 }
 
+// ClaimsOnCompletion reports whether a worker should claim its next task
+// with the write that completes its last (CompleteAndClaim) rather than
+// apart: true where writes are serialised and grouped (SQLite), so that
+// completions and claims share commits. On PostgreSQL CompleteAndClaim is
+// as correct, but a write that completes (locking its user's counter row)
+// and then claims (locking other users' rows) can deadlock with another
+// doing the same for other users; claims alone lock in a fixed order.
+func (q *Queue) ClaimsOnCompletion() bool { return q.store.groups() }
+
 // checkClaimBatch checks req's batch against the stored claim_batch_max.
 // A batch of one is within every stored limit (ClaimBatchMax is at least
 // 1), so it needs no read of the limits.

@@ -305,7 +305,8 @@ func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed, notif
 // that can (CompleteClaimer), a slot completing its task claims its next
 // one in the same write, and runs it at once without going idle.
 func (r *Runner) slotLoop(work <-chan model.Claimed, drain, abandon <-chan struct{}) {
-	_, refills := r.cfg.Queue.(CompleteClaimer)
+	cc, refills := r.cfg.Queue.(CompleteClaimer)
+	refills = refills && cc.ClaimsOnCompletion()
 	for c := range work {
 		s := newSlot(r.cfg, c, r.cfg.Clock.Now())
 		r.track(s, true)

@@ -144,6 +144,10 @@ func (q *recordingQueue) CompleteAndClaim(ctx context.Context, c model.Claim, ne
 	return claimed, err
 }
 
+func (q *recordingQueue) ClaimsOnCompletion() bool {
+	return q.inner.(worker.CompleteClaimer).ClaimsOnCompletion()
+}
+
 func (q *recordingQueue) refillCalls() []claimCall {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -886,6 +890,10 @@ func (q *refusingQueue) CompleteAndClaim(ctx context.Context, c model.Claim, nex
 	return q.Queue.(worker.CompleteClaimer).CompleteAndClaim(ctx, c, next)
 }
 
+func (q *refusingQueue) ClaimsOnCompletion() bool {
+	return q.Queue.(worker.CompleteClaimer).ClaimsOnCompletion()
+}
+
 func (q *refusingQueue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
 	if !q.refused {
 		q.refused = true
@@ -997,6 +1005,39 @@ func TestRunnerRefillKeepsTheCostCapacity(t *testing.T) {
 		require.NotEmpty(t, calls)
 		require.Equal(t, epoch.Add(2*time.Second), calls[0].at, "the short task's completion claimed nothing: %+v", calls)
 		require.Equal(t, 1, calls[0].claimed, "the long task's completion claimed the last task")
+		l.checkReports()
+	})
+}
+
+// declinedRefills is a queue whose CompleteAndClaim the runner is told not
+// to use (as on PostgreSQL, where completing and claiming in one write can
+// deadlock with another such write).
+type declinedRefills struct{ *recordingQueue }
+
+func (declinedRefills) ClaimsOnCompletion() bool { return false }
+
+// A runner over a queue that declines claims on completion completes with
+// Complete and claims through its claimer only.
+func TestRunnerClaimsApartWhereTheQueueDeclines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t)
+		l := newLive(b)
+		var ids []string
+		for range 4 {
+			ids = append(ids, b.submit(`{"steps":[{"cost":1,"duration_ms":1000}]}`, 10, 5))
+		}
+		lr := l.start("w1", newLiveService(worker.Dedup, nil), func(c *worker.Config, _ *worker.RunOptions) {
+			c.Concurrency = 2
+			c.Queue = declinedRefills{l.q}
+		})
+		l.drive(100, nil, func() bool { return l.all(ids, model.Completed) })
+		lr.stop(t)
+		require.Empty(t, l.q.refillCalls(), "no CompleteAndClaim")
+		claimed := 0
+		for _, c := range l.q.claimCalls() {
+			claimed += c.claimed
+		}
+		require.Equal(t, 4, claimed, "every task claimed by the claimer")
 		l.checkReports()
 	})
 }

@@ -81,6 +81,9 @@ type Slot struct {
 // share commits.
 type CompleteClaimer interface {
 	CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error)
+	// ClaimsOnCompletion reports whether the runner should use it (see
+	// queue.(*Queue).ClaimsOnCompletion).
+	ClaimsOnCompletion() bool
 }
 
 func newSlot(cfg *Config, c model.Claimed, now time.Time) *Slot {

@@ -43,6 +43,7 @@ const goqiteConns = 4
 type goq struct{ consumers int }
 
 func (g goq) name() string { return fmt.Sprintf("%s(%d consumers)", goqitePrefix, g.consumers) }
+func (goq) postgres() bool { return false }
 
 func (goq) queue(db *sql.DB) *goqite.Queue {
 	return goqite.New(goqite.NewOpts{DB: db, Name: "bench", Timeout: 30 * time.Second, MaxReceive: 3})

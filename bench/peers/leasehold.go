@@ -26,17 +26,23 @@ const (
 
 // leasehold runs the real worker runtime (worker.Runner) over a real
 // queue, with fencing, leases, per-user limits, events and metrics as
-// they always are: none can be switched off.
+// they always are: none can be switched off. On PostgreSQL (pg) the path
+// is the run's URL.
 type leasehold struct {
 	label   string
 	options func(*queue.Options) // the variant's options (grouping)
+	pg      bool
 }
 
-func (l leasehold) name() string { return l.label }
+func (l leasehold) name() string   { return l.label }
+func (l leasehold) postgres() bool { return l.pg }
 
 func (l leasehold) open(ctx context.Context, path, sync string, migrate queue.MigrateMode) (*queue.Queue, error) {
 	o := queue.Options{Path: path, Clock: clockwork.NewRealClock(), IDs: model.NewSeededIDs(uint64(time.Now().UnixNano())),
 		Synchronous: sync, Migrate: migrate}
+	if l.pg {
+		o.Synchronous, o.MaxConns = "", pgConns
+	}
 	if l.options != nil {
 		l.options(&o)
 	}

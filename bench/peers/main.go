@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/queue"
 )
 
 // system is one queue under test.
@@ -30,6 +32,9 @@ type system interface {
 	// latency sends k jobs one by one through an idle queue, each submitted
 	// only after the last completed, and returns submit-to-completed times.
 	latency(ctx context.Context, path, sync string, k int) ([]time.Duration, error)
+	// postgres says the system runs on PostgreSQL: its path is then a URL
+	// naming the run's schema, and it runs only the PostgreSQL cells.
+	postgres() bool
 }
 
 // cell is one workload under one synchronous setting.
@@ -45,12 +50,19 @@ func (c cell) String() string {
 	switch c.kind {
 	case "work":
 		s := fmt.Sprintf("work %s %d workers", c.sync, c.workers)
+		if c.sync == pgSync {
+			s = fmt.Sprintf("work %s %d workers", "PostgreSQL", c.workers)
+		}
 		if c.steps > 0 {
 			s += fmt.Sprintf(", %d steps", c.steps)
 		}
 		return s
 	case "intake":
-		return fmt.Sprintf("intake %s %s", c.sync, map[bool]string{true: "bulk", false: "one at a time"}[c.bulk])
+		sync := c.sync
+		if sync == pgSync {
+			sync = "PostgreSQL"
+		}
+		return fmt.Sprintf("intake %s %s", sync, map[bool]string{true: "bulk", false: "one at a time"}[c.bulk])
 	}
 	return fmt.Sprintf("latency %s idle", c.sync)
 }
@@ -60,6 +72,8 @@ type config struct {
 	goqiteConsumers                    []int
 	only, system                       string
 	dir, cpuprofile                    string
+	// postgres is the server of the PostgreSQL cells ("" or "off": none).
+	postgres string
 }
 
 func main() {
@@ -74,6 +88,8 @@ func main() {
 	flag.StringVar(&cfg.system, "system", "", "run only systems whose name matches this regular expression")
 	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the databases (default: a new temporary one)")
+	flag.StringVar(&cfg.postgres, "postgres", envOr("LEASEHOLD_BENCH_POSTGRES", defaultPostgres),
+		"PostgreSQL server for the PostgreSQL cells, a database each run makes a schema in (off: none)")
 	flag.Parse()
 	for _, c := range strings.Split(consumers, ",") {
 		var n int
@@ -120,6 +136,16 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	printVersions(out)
+	if cfg.postgres != "" && cfg.postgres != "off" {
+		if err := probePostgres(ctx, cfg.postgres); err != nil {
+			fmt.Fprintf(out, "PostgreSQL: skipped: no server answers at %s (%s)\n", queue.RedactURL(cfg.postgres), queue.RedactURL(err.Error()))
+			cfg.postgres = ""
+		} else {
+			fmt.Fprintf(out, "PostgreSQL at %s: a schema per run, pools of %d connections\n", queue.RedactURL(cfg.postgres), pgConns)
+		}
+	} else {
+		cfg.postgres = ""
+	}
 	fmt.Fprintf(out, "jobs %d per work run and bulk intake, %d per one-at-a-time intake, %d per latency run; %d rounds\n\n",
 		cfg.jobs, cfg.oneJobs, cfg.latencyJobs, cfg.rounds)
 
@@ -162,6 +188,12 @@ func plan(cfg config) []cell {
 			cell{kind: "intake", sync: sync, bulk: false},
 			cell{kind: "latency", sync: sync})
 	}
+	if cfg.postgres != "" {
+		cells = append(cells,
+			cell{kind: "work", sync: pgSync, workers: 10},
+			cell{kind: "intake", sync: pgSync, bulk: true},
+			cell{kind: "intake", sync: pgSync, bulk: false})
+	}
 	if cfg.only == "" {
 		return cells
 	}
@@ -182,9 +214,20 @@ type bench struct {
 
 // one runs cell c on system s once and records it.
 func (b *bench) one(ctx context.Context, c cell, s system) error {
+	if s.postgres() != (c.sync == pgSync) {
+		return nil
+	}
 	b.runs++
 	path := filepath.Join(b.cfg.dir, fmt.Sprintf("run%d.db", b.runs))
 	defer removeDB(path)
+	if s.postgres() {
+		u, drop, err := pgSchema(ctx, b.cfg.postgres, b.runs)
+		if err != nil {
+			return err
+		}
+		defer drop()
+		path = u
+	}
 	key := c.String()
 	if g, ok := s.(goq); ok && g.consumers != b.cfg.goqiteConsumers[0] {
 		// Consumer counts matter only to work, and there never more
@@ -195,12 +238,19 @@ func (b *bench) one(ctx context.Context, c cell, s system) error {
 	}
 	switch c.kind {
 	case "work":
-		tmpl, err := b.template(ctx, s, c.steps)
-		if err != nil {
-			return err
-		}
-		if err := copyFile(tmpl, path); err != nil {
-			return err
+		if s.postgres() {
+			// No file to copy: each run seeds its own schema, untimed.
+			if err := s.seed(ctx, path, b.cfg.jobs, c.steps); err != nil {
+				return fmt.Errorf("seed: %w", err)
+			}
+		} else {
+			tmpl, err := b.template(ctx, s, c.steps)
+			if err != nil {
+				return err
+			}
+			if err := copyFile(tmpl, path); err != nil {
+				return err
+			}
 		}
 		runtime.GC()
 		smp, err := s.work(ctx, path, c.sync, c.workers, b.cfg.jobs, c.steps)
@@ -286,6 +336,7 @@ func printVersions(out io.Writer) {
 		return
 	}
 	want := []string{"github.com/riverqueue/river", "github.com/riverqueue/river/riverdriver/riversqlite",
+		"github.com/riverqueue/river/riverdriver/riverpgxv5", "github.com/jackc/pgx/v5",
 		"maragu.dev/goqite", "modernc.org/sqlite", "github.com/leasehold/leasehold"}
 	for _, dep := range info.Deps {
 		if slices.Contains(want, dep.Path) {
@@ -297,6 +348,13 @@ func printVersions(out io.Writer) {
 		}
 	}
 	fmt.Fprintf(out, "SQLite %s; every database a file in WAL, busy_timeout 5000, temp_store MEMORY, BEGIN IMMEDIATE\n", sqliteVersion())
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func copyFile(src, dst string) error {

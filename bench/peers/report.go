@@ -16,6 +16,8 @@ const (
 	leaseholdUngroupedName = "leasehold-ungrouped"
 	riverName              = "river"
 	goqitePrefix           = "goqite"
+	leaseholdPGName        = "leasehold-pg"
+	riverPGName            = "river-pgx"
 )
 
 // summary is the median figures of one system in one cell.
@@ -79,6 +81,12 @@ func (b *bench) report(cells []cell, systems []system) {
 		peer := lh
 		if !peer.ok {
 			peer = lhu
+		}
+		if c.sync == pgSync {
+			lhp, rvp := b.summarize(key, leaseholdPGName), b.summarize(key, riverPGName)
+			fmt.Fprintf(out, "%-34s %s  %s\n", key, rateCol(lhp), rateCol(rvp))
+			fmt.Fprintf(out, "%-34s leasehold-pg/river-pgx %s\n", "", ratio(lhp.rate, rvp.rate))
+			continue
 		}
 		if c.kind == "latency" {
 			fmt.Fprintf(out, "%-34s %s  %s  %s  %s  grouped/ungrouped %s\n", key,

@@ -23,7 +23,11 @@ const riverConns = 1
 // workers in one queue, fetching with a 1 ms cooldown and a 10 ms poll.
 type riverQ struct{}
 
-func (riverQ) name() string { return riverName }
+func (riverQ) name() string   { return riverName }
+func (riverQ) postgres() bool { return false }
+
+// discardLogger is the peers' logger: the bench prints its own figures.
+var discardLogger = slog.New(slog.DiscardHandler)
 
 // sqliteDSN is the DSN every peer opens its database with: leasehold's
 // own PRAGMAs (busy_timeout first, WAL, the synchronous setting, foreign
@@ -90,7 +94,7 @@ func (w *jobWorker) Work(ctx context.Context, job *river.Job[jobArgs]) error {
 func (riverQ) client(db *sql.DB, workers int) (*river.Client[*sql.Tx], error) {
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &jobWorker{db: db})
-	cfg := &river.Config{Workers: ws, Logger: slog.New(slog.DiscardHandler), PollOnly: true,
+	cfg := &river.Config{Workers: ws, Logger: discardLogger, PollOnly: true,
 		FetchCooldown: time.Millisecond, FetchPollInterval: 10 * time.Millisecond}
 	if workers > 0 {
 		cfg.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}}
