@@ -98,7 +98,7 @@ lh restore "$OUT/prod-before.db" --to "$OUT/upgrade.db" --actor release >"$OUT/r
 MIGRATED=$?
 lh list --db "$OUT/upgrade.db" --json --limit 1000 >"$OUT/upgraded-tasks.json" 2>/dev/null
 COUNTS_BEFORE=$(json "$OUT/prod-before.json" "sorted(d['states'].items())")
-COUNTS_AFTER=$(json "$OUT/upgraded-tasks.json" "sorted(__import__('collections').Counter(t['state'] for t in d).items())")
+COUNTS_AFTER=$(json "$OUT/upgraded-tasks.json" "sorted(__import__('collections').Counter(t['state'] for t in d['tasks']).items())")
 if [ $MIGRATED -eq 0 ] && [ "$COUNTS_BEFORE" = "$COUNTS_AFTER" ] && [ -f "$(json "$OUT/migrate.json" "d['snapshot']")" ]; then
 	gate "copy migrated" pass "schema version $(json "$OUT/migrate.json" "d['migrated_to']"); verified snapshot taken first; tasks by state unchanged $COUNTS_AFTER"
 else
@@ -107,9 +107,9 @@ fi
 
 echo "== run workers on the upgraded copy until it settles"
 DB="$OUT/upgrade.db"
-WAITING=$(json "$OUT/upgraded-tasks.json" "[t['id'] for t in d if t['state']=='waiting_for_approval'][0]")
-VERSION=$(json "$OUT/upgraded-tasks.json" "[t['approval_version'] for t in d if t['state']=='waiting_for_approval'][0]")
-REVIEW=$(json "$OUT/upgraded-tasks.json" "[t['id'] for t in d if t['state']=='needs_review'][0]")
+WAITING=$(json "$OUT/upgraded-tasks.json" "[t['id'] for t in d['tasks'] if t['state']=='waiting_for_approval'][0]")
+VERSION=$(json "$OUT/upgraded-tasks.json" "[t['approval_version'] for t in d['tasks'] if t['state']=='waiting_for_approval'][0]")
+REVIEW=$(json "$OUT/upgraded-tasks.json" "[t['id'] for t in d['tasks'] if t['state']=='needs_review'][0]")
 lh approve "$WAITING" --version "$VERSION" --db "$DB" --actor release-approver >>"$OUT/operate.log" 2>&1 &&
 	lh inspect --db "$DB" --json >"$OUT/inspect.json" &&
 	OP=$(json "$OUT/inspect.json" "[i['effects_without_receipt'][0] for i in d if i['task']['id']=='$REVIEW'][0]") &&
@@ -125,15 +125,15 @@ done
 SETTLED=1
 for _ in $(seq 1 120); do
 	lh list --db "$DB" --json --limit 1000 >"$OUT/tasks.json" 2>/dev/null
-	ACTIVE=$(json "$OUT/tasks.json" "sum(t['state'] in ('queued','running','waiting_for_approval') for t in d)")
+	ACTIVE=$(json "$OUT/tasks.json" "sum(t['state'] in ('queued','running','waiting_for_approval') for t in d['tasks'])")
 	if [ "$ACTIVE" = 0 ]; then SETTLED=0; break; fi
 	sleep 0.5 # polling a real system on the wall clock
 done
 STOPPED=0
 for pid in "${WORKERS[@]}"; do kill -TERM "$pid"; wait "$pid" || STOPPED=1; done
 WORKERS=()
-FINAL=$(json "$OUT/tasks.json" "sorted(__import__('collections').Counter(t['state'] for t in d).items())")
-RESUMED=$(json "$OUT/tasks.json" "[t['state'] for t in d if t['id'] in ('$WAITING','$REVIEW')]")
+FINAL=$(json "$OUT/tasks.json" "sorted(__import__('collections').Counter(t['state'] for t in d['tasks']).items())")
+RESUMED=$(json "$OUT/tasks.json" "[t['state'] for t in d['tasks'] if t['id'] in ('$WAITING','$REVIEW')]")
 if [ $OPERATED -eq 0 ] && [ $SETTLED -eq 0 ] && [ $STOPPED -eq 0 ] && [ "$RESUMED" = "['completed', 'completed']" ]; then
 	gate "workers settled the upgraded copy" pass "final $FINAL; the paused and the reviewed task completed; workers stopped gracefully on SIGTERM"
 else
