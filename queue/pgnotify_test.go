@@ -87,13 +87,15 @@ func awaitWake(t *testing.T, ch <-chan struct{}, why string) {
 
 // rawListener listens on ReadyChannel on a plain connection of the test's
 // own and returns the payloads of the notifications in delivery (commit)
-// order, one per call.
+// order, one per call, leaving out those of other schemas (tests of other
+// packages share the database).
 type rawListener struct {
-	t    *testing.T
-	conn *pgx.Conn
+	t      *testing.T
+	conn   *pgx.Conn
+	schema string
 }
 
-func listenRaw(t *testing.T, url string) *rawListener {
+func listenRaw(t *testing.T, url, schema string) *rawListener {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
@@ -101,17 +103,24 @@ func listenRaw(t *testing.T, url string) *rawListener {
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	_, err = conn.Exec(ctx, "LISTEN "+ReadyChannel)
 	require.NoError(t, err)
-	return &rawListener{t: t, conn: conn}
+	return &rawListener{t: t, conn: conn, schema: schema}
 }
 
 func (l *rawListener) next() string {
 	l.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wakeGuard)
 	defer cancel()
-	n, err := l.conn.WaitForNotification(ctx)
-	require.NoError(l.t, err, "no notification within %s", wakeGuard)
-	return n.Payload
+	for {
+		n, err := l.conn.WaitForNotification(ctx)
+		require.NoError(l.t, err, "no notification within %s", wakeGuard)
+		if n.Payload == l.schema || n.Payload == markerOf(l.schema) {
+			return n.Payload
+		}
+	}
 }
+
+// markerOf is the payload of a test's marker notification (see marker).
+func markerOf(schema string) string { return "marker " + schema }
 
 // schemaOf returns the schema the fixture's queue works in.
 func (f *pgFixture) schemaOf() string {
@@ -121,12 +130,12 @@ func (f *pgFixture) schemaOf() string {
 	return schema
 }
 
-// marker sends a notification with the payload "marker" on ReadyChannel:
+// marker sends a notification with the payload markerOf(schema) on ReadyChannel:
 // notifications arrive in commit order, so everything a listener receives
 // before it was sent by a transaction that committed before the marker.
 func (f *pgFixture) marker() {
 	f.t.Helper()
-	_, err := f.db.ExecContext(f.ctx, "SELECT pg_notify($1, 'marker')", ReadyChannel)
+	_, err := f.db.ExecContext(f.ctx, "SELECT pg_notify($1, $2)", ReadyChannel, markerOf(f.schemaOf()))
 	require.NoError(f.t, err)
 }
 
@@ -137,7 +146,8 @@ func (f *pgFixture) marker() {
 func TestPostgresNotifiesOncePerClaimableCommit(t *testing.T) {
 	f := freshPostgres(t)
 	schema := f.schemaOf()
-	raw := listenRaw(t, f.url)
+	raw := listenRaw(t, f.url, schema)
+	marker := markerOf(schema)
 	later := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // past the fixture clock's now
 
 	// Due later: no notification before the marker.
@@ -147,7 +157,7 @@ func TestPostgresNotifiesOncePerClaimableCommit(t *testing.T) {
 	_, err = f.q.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: "later", Payload: `{"changed":1}`, CostBudget: 10, StepsMax: 5, RunAt: later})
 	require.ErrorIs(t, err, model.ErrIdempotencyConflict)
 	f.marker()
-	require.Equal(t, "marker", raw.next(), "a write that made nothing claimable now notified")
+	require.Equal(t, marker, raw.next(), "a write that made nothing claimable now notified")
 
 	// Ten tasks in one transaction: one notification.
 	var reqs []model.SubmitRequest
@@ -158,14 +168,14 @@ func TestPostgresNotifiesOncePerClaimableCommit(t *testing.T) {
 	require.NoError(t, err)
 	f.marker()
 	require.Equal(t, schema, raw.next(), "the batch's notification names the queue's schema")
-	require.Equal(t, "marker", raw.next(), "a batch of ten sent more than one notification")
+	require.Equal(t, marker, raw.next(), "a batch of ten sent more than one notification")
 
 	// A claim makes nothing claimable; a release does.
 	claimed, err := f.q.Claim(f.ctx, model.ClaimRequest{Worker: "w1", Max: 1, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	f.marker()
-	require.Equal(t, "marker", raw.next(), "a claim notified")
+	require.Equal(t, marker, raw.next(), "a claim notified")
 	to, err := f.q.Release(f.ctx, claimed[0].Claim)
 	require.NoError(t, err)
 	require.Equal(t, model.Queued, to)
