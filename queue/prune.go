@@ -20,6 +20,10 @@ import (
 //
 //   - every task that is not terminal, and every terminal task with an
 //     effect whose intent has no receipt (it is counted as kept);
+//   - the newest task, whatever its state and age, and the sequence
+//     numbers: each pass's pruned event is numbered above every event it
+//     removed, so no seq of a task or an event is ever given twice (SQLite
+//     numbers a new row one above the highest remaining one);
 //   - the counters: a pruned task leaves its state's tally and is counted
 //     in pruned:STATE (Metrics.Pruned), so the depths and the tasks pruned
 //     still account for every task submitted, and CheckCounters holds;
@@ -309,15 +313,21 @@ func (q *Queue) prunePass(ctx context.Context, p prunePass) (passOutcome, error)
 }
 
 // prune is one pass: it opens the schema's gate at the cutoff, reads the
-// tasks after the cursor until it has a batch, takes them (again checked;
-// on PostgreSQL locked, skipping those another prune holds), writes their
-// tombstones, removes their effects, events and rows, expires tombstones,
-// closes the gate and records what it did.
+// tasks after the cursor until it has a batch, takes them (again checked,
+// the newest task never; on PostgreSQL locked, skipping those another
+// prune holds), writes their tombstones, removes their effects, events and
+// rows, expires tombstones, closes the gate and records what it did in an
+// event numbered above every event there was before the pass, so that no
+// sequence number is ever given twice (see prune.sql).
 func (t *txn) prune(p prunePass) (passOutcome, error) {
 	out := passOutcome{res: newPruneResult(p.cutoff, false)}
 	cutoff := sql.Named("cutoff", model.Millis(p.cutoff))
 	if _, err := t.exec("prune_gate_open", cutoff); err != nil {
 		return out, err
+	}
+	var top int64
+	if err := t.queryRow("prune_events_top").Scan(&top); err != nil {
+		return out, fmt.Errorf("queue: prune: %w", err)
 	}
 	ids, err := t.pruneScan(p, &out)
 	if err != nil {
@@ -343,7 +353,13 @@ func (t *txn) prune(p prunePass) (passOutcome, error) {
 	if err := t.compactTallies(); err != nil {
 		return out, err
 	}
-	return out, t.emit(model.Event{Kind: model.EventPruned, Actor: p.actor, Detail: out.res.Detail(p.olderThan)})
+	_, err = t.exec("prune_event_insert", sql.Named("top", top),
+		sql.Named("task_id", ""), sql.Named("kind", string(model.EventPruned)),
+		sql.Named("attempt", 0), sql.Named("fence", 0), sql.Named("op_id", ""),
+		sql.Named("from_state", ""), sql.Named("to_state", ""), sql.Named("reason", ""),
+		sql.Named("actor", p.actor), sql.Named("at", model.Millis(t.now)),
+		sql.Named("detail", out.res.Detail(p.olderThan)), sql.Named("scope", model.ScopeOf(t.ctx)))
+	return out, err
 }
 
 // pruneScan reads tasks in submission order after the pass's cursor and

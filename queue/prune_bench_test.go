@@ -40,6 +40,9 @@ func BenchmarkPrune(b *testing.B) {
 			for i := range b.N {
 				b.StopTimer()
 				fillCompleted(b, q, fmt.Sprintf("i%d-", i), pruneBenchTasks)
+				_, err := q.Submit(ctx, model.SubmitRequest{User: "ana", Key: fmt.Sprintf("i%d-newest", i), Payload: `{"steps":[]}`,
+					CostBudget: 10, StepsMax: 5, RunAt: clock.Now().Add(10000 * time.Hour)}) // the newest task, which stays
+				require.NoError(b, err)
 				clock.Advance(48 * time.Hour)
 				b.StartTimer()
 				start := time.Now()

@@ -15,7 +15,8 @@ import (
 // A runner's housekeeping prunes by the policy stored in the queue: a task
 // it completed stays while it is younger than the policy's age and is gone
 // (its key kept as a tombstone) a housekeeping pass after it is older;
-// with the policy off nothing is pruned.
+// with the policy off nothing is pruned. (A task due in a year is always
+// the newest, which no prune removes.)
 func TestRunnerHousekeepingPrunes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t)
@@ -23,6 +24,7 @@ func TestRunnerHousekeepingPrunes(t *testing.T) {
 		const age = 2 * time.Second
 		require.NoError(t, b.q.SetRetention(b.ctx, queue.RetentionPolicy{OlderThan: age, KeepKeys: time.Hour}, "ops"))
 		id := b.submit(`{"steps":[{"cost":1}]}`, 10, 5)
+		b.submitRequest(newest(b)) // no prune removes the newest task
 		lr := l.start("w1", newLiveService(worker.Dedup, nil))
 		var settled time.Time
 		l.drive(100, nil, func() bool {
@@ -56,6 +58,7 @@ func TestRunnerHousekeepingPrunes(t *testing.T) {
 		// Policy off: a task completed now is never pruned, however old.
 		require.NoError(t, b.q.SetRetention(b.ctx, queue.RetentionPolicy{KeepKeys: time.Hour}, "ops"))
 		kept := b.submit(`{"steps":[{"cost":1}]}`, 10, 5)
+		b.submitRequest(newest(b))
 		l.drive(100, nil, func() bool { return b.task(kept).State == model.Completed })
 		for range 50 {
 			l.b.clock.Advance(tick)
@@ -64,4 +67,10 @@ func TestRunnerHousekeepingPrunes(t *testing.T) {
 		require.Equal(t, model.Completed, b.task(kept).State)
 		lr.stop(t)
 	})
+}
+
+// newest is a request no runner claims during the test (due in a year).
+func newest(b *bundle) model.SubmitRequest {
+	return model.SubmitRequest{User: "ana", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 10, StepsMax: 5,
+		RunAt: b.clock.Now().Add(365 * 24 * time.Hour)}
 }

@@ -53,6 +53,15 @@ func (s *suite) failedPermanently() string {
 	return id
 }
 
+// newer submits a task that is not claimable for a hundred days: the
+// newest task, which no prune removes (so that its seq is never given
+// again), and which stays out of the claims the cases make.
+func (s *suite) newer() string {
+	s.t.Helper()
+	later := s.now().Add(100 * day)
+	return s.submit(func(r *model.SubmitRequest) { r.RunAt = later })
+}
+
 // cancelled submits a task and cancels it while it is queued.
 func (s *suite) cancelled() string {
 	s.t.Helper()
@@ -187,6 +196,7 @@ func testPruneKeepsUnreceiptedEffects(s *suite) {
 	require.NoError(s.t, err)
 	require.NoError(s.t, s.store.RecordReceipt(s.ctx, c, intent.OpID, "ok"))
 	require.NoError(s.t, s.store.Complete(s.ctx, c))
+	s.newer()
 	s.advance(day)
 	openBefore, effectsBefore := s.task(open), s.effects(open)
 
@@ -217,6 +227,7 @@ func testPruneTombstones(s *suite) {
 	require.NoError(s.t, err)
 	c := s.claim("w1")
 	require.NoError(s.t, s.store.Complete(s.ctx, c.Claim))
+	s.newer()
 	s.advance(day)
 	res := s.prune(queue.PruneRequest{OlderThan: day, KeepKeys: 7 * day})
 	require.Equal(s.t, int64(1), res.Tombstones)
@@ -235,7 +246,7 @@ func testPruneTombstones(s *suite) {
 	_, err = s.store.Submit(s.ctx, changed)
 	require.ErrorIs(s.t, err, model.ErrIdempotencyConflict)
 	require.Contains(s.t, err.Error(), orig.TaskID)
-	require.Zero(s.t, s.count(model.ListFilter{}), "nothing was written")
+	require.Equal(s.t, 1, s.count(model.ListFilter{}), "nothing was written")
 
 	s.advance(7*day - time.Millisecond)
 	res = s.prune(queue.PruneRequest{OlderThan: day})
@@ -262,6 +273,7 @@ func testPruneBatches(s *suite) {
 	for range 5 {
 		ids = append(ids, s.completed())
 	}
+	s.newer()
 	s.advance(day)
 	res := s.prune(queue.PruneRequest{OlderThan: day, Batch: 2})
 	require.Equal(s.t, int64(5), res.TaskCount())
@@ -361,6 +373,7 @@ func testPruneDue(s *suite) {
 	require.NoError(s.t, err)
 	require.Equal(s.t, queue.RetentionPolicy{KeepKeys: queue.DefaultKeepKeys}, policy)
 	id := s.completed()
+	s.newer()
 	s.advance(2 * day)
 	res, err := p.PruneDue(s.ctx)
 	require.NoError(s.t, err)
@@ -386,4 +399,61 @@ func testPruneDue(s *suite) {
 	require.Equal(s.t, queue.HousekeepingActor, e.Actor)
 	require.Equal(s.t, fmt.Sprintf("older_than=1d tasks=1 completed=1 failed=0 cancelled=0 events=%d effects=0 tombstones=1 expired_tombstones=0 kept=0", res.Events), e.Detail)
 	s.metrics()
+}
+
+// testPruneNeverReusesSequence: a prune that removes the newest events
+// (those of an older task that settled last) and the newest task it may
+// leaves no sequence number to be given again: the events after it number
+// above every event a follower may have seen, and a new task's seq is
+// above every task's a lister may have seen (the newest task is never
+// pruned: removing it would hand its seq out again on SQLite).
+func testPruneNeverReusesSequence(s *suite) {
+	s.pruner()
+	first := s.submit()
+	newest := s.newer()
+	c := s.claim("w1")
+	require.Equal(s.t, first, c.Claim.TaskID)
+	require.NoError(s.t, s.store.Complete(s.ctx, c.Claim))
+	s.advance(day)
+	events := s.events("")
+	top := events[len(events)-1].Seq
+	require.Equal(s.t, first, events[len(events)-1].TaskID, "the newest events are the pruned task's")
+	topTask := s.task(newest).Seq
+
+	res := s.prune(queue.PruneRequest{OlderThan: day})
+	require.Equal(s.t, int64(1), res.TaskCount())
+	s.requireGone(first)
+	e := s.lastEvent("")
+	require.Equal(s.t, model.EventPruned, e.Kind)
+	require.Greater(s.t, e.Seq, top, "the prune's event numbers above every event there was")
+
+	// The newest task, settled and old, stays while it is the newest.
+	_, err := s.store.Cancel(s.ctx, newest, "ana")
+	require.NoError(s.t, err)
+	s.advance(2 * day)
+	res = s.prune(queue.PruneRequest{OlderThan: day})
+	require.Zero(s.t, res.TaskCount())
+	require.Equal(s.t, model.Cancelled, s.task(newest).State)
+
+	id := s.submit()
+	require.Greater(s.t, s.task(id).Seq, topTask, "no task seq is given twice")
+	after := s.events(id)
+	require.Len(s.t, after, 1)
+	require.Greater(s.t, after[0].Seq, e.Seq)
+
+	// Once it is no longer the newest, it goes too; still nothing reused.
+	s.completedFor(id)
+	s.advance(2 * day)
+	res = s.prune(queue.PruneRequest{OlderThan: day})
+	require.Equal(s.t, int64(1), res.TaskCount())
+	s.requireGone(newest)
+	require.Greater(s.t, s.lastEvent("").Seq, after[0].Seq)
+}
+
+// completedFor claims the queued task id and completes it.
+func (s *suite) completedFor(id string) {
+	s.t.Helper()
+	c := s.claim("w1")
+	require.Equal(s.t, id, c.Claim.TaskID)
+	require.NoError(s.t, s.store.Complete(s.ctx, c.Claim))
 }

@@ -110,4 +110,5 @@ var cases = []struct {
 	{"PruneValidation", testPruneValidation},
 	{"PruneFollower", testPruneFollower},
 	{"PruneDue", testPruneDue},
+	{"PruneNeverReusesSequence", testPruneNeverReusesSequence},
 }

@@ -4,6 +4,10 @@
 -- deleted only while the transaction's leasehold.prune_cutoff is set, only
 -- for a terminal task settled at or before it, an effect only with its
 -- receipt. :ids is a JSON array of task IDs, the pass's batch.
+--
+-- The newest task (the highest seq) is never pruned here either, so the
+-- two stores prune alike; PostgreSQL's sequences never give a number
+-- twice, so its prune_event_insert is event_insert's (see SQLite's).
 
 -- name: prune_gate_open
 SELECT set_config('leasehold.prune_cutoff', (:cutoff::BIGINT)::TEXT, true);
@@ -32,8 +36,22 @@ SELECT t.id, t.state FROM tasks t
 WHERE t.id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
   AND t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
   AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+  AND t.seq < (SELECT MAX(seq) FROM tasks)
 ORDER BY t.seq
 FOR UPDATE OF t SKIP LOCKED;
+
+-- name: prune_events_top
+-- The highest event number before the pass removes any: the pass's own
+-- event is numbered above it (prune_event_insert).
+SELECT COALESCE(MAX(seq), 0) FROM events;
+
+-- name: prune_event_insert
+-- The pass's pruned event: events_seq never gives a number twice, so it is
+-- event_insert's (:top, which SQLite's needs, is not used).
+WITH writing AS (SELECT pg_advisory_xact_lock_shared(7424602, hashtext(current_schema())) AS locked)
+INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+SELECT :task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail, :scope
+FROM writing;
 
 -- name: prune_tombstones
 INSERT INTO idem_tombstones (user_id, idem_key, request_hash, task_id, state, settled_at, pruned_at, expires_at)
@@ -63,6 +81,7 @@ WHERE (user_id, idem_key) IN (SELECT user_id, idem_key FROM idem_tombstones
 SELECT t.state, COUNT(*) FROM tasks t
 WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
   AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+  AND t.seq < (SELECT MAX(seq) FROM tasks)
 GROUP BY t.state ORDER BY t.state COLLATE "C";
 
 -- name: prune_kept
@@ -81,11 +100,13 @@ SELECT
     (SELECT COUNT(*) FROM events WHERE task_id IN (
         SELECT t.id FROM tasks t
         WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
-          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0))),
+          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+          AND t.seq < (SELECT MAX(seq) FROM tasks))),
     (SELECT COUNT(*) FROM effects WHERE task_id IN (
         SELECT t.id FROM tasks t
         WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
-          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0))),
+          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+          AND t.seq < (SELECT MAX(seq) FROM tasks))),
     (SELECT COUNT(*) FROM tasks t
         WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
           AND EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)),

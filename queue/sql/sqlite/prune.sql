@@ -4,6 +4,12 @@
 -- prune_gate holds the pass's cutoff, only for a terminal task settled at
 -- or before it, an effect only with its receipt. :ids is a JSON array of
 -- task IDs, the pass's batch.
+--
+-- Sequence numbers are never given twice. The newest task (the highest
+-- seq) is never pruned, and the pass's own event is numbered above every
+-- event there was (prune_event_insert): SQLite numbers a new row one above
+-- the highest remaining one, so removing the newest rows would hand their
+-- numbers out again, behind a follower's or a lister's cursor.
 
 -- name: prune_gate_open
 INSERT INTO prune_gate (cutoff) VALUES (:cutoff);
@@ -29,7 +35,23 @@ SELECT t.id, t.state FROM tasks t
 WHERE t.id IN (SELECT value FROM json_each(:ids))
   AND t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
   AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+  AND t.seq < (SELECT MAX(seq) FROM tasks)
 ORDER BY t.seq;
+
+-- name: prune_events_top
+-- The highest event number before the pass removes any: the pass's own
+-- event is numbered above it (prune_event_insert).
+SELECT COALESCE(MAX(seq), 0) FROM events;
+
+-- name: prune_event_insert
+-- The pass's pruned event, numbered above every event there was before the
+-- pass (:top) and every one there is: SQLite would otherwise number it
+-- after the highest remaining row, which may be below events the pass
+-- removed, and a follower past those would never see it or what follows.
+-- It concerns no task, so no prune removes it, and it stays the floor.
+INSERT INTO events (seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+VALUES (MAX(:top, (SELECT COALESCE(MAX(seq), 0) FROM events)) + 1,
+        :task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail, :scope);
 
 -- name: prune_tombstones
 INSERT INTO idem_tombstones (user_id, idem_key, request_hash, task_id, state, settled_at, pruned_at, expires_at)
@@ -57,6 +79,7 @@ WHERE (user_id, idem_key) IN (SELECT user_id, idem_key FROM idem_tombstones
 SELECT t.state, COUNT(*) FROM tasks t
 WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
   AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+  AND t.seq < (SELECT MAX(seq) FROM tasks)
 GROUP BY t.state ORDER BY t.state;
 
 -- name: prune_kept
@@ -75,11 +98,13 @@ SELECT
     (SELECT COUNT(*) FROM events WHERE task_id IN (
         SELECT t.id FROM tasks t
         WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
-          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0))),
+          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+          AND t.seq < (SELECT MAX(seq) FROM tasks))),
     (SELECT COUNT(*) FROM effects WHERE task_id IN (
         SELECT t.id FROM tasks t
         WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
-          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0))),
+          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
+          AND t.seq < (SELECT MAX(seq) FROM tasks))),
     (SELECT COUNT(*) FROM tasks t
         WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
           AND EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)),
