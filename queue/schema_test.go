@@ -26,6 +26,7 @@ var pinnedMigrations = map[string]string{
 	"0004_attempts_failed.sql": "6dbfc66dd89e805d0ae80443379a06c93f4cbbfcfc6452f636ffe1515b580355",
 	"0005_user_id.sql":         "815be5d4b32e4ad84e34de6f21a66a08ccd50a46de4dd571cd10d76e8308c4de",
 	"0006_prune.sql":           "b54ad687312b8568feced52eee816c071bd3ea68a8c7de26b7ec4ac6054e074b",
+	"0007_crossing.sql":        "32d0c4d032ffc27453fd92929101a545d8de3acb7fb46e5b871a1c791c5c0ef2",
 }
 
 func TestMigrationsArePinned(t *testing.T) {

@@ -81,7 +81,7 @@ func main() {
 	var consumers string
 	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds; figures are medians")
 	flag.IntVar(&cfg.jobs, "jobs", 1500, "jobs per work run and per bulk intake")
-	flag.IntVar(&cfg.oneJobs, "one-jobs", 1000, "jobs per one-at-a-time intake run")
+	flag.IntVar(&cfg.oneJobs, "one-jobs", 500, "jobs per one-at-a-time intake run")
 	flag.IntVar(&cfg.latencyJobs, "latency-jobs", 20, "jobs per idle-latency run")
 	flag.StringVar(&consumers, "goqite-consumers", "1,2,4", "goqite consumer counts tried; its best is reported")
 	flag.StringVar(&cfg.only, "only", "", "run only cells whose name matches this regular expression")
