@@ -607,8 +607,9 @@ type pruneCursor struct {
 // PruneDue is the housekeeping step of retention: with a stored policy
 // (Retention) it runs one prune pass, of at most PruneBatchMax tasks, from
 // where this queue's previous PruneDue left off, back to the start once a
-// pass reaches the end; with none it costs one read (and, on a store whose
-// counters are rows of changes, folds them once there are many).
+// pass reaches the end; a pass with nothing to remove is a read and writes
+// nothing. With no policy it costs one read. Either way, on a store whose
+// counters are rows of changes, it folds them once there are many.
 func (q *Queue) PruneDue(ctx context.Context) (PruneResult, error) {
 	policy, err := q.Retention(ctx)
 	if err != nil {
@@ -620,9 +621,17 @@ func (q *Queue) PruneDue(ctx context.Context) (PruneResult, error) {
 	q.prunes.mu.Lock()
 	defer q.prunes.mu.Unlock()
 	cutoff := model.Truncate(q.now().Add(-policy.OlderThan))
-	out, err := q.prunePass(ctx, prunePass{cutoff: cutoff, olderThan: policy.OlderThan, keepKeys: policy.KeepKeys,
-		batch: PruneBatchMax, after: q.prunes.after, actor: HousekeepingActor})
+	pass := prunePass{cutoff: cutoff, olderThan: policy.OlderThan, keepKeys: policy.KeepKeys,
+		batch: PruneBatchMax, after: q.prunes.after, actor: HousekeepingActor}
+	out, idle, err := q.pruneLook(ctx, pass)
 	if err != nil {
+		return PruneResult{}, err
+	}
+	if idle {
+		if err := q.compactDue(ctx); err != nil {
+			return PruneResult{}, err
+		}
+	} else if out, err = q.prunePass(ctx, pass); err != nil {
 		return PruneResult{}, err
 	}
 	q.prunes.after = out.next
@@ -630,6 +639,34 @@ func (q *Queue) PruneDue(ctx context.Context) (PruneResult, error) {
 		q.prunes.after = 0
 	}
 	return out.res, nil
+}
+
+// pruneLook reads, without a write transaction, what the pass p would
+// find: idle when it would remove no task and expire no tombstone, so that
+// housekeeping with nothing to prune writes nothing (a SQLite write
+// transaction would take the write lock and sync the log). The outcome
+// carries the scan's cursor, for an idle pass to move on.
+func (q *Queue) pruneLook(ctx context.Context, p prunePass) (passOutcome, bool, error) {
+	out := passOutcome{res: newPruneResult(p.cutoff, false)}
+	if err := q.checkOpen("prune"); err != nil {
+		return out, false, err
+	}
+	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return out, false, fmt.Errorf("queue: prune: begin: %w", err)
+	}
+	t := &txn{q: q, ctx: ctx, tx: tx, now: q.now()}
+	defer q.prepareLater(ctx, t)
+	defer tx.Rollback()
+	ids, err := t.pruneScan(p, &out)
+	if err != nil {
+		return out, false, err
+	}
+	var expired bool
+	if err := t.queryRow("prune_expired_any", sql.Named("now", model.Millis(t.now))).Scan(&expired); err != nil {
+		return out, false, fmt.Errorf("queue: prune: %w", err)
+	}
+	return out, len(ids) == 0 && !expired, nil
 }
 
 // compactDue folds a store's rows of counter changes when there are many

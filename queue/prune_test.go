@@ -344,3 +344,40 @@ func TestPruneTrailFollowers(t *testing.T) {
 		require.Empty(t, last)
 	})
 }
+
+// TestPruneDueIdleWritesNothing: housekeeping's pass with nothing to prune
+// is a read: on SQLite it takes no write transaction (which would take the
+// write lock and sync the log on every worker's every pass).
+func TestPruneDueIdleWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	q, clock := openPrunable(t, "sqlite")
+	require.NoError(t, q.SetRetention(ctx, RetentionPolicy{OlderThan: time.Hour, KeepKeys: time.Hour}, "ops"))
+	settledTask(t, q, "k1", false)
+	_, err := q.Submit(ctx, model.SubmitRequest{User: "ana", Key: "k2", Payload: `{"steps":[]}`, CostBudget: 10, StepsMax: 5,
+		RunAt: clock.Now().Add(1000 * time.Hour)})
+	require.NoError(t, err)
+	_, ops := q.GroupStats()
+	res, err := q.PruneDue(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.TaskCount(), "nothing is an hour old yet")
+	_, after := q.GroupStats()
+	require.Equal(t, ops, after, "an idle pass made a write")
+
+	clock.Advance(2 * time.Hour)
+	res, err = q.PruneDue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.TaskCount())
+	_, ops = q.GroupStats()
+	require.Equal(t, after+1, ops, "the pass that prunes is one write")
+
+	res, err = q.PruneDue(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.TaskCount())
+	_, after = q.GroupStats()
+	require.Equal(t, ops, after, "an idle pass made a write")
+
+	clock.Advance(2 * time.Hour) // the tombstone's window passes: a write again, to expire it
+	res, err = q.PruneDue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.Expired)
+}

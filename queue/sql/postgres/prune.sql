@@ -67,6 +67,11 @@ DELETE FROM events WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::json
 -- name: prune_tasks
 DELETE FROM tasks WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
 
+-- name: prune_expired_any
+-- Whether a tombstone's window has passed: with no task to remove either,
+-- housekeeping's pass writes nothing (queue/prune.go, pruneLook).
+SELECT EXISTS (SELECT 1 FROM idem_tombstones WHERE expires_at <= :now);
+
 -- name: prune_expire
 -- Tombstones whose window has passed, oldest first, a batch at a time;
 -- one another prune holds is skipped.
