@@ -158,11 +158,33 @@ func (e *scrubbedError) Unwrap() error { return e.err }
 // message (pgx names the host, user and database, never the password, but
 // nothing that reaches a log may depend on that).
 func scrubbed(err error, rawURL string) error {
-	msg := scrubPasswords(err.Error(), rawURL)
+	msg := onceEach(scrubPasswords(err.Error(), rawURL))
 	if msg == err.Error() {
 		return err
 	}
 	return &scrubbedError{msg: msg, err: err}
+}
+
+// onceEach returns a connect failure's message with each attempt said
+// once: pgx tries a host again without TLS when sslmode is prefer (the
+// default) and puts each attempt's error on a line of its own, and the two
+// are then word for word the same. One attempt left goes on the first line.
+func onceEach(msg string) string {
+	head, rest, found := strings.Cut(msg, "`:")
+	if !found || !strings.Contains(rest, "\n") {
+		return msg
+	}
+	var attempts []string
+	for _, line := range strings.Split(rest, "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !slices.Contains(attempts, line) {
+			attempts = append(attempts, line)
+		}
+	}
+	if len(attempts) == 1 {
+		return head + "`: " + attempts[0]
+	}
+	return head + "`:\n\t" + strings.Join(attempts, "\n\t")
 }
 
 // classify maps PostgreSQL's SQLSTATE codes and pgx's connection failures

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/jonboulle/clockwork"
@@ -79,4 +80,22 @@ func TestPostgresClassifiesServerErrors(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, n, "the write after the cut is applied once")
+}
+
+// A connect failure says each attempt once: pgx's second try without TLS
+// fails word for word as the first, and the line a user reads names it once.
+func TestConnectFailureSaysEachAttemptOnce(t *testing.T) {
+	t.Parallel()
+	attempt := "127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused"
+	twice := "failed to connect to `user=u database=x`:\n\t" + attempt + "\n\t" + attempt
+	require.Equal(t, "failed to connect to `user=u database=x`: "+attempt, onceEach(twice))
+	different := "failed to connect to `user=u database=x`:\n\ta: refused\n\tb: refused"
+	require.Equal(t, different, onceEach(different), "two different attempts are both kept")
+	require.Equal(t, "no backtick here", onceEach("no backtick here"))
+
+	// Through the real connect path, with a password in the URL.
+	_, err := Open(context.Background(), Options{Path: "postgres://u:hunter2@127.0.0.1:1/x", Clock: clockwork.NewFakeClock(), IDs: model.NewSeededIDs(1)})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "hunter2")
+	require.Equal(t, 1, strings.Count(err.Error(), "connection refused"), "%s", err)
 }
