@@ -150,6 +150,8 @@ func (s Store) open(ctx context.Context, clock clockwork.Clock, seed uint64) (op
 // that one a killed run left behind is recognised as the simulator's.
 const schemaPrefix = "leasehold_sim_"
 
+// storeCounter numbers the stores of this process, whose schemas' names
+// it keeps apart.
 var storeCounter atomic.Int64
 
 // pgStore is a PostgreSQL store's schemas: the pristine copy of a
@@ -185,6 +187,8 @@ type pristine struct {
 	sequences []sequenceState
 }
 
+// sequenceState is a sequence as migrating left it: setval(name, value,
+// called) puts it back.
 type sequenceState struct {
 	name   string
 	value  int64
