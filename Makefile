@@ -22,7 +22,7 @@ test: ## Run the whole test suite (what CI runs)
 	$(GO) test -count=1 -timeout 10m -tags leasehold_broken -run 'Broken|Shrink|NoVariant' ./sim
 	$(GO) test -count=1 -timeout 5m -tags leasehold_broken -run 'ChaosBroken|SimBroken' ./cmd/leasehold/internal/cli
 	$(GO) test -run '^$$' -fuzz '^FuzzHandlers$$' -fuzztime 15s ./cmd/leasehold/internal/httpapi
-	$(GO) test -count=1 -race -timeout 10m ./worker ./faults
+	$(GO) test -count=1 -race -timeout 10m ./worker ./faults/...
 	$(GO) test -count=1 -race -timeout 10m -run 'TestServe|TestTwoProcess|TestConcurrent' ./cmd/leasehold/internal/httpapi ./queue
 
 # The PostgreSQL suites run inside make test whenever LEASEHOLD_TEST_POSTGRES

@@ -77,7 +77,7 @@ SELECT EXISTS (SELECT 1 FROM idem_tombstones WHERE expires_at <= :now);
 -- one another prune holds is skipped.
 DELETE FROM idem_tombstones
 WHERE (user_id, idem_key) IN (SELECT user_id, idem_key FROM idem_tombstones
-                              WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit
+                              WHERE expires_at <= :now ORDER BY expires_at, user_id COLLATE "C", idem_key COLLATE "C" LIMIT :limit
                               FOR UPDATE SKIP LOCKED);
 
 -- name: prune_count_tasks

@@ -76,7 +76,7 @@ SELECT EXISTS (SELECT 1 FROM idem_tombstones WHERE expires_at <= :now);
 -- Tombstones whose window has passed, oldest first, a batch at a time.
 DELETE FROM idem_tombstones
 WHERE (user_id, idem_key) IN (SELECT user_id, idem_key FROM idem_tombstones
-                              WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit);
+                              WHERE expires_at <= :now ORDER BY expires_at, user_id, idem_key LIMIT :limit);
 
 -- name: prune_count_tasks
 -- The dry run: the terminal tasks a prune at the cutoff would remove, by
