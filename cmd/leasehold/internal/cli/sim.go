@@ -136,55 +136,71 @@ func simFlags(args []string) (simOptions, error) {
 	}
 	o := simOptions{seed: *seed, count: *count, parallel: *parallel, shrink: *shrink, determinism: *determinism,
 		trace: *trace, json: *asJSON, coverage: *coverage, timeline: *timeline, report: *report, pgURL: pgURL}
-	if *scenarioName == "all" {
-		for _, name := range scenarios.Names() {
-			sc, _ := scenarios.Get(name)
-			o.scenarios = append(o.scenarios, sc)
-		}
-	} else {
-		sc, err := scenarios.Get(*scenarioName)
-		if err != nil {
-			return o, badUsage("--scenario: %v", err)
-		}
-		o.scenarios = []scenarios.Scenario{sc}
+	if o.scenarios, err = simScenarios(*scenarioName); err != nil {
+		return o, err
 	}
+	return o, checkSimOptions(&o, *keep)
+}
+
+// simScenarios returns the scenario --scenario names, or every scenario in
+// turn for all.
+func simScenarios(name string) ([]scenarios.Scenario, error) {
+	if name != "all" {
+		sc, err := scenarios.Get(name)
+		if err != nil {
+			return nil, badUsage("--scenario: %v", err)
+		}
+		return []scenarios.Scenario{sc}, nil
+	}
+	var all []scenarios.Scenario
+	for _, n := range scenarios.Names() {
+		sc, _ := scenarios.Get(n)
+		all = append(all, sc)
+	}
+	return all, nil
+}
+
+// checkSimOptions range-checks o and the flags' combinations, and sets
+// o.keep from --events (keep), checked against the seed's schedule.
+func checkSimOptions(o *simOptions, keep string) error {
 	if o.count < 1 || o.count > 10_000_000 {
-		return o, badUsage("--seeds: must be between 1 and 10000000, got %d", o.count)
+		return badUsage("--seeds: must be between 1 and 10000000, got %d", o.count)
 	}
 	if uint64(o.count-1) > simSeedMax-o.seed {
-		return o, badUsage("--seeds: %d seeds from --seed %d would pass the last seed %d", o.count, o.seed, simSeedMax)
+		return badUsage("--seeds: %d seeds from --seed %d would pass the last seed %d", o.count, o.seed, simSeedMax)
 	}
 	if o.parallel < 0 || o.parallel > 256 {
-		return o, badUsage("--parallel: must be between 0 and 256, got %d", o.parallel)
+		return badUsage("--parallel: must be between 0 and 256, got %d", o.parallel)
 	}
 	if (o.trace || o.timeline != "") && o.count != 1 {
-		return o, badUsage("--trace and --timeline describe one seed; drop --seeds")
+		return badUsage("--trace and --timeline describe one seed; drop --seeds")
 	}
-	if len(o.scenarios) > 1 && (*keep != "" || o.timeline != "" || o.report != "") {
-		return o, badUsage("--scenario all: --events, --timeline and --report name one scenario's run; pick a scenario")
+	if len(o.scenarios) > 1 && (keep != "" || o.timeline != "" || o.report != "") {
+		return badUsage("--scenario all: --events, --timeline and --report name one scenario's run; pick a scenario")
 	}
 	if o.timeline != "" {
 		if fi, err := os.Stat(o.timeline); err == nil && fi.IsDir() {
-			return o, badUsage("--timeline: %s is a directory, not a file", o.timeline)
+			return badUsage("--timeline: %s is a directory, not a file", o.timeline)
 		}
 		if fi, err := os.Stat(filepath.Dir(o.timeline)); err != nil || !fi.IsDir() {
-			return o, badUsage("--timeline: the directory of %s does not exist", o.timeline)
+			return badUsage("--timeline: the directory of %s does not exist", o.timeline)
 		}
 	}
-	if o.keep, err = parseIndices(*keep); err != nil {
-		return o, badUsage("--events: %v", err)
+	var err error
+	if o.keep, err = parseIndices(keep); err != nil {
+		return badUsage("--events: %v", err)
 	}
 	if o.keep != nil {
 		if o.count != 1 {
-			return o, badUsage("--events replays one seed; drop --seeds")
+			return badUsage("--events replays one seed; drop --seeds")
 		}
 		sc := o.scenarios[0]
 		n := len(sim.Generate(sc, o.seed, sim.MixFor(sc, o.seed)))
 		if last := o.keep[len(o.keep)-1]; last >= n {
-			return o, badUsage("--events: index %d is past the end of seed %d's schedule (%d events, 0 to %d)", last, o.seed, n, n-1)
+			return badUsage("--events: index %d is past the end of seed %d's schedule (%d events, 0 to %d)", last, o.seed, n, n-1)
 		}
 	}
-	return o, nil
+	return nil
 }
 
 // simStoreURL checks --store and --db and returns the PostgreSQL URL the
@@ -230,44 +246,46 @@ const pgtestEnv = "LEASEHOLD_TEST_POSTGRES"
 // it starts no further seed, and its summary counts the seeds judged from
 // the first before it stopped (with the command that resumes the sweep).
 func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt) ([]evidence.SeedRecord, int) {
-	var recs []evidence.SeedRecord
-	var cov sim.Coverage
-	failed, firstFailed := 0, uint64(0)
-	take := func(rec evidence.SeedRecord) {
-		if len(recs) > 0 && (rec.Pass || failed > 0) {
-			rec.Timeline = nil // the report draws the first seed or the first failed one
-		}
-		recs = append(recs, rec)
-		cov.Add(rec.Coverage)
-		if !rec.Pass {
-			if failed == 0 {
-				firstFailed = rec.Seed
-			}
-			failed++
-		}
-	}
-	last := o.seed + uint64(o.count-1)
+	var t simTally
 	start := time.Now()
+	if err := simSeeds(e, o, sc, intr, &t); err != nil {
+		return t.recs, fail(e, "sim", err)
+	}
+	sum := t.summary(o, sc)
+	printSummary(e, o, sc, sum, t.cov, time.Since(start))
+	if sum.Interrupted {
+		fmt.Fprintf(e.stderr, "leasehold sim: interrupted (%s) after %d of %d seeds of scenario %s\n", intr.Name(), sum.Seeds, o.count, sc.Name)
+	}
+	if !sum.Pass {
+		return t.recs, exitFail
+	}
+	return t.recs, exitOK
+}
+
+// simSeeds runs the scenario's seeds one at a time in this process (one
+// seed, or a sweep that shrinks, checks determinism or replays events), in
+// child processes, or as a sweep in this process, and gives t each seed's
+// record as it is judged. It starts no seed once intr is interrupted.
+func simSeeds(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt, t *simTally) error {
 	switch {
 	case o.keep != nil || o.shrink || o.determinism || o.count == 1:
+		last := o.seed + uint64(o.count-1)
 		for s := o.seed; !intr.Interrupted(); s++ {
 			rec, ok := simOne(e, o, sc, s, intr.Stop())
-			take(rec)
+			t.take(rec)
 			if !ok && rec.Pass {
-				failed++ // the determinism check or the timeline failed
+				t.failed++ // the determinism check or the timeline failed
 			}
 			if s == last {
 				break
 			}
 		}
+		return nil
 	case o.parallel != 1 && o.report == "" && o.store.Name() == sim.StoreSQLite:
-		err := sweepProcesses(sc.Name, o.seed, o.count, o.parallel, e.stderr, intr.Stop(), func(rec evidence.SeedRecord) {
+		return sweepProcesses(sc.Name, o.seed, o.count, o.parallel, e.stderr, intr.Stop(), func(rec evidence.SeedRecord) {
 			printRecord(e, rec, o.json)
-			take(rec)
+			t.take(rec)
 		})
-		if err != nil {
-			return recs, fail(e, "sim", err)
-		}
 	default:
 		// A report draws a seed's timeline from its record, so a sweep with
 		// one records them, in this process (its goroutines are the
@@ -282,14 +300,45 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt
 			Timelines: o.report != "", Store: o.store}, func(r sim.Result) {
 			rec := evidence.SeedRecordOf(r)
 			printRecord(e, rec, o.json)
-			take(rec)
+			t.take(rec)
 		})
+		return nil
 	}
-	missing := cov.Missing(sc)
-	judged := len(recs)
-	sum := evidence.SummaryRecord{Record: evidence.RecordSummary, Scenario: sc.Name, From: o.seed, Seeds: judged, Passed: judged - failed,
-		Failed: failed, FirstFailed: firstFailed, CoverageEnforced: cov.Enforced(), Unreached: cov.Unreached(sc),
-		Coverage: cov, Pass: failed == 0 && len(missing) == 0}
+}
+
+// simTally gathers a scenario's seed records as they are judged: the
+// records, their coverage, and the failures.
+type simTally struct {
+	recs        []evidence.SeedRecord
+	cov         sim.Coverage
+	failed      int
+	firstFailed uint64
+}
+
+// take adds a seed's record.
+func (t *simTally) take(rec evidence.SeedRecord) {
+	if len(t.recs) > 0 && (rec.Pass || t.failed > 0) {
+		rec.Timeline = nil // the report draws the first seed or the first failed one
+	}
+	t.recs = append(t.recs, rec)
+	t.cov.Add(rec.Coverage)
+	if !rec.Pass {
+		if t.failed == 0 {
+			t.firstFailed = rec.Seed
+		}
+		t.failed++
+	}
+}
+
+// summary returns the scenario's summary record of the seeds taken: it
+// fails on a failed seed, a declared coverage cell unreached, or fewer
+// seeds judged than o asked for (only an interruption judges fewer).
+func (t *simTally) summary(o simOptions, sc scenarios.Scenario) evidence.SummaryRecord {
+	missing := t.cov.Missing(sc)
+	judged := len(t.recs)
+	sum := evidence.SummaryRecord{Record: evidence.RecordSummary, Scenario: sc.Name, From: o.seed, Seeds: judged, Passed: judged - t.failed,
+		Failed: t.failed, FirstFailed: t.firstFailed, CoverageEnforced: t.cov.Enforced(), Unreached: t.cov.Unreached(sc),
+		Coverage: t.cov, Pass: t.failed == 0 && len(missing) == 0}
 	if judged < o.count {
 		// Only an interruption judges fewer seeds than asked for.
 		sum.Interrupted, sum.Requested, sum.Pass = true, o.count, false
@@ -297,14 +346,7 @@ func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt
 	if sum.Unreached == nil {
 		sum.Unreached = []scenarios.Cell{}
 	}
-	printSummary(e, o, sc, sum, cov, time.Since(start))
-	if sum.Interrupted {
-		fmt.Fprintf(e.stderr, "leasehold sim: interrupted (%s) after %d of %d seeds of scenario %s\n", intr.Name(), judged, o.count, sc.Name)
-	}
-	if !sum.Pass {
-		return recs, exitFail
-	}
-	return recs, exitOK
+	return sum
 }
 
 // printSummary prints a scenario's summary: its record, or the text
@@ -429,32 +471,72 @@ func sweepProcesses(scenario string, from uint64, count, parallel int, stderr io
 		parallel = runtime.NumCPU()
 	}
 	parallel = min(parallel, count)
+	children, err := startSweepChildren(scenario, from, count, parallel, stderr, stop)
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go children.stopOn(stop, done)
+	whole := true // every child so far judged its whole range
+	for i, c := range children {
+		// Hand over the records as they come, while they are in order;
+		// the whole output is judged once the process has exited.
+		handed := 0 // records of c handed to each
+		if whole {
+			handed = streamSweepChild(c, scenario, stop, each)
+		}
+		hand := func(recs []evidence.SeedRecord) { // recs[:handed] were handed as they came
+			for ; handed < len(recs); handed++ {
+				each(recs[handed])
+			}
+		}
+		<-c.exited
+		if closed(stop) {
+			if whole {
+				recs := judgedPrefix(c.output(), scenario, c.from, c.n)
+				hand(recs)
+				whole = len(recs) == c.n
+			}
+			continue
+		}
+		var exit *exec.ExitError
+		if c.werr != nil && !errors.As(c.werr, &exit) {
+			children[i+1:].end()
+			return fmt.Errorf("sweep process for seeds %d..%d: %w", c.from, c.from+uint64(c.n)-1, c.werr)
+		}
+		recs, err := judgeSweepChild(c.output(), c.cmd.ProcessState.ExitCode(), c.cmd.ProcessState.String(), scenario, c.from, c.n)
+		if err != nil {
+			children[i+1:].end()
+			return err
+		}
+		hand(recs)
+	}
+	return nil
+}
+
+// closed reports whether stop is closed, without waiting.
+func closed(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// startSweepChildren starts parallel processes of this binary over count
+// seeds from from, in contiguous ranges of near-equal length, each
+// printing JSON records. It starts none once stop is closed; if one fails
+// to start, those already started are killed and waited for.
+func startSweepChildren(scenario string, from uint64, count, parallel int, stderr io.Writer, stop <-chan struct{}) (sweepChildren, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("find this binary to run sweep processes: %w", err)
+		return nil, fmt.Errorf("find this binary to run sweep processes: %w", err)
 	}
-	children := make([]*sweepChild, 0, parallel)
-	kill := func(rest []*sweepChild) {
-		for _, c := range rest {
-			_ = c.cmd.Process.Kill()
-		}
-	}
-	end := func(rest []*sweepChild) {
-		kill(rest)
-		for _, c := range rest {
-			<-c.exited
-		}
-	}
-	stopping := func() bool {
-		select {
-		case <-stop:
-			return true
-		default:
-			return false
-		}
-	}
+	children := make(sweepChildren, 0, parallel)
 	next := from
-	for i := 0; i < parallel && !stopping(); i++ {
+	for i := 0; i < parallel && !closed(stop); i++ {
 		n := count / parallel
 		if i < count%parallel {
 			n++
@@ -468,8 +550,8 @@ func sweepProcesses(scenario string, from uint64, count, parallel int, stderr io
 		c.cmd.Env = sim.SweepProcessEnv(os.Environ())
 		c.cmd.Stdout, c.cmd.Stderr = c, stderr
 		if err := c.cmd.Start(); err != nil {
-			end(children)
-			return fmt.Errorf("start sweep process: %w", err)
+			children.end()
+			return nil, fmt.Errorf("start sweep process: %w", err)
 		}
 		go func() {
 			c.werr = c.cmd.Wait() // returns once all its output is in
@@ -477,78 +559,75 @@ func sweepProcesses(scenario string, from uint64, count, parallel int, stderr io
 		}()
 		children, next = append(children, c), next+uint64(n)
 	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
+	return children, nil
+}
+
+// streamSweepChild hands each the seed records c prints, as they come,
+// while they are c's seeds in order; it returns how many it handed once c
+// has exited, printed something out of order, or stop is closed.
+func streamSweepChild(c *sweepChild, scenario string, stop <-chan struct{}, each func(evidence.SeedRecord)) int {
+	handed := 0
+	for inOrder, exited := true, false; inOrder && !exited && !closed(stop); {
 		select {
-		case <-stop:
-		case <-done:
-			return
+		case <-c.more:
+		case <-c.exited:
+			exited = true
 		}
-		for _, c := range children {
-			_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		}
-		t := time.NewTimer(simChildGrace)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			kill(children)
-		case <-done:
-		}
-	}()
-	whole := true // every child so far judged its whole range
-	for i, c := range children {
-		handed := 0                                // records of c handed to each
-		hand := func(recs []evidence.SeedRecord) { // recs[:handed] were handed as they came
-			for ; handed < len(recs); handed++ {
-				each(recs[handed])
+		for _, line := range c.lines() {
+			var rec evidence.SeedRecord
+			switch {
+			case !inOrder:
+			case json.Unmarshal(line, &rec) != nil:
+				inOrder = false // not a record: the judging says so
+			case rec.Record != evidence.RecordSeed:
+			case rec.Scenario == scenario && rec.Seed == c.from+uint64(handed) && handed < c.n:
+				each(rec)
+				handed++
+			default:
+				inOrder = false
 			}
 		}
-		// Hand over the records as they come, while they are in order;
-		// the whole output is judged once the process has exited.
-		for inOrder, exited := whole, false; inOrder && !exited && !stopping(); {
-			select {
-			case <-c.more:
-			case <-c.exited:
-				exited = true
-			}
-			for _, line := range c.lines() {
-				var rec evidence.SeedRecord
-				switch {
-				case !inOrder:
-				case json.Unmarshal(line, &rec) != nil:
-					inOrder = false // not a record: the judging says so
-				case rec.Record != evidence.RecordSeed:
-				case rec.Scenario == scenario && rec.Seed == c.from+uint64(handed) && handed < c.n:
-					each(rec)
-					handed++
-				default:
-					inOrder = false
-				}
-			}
-		}
-		<-c.exited
-		if stopping() {
-			if whole {
-				recs := judgedPrefix(c.output(), scenario, c.from, c.n)
-				hand(recs)
-				whole = len(recs) == c.n
-			}
-			continue
-		}
-		var exit *exec.ExitError
-		if c.werr != nil && !errors.As(c.werr, &exit) {
-			end(children[i+1:])
-			return fmt.Errorf("sweep process for seeds %d..%d: %w", c.from, c.from+uint64(c.n)-1, c.werr)
-		}
-		recs, err := judgeSweepChild(c.output(), c.cmd.ProcessState.ExitCode(), c.cmd.ProcessState.String(), scenario, c.from, c.n)
-		if err != nil {
-			end(children[i+1:])
-			return err
-		}
-		hand(recs)
 	}
-	return nil
+	return handed
+}
+
+// sweepChildren is a sweep's child processes.
+type sweepChildren []*sweepChild
+
+// kill kills every process of cs.
+func (cs sweepChildren) kill() {
+	for _, c := range cs {
+		_ = c.cmd.Process.Kill()
+	}
+}
+
+// end kills every process of cs and waits for each to exit.
+func (cs sweepChildren) end() {
+	cs.kill()
+	for _, c := range cs {
+		<-c.exited
+	}
+}
+
+// stopOn sends every process of cs SIGTERM once stop is closed, and kills
+// them if done is not closed within simChildGrace after; it returns at
+// once when done is closed first.
+func (cs sweepChildren) stopOn(stop, done <-chan struct{}) {
+	select {
+	case <-stop:
+	case <-done:
+		return
+	}
+	for _, c := range cs {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	t := time.NewTimer(simChildGrace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		cs.kill()
+	case <-done:
+	}
 }
 
 // sweepChild is one process of a sweep: its range of seeds, and the
