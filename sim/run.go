@@ -141,13 +141,10 @@ func Run(cfg Config) (res Result) {
 	}
 	res = Result{Seed: cfg.Seed, Scenario: sc.Name, Store: cfg.Store.Name(), Mix: mix}
 	if cfg.Keep != nil {
-		kept := make([]Event, 0, len(cfg.Keep))
-		for _, i := range cfg.Keep {
-			if i < 0 || i >= len(events) {
-				res.Anomalies = append(res.Anomalies, fmt.Sprintf("event index %d is outside the schedule (%d events)", i, len(events)))
-				return res
-			}
-			kept = append(kept, events[i])
+		kept, anomaly := keepEvents(events, cfg.Keep)
+		if anomaly != "" {
+			res.Anomalies = append(res.Anomalies, anomaly)
+			return res
 		}
 		events = kept
 	}
@@ -184,36 +181,75 @@ func Run(cfg Config) (res Result) {
 		res.Timeline = w.timeline
 	}()
 
-	for i, e := range events {
-		if w.recordTimeline && e.Kind != EvStep && e.Kind != EvAdvance && e.Kind != EvReap && e.Kind != EvTick && e.Kind != EvScript {
-			entry := TimelineEntry{Kind: TimelineFault, Detail: e.String(), Event: e.Kind}
-			if e.Kind == EvStorageDown {
-				entry.DurationMs = e.Delay.Milliseconds()
-			}
-			if e.Kind.onWorker() {
-				entry.Worker = workerName(e.Worker)
-			}
-			w.timelineAdd(entry)
+	if !w.play(events, tr, cfg, &res) {
+		return res
+	}
+	w.finish(len(events), tr, cfg, &res)
+	return res
+}
+
+// keepEvents returns the events at the indices keep names, in keep's
+// order, or an anomaly naming the first index outside events.
+func keepEvents(events []Event, keep []int) ([]Event, string) {
+	kept := make([]Event, 0, len(keep))
+	for _, i := range keep {
+		if i < 0 || i >= len(events) {
+			return nil, fmt.Sprintf("event index %d is outside the schedule (%d events)", i, len(events))
 		}
+		kept = append(kept, events[i])
+	}
+	return kept, ""
+}
+
+// play applies the schedule's events in turn, tracing each and checking
+// the invariants after every one. It returns false when the run ends
+// there, res saying why: a violation, or an anomaly (unless cfg.Only
+// limits the run to some invariants).
+func (w *World) play(events []Event, tr *tracer, cfg Config, res *Result) bool {
+	for i, e := range events {
+		w.timelineFault(e)
 		out := w.applyCovered(e)
 		tr.line(fmt.Sprintf("%d +%dms %s: %s", i, w.clock.Since(Epoch).Milliseconds(), e, out))
 		res.Events++
 		if v := w.checker.check(); v != nil {
 			res.Violation, res.At = v, i
 			tr.line("VIOLATION " + v.Error())
-			return res
+			return false
 		}
 		if len(w.anomalies) > 0 && cfg.Only == nil {
 			res.Anomalies = w.anomalies
-			return res
+			return false
 		}
 	}
+	return true
+}
+
+// timelineFault adds e to the timeline, when the run records one, if e is
+// a fault: any event but a step, an advance, a reap, a tick or a script.
+func (w *World) timelineFault(e Event) {
+	if !w.recordTimeline || e.Kind == EvStep || e.Kind == EvAdvance || e.Kind == EvReap || e.Kind == EvTick || e.Kind == EvScript {
+		return
+	}
+	entry := TimelineEntry{Kind: TimelineFault, Detail: e.String(), Event: e.Kind}
+	if e.Kind == EvStorageDown {
+		entry.DurationMs = e.Delay.Milliseconds()
+	}
+	if e.Kind.onWorker() {
+		entry.Worker = workerName(e.Worker)
+	}
+	w.timelineAdd(entry)
+}
+
+// finish runs the rest of a run whose n scheduled events all passed: the
+// liveness phase with faults healed, the final invariants, then the
+// scenario's expectations and the verdict, all into res and the trace.
+func (w *World) finish(n int, tr *tracer, cfg Config, res *Result) {
 	rounds, liveness, v := w.liveness(tr)
 	res.Rounds = rounds
 	if v != nil {
-		res.Violation, res.At = v, len(events)+rounds
+		res.Violation, res.At = v, n+rounds
 		tr.line("VIOLATION " + v.Error())
-		return res
+		return
 	}
 	if cfg.Only == nil {
 		res.Anomalies = w.anomalies
@@ -221,12 +257,12 @@ func Run(cfg Config) (res Result) {
 	if liveness != "" && cfg.Only == nil {
 		res.Liveness = liveness
 		tr.line("LIVENESS " + liveness)
-		return res
+		return
 	}
 	if v := w.checker.final(); v != nil {
-		res.Violation, res.At = v, len(events)+rounds
+		res.Violation, res.At = v, n+rounds
 		tr.line("VIOLATION " + v.Error())
-		return res
+		return
 	}
 	if cfg.Only == nil {
 		res.Expectations = w.expectations()
@@ -235,7 +271,6 @@ func Run(cfg Config) (res Result) {
 		tr.line("EXPECTATION " + e)
 	}
 	tr.line("verdict: " + map[bool]string{true: "pass", false: "fail"}[len(res.Expectations) == 0 && len(res.Anomalies) == 0])
-	return res
 }
 
 // stats reads what the run exercised.
