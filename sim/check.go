@@ -157,9 +157,25 @@ func (c *checker) check() *model.Violation {
 	if len(events) == 0 {
 		return c.applications() // a commit with no event (an empty poll) changes no task
 	}
+	touched, v := c.checkEvents(events)
+	if v != nil {
+		return v
+	}
+	claimedUsers, v := c.checkTouched(touched)
+	if v != nil {
+		return v
+	}
+	if v := c.userLimits(claimedUsers); v != nil {
+		return v
+	}
+	return c.applications()
+}
+
+// checkEvents checks each new event of the trail in turn, and returns the IDs
+// of the tasks they touched, each once in the order first touched.
+func (c *checker) checkEvents(events []model.Event) ([]string, *model.Violation) {
 	var touched []string
 	seen := map[string]bool{}
-	claimedUsers := map[string]bool{}
 	for _, e := range events {
 		c.lastSeq = e.Seq
 		if e.TaskID == "" {
@@ -167,7 +183,7 @@ func (c *checker) check() *model.Violation {
 		}
 		c.w.timelineEvent(e)
 		if v := c.keep(c.event(e)); v != nil {
-			return v
+			return nil, v
 		}
 		if !seen[e.TaskID] {
 			seen[e.TaskID] = true
@@ -177,41 +193,46 @@ func (c *checker) check() *model.Violation {
 			c.submitted(e.TaskID)
 		}
 	}
-	for _, id := range touched {
-		var t model.Task
-		t, err = c.w.task(id)
+	return touched, nil
+}
+
+// checkTouched reads each touched task and checks it: the task invariants, the
+// attempts its trail charged, and its change since the last check (or,
+// first seen, its run against the others). It returns the users of the
+// tasks that have just been claimed, for the user limits.
+func (c *checker) checkTouched(ids []string) (map[string]bool, *model.Violation) {
+	claimedUsers := map[string]bool{}
+	for _, id := range ids {
+		t, err := c.w.task(id)
 		if err != nil {
 			if v := c.keep(&model.Violation{Invariant: model.InvTaskKept, TaskID: id, Detail: err.Error()}); v != nil {
-				return v
+				return nil, v
 			}
 			continue
 		}
 		if v := c.keepFirst(model.CheckTask(t)); v != nil {
-			return v
+			return nil, v
 		}
 		if t.AttemptsCharged != c.charged[id] {
 			if v := c.keep(&model.Violation{Invariant: InvAttemptsAccounted, TaskID: id,
 				Detail: fmt.Sprintf("attempts_charged %d, but the trail shows %d charged attempts since the last requeue", t.AttemptsCharged, c.charged[id])}); v != nil {
-				return v
+				return nil, v
 			}
 		}
 		before, seen := c.tasks[id]
 		if !seen {
 			if v := c.keep(c.runs.Check(t)); v != nil {
-				return v
+				return nil, v
 			}
 		} else if v := c.keepFirst(model.CheckChange(before, t)); v != nil {
-			return v
+			return nil, v
 		}
 		if t.State == model.Running && (!seen || before.State != model.Running) {
 			claimedUsers[t.User] = true
 		}
 		c.tasks[id] = t
 	}
-	if v := c.userLimits(claimedUsers); v != nil {
-		return v
-	}
-	return c.applications()
+	return claimedUsers, nil
 }
 
 // applications checks each effect applied since the last check: no
