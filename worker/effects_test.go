@@ -1,8 +1,11 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -282,7 +285,11 @@ func TestLeaseExpiredLocallyBeforeTheCall(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1,"duration_ms":150,"effect":"charge"}]}`, 10, 5)
 	fake := workertest.NewService(worker.Dedup, b.clock)
-	w := b.newWorker("w1", fake, func(c *worker.Config) { c.Queue = shortClaimQueue{Queue: b.q, short: 200 * time.Millisecond} })
+	var logged bytes.Buffer
+	w := b.newWorker("w1", fake, func(c *worker.Config) {
+		c.Queue = shortClaimQueue{Queue: b.q, short: 200 * time.Millisecond}
+		c.Logger = slog.New(slog.NewJSONHandler(&logged, nil))
+	})
 	b.stepUntil(w, is(worker.ActionIntent, string(model.IntentRecorded)))
 	require.Equal(t, epoch.Add(150*time.Millisecond), b.clock.Now())
 	b.clock.Advance(100 * time.Millisecond) // a stall between the intent and the call
@@ -293,6 +300,19 @@ func TestLeaseExpiredLocallyBeforeTheCall(t *testing.T) {
 	require.Empty(t, w.Claims())
 	require.Empty(t, fake.Calls())
 	require.Equal(t, model.Running, b.task(id).State, "the queue's lease has not run out yet")
+	// The log record says why the claim was left in a field of its own,
+	// which the live run reads instead of the message's wording.
+	var left []string
+	for _, line := range bytes.Split(bytes.TrimSpace(logged.Bytes()), []byte("\n")) {
+		var rec struct {
+			Left string `json:"left"`
+		}
+		require.NoError(t, json.Unmarshal(line, &rec), "%s", line)
+		if rec.Left != "" {
+			left = append(left, rec.Left)
+		}
+	}
+	require.Equal(t, []string{worker.LeftLeaseExpired}, left)
 }
 
 // While the service stays unavailable across several heartbeats, the call's

@@ -104,9 +104,18 @@ func (s *Slot) Claim() model.Claim { return s.claim }
 // Done reports whether the slot's claim is over.
 func (s *Slot) Done() bool { return s.phase == phaseDone }
 
+// Why a slot left its claim without settling or releasing it; the slot's
+// log record of it carries the reason as its "left" attribute.
+const (
+	LeftLeaseExpired = "lease expired locally" // by the slot's own clock
+	LeftStaleClaim   = "stale claim"           // the queue refused a write: the claim is no longer current
+	LeftStaleFence   = "stale fence"           // a receipt was refused by fence
+	LeftAnomaly      = "anomaly"               // the queue answered what the protocol does not allow
+)
+
 // Left says why a finished slot's claim ended without the worker settling
-// or releasing it: "lease expired locally", "stale claim", "stale fence"
-// or "anomaly". It is empty while the claim is held and when the worker
+// or releasing it: LeftLeaseExpired, LeftStaleClaim, LeftStaleFence or
+// LeftAnomaly. It is empty while the claim is held and when the worker
 // ended it with an accepted write; a claim left is the reaper's.
 func (s *Slot) Left() string { return s.left }
 
@@ -164,6 +173,9 @@ func (s *Slot) log(level slog.Level, msg string, r Report) {
 	}
 	if r.StorageError {
 		attrs = append(attrs, "storage_error", true)
+	}
+	if s.left != "" {
+		attrs = append(attrs, "left", s.left)
 	}
 	if r.Err != nil {
 		attrs = append(attrs, "error", r.Err.Error())
@@ -291,7 +303,7 @@ func (s *Slot) outcome(r *Report, err error, now time.Time) bool {
 		return true
 	case errors.Is(err, model.ErrStaleClaim):
 		r.Outcome = "stale claim dropped"
-		s.leave("stale claim")
+		s.leave(LeftStaleClaim)
 	case errors.Is(err, model.ErrBudgetExhausted), errors.Is(err, model.ErrStepsExhausted), errors.Is(err, model.ErrDeadlineExceeded):
 		r.Accepted = true
 		r.Outcome = string(refusalReason(err)) + ": task failed by the queue"
@@ -300,7 +312,7 @@ func (s *Slot) outcome(r *Report, err error, now time.Time) bool {
 		errors.Is(err, model.ErrInvalidTransition), errors.Is(err, model.ErrEffectReceipted):
 		r.Anomaly = err.Error()
 		r.Outcome = "claim abandoned"
-		s.leave("anomaly")
+		s.leave(LeftAnomaly)
 	default:
 		r.Outcome = "storage error; retry in " + s.backOff(&s.storageBackoff, now).String()
 		r.StorageError = true
@@ -399,7 +411,7 @@ func (s *Slot) dropExpired() Report {
 	r := s.report(ActionCheckLease)
 	r.OpID = s.opID
 	r.Outcome = "lease expired locally; claim dropped"
-	s.leave("lease expired locally")
+	s.leave(LeftLeaseExpired)
 	s.log(slog.LevelWarn, "lease expired locally; claim left to the reaper", r)
 	return r
 }
@@ -419,7 +431,7 @@ func (s *Slot) send(ctx context.Context, now time.Time) Report {
 		s.result, s.phase = result, phaseReceipt
 		r.Outcome = "applied"
 	case errors.Is(err, ErrStaleFence):
-		s.leave("stale fence")
+		s.leave(LeftStaleFence)
 		r.Outcome = "refused: stale fence; claim dropped"
 	case errors.Is(err, ErrUnavailable):
 		s.phase = phaseCall // the retry checks the lease again after the backoff

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // The live fault stories: what only real processes, signals and a real
@@ -99,13 +100,14 @@ func (r *run) waitReclaimed(name string, before client.Task, was string) error {
 
 // logRecord is the part of a worker's JSON log record the stories read.
 type logRecord struct {
-	Msg     string `json:"msg"`
 	TaskID  string `json:"task_id"`
 	Fence   int64  `json:"fence"`
 	Outcome string `json:"outcome"`
 	// StorageError marks a claim or a write that failed in storage (and
 	// is retried after a backoff).
 	StorageError bool `json:"storage_error"`
+	// Left is why a slot left its claim (worker.LeftLeaseExpired, ...).
+	Left string `json:"left"`
 }
 
 // workerLog decodes a worker's log records; lines that are not JSON
@@ -127,11 +129,6 @@ func (r *run) workerLog(name string) []logRecord {
 	}
 	return out
 }
-
-// The worker's log messages the stories look for.
-const (
-	msgDroppedLocally = "lease expired locally; claim left to the reaper"
-)
 
 // storyStop freezes a task's claimant with SIGSTOP past its lease and
 // continues it once another claim runs the task.
@@ -159,7 +156,7 @@ func (r *run) storyStop() error {
 	var late string
 	_, err = r.watch("late", "the stopped worker to drop its claim or have its late write refused", logSlice, func(client.Task) (bool, error) {
 		for _, rec := range r.workerLog(stopped) {
-			if rec.Msg == msgDroppedLocally && rec.TaskID == r.ids["late"] && rec.Fence == t.Version {
+			if rec.Left == worker.LeftLeaseExpired && rec.TaskID == r.ids["late"] && rec.Fence == t.Version {
 				late = "dropped without a write: lease expired locally"
 				return true, nil
 			}
