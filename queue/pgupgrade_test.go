@@ -73,13 +73,14 @@ func TestPostgresUpgradeFromSchemaV1(t *testing.T) {
 	applied, pending, err := Inspect(ctx, dbURL)
 	require.NoError(t, err)
 	require.Len(t, applied, 1)
-	require.Len(t, pending, 1)
+	set, err := sqlOf(pgBackend{})
+	require.NoError(t, err)
+	all := len(set.migrations) // this build's, 0002 onwards pending
+	require.Len(t, pending, all-1)
 	require.Equal(t, 2, pending[0].Version)
 
 	// What the old schema holds, read with this build's task columns
 	// (0002 adds none) before the upgrade.
-	set, err := sqlOf(pgBackend{})
-	require.NoError(t, err)
 	raw, err := sql.Open("pgx", dbURL)
 	require.NoError(t, err)
 	rows, err := raw.QueryContext(ctx, "SELECT "+set.queries["task_columns"].text+" FROM tasks ORDER BY seq")
@@ -111,7 +112,7 @@ func TestPostgresUpgradeFromSchemaV1(t *testing.T) {
 	defer q.Close()
 	applied, pending, err = Inspect(ctx, dbURL)
 	require.NoError(t, err)
-	require.Len(t, applied, 2)
+	require.Len(t, applied, all)
 	require.Empty(t, pending)
 	require.NoError(t, q.CheckCounters(ctx))
 
