@@ -113,8 +113,13 @@ func (w *World) applyEvent(e Event) string {
 		if sw := w.workers[e.Worker]; sw.w != nil {
 			phases = sw.w.Phases()
 		}
+		// The fault counts where it took: the process is now crashed or
+		// stalled and was not before (a crash of a crashed worker is a no-op).
+		target := map[EventKind]faults.ProcessState{EvCrash: faults.ProcessCrashed, EvStall: faults.ProcessStalled}[e.Kind]
+		proc := w.workers[e.Worker].proc
+		before := proc.State()
 		out := w.apply(e)
-		if !strings.HasPrefix(out, "no-op") {
+		if before != target && proc.State() == target {
 			w.cover.fault(map[EventKind]string{EvCrash: FaultCrash, EvStall: FaultStall}[e.Kind], phases...)
 		}
 		return out
