@@ -243,6 +243,9 @@ func (b *bench) one(ctx context.Context, c cell, s system) error {
 			if err := s.seed(ctx, path, b.cfg.jobs, c.steps); err != nil {
 				return fmt.Errorf("seed: %w", err)
 			}
+			if err := pgAnalyze(ctx, path); err != nil {
+				return err
+			}
 		} else {
 			tmpl, err := b.template(ctx, s, c.steps)
 			if err != nil {
