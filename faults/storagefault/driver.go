@@ -8,14 +8,21 @@ import (
 )
 
 // The wrappers below implement every optional interface database/sql uses
-// on a connection, a transaction and a statement of modernc.org/sqlite,
-// and forward each to the wrapped value. They do not emulate what
+// on a connection, a transaction and a statement of modernc.org/sqlite and
+// of pgx, and forward each to the wrapped value; the store's dialect
+// supplies the errors the faults inject. They do not emulate what
 // database/sql does for a driver without those interfaces: Open refuses a
-// connection that lacks one (innerConn) and Prepare a statement that lacks
-// one (innerStmt). Rows and results are returned unwrapped, with all their
-// own optional interfaces. Neither the driver nor its connections check
-// named values (driver.NamedValueChecker), so neither do the wrappers:
+// connection that lacks one (innerConn, and what the dialect adds) and
+// Prepare a statement that lacks one (innerStmt). Rows and results are
+// returned unwrapped, with all their own optional interfaces. A connection
+// that checks named values (pgx's) checks them through the wrapper; for
+// one that does not (SQLite's) the wrapper answers driver.ErrSkip, and
 // database/sql converts arguments as it would for the raw driver.
+//
+// A fault whose Error has dropsConn (only PostgreSQL's) ends the
+// connection as a lost one: its open transaction is rolled back, it is
+// closed, every later operation but a rollback or a close fails, and it
+// tells database/sql it is no longer valid.
 
 var (
 	_ driver.Driver             = (*Storage)(nil)
@@ -27,13 +34,15 @@ var (
 	_ driver.SessionResetter    = (*conn)(nil)
 	_ driver.Validator          = (*conn)(nil)
 	_ driver.Pinger             = (*conn)(nil)
+	_ driver.NamedValueChecker  = (*conn)(nil)
 	_ driver.Tx                 = (*tx)(nil)
 	_ driver.Stmt               = (*stmt)(nil)
 	_ driver.StmtExecContext    = (*stmt)(nil)
 	_ driver.StmtQueryContext   = (*stmt)(nil)
 )
 
-// innerConn is what Storage needs of a wrapped driver's connection.
+// innerConn is what Storage needs of a wrapped driver's connection, in
+// every dialect; a dialect may need more (see dialect.accepts).
 type innerConn interface {
 	driver.Conn
 	driver.ConnBeginTx
@@ -41,7 +50,6 @@ type innerConn interface {
 	driver.ExecerContext
 	driver.QueryerContext
 	driver.SessionResetter
-	driver.Validator
 	driver.Pinger
 }
 
@@ -55,37 +63,84 @@ type innerStmt interface {
 // ErrDriverUnsupported is returned by Storage's Open for a connection, and
 // by a connection's Prepare for a statement, of the wrapped driver that
 // lacks an interface the wrapper forwards to (see innerConn and innerStmt:
-// the context-aware interfaces modernc.org/sqlite implements).
+// the context-aware interfaces modernc.org/sqlite and pgx implement).
 var ErrDriverUnsupported = errors.New("faults: wrapped driver lacks an interface Storage needs")
 
-// conn wraps one connection of the inner driver.
+// conn wraps one connection of the inner driver. It is used by one
+// goroutine at a time, as database/sql uses a connection.
 type conn struct {
 	s     *Storage
 	inner innerConn
+	tx    driver.Tx // the transaction open on the connection, nil if none
+	lost  bool      // a fault ended the connection
 }
 
 // wrapConn wraps c, or closes it and refuses it if it lacks an interface.
 func wrapConn(s *Storage, c driver.Conn) (*conn, error) {
 	ic, ok := c.(innerConn)
-	if !ok {
-		return nil, errors.Join(fmt.Errorf("%w: connection %T needs ConnBeginTx, ConnPrepareContext, "+
-			"ExecerContext, QueryerContext, SessionResetter, Validator and Pinger", ErrDriverUnsupported, c), c.Close())
+	if !ok || !s.dialect.accepts(c) {
+		return nil, errors.Join(fmt.Errorf("%w: connection %T needs %s", ErrDriverUnsupported, c, s.dialect.connNeeds()), c.Close())
 	}
 	return &conn{s: s, inner: ic}, nil
+}
+
+// check decides an operation of kind op: nil to run it, else the injected
+// error, after ending the connection when the fault does. A connection a
+// fault has ended fails every operation but a rollback or a close.
+func (c *conn) check(op storageOp) error {
+	if c.lost {
+		return c.s.dialect.connClosedError(op)
+	}
+	err := c.s.check(op)
+	if err == nil {
+		return nil
+	}
+	var fe *Error
+	if errors.As(err, &fe) && fe.dropsConn {
+		c.drop()
+	}
+	return err
+}
+
+// drop ends the connection as a lost one: its transaction rolled back on
+// the server first, then the connection closed. Errors from either are
+// dropped with it: the connection is gone either way.
+func (c *conn) drop() {
+	if c.tx != nil {
+		_ = c.tx.Rollback()
+		c.tx = nil
+	}
+	_ = c.inner.Close()
+	c.lost = true
 }
 
 // Unwrap returns the wrapped driver connection, for code that reaches
 // driver-specific methods through sql.Conn.Raw.
 func (c *conn) Unwrap() driver.Conn { return c.inner }
 
-func (c *conn) Close() error { return c.inner.Close() }
+func (c *conn) Close() error {
+	if c.lost {
+		return nil
+	}
+	return c.inner.Close()
+}
+
+// CheckNamedValue lets a driver that binds arguments itself (pgx: arrays
+// such as []string) check each; for one that does not it answers
+// driver.ErrSkip, and database/sql converts the value by default.
+func (c *conn) CheckNamedValue(v *driver.NamedValue) error {
+	if nvc, ok := c.inner.(driver.NamedValueChecker); ok {
+		return nvc.CheckNamedValue(v)
+	}
+	return driver.ErrSkip
+}
 
 func (c *conn) Prepare(query string) (driver.Stmt, error) {
 	return c.PrepareContext(context.Background(), query)
 }
 
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	if err := c.s.check(opPrepare); err != nil {
+	if err := c.check(opPrepare); err != nil {
 		return nil, err
 	}
 	si, err := c.inner.PrepareContext(ctx, query)
@@ -105,108 +160,153 @@ func (c *conn) Begin() (driver.Tx, error) {
 }
 
 func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	if err := c.s.check(opBegin); err != nil {
+	if err := c.check(opBegin); err != nil {
 		return nil, err
 	}
 	ti, err := c.inner.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &tx{s: c.s, inner: ti}, nil
+	c.tx = ti
+	return &tx{c: c, inner: ti}, nil
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if err := c.s.check(opStatement); err != nil {
+	if err := c.check(opStatement); err != nil {
 		return nil, err
 	}
 	return c.inner.ExecContext(ctx, query, args)
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	if err := c.s.check(opStatement); err != nil {
+	if err := c.check(opStatement); err != nil {
 		return nil, err
 	}
 	return c.inner.QueryContext(ctx, query, args)
 }
 
-// ResetSession is never failed: a refused reset would discard the
-// connection, and with it an in-memory database.
-func (c *conn) ResetSession(ctx context.Context) error { return c.inner.ResetSession(ctx) }
+// ResetSession is never failed by a fault itself: a refused reset would
+// discard the connection, and with it an in-memory database. It tells
+// database/sql to discard a connection a fault ended.
+func (c *conn) ResetSession(ctx context.Context) error {
+	if c.lost {
+		return driver.ErrBadConn
+	}
+	return c.inner.ResetSession(ctx)
+}
 
-// IsValid is never failed, for the same reason as ResetSession.
-func (c *conn) IsValid() bool { return c.inner.IsValid() }
+// IsValid reports false for a connection a fault ended, so that
+// database/sql does not put it back in the pool; it is never failed
+// otherwise, for the same reason as ResetSession.
+func (c *conn) IsValid() bool {
+	if c.lost {
+		return false
+	}
+	if v, ok := c.inner.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	return true
+}
 
 func (c *conn) Ping(ctx context.Context) error {
-	if err := c.s.check(opPing); err != nil {
+	if err := c.check(opPing); err != nil {
 		return err
 	}
 	return c.inner.Ping(ctx)
 }
 
-// tx wraps one transaction.
+// tx wraps one transaction of a conn.
 type tx struct {
-	s     *Storage
+	c     *conn
 	inner driver.Tx
 }
 
 // Commit commits unless a fault says otherwise. A refused commit rolls the
-// inner transaction back, so nothing of it is applied; an ambiguous one is
-// committed and then reported as failed.
+// transaction back, so nothing of it is applied (ending the connection
+// first when the fault does); an ambiguous one is committed and then
+// reported as failed (the connection lost before the reply when the fault
+// ends it).
 func (t *tx) Commit() error {
-	ambiguous, refused := t.s.commitFault()
+	c := t.c
+	if c.lost {
+		return c.s.dialect.connClosedError(opCommit)
+	}
+	ambiguous, refused := c.s.commitFault()
 	if refused != nil {
+		if refused.dropsConn {
+			c.drop()
+			return refused
+		}
+		c.tx = nil
 		if err := t.inner.Rollback(); err != nil {
 			return errors.Join(refused, err)
 		}
 		return refused
 	}
+	c.tx = nil
 	if err := t.inner.Commit(); err != nil {
 		return err // a real failure: an ambiguous fault, if armed, is spent (and counted)
 	}
-	t.s.committed()
+	c.s.committed()
 	if ambiguous != nil {
+		if ambiguous.dropsConn {
+			c.drop()
+		}
 		return ambiguous
 	}
 	return nil
 }
 
-// Rollback is never refused.
-func (t *tx) Rollback() error { return t.inner.Rollback() }
+// Rollback is never refused. On a connection a fault ended there is
+// nothing left to roll back: the transaction ended with it.
+func (t *tx) Rollback() error {
+	if t.c.lost {
+		return nil
+	}
+	t.c.tx = nil
+	return t.inner.Rollback()
+}
 
-// stmt wraps one prepared statement.
+// stmt wraps one prepared statement of a conn.
 type stmt struct {
 	c     *conn
 	inner innerStmt
 }
 
-func (s *stmt) Close() error  { return s.inner.Close() }
+func (s *stmt) Close() error {
+	if s.c.lost {
+		return nil
+	}
+	return s.inner.Close()
+}
+
 func (s *stmt) NumInput() int { return s.inner.NumInput() }
 
 // Exec and Query are driver.Stmt's; database/sql calls the context
 // variants, which the wrapped statement has.
 func (s *stmt) Exec(args []driver.Value) (driver.Result, error) {
-	if err := s.c.s.check(opStatement); err != nil {
+	if err := s.c.check(opStatement); err != nil {
 		return nil, err
 	}
 	return s.inner.Exec(args)
 }
 
 func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
-	if err := s.c.s.check(opStatement); err != nil {
+	if err := s.c.check(opStatement); err != nil {
 		return nil, err
 	}
 	return s.inner.Query(args)
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	if err := s.c.s.check(opStatement); err != nil {
+	if err := s.c.check(opStatement); err != nil {
 		return nil, err
 	}
 	return s.inner.ExecContext(ctx, args)
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	if err := s.c.s.check(opStatement); err != nil {
+	if err := s.c.check(opStatement); err != nil {
 		return nil, err
 	}
 	return s.inner.QueryContext(ctx, args)

@@ -155,9 +155,10 @@ func (c Counts) String() string {
 type Storage struct {
 	inner driver.Driver
 	clock clockwork.Clock
-	// postgres: the wrapped driver is pgx's, and faults read as a
-	// PostgreSQL server's (see NewPostgres).
-	postgres bool
+	// dialect is the per-store part: which error each fault injects
+	// (SQLite's result codes, or a PostgreSQL server's SQLSTATEs; see
+	// NewPostgres) and what the store's connections must have.
+	dialect dialect
 
 	mu      sync.Mutex
 	bypass  int       // Bypass calls running
@@ -174,7 +175,7 @@ func NewStorage(inner driver.Driver, clock clockwork.Clock) *Storage {
 	if inner == nil || clock == nil {
 		panic("faults: NewStorage needs a driver and a clock")
 	}
-	return &Storage{inner: inner, clock: clock}
+	return &Storage{inner: inner, clock: clock, dialect: sqliteDialect{}}
 }
 
 // SetUnavailableUntil makes storage unavailable while the clock is before
@@ -325,9 +326,6 @@ func (s *Storage) Open(name string) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.postgres {
-		return wrapPgConn(s, c)
-	}
 	return wrapConn(s, c)
 }
 
@@ -344,13 +342,13 @@ func (s *Storage) check(op storageOp) error {
 	}
 	if s.unavailableLocked() {
 		s.counts.Unavailable++
-		return s.unavailableError(op)
+		return s.dialect.unavailableError(op)
 	}
 	f, ok := s.takeLocked(op)
 	if !ok {
 		return nil
 	}
-	return s.faultError(f)
+	return s.dialect.faultError(f)
 }
 
 // commitFault decides a commit: refuse it (err set), apply it and then
@@ -363,20 +361,20 @@ func (s *Storage) commitFault() (ambiguous *Error, err *Error) {
 	}
 	if s.unavailableLocked() {
 		s.counts.Unavailable++
-		return nil, s.unavailableError(opCommit)
+		return nil, s.dialect.unavailableError(opCommit)
 	}
 	if s.full {
 		s.counts.DiskFull++
-		return nil, s.diskFullError()
+		return nil, s.dialect.diskFullError()
 	}
 	f, ok := s.takeLocked(opCommit)
 	switch {
 	case !ok:
 		return nil, nil
 	case f == AmbiguousCommit:
-		return s.faultError(f), nil
+		return s.dialect.faultError(f), nil
 	}
-	return nil, s.faultError(f)
+	return nil, s.dialect.faultError(f)
 }
 
 // takeLocked removes and counts the first armed fault of op's kind.
@@ -391,49 +389,28 @@ func (s *Storage) takeLocked(op storageOp) (Fault, bool) {
 	return "", false
 }
 
-// SQLite's primary result codes that the injected errors read as (see
-// Error.Code).
-const (
-	codeBusy     = 5
-	codeIOErr    = 10
-	codeFull     = 13
-	codeCantOpen = 14
-)
-
-func (s *Storage) unavailableError(op storageOp) *Error {
-	if s.postgres {
-		return pgUnavailableError(op)
-	}
-	return &Error{Fault: faultUnavailable, Op: string(op), Description: "storage unavailable", code: codeCantOpen}
+// dialect is the per-store part of a Storage: the error each fault
+// injects, read as the store's own failure, and what the store's
+// connections must have beyond innerConn. The wrapping itself (driver.go)
+// is the same for every store.
+type dialect interface {
+	// unavailableError is what an operation of kind op gets inside an
+	// outage window.
+	unavailableError(op storageOp) *Error
+	// diskFullError is what a commit gets while the disk is full.
+	diskFullError() *Error
+	// faultError is what armed fault f injects.
+	faultError(f Fault) *Error
+	// connClosedError is what an operation on a connection a fault ended
+	// gets. It is no new fault: the one that ended the connection was
+	// counted.
+	connClosedError(op storageOp) *Error
+	// accepts reports whether c, which has innerConn, has what else the
+	// store's wrapper forwards to; connNeeds names all of it, for the
+	// refusal.
+	accepts(c driver.Conn) bool
+	connNeeds() string
 }
 
 // faultDiskFull names the refusals of a full disk.
 const faultDiskFull = "disk_full"
-
-func (s *Storage) diskFullError() *Error {
-	if s.postgres {
-		return pgDiskFullError()
-	}
-	return &Error{Fault: faultDiskFull, Op: string(opCommit), Description: "database or disk is full (13) (SQLITE_FULL)", code: codeFull}
-}
-
-func (s *Storage) faultError(f Fault) *Error {
-	if s.postgres {
-		return pgFaultError(f)
-	}
-	e := &Error{Fault: string(f), Op: string(f.op()), code: codeIOErr}
-	switch f {
-	case FailBegin:
-		e.Description = "cannot begin transaction"
-	case Busy:
-		e.Description = "database is locked (5) (SQLITE_BUSY)"
-		e.code = codeBusy
-	case FailStatement:
-		e.Description = "disk I/O error (10) (SQLITE_IOERR)"
-	case FailCommit:
-		e.Description = "commit failed; transaction rolled back"
-	case AmbiguousCommit:
-		e.Description = "disk I/O error (10) (SQLITE_IOERR) reporting commit outcome"
-	}
-	return e
-}
