@@ -56,22 +56,22 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 // user's running count is down by one). next is checked before anything
 // is written; a completion the queue refuses (a stale claim, its event
 // kept) claims nothing and returns the refusal, as Complete does. It
-// returns the claims made, none when nothing is due.
+// returns the claims made, none when nothing is due. In a group commit
+// its completion is batched with the group's others (batch.go), and its
+// claim made after them.
 func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error) {
 	if err := next.Validate(model.ClaimBatchLimit); err != nil {
 		return nil, err
 	}
 	var out []model.Claimed
-	err := q.writeRetrying(ctx, "complete and claim", func(t *txn) error {
-		out = nil
-		if err := t.checkClaimBatch(next); err != nil {
-			return err
-		}
-		if err := t.complete(c); err != nil {
-			return err
-		}
-		return t.claim(next, &out)
-	})
+	op := &completion{claim: c,
+		check: func(t *txn) error {
+			out = nil
+			return t.checkClaimBatch(next)
+		},
+		then: func(t *txn) error { return t.claim(next, &out) },
+	}
+	err := q.writeRetryingOp(ctx, "complete and claim", op.run, op)
 	if err != nil {
 		return nil, err
 	}

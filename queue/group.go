@@ -81,8 +81,12 @@ type member struct {
 	ctx    context.Context // the caller's values without its cancellation
 	op     string
 	fn     func(t *txn) error
-	err    error
-	done   chan struct{} // closed once err is final
+	// completes, set for a completion, lets a group of several complete
+	// it set-wise with the others (batch.go); fn is then what completes
+	// builds, run whenever the member runs alone.
+	completes *completion
+	err       error
+	done      chan struct{} // closed once err is final
 }
 
 func (m *member) finish(err error) {
@@ -119,7 +123,13 @@ func isRefusal(err error) bool {
 // A storage failure is counted for Health, which reports the queue
 // unhealthy until a probe succeeds after it.
 func (q *Queue) write(ctx context.Context, op string, fn func(t *txn) error) error {
-	err := q.writeGrouped(ctx, op, fn)
+	return q.writeOp(ctx, op, fn, nil)
+}
+
+// writeOp is write for an operation that may be a completion (c, which
+// fn must run whole: see completion.run).
+func (q *Queue) writeOp(ctx context.Context, op string, fn func(t *txn) error, c *completion) error {
+	err := q.writeGrouped(ctx, op, fn, c)
 	q.commits.broadcast() // wake WaitEvents (watch.go)
 	if err != nil {
 		q.health.noteFailure(err)
@@ -127,14 +137,14 @@ func (q *Queue) write(ctx context.Context, op string, fn func(t *txn) error) err
 	return err
 }
 
-func (q *Queue) writeGrouped(ctx context.Context, op string, fn func(t *txn) error) error {
+func (q *Queue) writeGrouped(ctx context.Context, op string, fn func(t *txn) error, c *completion) error {
 	if err := q.checkOpen(op); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("queue: %s: %w", op, err)
 	}
-	m := &member{caller: ctx, ctx: context.WithoutCancel(ctx), op: op, fn: fn, done: make(chan struct{})}
+	m := &member{caller: ctx, ctx: context.WithoutCancel(ctx), op: op, fn: fn, completes: c, done: make(chan struct{})}
 	if q.ops == nil {
 		q.runGroup([]*member{m})
 		return m.err
@@ -266,10 +276,12 @@ func (q *Queue) stopGroups() {
 }
 
 // groupStats counts the groups a queue has run, and how many of each size
-// (sizes[k] counts the groups of k operations; sizes[0] is unused).
+// (sizes[k] counts the groups of k operations; sizes[0] is unused), and
+// the completions its batch statements matched (batch.go).
 type groupStats struct {
 	groups, ops, largest atomic.Int64
 	sizes                [GroupMax + 1]atomic.Int64
+	batched              atomic.Int64
 }
 
 func (s *groupStats) add(size int) {
@@ -376,35 +388,51 @@ type group struct {
 }
 
 // run runs every member; false means the group was rolled back and every
-// member answered.
+// member answered. Its completions are batched first (batch.go).
 func (g *group) run() bool {
-	savepoints := len(g.members) > 1
 	local := map[string]*sql.Stmt{}
-	for i, m := range g.members {
-		t := &txn{q: g.q, ctx: m.ctx, tx: g.tx, now: g.q.now(), local: local}
-		g.txns = append(g.txns, t)
-		if savepoints {
-			if _, err := t.exec("group_savepoint"); err != nil {
-				g.rollback(i, err)
-				return false
-			}
-		}
-		ferr := m.fn(t)
-		var keep committed
-		switch {
-		case ferr == nil:
-		case errors.As(ferr, &keep):
-			g.results[i] = keep.err
-		case savepoints && isRefusal(ferr):
-			if _, err := t.exec("group_rollback"); err != nil {
-				g.rollback(i, err)
-				return false
-			}
-			g.results[i], g.alone[i] = ferr, true
-		default:
-			g.rollback(i, ferr)
+	for _, m := range g.members {
+		g.txns = append(g.txns, &txn{q: g.q, ctx: m.ctx, tx: g.tx, now: g.q.now(), local: local})
+	}
+	parts, ok := g.parts()
+	if !ok {
+		return false
+	}
+	savepoints := len(g.members) > 1
+	for i, p := range parts {
+		if p.fn != nil && !g.runPart(i, p, savepoints && !p.bare) {
 			return false
 		}
+	}
+	return true
+}
+
+// runPart runs member i's part, inside a savepoint of its own when
+// savepoint is set; false means the group was rolled back and every
+// member answered.
+func (g *group) runPart(i int, p part, savepoint bool) bool {
+	t := g.txns[i]
+	if savepoint {
+		if _, err := t.exec("group_savepoint"); err != nil {
+			g.rollback(i, err)
+			return false
+		}
+	}
+	ferr := p.fn(t)
+	var keep committed
+	switch {
+	case ferr == nil:
+	case errors.As(ferr, &keep):
+		g.results[i] = keep.err
+	case savepoint && isRefusal(ferr):
+		if _, err := t.exec("group_rollback"); err != nil {
+			g.rollback(i, err)
+			return false
+		}
+		g.results[i], g.alone[i] = ferr, true
+	default:
+		g.rollback(i, ferr)
+		return false
 	}
 	return true
 }

@@ -10,12 +10,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/faults/storagefault"
+	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -421,4 +424,246 @@ func TestGroupClose(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	_, err = g.q.Submit(g.ctx, g.request())
 	require.ErrorIs(t, err, ErrClosed)
+}
+
+// groupStores runs test on grouped SQLite file queues and, when the
+// PostgreSQL suites run, on PostgreSQL queues with group commit forced
+// on; open opens one (each its own database), with a storage fault
+// injector under it.
+func groupStores(t *testing.T, test func(t *testing.T, open func() *groupRig)) {
+	t.Run("sqlite", func(t *testing.T) { test(t, func() *groupRig { return setupGroup(t) }) })
+	t.Run("postgres", func(t *testing.T) {
+		test(t, func() *groupRig {
+			url := pgtest.Fresh(t, migratePostgresURL)
+			clock := clockwork.NewFakeClockAt(epoch)
+			storage := storagefault.NewPostgres(stdlib.GetDefaultDriver(), clock)
+			b := openBundle(t, url, clock, 1, func(o *Options) { o.Driver = storage })
+			if _, ok := b.q.sql.queries["group_savepoint"]; !ok {
+				t.Skip("this build's PostgreSQL store has no group savepoints")
+			}
+			if b.q.ops == nil {
+				b.q.startGroups()
+			}
+			return &groupRig{bundle: b, storage: storage}
+		})
+	})
+}
+
+// completeOp completes c in whatever group it joins.
+func (g *groupRig) completeOp(c model.Claim) func() error {
+	return func() error { return g.q.Complete(g.ctx, c) }
+}
+
+// A group of completions is completed set-wise: those whose claims hold
+// are committed with their completed events; a stale fence, an expired
+// lease and a second completion of a task are each refused with their
+// stale-write event kept, and one of a missing task is refused alone.
+func TestGroupBatchesCompletions(t *testing.T) {
+	groupStores(t, func(t *testing.T, open func() *groupRig) {
+		g := open()
+		short := g.submit()
+		expired := g.claimFor("w1", 1, time.Second)[0].Claim
+		require.Equal(t, short, expired.TaskID)
+		a, ca := g.running()
+		b, cb := g.running(func(r *model.SubmitRequest) { r.User = "bob" })
+		c, cc := g.running()
+		d, cd := g.running(func(r *model.SubmitRequest) { r.User = "bob" })
+		g.advance(2 * time.Second)
+		stale := cc
+		stale.Fence++
+		missing := ca
+		missing.TaskID = "no-such-task"
+		errs := g.inGroup(nil, g.completeOp(ca), g.completeOp(stale), g.completeOp(expired), g.completeOp(cb),
+			g.completeOp(missing), g.completeOp(cd), g.completeOp(cb))
+		require.NoError(t, errs[0])
+		require.ErrorIs(t, errs[1], ErrStaleClaim)
+		require.ErrorIs(t, errs[2], ErrStaleClaim)
+		require.NoError(t, errs[3])
+		require.ErrorIs(t, errs[4], ErrNotFound)
+		require.NotErrorIs(t, errs[4], ErrNotApplied)
+		require.NoError(t, errs[5])
+		require.ErrorIs(t, errs[6], ErrStaleClaim, "the second completion of a task sees the first")
+		require.Equal(t, int64(3), g.q.stats.batched.Load(), "a, b and d were completed set-wise")
+		for _, id := range []string{a, b, d} {
+			require.Equal(t, model.Completed, g.state(id))
+			var done []model.Event
+			for _, e := range g.events(id) {
+				if e.Kind == model.EventCompleted {
+					done = append(done, e)
+				}
+			}
+			require.Len(t, done, 1)
+			require.Equal(t, "w1", done[0].Actor)
+			require.Equal(t, g.now(), done[0].At)
+			require.Equal(t, done[0].Fence, int64(done[0].Attempt))
+		}
+		require.Equal(t, model.Running, g.state(c))
+		require.Equal(t, model.Running, g.state(short), "the lease expired, but nobody reaped it")
+		staleEvents := map[string]int{}
+		for _, e := range g.events("") {
+			if e.Kind == model.EventStaleWrite {
+				staleEvents[e.TaskID]++
+			}
+		}
+		require.Equal(t, map[string]int{c: 1, short: 1, b: 1}, staleEvents)
+	})
+}
+
+// A storage fault at the batch statement rolls the whole group back:
+// every member is told ErrNotApplied and nothing is written.
+func TestGroupBatchFaultRollsBackAll(t *testing.T) {
+	groupStores(t, func(t *testing.T, open func() *groupRig) {
+		g := open()
+		var ids []string
+		var ops []func() error
+		for range 3 {
+			id, c := g.running()
+			ids = append(ids, id)
+			ops = append(ops, g.completeOp(c))
+		}
+		_, c := g.running()
+		ops = append(ops, func() error {
+			_, err := g.q.CompleteAndClaim(g.ctx, c, model.ClaimRequest{Worker: "w1", Max: 1, Lease: testLease})
+			return err
+		})
+		ids = append(ids, c.TaskID)
+		before := len(g.events(""))
+		// Armed inside the held group: it fires on the next group's
+		// first statement, the batch's UPDATE.
+		errs := g.inGroup(func() { g.storage.Arm(storagefault.FailStatement) }, ops...)
+		for i, err := range errs {
+			require.ErrorIs(t, err, ErrNotApplied, "member %d", i)
+			require.ErrorIs(t, err, storagefault.ErrInjected, "member %d", i)
+			require.NotErrorIs(t, err, ErrOutcomeUnknown, "member %d", i)
+		}
+		require.Equal(t, 1, g.storage.Counts().FailStatement)
+		for _, id := range ids {
+			require.Equal(t, model.Running, g.state(id))
+		}
+		require.Len(t, g.events(""), before)
+	})
+}
+
+// A COMMIT that fails after a batch tells every member ErrOutcomeUnknown;
+// one that is applied but reports failure has written every completion.
+func TestGroupBatchCommitFailure(t *testing.T) {
+	for _, fault := range []storagefault.Fault{storagefault.FailCommit, storagefault.AmbiguousCommit} {
+		t.Run(string(fault), func(t *testing.T) {
+			groupStores(t, func(t *testing.T, open func() *groupRig) {
+				g := open()
+				var ids []string
+				var ops []func() error
+				for range 3 {
+					id, c := g.running()
+					ids = append(ids, id)
+					ops = append(ops, g.completeOp(c))
+				}
+				ops = append(ops, func() error {
+					return g.q.write(g.ctx, "arm", func(*txn) error { g.storage.Arm(fault); return nil })
+				})
+				errs := g.inGroup(nil, ops...)
+				for i, err := range errs {
+					require.ErrorIs(t, err, ErrOutcomeUnknown, "member %d", i)
+					require.ErrorIs(t, err, storagefault.ErrInjected, "member %d", i)
+				}
+				want := model.Running
+				if fault == storagefault.AmbiguousCommit {
+					want = model.Completed
+				}
+				for _, id := range ids {
+					require.Equal(t, want, g.state(id))
+				}
+				require.Equal(t, int64(3), g.q.stats.batched.Load())
+			})
+		})
+	}
+}
+
+// trail is a queue's audit trail without sequence numbers, and its
+// figures.
+func (g *groupRig) trail() ([]model.Event, model.Metrics) {
+	events := g.events("")
+	for i := range events {
+		events[i].Seq = 0
+	}
+	return events, g.metrics()
+}
+
+// Completions batched in one group leave the same events and counters as
+// the same completions one by one, in the order the group ran them (the
+// batch's, then the stale one's refusal).
+func TestGroupBatchMatchesOneByOne(t *testing.T) {
+	groupStores(t, func(t *testing.T, open func() *groupRig) {
+		g := open()
+		run := func(g *groupRig, together bool) ([]model.Event, model.Metrics) {
+			var ops []func() error
+			for i := range 6 {
+				_, c := g.running(func(r *model.SubmitRequest) { r.User = fmt.Sprintf("u%d", i%3) })
+				if i == 4 {
+					c.Fence++
+				}
+				ops = append(ops, g.completeOp(c))
+			}
+			g.advance(time.Second)
+			var errs []error
+			if together {
+				errs = g.inGroup(nil, ops...)
+			} else {
+				// In the order the group runs them: the completions the
+				// batch made, then the stale one's refusal.
+				errs = make([]error, len(ops))
+				for _, i := range []int{0, 1, 2, 3, 5, 4} {
+					errs[i] = ops[i]()
+				}
+			}
+			for i, err := range errs {
+				if i == 4 {
+					require.ErrorIs(t, err, ErrStaleClaim)
+					continue
+				}
+				require.NoError(t, err, "completion %d", i)
+			}
+			require.NoError(t, g.q.CheckCounters(g.ctx))
+			return g.trail()
+		}
+		batched, batchedMetrics := run(g, true)
+		require.Equal(t, int64(5), g.q.stats.batched.Load())
+		alone := open()
+		single, singleMetrics := run(alone, false)
+		require.Zero(t, alone.q.stats.batched.Load())
+		require.Equal(t, single, batched)
+		require.Equal(t, singleMetrics, batchedMetrics)
+	})
+}
+
+// CompleteAndClaim in a group: the completions are batched, then each
+// claim runs and sees them all: with one running task allowed per user,
+// each slot takes the next task of a user whose task it just completed.
+func TestGroupBatchedCompleteAndClaim(t *testing.T) {
+	groupStores(t, func(t *testing.T, open func() *groupRig) {
+		g := open()
+		g.setLimits(func(l *model.Limits) { l.UserRunningMax = 1 })
+		var ops []func() error
+		claimed := make([][]model.Claimed, 2)
+		for i, user := range []string{"ana", "bob"} {
+			_, c := g.running(func(r *model.SubmitRequest) { r.User = user })
+			ops = append(ops, func() error {
+				var err error
+				claimed[i], err = g.q.CompleteAndClaim(g.ctx, c, model.ClaimRequest{Worker: "w2", Max: 1, Lease: testLease})
+				return err
+			})
+		}
+		next := map[string]bool{g.submit(func(r *model.SubmitRequest) { r.User = "ana" }): true,
+			g.submit(func(r *model.SubmitRequest) { r.User = "bob" }): true}
+		for _, err := range g.inGroup(nil, ops...) {
+			require.NoError(t, err)
+		}
+		require.Equal(t, int64(2), g.q.stats.batched.Load())
+		for i := range claimed {
+			require.Len(t, claimed[i], 1, "slot %d", i)
+			require.True(t, next[claimed[i][0].Claim.TaskID], "slot %d", i)
+			delete(next, claimed[i][0].Claim.TaskID)
+			require.Equal(t, model.Running, g.state(claimed[i][0].Claim.TaskID))
+		}
+	})
 }

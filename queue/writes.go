@@ -279,8 +279,11 @@ func (q *Queue) Pause(ctx context.Context, c model.Claim, step int, gate string)
 // the check fenced makes, and that changes what settle would change for a
 // completion. Only when it matches no row is the task loaded, to record and
 // return why the write is stale (or that the task does not exist).
+//
+// In a group commit with other completions it is completed set-wise with
+// them (batch.go), under the same checks.
 func (q *Queue) Complete(ctx context.Context, c model.Claim) error {
-	return q.write(ctx, "complete", func(t *txn) error { return t.complete(c) })
+	return q.writeCompletion(ctx, "complete", &completion{claim: c})
 }
 
 // complete is Complete's write inside t (CompleteAndClaim's first part).
@@ -294,6 +297,12 @@ func (t *txn) complete(c model.Claim) error {
 		return t.emit(model.Event{TaskID: c.TaskID, Kind: model.EventCompleted, Attempt: int(c.Fence),
 			Fence: c.Fence, From: model.Running, To: model.Completed, Actor: c.Owner})
 	}
+	return t.completeRefused(c)
+}
+
+// completeRefused is complete once complete_fenced (or complete_batch)
+// matched no row for c.
+func (t *txn) completeRefused(c model.Claim) error {
 	// complete_fenced refused the claim: fenced says why and records it.
 	// It makes the same checks as complete_fenced, so in a normal build
 	// it always refuses here. Only a broken variant that forges its

@@ -152,6 +152,30 @@ UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, 
 WHERE id = :id AND version = :fence AND state = 'running'
   AND lease_until {broken:write-at-lease-until|>|>=} :now;
 
+-- name: complete_batch
+-- complete_fenced for many claims in one statement (a group's completions,
+-- batch.go): :claims is a JSON array of [id, fence, now], one a claim, no
+-- id twice. It returns the ids it completed; a claim it did not match is
+-- left to Complete's own path, which says why.
+UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = c.now
+FROM (SELECT e ->> 0 AS id, (e ->> 1)::bigint AS fence, (e ->> 2)::bigint AS now
+      FROM jsonb_array_elements(:claims::jsonb) AS e) AS c
+WHERE tasks.id = c.id AND tasks.version = c.fence AND tasks.state = 'running'
+  AND tasks.lease_until {broken:write-at-lease-until|>|>=} c.now
+RETURNING tasks.id;
+
+-- name: complete_batch_events
+-- The completed events of complete_batch's claims, in order: :events is a
+-- JSON array of [task_id, fence, actor, at, scope]; the attempt is the
+-- fence, as for a single completion. The shared advisory lock is
+-- event_insert's.
+WITH writing AS (SELECT pg_advisory_xact_lock_shared(7424602, hashtext(current_schema())) AS locked)
+INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+SELECT e ->> 0, :kind, (e ->> 1)::bigint, (e ->> 1)::bigint, '', :from_state, :to_state, '', e ->> 2,
+       (e ->> 3)::bigint, '', e ->> 4
+FROM writing, jsonb_array_elements(:events::jsonb) WITH ORDINALITY AS x(e, n)
+ORDER BY x.n;
+
 -- name: settle
 UPDATE tasks
 SET state = :to_state, reason = :reason, owner = '', lease_until = 0, run_at = :run_at,

@@ -109,6 +109,25 @@ UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, 
 WHERE id = :id AND version = :fence AND state = 'running'
   AND lease_until {broken:write-at-lease-until|>|>=} :now;
 
+-- name: complete_batch
+-- complete_fenced for many claims in one statement (a group's completions,
+-- batch.go): :claims is a JSON array of [id, fence, now], one a claim, no
+-- id twice. It returns the ids it completed; a claim it did not match is
+-- left to Complete's own path, which says why.
+UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = c.now
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS fence, value ->> 2 AS now FROM json_each(:claims)) AS c
+WHERE tasks.id = c.id AND tasks.version = c.fence AND tasks.state = 'running'
+  AND tasks.lease_until {broken:write-at-lease-until|>|>=} c.now
+RETURNING tasks.id;
+
+-- name: complete_batch_events
+-- The completed events of complete_batch's claims, in order: :events is a
+-- JSON array of [task_id, fence, actor, at, scope]; the attempt is the
+-- fence, as for a single completion.
+INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+SELECT value ->> 0, :kind, value ->> 1, value ->> 1, '', :from_state, :to_state, '', value ->> 2, value ->> 3, '', value ->> 4
+FROM json_each(:events) ORDER BY key;
+
 -- name: settle
 UPDATE tasks
 SET state = :to_state, reason = :reason, owner = '', lease_until = 0, run_at = :run_at,

@@ -1,0 +1,238 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/leasehold/leasehold/model"
+)
+
+// Batched completions (group commit, group.go). A group holding two or
+// more completions completes them set-wise: one fenced UPDATE for all of
+// them (complete_batch, which checks exactly what complete_fenced checks,
+// claim by claim) and their completed events in one INSERT
+// (complete_batch_events), instead of two statements each. Then the
+// members run in order as before, each its own part:
+//
+//   - a completion the batch completed runs only what follows its
+//     completion (CompleteAndClaim's claim, which so sees the completions:
+//     its user's running count is down). It runs without a savepoint: its
+//     completion is no longer its own to roll back, so a refusal there
+//     (none is expected after its check) rolls the group back, as a
+//     statement error does, and nothing is written;
+//   - a completion the batch did not match (a stale fence, an expired
+//     lease, a task not running or missing) takes Complete's own path
+//     from where complete_fenced matched nothing (completeRefused: the
+//     stale-write event recorded and the refusal returned after the
+//     commit), in its savepoint as any member;
+//   - every other member runs as it did.
+//
+// Only the first completion of a task is batched; a second in the same
+// group runs whole in its turn, so it sees the first as the same two
+// operations one after the other would. A group with fewer than
+// batchMin completions runs exactly as before batching (a group of one,
+// which is what the simulator steps, runs the operation alone).
+const batchMin = 2
+
+// completion is a write operation that completes a claim: check, when
+// set, runs first and writes nothing (it may refuse, and then nothing is
+// written); then, when set, runs after the completion, in the same
+// operation (CompleteAndClaim's claim).
+type completion struct {
+	claim       model.Claim
+	check, then func(t *txn) error
+}
+
+// run is the operation whole, as it runs alone: check, complete, then.
+func (c *completion) run(t *txn) error {
+	if c.check != nil {
+		if err := c.check(t); err != nil {
+			return err
+		}
+	}
+	if err := t.complete(c.claim); err != nil {
+		return err
+	}
+	return c.after(t)
+}
+
+// refused is the operation once the batch did not match its claim (its
+// check already ran): the refusal recorded, or, only in a broken build
+// that forges the checks, the completion and then.
+func (c *completion) refused(t *txn) error {
+	if err := t.completeRefused(c.claim); err != nil {
+		return err
+	}
+	return c.after(t)
+}
+
+// after runs then, if set.
+func (c *completion) after(t *txn) error {
+	if c.then == nil {
+		return nil
+	}
+	return c.then(t)
+}
+
+// writeCompletion runs the completion c as one write operation.
+func (q *Queue) writeCompletion(ctx context.Context, op string, c *completion) error {
+	return q.writeOp(ctx, op, c.run, c)
+}
+
+// part is what a member runs in its turn in the group: fn (nothing when
+// nil), inside its savepoint unless bare (a part whose refusal rolls the
+// group back).
+type part struct {
+	fn   func(t *txn) error
+	bare bool
+}
+
+// parts completes the group's batchable completions set-wise and returns
+// what each member runs in its turn; false means the group was rolled
+// back and every member answered.
+func (g *group) parts() ([]part, bool) {
+	parts := make([]part, len(g.members))
+	for i, m := range g.members {
+		parts[i] = part{fn: m.fn}
+	}
+	batch := g.completions()
+	if len(batch) < batchMin {
+		return parts, true
+	}
+	batch, ok := g.checkBatch(batch, parts)
+	if !ok {
+		return nil, false
+	}
+	if len(batch) == 0 {
+		return parts, true
+	}
+	matched, err := g.completeBatch(batch)
+	if err != nil {
+		g.abort(err)
+		return nil, false
+	}
+	for _, i := range batch {
+		c := g.members[i].completes
+		if matched[c.claim.TaskID] {
+			parts[i] = part{fn: c.then, bare: true}
+			continue
+		}
+		parts[i] = part{fn: c.refused}
+	}
+	return parts, true
+}
+
+// completions returns the members that are completions, in order, but a
+// second completion of a task already listed.
+func (g *group) completions() []int {
+	var out []int
+	seen := map[string]bool{}
+	for i, m := range g.members {
+		if m.completes == nil || seen[m.completes.claim.TaskID] {
+			continue
+		}
+		seen[m.completes.claim.TaskID] = true
+		out = append(out, i)
+	}
+	return out
+}
+
+// checkBatch runs the checks of the batch's members and returns those
+// that passed. A member whose check refuses is answered with the refusal
+// after the commit and runs nothing more (its check wrote nothing); a
+// statement error rolls the group back (false).
+func (g *group) checkBatch(batch []int, parts []part) ([]int, bool) {
+	kept := batch[:0]
+	for _, i := range batch {
+		c := g.members[i].completes
+		if c.check != nil {
+			err := c.check(g.txns[i])
+			var keep committed
+			switch {
+			case err == nil:
+			case isRefusal(err) && !errors.As(err, &keep):
+				g.results[i], g.alone[i] = err, true
+				parts[i] = part{}
+				continue
+			default:
+				g.rollback(i, err)
+				return nil, false
+			}
+		}
+		kept = append(kept, i)
+	}
+	return kept, true
+}
+
+// completeBatch runs complete_batch for the batch's claims, each at its
+// own operation's time, and complete_batch_events for those it matched,
+// each event as complete emits it; it returns the task ids completed.
+func (g *group) completeBatch(batch []int) (map[string]bool, error) {
+	claims := make([][3]any, 0, len(batch))
+	for _, i := range batch {
+		c := g.members[i].completes.claim
+		claims = append(claims, [3]any{c.TaskID, c.Fence, model.Millis(g.txns[i].now)})
+	}
+	arg, err := json.Marshal(claims)
+	if err != nil {
+		return nil, fmt.Errorf("batch completion: %w", err)
+	}
+	t := g.txns[batch[0]]
+	rows, err := t.query("complete_batch", sql.Named("claims", string(arg)))
+	if err != nil {
+		return nil, err
+	}
+	matched := make(map[string]bool, len(batch))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("queue: complete_batch: %w", err)
+		}
+		matched[id] = true
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("queue: complete_batch: %w", err)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queue: complete_batch: %w", err)
+	}
+	if len(matched) == 0 {
+		return matched, nil
+	}
+	g.q.stats.batched.Add(int64(len(matched)))
+	return matched, g.batchEvents(batch, matched)
+}
+
+// batchEvents records the completed event of each matched claim of the
+// batch, in the batch's order, with what complete's emit records: the
+// claim's fence as fence and attempt, its owner as actor, its operation's
+// time and scope.
+func (g *group) batchEvents(batch []int, matched map[string]bool) error {
+	events := make([][5]any, 0, len(matched))
+	for _, i := range batch {
+		c := g.members[i].completes.claim
+		if !matched[c.TaskID] {
+			continue
+		}
+		t := g.txns[i]
+		events = append(events, [5]any{c.TaskID, c.Fence, c.Owner, model.Millis(t.now), model.ScopeOf(t.ctx)})
+	}
+	arg, err := json.Marshal(events)
+	if err != nil {
+		return fmt.Errorf("batch completion events: %w", err)
+	}
+	n, err := g.txns[batch[0]].exec("complete_batch_events", sql.Named("events", string(arg)),
+		sql.Named("kind", string(model.EventCompleted)),
+		sql.Named("from_state", string(model.Running)), sql.Named("to_state", string(model.Completed)))
+	if err != nil {
+		return err
+	}
+	if n != int64(len(events)) {
+		return fmt.Errorf("queue: complete_batch_events: inserted %d events, expected %d", n, len(events))
+	}
+	return nil
+}
