@@ -3,7 +3,7 @@ package queue
 import (
 	"context"
 	"database/sql"
-	"errors"
+	"encoding/json"
 	"fmt"
 
 	"github.com/leasehold/leasehold/model"
@@ -70,87 +70,270 @@ type userDepth struct{ active, limit int }
 
 // submitMany stores a batch of normalized requests, or recognises their
 // replays; the first refusal ends it (and the caller rolls back). It
-// writes what submit writes for each new task, reading the limits, each
-// user's depth and the active total once per batch instead of once per
-// task.
+// decides as Submit would for each request in turn, counting the batch's
+// new tasks on, but reads and writes by set: every key of the batch in
+// one statement, the limits, its new tasks' users' depths and the active
+// total once, then the new tasks in one statement and their submitted
+// events in another.
 func (t *txn) submitMany(ns []model.Normalized) ([]model.SubmitResult, error) {
 	limits, err := t.limits()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]model.SubmitResult, len(ns))
-	depths := map[string]*userDepth{}
-	total := -1 // the active total, read when first needed
-	earlier := map[string]int{}
-	for i, n := range ns {
-		refuse := func(err error) ([]model.SubmitResult, error) {
-			return nil, &model.BatchItemError{Index: i, Err: err}
-		}
-		key := model.TaskKey(n.User, n.Key)
-		if j, ok := earlier[key]; ok {
-			if ns[j].Hash != n.Hash {
-				return refuse(model.BatchConflict(n, j))
-			}
-			out[i] = model.SubmitResult{TaskID: out[j].TaskID, Replay: true}
-			continue
-		}
-		var id, hash string
-		err := t.queryRow("task_by_key", sql.Named("user", n.User), sql.Named("key", n.Key)).Scan(&id, &hash)
-		switch {
-		case err == nil && hash == n.Hash:
-			out[i] = model.SubmitResult{TaskID: id, Replay: true}
-			continue
-		case err == nil:
-			return refuse(fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, id, model.ErrIdempotencyConflict))
-		case !errors.Is(err, sql.ErrNoRows):
-			return nil, fmt.Errorf("queue: submit batch: look up key: %w", err)
-		}
-		if err := n.CheckTimely(t.now); err != nil {
-			return refuse(err)
-		}
-		d, err := t.userDepth(depths, n.User)
-		if err != nil {
-			return nil, err
-		}
-		if d.limit > 0 && d.active >= d.limit {
-			return refuse(fmt.Errorf("user %s has %d active tasks (limit %d): %w", n.User, d.active, d.limit, model.ErrQueueFull))
-		}
-		if limits.DepthMax > 0 {
-			if total < 0 {
-				if err := t.queryRow("active_total").Scan(&total); err != nil {
-					return nil, fmt.Errorf("queue: admission: %w", err)
-				}
-			}
-			if total >= limits.DepthMax {
-				return refuse(fmt.Errorf("%d active tasks (limit %d): %w", total, limits.DepthMax, model.ErrQueueFull))
-			}
-		}
-		res, err := t.insertTask(n, n.User, limits)
-		if err != nil {
-			return nil, err
-		}
-		out[i], earlier[key] = res, i
-		d.active++
-		total++
+	found, err := t.lookUpKeys(ns)
+	if err != nil {
+		return nil, err
+	}
+	adm, err := t.readAdmission(ns, found, limits)
+	if err != nil {
+		return nil, err
+	}
+	out, rows, err := t.planBatch(ns, found, adm, limits)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.insertBatch(rows, limits); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// userDepth returns the user's depth, creating the user's row and reading
-// it on the batch's first task of the user.
-func (t *txn) userDepth(depths map[string]*userDepth, user string) (*userDepth, error) {
-	if d := depths[user]; d != nil {
-		return d, nil
+// stored is the task, or the tombstone of a pruned one, under a key.
+type stored struct{ id, hash string }
+
+// lookUpKeys returns what the store holds under the batch's keys, by
+// model.TaskKey: task_by_key for every key, in one statement.
+func (t *txn) lookUpKeys(ns []model.Normalized) (map[string]stored, error) {
+	var pairs [][2]string
+	var keys []string
+	seen := make(map[string]bool, len(ns))
+	for _, n := range ns {
+		key := model.TaskKey(n.User, n.Key)
+		if !seen[key] {
+			seen[key] = true
+			pairs, keys = append(pairs, [2]string{n.User, n.Key}), append(keys, key)
+		}
 	}
-	if _, err := t.exec("user_ensure", sql.Named("user", user)); err != nil {
+	arg, err := json.Marshal(pairs)
+	if err != nil {
+		return nil, fmt.Errorf("queue: submit batch: look up keys: %w", err)
+	}
+	rows, err := t.query("tasks_by_keys", sql.Named("pairs", string(arg)))
+	if err != nil {
 		return nil, err
 	}
-	d := &userDepth{}
-	if err := t.queryRow("user_depth", sql.Named("user", user)).Scan(&d.active, &d.limit); err != nil {
-		return nil, fmt.Errorf("queue: admission: %w", err)
+	defer rows.Close()
+	found := map[string]stored{}
+	tombstone := map[string]bool{}
+	for rows.Next() {
+		var index, source int
+		var s stored
+		if err := rows.Scan(&index, &s.id, &s.hash, &source); err != nil {
+			return nil, fmt.Errorf("queue: submit batch: look up keys: %w", err)
+		}
+		if index < 0 || index >= len(keys) {
+			return nil, fmt.Errorf("queue: submit batch: look up keys: pair %d of %d", index, len(keys))
+		}
+		key := keys[index]
+		if _, ok := found[key]; ok && !tombstone[key] { // as task_by_key: a task before a tombstone
+			continue
+		}
+		found[key], tombstone[key] = s, source != 0
 	}
-	depths[user] = d
-	return d, nil
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queue: submit batch: look up keys: %w", err)
+	}
+	return found, nil
+}
+
+// admission is what the depth caps of a batch are checked against: each
+// user's depth, by user, and the active total (-1 when DepthMax is 0).
+type admission struct {
+	depths map[string]*userDepth
+	total  int
+}
+
+// readAdmission ensures the rows of the users that have a key the store
+// does not hold (the users a new task of the batch may be for), reads
+// their depths and, when DepthMax caps it, the active total: what
+// userDepth and active_total read for the batch's first new task, before
+// any is inserted. A batch with no new task reads nothing.
+func (t *txn) readAdmission(ns []model.Normalized, found map[string]stored, limits model.Limits) (admission, error) {
+	adm := admission{depths: map[string]*userDepth{}, total: -1}
+	var users []string
+	for _, n := range ns {
+		if _, ok := found[model.TaskKey(n.User, n.Key)]; ok || adm.depths[n.User] != nil {
+			continue
+		}
+		adm.depths[n.User] = nil
+		users = append(users, n.User)
+	}
+	if len(users) == 0 {
+		return adm, nil
+	}
+	arg, err := json.Marshal(users)
+	if err != nil {
+		return admission{}, fmt.Errorf("queue: admission: %w", err)
+	}
+	if _, err := t.exec("users_ensure", sql.Named("users", string(arg))); err != nil {
+		return admission{}, err
+	}
+	if err := t.readDepths(string(arg), adm.depths); err != nil {
+		return admission{}, err
+	}
+	for _, user := range users {
+		if adm.depths[user] == nil {
+			return admission{}, fmt.Errorf("queue: admission: no row for user %s", user)
+		}
+	}
+	if limits.DepthMax > 0 {
+		if err := t.queryRow("active_total").Scan(&adm.total); err != nil {
+			return admission{}, fmt.Errorf("queue: admission: %w", err)
+		}
+	}
+	return adm, nil
+}
+
+// readDepths reads the depths of users (a JSON array) into depths.
+func (t *txn) readDepths(users string, depths map[string]*userDepth) error {
+	rows, err := t.query("users_depth", sql.Named("users", users))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var user string
+		d := &userDepth{}
+		if err := rows.Scan(&user, &d.active, &d.limit); err != nil {
+			return fmt.Errorf("queue: admission: %w", err)
+		}
+		depths[user] = d
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("queue: admission: %w", err)
+	}
+	return nil
+}
+
+// batchRow is a new task of a batch and its submitted event's actor, as
+// tasks_insert and events_insert read it from a JSON array.
+type batchRow struct {
+	ID          string `json:"i"`
+	User        string `json:"u"`
+	Key         string `json:"k"`
+	Hash        string `json:"h"`
+	Payload     string `json:"p"`
+	Priority    int    `json:"r"`
+	RunAt       int64  `json:"t"`
+	Deadline    int64  `json:"d"`
+	CostBudget  int64  `json:"c"`
+	StepsMax    int    `json:"s"`
+	ScheduleID  string `json:"si"`
+	ScheduleRun int64  `json:"sr"`
+	Actor       string `json:"a"`
+}
+
+// planBatch decides each request in turn, as Submit would after the
+// batch's earlier ones: a replay of an earlier request or of a stored
+// task, a conflict, or a new task (its ID drawn now, in the batch's
+// order) within the depth caps, counted on for the requests after it.
+func (t *txn) planBatch(ns []model.Normalized, found map[string]stored, adm admission, limits model.Limits) ([]model.SubmitResult, []batchRow, error) {
+	out := make([]model.SubmitResult, len(ns))
+	var rows []batchRow
+	earlier := map[string]int{}
+	for i, n := range ns {
+		key := model.TaskKey(n.User, n.Key)
+		if j, ok := earlier[key]; ok {
+			if ns[j].Hash != n.Hash {
+				return nil, nil, &model.BatchItemError{Index: i, Err: model.BatchConflict(n, j)}
+			}
+			out[i] = model.SubmitResult{TaskID: out[j].TaskID, Replay: true}
+			continue
+		}
+		if s, ok := found[key]; ok {
+			if s.hash != n.Hash {
+				err := fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, s.id, model.ErrIdempotencyConflict)
+				return nil, nil, &model.BatchItemError{Index: i, Err: err}
+			}
+			out[i] = model.SubmitResult{TaskID: s.id, Replay: true}
+			continue
+		}
+		if err := t.admitNew(n, adm, limits); err != nil {
+			return nil, nil, &model.BatchItemError{Index: i, Err: err}
+		}
+		row := t.newRow(n)
+		rows = append(rows, row)
+		out[i], earlier[key] = model.SubmitResult{TaskID: row.ID}, i
+		adm.depths[n.User].active++
+		adm.total++
+	}
+	return out, rows, nil
+}
+
+// admitNew refuses a new task that is not timely or would pass a depth
+// cap, with Submit's refusals.
+func (t *txn) admitNew(n model.Normalized, adm admission, limits model.Limits) error {
+	if err := n.CheckTimely(t.now); err != nil {
+		return err
+	}
+	d := adm.depths[n.User]
+	if d.limit > 0 && d.active >= d.limit {
+		return fmt.Errorf("user %s has %d active tasks (limit %d): %w", n.User, d.active, d.limit, model.ErrQueueFull)
+	}
+	if limits.DepthMax > 0 && adm.total >= limits.DepthMax {
+		return fmt.Errorf("%d active tasks (limit %d): %w", adm.total, limits.DepthMax, model.ErrQueueFull)
+	}
+	return nil
+}
+
+// newRow draws a new task's ID and returns its row, as insertTask would
+// write it.
+func (t *txn) newRow(n model.Normalized) batchRow {
+	runAt := n.RunAt
+	if runAt.IsZero() {
+		runAt = t.now
+	}
+	t.madeReady(runAt)
+	actor := n.User
+	if a := model.ActorOf(t.ctx); a != "" {
+		actor = a
+	}
+	return batchRow{
+		ID: t.q.newID(model.TaskIDPrefix, model.TaskKey(n.User, n.Key)), User: n.User, Key: n.Key,
+		Hash: n.Hash, Payload: n.Payload, Priority: n.Priority, RunAt: model.Millis(runAt),
+		Deadline: model.Millis(n.Deadline), CostBudget: n.CostBudget, StepsMax: n.StepsMax,
+		ScheduleID: n.ScheduleID, ScheduleRun: n.ScheduleRun, Actor: actor,
+	}
+}
+
+// insertBatch writes a batch's new tasks and their submitted events, two
+// statements however many there are.
+func (t *txn) insertBatch(rows []batchRow, limits model.Limits) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	arg, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("queue: submit batch: %w", err)
+	}
+	n, err := t.exec("tasks_insert", sql.Named("rows", string(arg)),
+		sql.Named("attempts_max", limits.AttemptsMax), sql.Named("now", model.Millis(t.now)))
+	if err != nil {
+		return err
+	}
+	if n != int64(len(rows)) {
+		return fmt.Errorf("queue: tasks_insert: affected %d rows, expected %d", n, len(rows))
+	}
+	n, err = t.exec("events_insert", sql.Named("rows", string(arg)),
+		sql.Named("kind", string(model.EventSubmitted)), sql.Named("to_state", string(model.Queued)),
+		sql.Named("at", model.Millis(t.now)), sql.Named("scope", model.ScopeOf(t.ctx)))
+	if err != nil {
+		return err
+	}
+	if n != int64(len(rows)) {
+		return fmt.Errorf("queue: events_insert: affected %d rows, expected %d", n, len(rows))
+	}
+	return nil
 }
 
 // insertTask writes a new task and its submitted event (for Submit and

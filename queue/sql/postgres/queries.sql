@@ -74,6 +74,55 @@ INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, 
 SELECT :task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail, :scope
 FROM writing;
 
+-- name: tasks_by_keys
+-- SubmitMany's task_by_key for a whole batch: the tasks, then the
+-- tombstones, under the (user, key) pairs of :pairs, a JSON array of
+-- [user, key] arrays, each row with the index of its pair and its source
+-- (0 a task, 1 a tombstone).
+SELECT b.ord - 1, t.id, t.request_hash, 0
+FROM json_array_elements((:pairs::text)::json) WITH ORDINALITY AS b(value, ord)
+JOIN tasks AS t ON t.user_id = b.value ->> 0 AND t.idem_key = b.value ->> 1
+UNION ALL
+SELECT b.ord - 1, s.task_id, s.request_hash, 1
+FROM json_array_elements((:pairs::text)::json) WITH ORDINALITY AS b(value, ord)
+JOIN idem_tombstones AS s ON s.user_id = b.value ->> 0 AND s.idem_key = b.value ->> 1;
+
+-- name: users_ensure
+-- user_ensure for each user of :users, a JSON array of user IDs: the
+-- admission lock, then the users' rows.
+WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked)
+INSERT INTO users (user_id)
+SELECT b.value FROM admission, json_array_elements_text((:users::text)::json) AS b(value)
+ON CONFLICT (user_id) DO NOTHING;
+
+-- name: users_depth
+-- user_depth for each user of :users, a JSON array of user IDs.
+SELECT c.user_id, c.active, c.depth_limit
+FROM json_array_elements_text((:users::text)::json) AS b(value)
+JOIN user_caps AS c ON c.user_id = b.value;
+
+-- name: tasks_insert
+-- task_insert for each new task of a batch, in the batch's order: :rows is
+-- a JSON array of objects (see batchRow in submit_many.go).
+INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
+                   attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
+                   created_at, updated_at)
+SELECT b.value ->> 'i', b.value ->> 'u', b.value ->> 'k', b.value ->> 'h', b.value ->> 'p', 'queued',
+       (b.value ->> 'r')::BIGINT, (b.value ->> 't')::BIGINT, (b.value ->> 'd')::BIGINT,
+       :attempts_max::BIGINT, :now::BIGINT, (b.value ->> 'c')::BIGINT, (b.value ->> 's')::BIGINT,
+       b.value ->> 'si', (b.value ->> 'sr')::BIGINT, :now::BIGINT, :now::BIGINT
+FROM json_array_elements((:rows::text)::json) WITH ORDINALITY AS b(value, ord)
+ORDER BY b.ord;
+
+-- name: events_insert
+-- event_insert of each new task's submitted event, in the batch's order,
+-- from the rows of tasks_insert, under event_insert's shared lock.
+WITH writing AS (SELECT pg_advisory_xact_lock_shared(7424602, hashtext(current_schema())) AS locked)
+INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+SELECT b.value ->> 'i', :kind::TEXT, 0, 0, '', '', :to_state::TEXT, '', b.value ->> 'a', :at::BIGINT, '', :scope::TEXT
+FROM writing, json_array_elements((:rows::text)::json) WITH ORDINALITY AS b(value, ord)
+ORDER BY b.ord;
+
 -- name: claim_next
 -- The next tasks in claim order, locked, skipping those another claimer
 -- holds. A user below its running limit by n contributes at most its

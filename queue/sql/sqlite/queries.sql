@@ -54,6 +54,45 @@ VALUES (:id, :user, :key, :hash, :payload, 'queued', :priority, :run_at, :deadli
 INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
 VALUES (:task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail, :scope);
 
+-- name: tasks_by_keys
+-- SubmitMany's task_by_key for a whole batch: the tasks, then the
+-- tombstones, under the (user, key) pairs of :pairs, a JSON array of
+-- [user, key] arrays, each row with the index of its pair and its source
+-- (0 a task, 1 a tombstone).
+SELECT b.key, t.id, t.request_hash, 0 FROM json_each(:pairs) AS b
+JOIN tasks AS t ON t.user_id = b.value ->> 0 AND t.idem_key = b.value ->> 1
+UNION ALL
+SELECT b.key, s.task_id, s.request_hash, 1 FROM json_each(:pairs) AS b
+JOIN idem_tombstones AS s ON s.user_id = b.value ->> 0 AND s.idem_key = b.value ->> 1;
+
+-- name: users_ensure
+-- user_ensure for each user of :users, a JSON array of user IDs.
+INSERT INTO users (user_id) SELECT value FROM json_each(:users) WHERE true
+ON CONFLICT (user_id) DO NOTHING;
+
+-- name: users_depth
+-- user_depth for each user of :users, a JSON array of user IDs.
+SELECT c.user_id, c.active, c.depth_limit FROM json_each(:users) AS b
+JOIN user_caps AS c ON c.user_id = b.value;
+
+-- name: tasks_insert
+-- task_insert for each new task of a batch, in the batch's order: :rows is
+-- a JSON array of objects (see batchRow in submit_many.go).
+INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
+                   attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
+                   created_at, updated_at)
+SELECT value ->> 'i', value ->> 'u', value ->> 'k', value ->> 'h', value ->> 'p', 'queued',
+       value ->> 'r', value ->> 't', value ->> 'd', :attempts_max, :now, value ->> 'c', value ->> 's',
+       value ->> 'si', value ->> 'sr', :now, :now
+FROM json_each(:rows) WHERE true ORDER BY key;
+
+-- name: events_insert
+-- event_insert of each new task's submitted event, in the batch's order,
+-- from the rows of tasks_insert.
+INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+SELECT value ->> 'i', :kind, 0, 0, '', '', :to_state, '', value ->> 'a', :at, '', :scope
+FROM json_each(:rows) WHERE true ORDER BY key;
+
 -- name: claim_next
 -- The next task in claim order, or none.
 SELECT {task_columns} FROM tasks
