@@ -91,11 +91,7 @@ func TestPostgresUpgradeFromSchemaV1(t *testing.T) {
 	require.NoError(t, raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM events").Scan(&eventsBefore))
 	require.NoError(t, raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM effects").Scan(&effectsBefore))
 	require.NoError(t, raw.Close())
-	states := map[model.State]model.Task{}
-	for _, task := range before {
-		states[task.State] = task
-	}
-	require.Len(t, states, len(model.States()), "the fixture holds a task in every state")
+	states := tasksByState(t, before)
 	require.Len(t, before, len(model.States()))
 	require.Greater(t, eventsBefore, len(before))
 	require.Equal(t, 2, effectsBefore)
@@ -116,53 +112,13 @@ func TestPostgresUpgradeFromSchemaV1(t *testing.T) {
 	require.Empty(t, pending)
 	require.NoError(t, q.CheckCounters(ctx))
 
-	after, err := q.List(ctx, model.ListFilter{Limit: model.ListLimitMax})
-	require.NoError(t, err)
-	require.Equal(t, before, after, "every task, field by field, survives the upgrade")
-	events, err := q.Events(ctx, "")
-	require.NoError(t, err)
-	require.Len(t, events, eventsBefore)
-	effects, err := q.Effects(ctx, states[model.NeedsReview].ID)
-	require.NoError(t, err)
-	require.Len(t, effects, 1, "the uncertain effect's intent survives")
-	require.False(t, effects[0].Receipted())
-	effects, err = q.Effects(ctx, states[model.Completed].ID)
+	requireUpgraded(ctx, t, q, before, eventsBefore)
+	effects, err := q.Effects(ctx, states[model.Completed].ID)
 	require.NoError(t, err)
 	require.Len(t, effects, 1)
 	require.True(t, effects[0].Receipted())
 
-	// The paused task resumes after approval, from its checkpoint.
-	waiting := states[model.WaitingForApproval]
-	require.NoError(t, q.Approve(ctx, waiting.ID, waiting.ApprovalVersion, "approver"))
-	// The running task's lease ran out before the upgrade: reaped, it resumes too.
-	res, err := q.Reap(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, res.Expired)
-	clock.Advance(time.Hour) // past the backoff
-	resumed := map[string]int{}
-	for range 4 {
-		cs, err := q.Claim(ctx, model.ClaimRequest{Worker: "w-new", Max: 1, Lease: time.Minute})
-		require.NoError(t, err)
-		if len(cs) == 0 {
-			break
-		}
-		c := cs[0]
-		resumed[c.Task.ID] = c.Task.StepsUsed
-		_, err = q.CompleteStep(ctx, model.StepWrite{Claim: c.Claim, Index: c.Task.StepsUsed, Cost: 1})
-		require.NoError(t, err)
-		require.NoError(t, q.Complete(ctx, c.Claim))
-	}
-	require.Len(t, resumed, 3, "the waiting, running and queued tasks, and no other")
-	require.Equal(t, waiting.StepsUsed, resumed[waiting.ID], "the paused task resumes after its gate")
-	running := states[model.Running]
-	require.Equal(t, running.StepsUsed, resumed[running.ID], "the running task resumes at its checkpoint")
-	require.Equal(t, 0, resumed[states[model.Queued].ID], "the queued task starts")
-	for _, id := range []string{waiting.ID, running.ID, states[model.Queued].ID} {
-		task, err := q.Task(ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, model.Completed, task.State)
-	}
-	require.NoError(t, q.CheckCounters(ctx))
+	requireResumes(ctx, t, q, clock, states)
 
 	// Retention works on the upgraded tasks: the fixture's terminal tasks
 	// (settled about 12:00) go, the ones completed just now (15:00) and

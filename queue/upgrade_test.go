@@ -46,11 +46,7 @@ func TestUpgradeFromSchemaV2(t *testing.T) {
 	var eventsBefore int
 	require.NoError(t, raw.QueryRow("SELECT COUNT(*) FROM events").Scan(&eventsBefore))
 	require.NoError(t, raw.Close())
-	states := map[model.State]model.Task{}
-	for _, task := range before {
-		states[task.State] = task
-	}
-	require.Len(t, states, len(model.States()), "the fixture holds a task in every state")
+	states := tasksByState(t, before)
 
 	// A build at this version refuses the old schema until it is migrated.
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 14, 0, 0, 0, time.UTC)) // the fixture's leases (an hour from 12:00) have run out
@@ -61,27 +57,64 @@ func TestUpgradeFromSchemaV2(t *testing.T) {
 	defer q.Close()
 	require.NoError(t, q.CheckCounters(ctx))
 
+	requireUpgraded(ctx, t, q, before, eventsBefore)
+	requireResumes(ctx, t, q, clock, states)
+	// New events carry the scope column the upgrade added.
+	_, err = q.Cancel(model.WithScope(ctx, model.ScopeSubmit), states[model.Queued].ID, "caller")
+	require.Error(t, err, "the queued task has completed by now")
+	require.NoError(t, q.RecordOperatorEvent(model.WithScope(ctx, model.ScopeOperate), model.EventMigrated, "ops", "test"))
+	audit, err := q.Audit(ctx, AuditFilter{Actor: "ops"})
+	require.NoError(t, err)
+	require.Len(t, audit, 1)
+	require.Equal(t, model.ScopeOperate, audit[0].Scope)
+	require.NoError(t, q.CheckCounters(ctx))
+}
+
+// tasksByState returns an upgrade fixture's tasks by state, asserting it
+// holds a task in every state.
+func tasksByState(t *testing.T, tasks []model.Task) map[model.State]model.Task {
+	t.Helper()
+	states := map[model.State]model.Task{}
+	for _, task := range tasks {
+		states[task.State] = task
+	}
+	require.Len(t, states, len(model.States()), "the fixture holds a task in every state")
+	return states
+}
+
+// requireUpgraded asserts that q, just upgraded, holds every task of
+// before field by field, as many events as the old schema held
+// (eventsBefore), and the uncertain effect of the task under review.
+func requireUpgraded(ctx context.Context, t *testing.T, q *Queue, before []model.Task, eventsBefore int) {
+	t.Helper()
 	after, err := q.List(ctx, model.ListFilter{Limit: model.ListLimitMax})
 	require.NoError(t, err)
 	require.Equal(t, before, after, "every task, field by field, survives the upgrade")
 	events, err := q.Events(ctx, "")
 	require.NoError(t, err)
 	require.Len(t, events, eventsBefore)
+	states := tasksByState(t, before)
 	effects, err := q.Effects(ctx, states[model.NeedsReview].ID)
 	require.NoError(t, err)
 	require.Len(t, effects, 1, "the uncertain effect's intent survives")
 	require.False(t, effects[0].Receipted())
+}
 
-	// The paused task resumes after approval, from its checkpoint.
+// requireResumes asserts that the upgraded fixture's unfinished tasks
+// (states, by state) resume on q and complete: the paused one after
+// approval at its checkpoint, the running one (its lease run out on clock
+// before the upgrade) reaped and at its checkpoint, the queued one from
+// its start, and no other task is claimed.
+func requireResumes(ctx context.Context, t *testing.T, q *Queue, clock *clockwork.FakeClock, states map[model.State]model.Task) {
+	t.Helper()
 	waiting := states[model.WaitingForApproval]
 	require.NoError(t, q.Approve(ctx, waiting.ID, waiting.ApprovalVersion, "approver"))
-	// The running task's lease expired during the upgrade: reaped, it resumes too.
 	res, err := q.Reap(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Expired)
 	clock.Advance(time.Hour) // past the backoff
 	resumed := map[string]int{}
-	for range 3 {
+	for range len(states) {
 		cs, err := q.Claim(ctx, model.ClaimRequest{Worker: "w-new", Max: 1, Lease: time.Minute})
 		require.NoError(t, err)
 		if len(cs) == 0 {
@@ -93,21 +126,15 @@ func TestUpgradeFromSchemaV2(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, q.Complete(ctx, c.Claim))
 	}
+	require.Len(t, resumed, 3, "the waiting, running and queued tasks, and no other")
 	require.Equal(t, waiting.StepsUsed, resumed[waiting.ID], "the paused task resumes after its gate")
-	require.Equal(t, states[model.Running].StepsUsed, resumed[states[model.Running].ID], "the running task resumes at its checkpoint")
+	running := states[model.Running]
+	require.Equal(t, running.StepsUsed, resumed[running.ID], "the running task resumes at its checkpoint")
 	require.Equal(t, 0, resumed[states[model.Queued].ID], "the queued task starts")
-	for _, id := range []string{waiting.ID, states[model.Running].ID} {
+	for _, id := range []string{waiting.ID, running.ID, states[model.Queued].ID} {
 		task, err := q.Task(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, model.Completed, task.State)
 	}
-	// New events carry the scope column the upgrade added.
-	_, err = q.Cancel(model.WithScope(ctx, model.ScopeSubmit), states[model.Queued].ID, "caller")
-	require.Error(t, err, "the queued task has completed by now")
-	require.NoError(t, q.RecordOperatorEvent(model.WithScope(ctx, model.ScopeOperate), model.EventMigrated, "ops", "test"))
-	audit, err := q.Audit(ctx, AuditFilter{Actor: "ops"})
-	require.NoError(t, err)
-	require.Len(t, audit, 1)
-	require.Equal(t, model.ScopeOperate, audit[0].Scope)
 	require.NoError(t, q.CheckCounters(ctx))
 }
