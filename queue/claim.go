@@ -80,11 +80,10 @@ func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.
 
 // ClaimsOnCompletion reports whether a worker should claim its next task
 // with the write that completes its last (CompleteAndClaim) rather than
-// apart: true where writes are serialised and grouped (SQLite), so that
-// completions and claims share commits. On PostgreSQL CompleteAndClaim is
-// as correct, but a write that completes (locking its user's counter row)
-// and then claims (locking other users' rows) can deadlock with another
-// doing the same for other users; claims alone lock in a fixed order.
+// apart: true where writes are grouped (SQLite, and PostgreSQL since its
+// counters are rows of changes and its claims wait on no users row, so a
+// write that completes and then claims locks nothing another such write
+// waits on in a cycle), so that completions and claims share commits.
 func (q *Queue) ClaimsOnCompletion() bool { return q.store.groups() }
 
 // checkClaimBatch checks req's batch against the stored claim_batch_max.

@@ -445,9 +445,15 @@ func (g *group) rollback(failed int, err error) {
 	if rerr != nil && errors.Is(rerr, sql.ErrTxDone) {
 		rerr = nil
 	}
+	var cause sqlStater
+	conflict := !isRefusal(err) && ClassOf(err) == ClassConflict && errors.As(err, &cause)
 	for i, m := range g.members {
 		if i != failed {
-			m.finish(notApplied(fmt.Errorf("queue: %s: another write in its group failed in storage; rolled back", m.op)))
+			other := fmt.Errorf("queue: %s: another write in its group failed in storage; rolled back", m.op)
+			if conflict {
+				other = groupConflict{op: m.op, state: cause.SQLState()}
+			}
+			m.finish(notApplied(other))
 			continue
 		}
 		out := err
@@ -460,6 +466,24 @@ func (g *group) rollback(failed int, err error) {
 		m.finish(out)
 	}
 }
+
+// groupConflict is what the other members of a group are told when the
+// database rolled the group back as a conflict (a deadlock or a
+// serialization failure, on PostgreSQL when another machine's writers
+// lock the same rows): it carries the failure's SQLSTATE, and so its
+// class, ClassConflict, so that writeRetrying runs the member again; the
+// failure's own text (which may name another member's values) stays out.
+type groupConflict struct {
+	op    string
+	state string
+}
+
+func (e groupConflict) Error() string {
+	return fmt.Sprintf("queue: %s: its group was rolled back as a conflict (SQLSTATE %s)", e.op, e.state)
+}
+
+// SQLState is the SQLSTATE of the conflict that rolled the group back.
+func (e groupConflict) SQLState() string { return e.state }
 
 // prepareLater prepares on the database the statements the group's
 // transactions could only prepare for themselves.

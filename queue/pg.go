@@ -28,18 +28,21 @@ var postgresFiles embed.FS
 func init() { registerBackend(pgBackend{}) }
 
 // pgBackend is the PostgreSQL store (pgx v5 through its database/sql
-// adapter), for workers on many machines sharing one database. Every write
-// is a transaction of its own at READ COMMITTED (no group commit: other
-// machines' writers interleave anyway, and one transaction per operation
-// keeps a conflict's retry to that operation). The claim takes a batch
-// with FOR UPDATE SKIP LOCKED and then its users' counter rows, locked in
-// user order, to hold the per-user running limit against every other
-// claimer (see claim).
+// adapter), for workers on many machines sharing one database. Writes at
+// READ COMMITTED are grouped within a process (group commit, group.go),
+// so that one commit carries the concurrent writes of a process's
+// workers. Across processes, no write waits on a hot row: the per-user
+// counters are rows of changes (migration 0003), and the claim takes a
+// batch with FOR UPDATE SKIP LOCKED and then its users' counter rows,
+// also skipping the rows others hold, to hold the per-user running limit
+// against every other claimer (see claim). A group the database still
+// rolls back as a conflict (a deadlock over task rows, say) tells every
+// member ErrNotApplied of ClassConflict, which writeRetrying runs again.
 type pgBackend struct{}
 
 func (pgBackend) dialect() string  { return string(StorePostgres) }
 func (pgBackend) positional() bool { return true }
-func (pgBackend) groups() bool     { return false }
+func (pgBackend) groups() bool     { return true }
 
 // handles reports whether path is a postgres:// or postgresql:// URL.
 func (pgBackend) handles(path string) bool {
@@ -248,12 +251,13 @@ func classOfSQLState(code string) StorageClass {
 // not hold a per-user limit: claimer A locks t1 of user u, claimer B skips
 // it and locks t2 of u, and under READ COMMITTED both see u below its
 // limit. So the claim then locks the counter rows of the candidates' users
-// (claim_users_lock, in user order, so claimers never wait in a cycle) and
-// reads each user's running count after the lock: every claim and settle
-// of u that committed is counted, and none can commit until this
-// transaction ends. A task whose user is at its limit is left (its row
-// lock goes with the transaction). Taking a task moves the user's count
-// (the tasks_moved trigger), so later candidates of the batch see it.
+// (claim_users_lock, skipping a row another transaction holds, so a claim
+// never waits on one: see migration 0003) and, in the next statement,
+// folds their counter changes and reads each user's running count: every
+// claim of u that committed is counted, and none can commit until this
+// transaction ends. A task whose user's row was skipped, or whose user is
+// at its limit, is left (its row lock goes with the transaction). The
+// tasks taken are taken in one statement (claim_task).
 func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.Task) error) error {
 	now := model.Millis(t.now)
 	leaseUntil := model.Millis(t.now.Add(req.Lease))
@@ -272,18 +276,29 @@ func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.
 	if err != nil {
 		return err
 	}
+	var taken []model.Task
+	var seqs []int64
 	for _, task := range candidates {
-		left, limited := room[task.User]
-		if limited && left <= 0 && broken.Pick(broken.NoUserLimit, true, false) {
+		left, locked := room[task.User]
+		if !locked || (left <= 0 && broken.Pick(broken.NoUserLimit, true, false)) {
 			continue
 		}
-		if err := t.execOne("claim_task", sql.Named("seq", task.Seq), sql.Named("owner", req.Worker),
-			sql.Named("lease_until", leaseUntil), sql.Named("now", now)); err != nil {
-			return fmt.Errorf("queue: claim: update: %w", err)
-		}
-		if limited {
-			room[task.User] = left - 1
-		}
+		room[task.User] = left - 1
+		taken = append(taken, task)
+		seqs = append(seqs, task.Seq)
+	}
+	if len(taken) == 0 {
+		return nil
+	}
+	n, err := t.exec("claim_task", sql.Named("seqs", seqs), sql.Named("owner", req.Worker),
+		sql.Named("lease_until", leaseUntil), sql.Named("now", now))
+	if err != nil {
+		return fmt.Errorf("queue: claim: update: %w", err)
+	}
+	if n != int64(len(taken)) {
+		return fmt.Errorf("queue: claim: update: affected %d rows, expected %d", n, len(taken))
+	}
+	for _, task := range taken {
 		if err := took(task); err != nil {
 			return err
 		}
@@ -291,9 +306,14 @@ func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.
 	return nil
 }
 
-// pgUserRoom locks the counter rows of the candidates' users in user order
-// and returns, for each user with a running limit, how many more tasks it
-// may run now.
+// pgUnlimited is the room pgUserRoom gives a user without a running limit:
+// more than any batch.
+const pgUnlimited = int64(1) << 62
+
+// pgUserRoom locks the counter rows of the candidates' users that no other
+// transaction holds, folds their counter changes, and returns for each
+// user locked how many more tasks it may run now (pgUnlimited for a user
+// without a running limit). A user missing from the map was skipped.
 func pgUserRoom(t *txn, candidates []model.Task) (map[string]int64, error) {
 	var users []string
 	for _, c := range candidates {
@@ -301,9 +321,13 @@ func pgUserRoom(t *txn, candidates []model.Task) (map[string]int64, error) {
 	}
 	slices.Sort(users) // byte order, as COLLATE "C"
 	users = slices.Compact(users)
-	rows, err := t.query("claim_users_lock", sql.Named("users", users))
+	locked, err := pgLockUsers(t, users)
+	if err != nil || len(locked) == 0 {
+		return nil, err
+	}
+	rows, err := t.query("claim_users_fold", sql.Named("users", locked))
 	if err != nil {
-		return nil, fmt.Errorf("queue: claim: lock users: %w", err)
+		return nil, fmt.Errorf("queue: claim: fold user counts: %w", err)
 	}
 	defer rows.Close()
 	room := map[string]int64{}
@@ -311,14 +335,37 @@ func pgUserRoom(t *txn, candidates []model.Task) (map[string]int64, error) {
 		var user string
 		var running, limit int64
 		if err := rows.Scan(&user, &running, &limit); err != nil {
-			return nil, fmt.Errorf("queue: claim: lock users: %w", err)
+			return nil, fmt.Errorf("queue: claim: fold user counts: %w", err)
 		}
+		room[user] = pgUnlimited
 		if limit > 0 {
 			room[user] = limit - running
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queue: claim: lock users: %w", err)
+		return nil, fmt.Errorf("queue: claim: fold user counts: %w", err)
 	}
 	return room, nil
+}
+
+// pgLockUsers locks the counter rows of users that no other transaction
+// holds and returns the users locked.
+func pgLockUsers(t *txn, users []string) ([]string, error) {
+	rows, err := t.query("claim_users_lock", sql.Named("users", users))
+	if err != nil {
+		return nil, fmt.Errorf("queue: claim: lock users: %w", err)
+	}
+	defer rows.Close()
+	var locked []string
+	for rows.Next() {
+		var user string
+		if err := rows.Scan(&user); err != nil {
+			return nil, fmt.Errorf("queue: claim: lock users: %w", err)
+		}
+		locked = append(locked, user)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queue: claim: lock users: %w", err)
+	}
+	return locked, nil
 }

@@ -21,8 +21,9 @@ import (
 // pinnedPostgresMigrations holds the SHA-256 of every PostgreSQL migration
 // file: committed migrations never change.
 var pinnedPostgresMigrations = map[string]string{
-	"0001_init.sql":  "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
-	"0002_prune.sql": "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
+	"0001_init.sql":        "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
+	"0002_prune.sql":       "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
+	"0003_user_deltas.sql": "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {
@@ -44,16 +45,16 @@ func TestPostgresMigrationsArePinned(t *testing.T) {
 
 // postgresOnlyQueries and sqliteOnlyQueries are the differences between the
 // two stores' query lists, each for a reason the PostgreSQL files state:
-// the claim locks its users' counter rows (no blocked flags to re-block),
-// writes are never grouped (no group savepoints), event followers take an
+// the claim locks its users' counter rows and folds their changes (no
+// blocked flags to re-block), event followers take an
 // advisory lock first, so does a migration (BEGIN takes no lock), idle
 // workers are woken by LISTEN/NOTIFY (notify.sql), and the counters, rows
 // of changes, are folded (tally_compact, tally_rows) where SQLite's are one
 // row per name.
 var (
-	postgresOnlyQueries = []string{"claim_users_lock", "events_after_lock", "migrations_lock", "ready_listen", "ready_notify",
+	postgresOnlyQueries = []string{"claim_users_fold", "claim_users_lock", "events_after_lock", "migrations_lock", "ready_listen", "ready_notify",
 		"ready_schema", "tally_compact", "tally_rows"}
-	sqliteOnlyQueries = []string{"group_rollback", "group_savepoint", "reblock_all", "reblock_user"}
+	sqliteOnlyQueries = []string{"reblock_all", "reblock_user"}
 )
 
 func TestPostgresQueriesMatchSQLite(t *testing.T) {
@@ -210,7 +211,7 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 	f.insertTask("t3", "bob", 1000)
 	var seq int64
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT seq FROM tasks WHERE id = 't1'").Scan(&seq))
-	require.EqualValues(t, 1, f.exec("claim_task", sql.Named("seq", seq), sql.Named("owner", "w1"),
+	require.EqualValues(t, 1, f.exec("claim_task", sql.Named("seqs", []int64{seq}), sql.Named("owner", "w1"),
 		sql.Named("lease_until", int64(9000)), sql.Named("now", int64(1040))))
 	require.EqualValues(t, 1, f.exec("settle", sql.Named("to_state", "completed"), sql.Named("reason", ""),
 		sql.Named("run_at", int64(1000)), sql.Named("now", int64(1300)), sql.Named("attempts_charged", 0),
@@ -218,7 +219,7 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 		sql.Named("approved_by", ""), sql.Named("cost_budget", 10), sql.Named("steps_max", 10),
 		sql.Named("id", "t1"), sql.Named("from_state", "running"), sql.Named("version", 1)))
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT seq FROM tasks WHERE id = 't2'").Scan(&seq))
-	require.EqualValues(t, 1, f.exec("claim_task", sql.Named("seq", seq), sql.Named("owner", "w1"),
+	require.EqualValues(t, 1, f.exec("claim_task", sql.Named("seqs", []int64{seq}), sql.Named("owner", "w1"),
 		sql.Named("lease_until", int64(9000)), sql.Named("now", int64(1300))))
 
 	tallies := map[string][2]int64{}
@@ -246,6 +247,21 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 	require.EqualValues(t, 2, active)
 
 	rows = f.query("claim_users_lock", sql.Named("users", []string{"bob", "alice", "carol"}))
+	var locked []string
+	for rows.Next() {
+		var user string
+		require.NoError(t, rows.Scan(&user))
+		locked = append(locked, user)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"alice", "bob"}, locked, "in user order, only users that exist")
+
+	// The counts are changes until a claim folds them into the users rows;
+	// the fold keeps every count.
+	var deltas int
+	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT COUNT(*) FROM user_deltas").Scan(&deltas))
+	require.Equal(t, 6, deltas, "three submits, two claims and a settle")
+	rows = f.query("claim_users_fold", sql.Named("users", []string{"alice"}))
 	var got []string
 	for rows.Next() {
 		var user string
@@ -254,7 +270,16 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 		got = append(got, user+":"+strings.Repeat("r", int(running)))
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"alice:r", "bob:"}, got, "in user order, with running counts")
+	require.Equal(t, []string{"alice:r"}, got, "alice runs t2")
+	var stored [2]int64
+	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT running, active FROM users WHERE user_id = 'alice'").Scan(&stored[0], &stored[1]))
+	require.Equal(t, [2]int64{1, 1}, stored, "alice's changes are folded into its row")
+	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT COUNT(*) FROM user_deltas").Scan(&deltas))
+	require.Equal(t, 1, deltas, "bob's submit is left")
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over})
+	require.NoError(t, f.queryRow("active_total").Scan(&active))
+	require.EqualValues(t, 2, active)
 
 	// A counter that drifts is found.
 	_, err := f.db.ExecContext(f.ctx, "UPDATE users SET running = 5 WHERE user_id = 'bob'")

@@ -57,7 +57,7 @@ ON CONFLICT (user_id) DO NOTHING;
 SELECT active, depth_limit FROM user_caps WHERE user_id = :user;
 
 -- name: active_total
-SELECT COALESCE(SUM(active), 0)::BIGINT FROM users;
+SELECT (COALESCE((SELECT SUM(active) FROM users), 0) + COALESCE((SELECT SUM(active) FROM user_deltas), 0))::BIGINT;
 
 -- name: task_insert
 INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
@@ -129,37 +129,65 @@ ORDER BY b.ord;
 -- first n eligible tasks (counted from the statement's snapshot, so that
 -- a batch is the claim order's first tasks a batch may take, as a claim
 -- of one task at a time would find them); the claim decides under
--- claim_users_lock. The outer WHERE repeats the eligibility test, which
--- PostgreSQL re-checks on the newest version of a row that changed while
--- the statement waited.
-WITH eligible AS (
-    SELECT seq, user_id,
-           row_number() OVER (PARTITION BY user_id ORDER BY priority DESC, run_at, seq) AS nth
-    FROM tasks
-    WHERE state = 'queued' AND run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
-), allowed AS (
-    SELECT e.seq FROM eligible e JOIN user_caps c ON c.user_id = e.user_id
-    WHERE {broken:no-user-limit|c.running_limit <= 0 OR e.nth <= c.running_limit - c.running|TRUE}
+-- claim_users_lock. Each user's first n are one bounded scan of the index
+-- tasks_claim_user, taken once (ARRAY), so the plan is the same with or
+-- without statistics (a join to a window over every queued task was
+-- re-run per row on an unanalysed table: seconds per claim). The outer
+-- WHERE repeats the eligibility test, which PostgreSQL re-checks on the
+-- newest version of a row that changed while the statement waited.
+WITH room AS (
+    SELECT c.user_id,
+           {broken:no-user-limit|CASE WHEN c.running_limit <= 0 THEN CAST(:limit AS BIGINT) ELSE LEAST(CAST(:limit AS BIGINT), c.running_limit - c.running) END|CAST(:limit AS BIGINT)} AS n
+    FROM user_caps c
+    WHERE {broken:no-user-limit|c.running_limit <= 0 OR c.running < c.running_limit|TRUE}
 )
 SELECT {task_columns} FROM tasks
-WHERE seq IN (SELECT seq FROM allowed)
+WHERE seq = ANY(ARRAY(
+        SELECT e.seq FROM room r CROSS JOIN LATERAL (
+            SELECT t.seq FROM tasks t
+            WHERE t.user_id = r.user_id AND t.state = 'queued'
+              AND t.run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (t.deadline = 0 OR t.deadline >= :now)|}
+            ORDER BY t.priority DESC, t.run_at, t.seq
+            LIMIT r.n) e))
   AND state = 'queued' AND run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
 ORDER BY priority DESC, run_at, seq
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 
 -- name: claim_users_lock
--- The counter rows of the users a claim would take tasks of, locked in one
--- fixed order (so two claimers never wait on each other in a cycle) and
--- read after the lock: running is then the count every committed claim
--- and settle has left, and stays so until this transaction ends.
-SELECT u.user_id, u.running,
-       CASE WHEN u.running_max >= 0 THEN u.running_max
-            ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END
-FROM users u
+-- The counter rows of the users a claim would take tasks of, locked, each
+-- skipped when another transaction holds it (a claimer of that user, on
+-- another machine or in another group commit): a claim never waits on a
+-- users row, so no cycle of waits goes through one (migration 0003). The
+-- tasks of a user skipped are left for this time.
+SELECT u.user_id FROM users u
 WHERE u.user_id = ANY(:users)
 ORDER BY u.user_id COLLATE "C"
-FOR UPDATE OF u;
+FOR UPDATE OF u SKIP LOCKED;
+
+-- name: claim_users_fold
+-- For users whose rows this transaction has locked (claim_users_lock, the
+-- statement before, so this one's snapshot is taken after the lock):
+-- folds their counter changes into their rows and returns each user's
+-- running count and running limit. Every claim of these users that
+-- committed is counted (a claim counts only while it holds the row), and
+-- none can commit until this transaction ends; settles committing
+-- meanwhile only lower the count, and are folded next time.
+WITH gone AS (
+    DELETE FROM user_deltas WHERE user_id = ANY(:users)
+    RETURNING user_id, running, active
+), sums AS (
+    SELECT user_id, SUM(running) AS running, SUM(active) AS active FROM gone GROUP BY user_id
+), folded AS (
+    UPDATE users u SET running = u.running + s.running, active = u.active + s.active
+    FROM sums s WHERE u.user_id = s.user_id
+    RETURNING u.user_id, u.running
+)
+SELECT u.user_id, COALESCE(f.running, u.running),
+       CASE WHEN u.running_max >= 0 THEN u.running_max
+            ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END
+FROM users u LEFT JOIN folded f ON f.user_id = u.user_id
+WHERE u.user_id = ANY(:users);
 
 -- name: claim_any
 -- Whether any task is claimable, read without a transaction, so that an
@@ -170,10 +198,12 @@ WHERE state = 'queued' AND run_at {broken:claim-exclusive-run-at|<=|<} :now {bro
 LIMIT 1;
 
 -- name: claim_task
+-- Takes the tasks of a claim, all in one statement (their rows are locked
+-- by claim_next).
 UPDATE tasks
 SET state = 'running', version = version + 1, owner = :owner, lease_until = :lease_until,
     claimed_at = :now, heartbeat_at = :now, updated_at = :now
-WHERE seq = :seq AND state = 'queued';
+WHERE seq = ANY(:seqs) AND state = 'queued';
 
 -- name: heartbeat
 UPDATE tasks SET lease_until = :lease_until, heartbeat_at = :now, updated_at = :now
@@ -339,11 +369,11 @@ SELECT
     (SELECT COUNT(*) FROM (SELECT name, SUM(n) AS n FROM tally_deltas WHERE name LIKE 'state:%' GROUP BY name) s
         LEFT JOIN (SELECT 'state:' || state AS name, COUNT(*) AS n FROM tasks GROUP BY state) c ON c.name = s.name
         WHERE s.n != COALESCE(c.n, 0)),
-    (SELECT COUNT(*) FROM users u
+    (SELECT COUNT(*) FROM user_caps u
         WHERE u.running != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id AND t.state = 'running')
            OR u.active != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id
                                AND t.state IN ('queued', 'running', 'waiting_for_approval'))),
-    (SELECT COUNT(*) FROM users WHERE running > active);
+    (SELECT COUNT(*) FROM user_caps WHERE running > active);
 
 -- name: migrations_lock
 -- The first statement of the migration transaction: one process at a time
@@ -370,6 +400,16 @@ SELECT version, name, checksum FROM schema_migrations ORDER BY version;
 -- name: migration_record
 INSERT INTO schema_migrations (version, name, checksum, applied_at)
 VALUES (:version, :name, :checksum, :now);
+
+-- name: group_savepoint
+-- Each operation of a group commit runs inside its own savepoint (left on
+-- the stack: the COMMIT releases them all).
+SAVEPOINT group_member;
+
+-- name: group_rollback
+-- Rolls back the operation just run, and only it (the innermost
+-- group_member savepoint).
+ROLLBACK TO group_member;
 
 -- name: savepoint
 SAVEPOINT submit_one;
