@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,16 +107,46 @@ type pgRunner struct {
 	t       *testing.T
 	reports chan worker.Report
 	logs    *logLines
+	clock   *idleClock
+	claims  int64 // claim reports next has read
+}
+
+// idleClock is the runner's clock: the test's fake clock, but it tells
+// the test of each idle wait of the claimer (the runner's only use of
+// After), tagged with how many claim reports preceded it, so that the
+// test moves the clock only once the runner waits for its next poll.
+// (Counting the fake clock's timers cannot tell: a wait cut short by a
+// wake-up leaves its timer registered.)
+type idleClock struct {
+	*clockwork.FakeClock
+	claims atomic.Int64 // claim reports the runner has made
+	waits  chan int64   // each After's claims, in order
+}
+
+func (c *idleClock) After(d time.Duration) <-chan time.Time {
+	ch := c.FakeClock.After(d)
+	select {
+	case c.waits <- c.claims.Load():
+	default: // far more waits than any test reads
+	}
+	return ch
 }
 
 // startPostgresRunner runs a one-slot Runner named id on q, idle polling
 // at pollMax from the start (PollMin = PollMax), with no housekeeper.
-func startPostgresRunner(t *testing.T, q *queue.Queue, clock clockwork.Clock, id string, pollMax time.Duration) *pgRunner {
+func startPostgresRunner(t *testing.T, q *queue.Queue, clock *clockwork.FakeClock, id string, pollMax time.Duration) *pgRunner {
 	t.Helper()
-	pr := &pgRunner{t: t, reports: make(chan worker.Report, 1024), logs: newLogLines()}
+	ic := &idleClock{FakeClock: clock, waits: make(chan int64, 1024)}
+	pr := &pgRunner{t: t, reports: make(chan worker.Report, 1024), logs: newLogLines(), clock: ic}
 	cfg := worker.Config{ID: id, Queue: q, Handler: worker.Synthetic{}, Service: workertest.NewService(worker.Dedup, clock),
-		Clock: clock, Logger: slog.New(pr.logs), Lease: 30 * time.Second, PollMin: pollMax, PollMax: pollMax}
-	r, err := worker.NewRunner(cfg, worker.RunOptions{OnReport: func(rep worker.Report) { pr.reports <- rep }})
+		Clock: ic, Logger: slog.New(pr.logs), Lease: 30 * time.Second, PollMin: pollMax, PollMax: pollMax}
+	onReport := func(rep worker.Report) {
+		if rep.Action == worker.ActionClaim {
+			ic.claims.Add(1)
+		}
+		pr.reports <- rep
+	}
+	r, err := worker.NewRunner(cfg, worker.RunOptions{OnReport: onReport})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -135,11 +166,31 @@ func (pr *pgRunner) next(match func(worker.Report) bool, what string) worker.Rep
 		select {
 		case rep := <-pr.reports:
 			require.Empty(pr.t, rep.Anomaly, "anomaly: %s", rep)
+			if rep.Action == worker.ActionClaim {
+				pr.claims++
+			}
 			if match(rep) {
 				return rep
 			}
 		case <-deadline:
 			pr.t.Fatalf("no report within %s: %s", pgGuard, what)
+		}
+	}
+}
+
+// idle waits until the runner waits for its next poll after the last
+// claim report next has read.
+func (pr *pgRunner) idle() {
+	pr.t.Helper()
+	deadline := time.After(pgGuard)
+	for {
+		select {
+		case claims := <-pr.clock.waits:
+			if claims == pr.claims {
+				return
+			}
+		case <-deadline:
+			pr.t.Fatalf("the runner did not wait for its next poll within %s", pgGuard)
 		}
 	}
 }
@@ -225,13 +276,12 @@ func TestPostgresRunnerPollsWhileListenerIsLost(t *testing.T) {
 	pr.logs.await(t, "wake listener lost")
 
 	id := submitOn(t, other, "poll-me") // its notification reaches nobody
-	// The timers of the two idle waits (the first claim's and the woken
-	// one's) and the listener's reconnection: the runner is idle.
-	ctx, cancel := context.WithTimeout(context.Background(), pgGuard)
-	defer cancel()
-	require.NoError(t, clock.BlockUntilContext(ctx, 3))
+	pr.idle()
 	clock.Advance(pollMax)
-	pr.next(claimedTask(id), "the poll's claim of the task")
+	rep := pr.next(func(r worker.Report) bool { return r.Action == worker.ActionClaim }, "the poll's claim")
+	require.Len(t, rep.Claims, 1, "the idle runner's poll, at PollMax, claims the task")
+	require.Equal(t, id, rep.Claims[0].TaskID)
+	require.Equal(t, epoch.Add(pollMax), clock.Now())
 	require.Equal(t, 0, pr.logs.count("wake listener back"), "the listener came back before the poll")
 	pr.next(completedTask(id), "the task's completion")
 
