@@ -92,6 +92,10 @@ make_root() {
   mount_in "$root/dev" --rbind /dev
   mount_in "$root/src.git" --bind -o ro "$gitdir"
   cp /etc/resolv.conf "$root/etc/resolv.conf"
+  # Certificate authorities this machine added (a TLS-intercepting egress
+  # proxy's, say) are needed in the chroot too, or no download verifies.
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp -a /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
   if [ ! -x "$root/usr/local/go/bin/go" ]; then
     say "copying the Go toolchain from $goroot"
     cp -a "$goroot" "$root/usr/local/go"
@@ -122,11 +126,25 @@ isolate() {
   sleep 0.5
 }
 
+# reset removes what an earlier run installed or started, so that every
+# run begins with no PostgreSQL: no package, no cluster, nothing on 5432.
+reset() {
+  stop_clusters
+  in_root 'if dpkg -l "postgresql*" 2>/dev/null | grep -q ^ii; then
+      DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq "postgresql*" libpq5 >/dev/null &&
+      DEBIAN_FRONTEND=noninteractive apt-get autoremove --purge -y -qq >/dev/null; fi
+    rm -rf /var/lib/postgresql /etc/postgresql /etc/postgresql-common /var/tmp/leasehold-ci-pg'
+}
+
 make_root
 isolate
+in_root 'set -x; command -v git && command -v update-ca-certificates ||
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git ca-certificates >/dev/null; }
+  update-ca-certificates >/dev/null; go version'
+reset
 say "inside: no PostgreSQL installed, nothing listening on 5432"
-in_root 'set -x; cat /etc/debian_version; ! dpkg -s postgresql >/dev/null 2>&1; ! command -v psql; ! (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null'
-in_root 'set -x; command -v git || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git ca-certificates >/dev/null; }; go version'
+in_root 'set -x; cat /etc/debian_version; ! dpkg -l "postgresql*" 2>/dev/null | grep ^ii; ! command -v psql
+  if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then echo "something listens on 5432"; exit 1; fi'
 in_root 'set -x; rm -rf /root/leasehold && git clone -q /src.git /root/leasehold && git -C /root/leasehold checkout -q '"$ref"' && git -C /root/leasehold log --oneline -1'
 if [ "$full" = 1 ]; then
   in_root 'set -x; cd /root/leasehold && time .ci/run'
