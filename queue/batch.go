@@ -14,7 +14,7 @@ import (
 // more completions completes them set-wise: one fenced UPDATE for all of
 // them (complete_batch, which checks exactly what complete_fenced checks,
 // claim by claim) and their completed events in one INSERT
-// (complete_batch_events), instead of two statements each. Then the
+// (event_insert_batch), instead of two statements each. Then the
 // members run in order as before, each its own part:
 //
 //   - a completion the batch completed runs only what follows its
@@ -22,7 +22,10 @@ import (
 //     its user's running count is down). It runs without a savepoint: its
 //     completion is no longer its own to roll back, so a refusal there
 //     (none is expected after its check) rolls the group back, as a
-//     statement error does, and nothing is written;
+//     statement error does, and nothing is written. The events it emits
+//     are buffered with the batch's (flush): they are inserted in one
+//     statement before any other part runs, and before the commit, so
+//     the trail holds them in the order they were made;
 //   - a completion the batch did not match (a stale fence, an expired
 //     lease, a task not running or missing) takes Complete's own path
 //     from where complete_fenced matched nothing (completeRefused: the
@@ -168,8 +171,8 @@ func (g *group) checkBatch(batch []int, parts []part) ([]int, bool) {
 }
 
 // completeBatch runs complete_batch for the batch's claims, each at its
-// own operation's time, and complete_batch_events for those it matched,
-// each event as complete emits it; it returns the task ids completed.
+// own operation's time, and buffers the completed events of those it
+// matched; it returns the task ids completed.
 func (g *group) completeBatch(batch []int) (map[string]bool, error) {
 	claims := make([][3]any, 0, len(batch))
 	for _, i := range batch {
@@ -200,39 +203,49 @@ func (g *group) completeBatch(batch []int) (map[string]bool, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("queue: complete_batch: %w", err)
 	}
-	if len(matched) == 0 {
-		return matched, nil
-	}
 	g.q.stats.batched.Add(int64(len(matched)))
-	return matched, g.batchEvents(batch, matched)
+	g.batchEvents(batch, matched)
+	return matched, nil
 }
 
-// batchEvents records the completed event of each matched claim of the
-// batch, in the batch's order, with what complete's emit records: the
-// claim's fence as fence and attempt, its owner as actor, its operation's
-// time and scope.
-func (g *group) batchEvents(batch []int, matched map[string]bool) error {
-	events := make([][5]any, 0, len(matched))
+// batchEvents buffers the completed event of each matched claim of the
+// batch, in the batch's order, as complete emits it: the claim's fence
+// as fence and attempt, its owner as actor, its operation's time and
+// scope.
+func (g *group) batchEvents(batch []int, matched map[string]bool) {
 	for _, i := range batch {
 		c := g.members[i].completes.claim
-		if !matched[c.TaskID] {
-			continue
+		if matched[c.TaskID] {
+			g.pending = append(g.pending, eventRow(g.txns[i], model.Event{TaskID: c.TaskID, Kind: model.EventCompleted,
+				Attempt: int(c.Fence), Fence: c.Fence, From: model.Running, To: model.Completed, Actor: c.Owner}))
 		}
-		t := g.txns[i]
-		events = append(events, [5]any{c.TaskID, c.Fence, c.Owner, model.Millis(t.now), model.ScopeOf(t.ctx)})
 	}
-	arg, err := json.Marshal(events)
+}
+
+// eventRow is e as event_insert_batch takes it, at t's time and scope.
+func eventRow(t *txn, e model.Event) [12]any {
+	return [12]any{e.TaskID, string(e.Kind), e.Attempt, e.Fence, e.OpID, string(e.From), string(e.To),
+		string(e.Reason), e.Actor, model.Millis(t.now), e.Detail, model.ScopeOf(t.ctx)}
+}
+
+// flush inserts the events buffered so far (event_insert_batch), before
+// anything else of the group writes: the trail is in the order the
+// events were made.
+func (g *group) flush() error {
+	if len(g.pending) == 0 {
+		return nil
+	}
+	arg, err := json.Marshal(g.pending)
 	if err != nil {
-		return fmt.Errorf("batch completion events: %w", err)
+		return fmt.Errorf("queue: event_insert_batch: %w", err)
 	}
-	n, err := g.txns[batch[0]].exec("complete_batch_events", sql.Named("events", string(arg)),
-		sql.Named("kind", string(model.EventCompleted)),
-		sql.Named("from_state", string(model.Running)), sql.Named("to_state", string(model.Completed)))
+	n, err := g.txns[0].exec("event_insert_batch", sql.Named("events", string(arg)))
 	if err != nil {
 		return err
 	}
-	if n != int64(len(events)) {
-		return fmt.Errorf("queue: complete_batch_events: inserted %d events, expected %d", n, len(events))
+	if n != int64(len(g.pending)) {
+		return fmt.Errorf("queue: event_insert_batch: inserted %d events, expected %d", n, len(g.pending))
 	}
+	g.pending = g.pending[:0]
 	return nil
 }

@@ -385,6 +385,8 @@ type group struct {
 	// alone marks a member refused and rolled back to its savepoint: its
 	// outcome does not depend on the commit.
 	alone []bool
+	// pending are events made but not inserted yet (batch.go: flush).
+	pending [][12]any
 }
 
 // run runs every member; false means the group was rolled back and every
@@ -400,9 +402,23 @@ func (g *group) run() bool {
 	}
 	savepoints := len(g.members) > 1
 	for i, p := range parts {
-		if p.fn != nil && !g.runPart(i, p, savepoints && !p.bare) {
+		if p.fn == nil {
+			continue
+		}
+		if p.bare {
+			g.txns[i].buffer = &g.pending
+		} else if err := g.flush(); err != nil {
+			g.abort(err)
 			return false
 		}
+		if !g.runPart(i, p, savepoints && !p.bare) {
+			return false
+		}
+		g.txns[i].buffer = nil
+	}
+	if err := g.flush(); err != nil {
+		g.abort(err)
+		return false
 	}
 	return true
 }

@@ -544,6 +544,29 @@ func TestGroupBatchFaultRollsBackAll(t *testing.T) {
 	})
 }
 
+// A storage fault at the statement that inserts the batch's events rolls
+// the whole group back too.
+func TestGroupBatchEventsFaultRollsBackAll(t *testing.T) {
+	groupStores(t, func(t *testing.T, open func() *groupRig) {
+		g := open()
+		a, ca := g.running()
+		b, cb := g.running()
+		before := len(g.events(""))
+		// b's completion arms the fault after its completion, in the part
+		// that follows it: the next statement is the events' insert.
+		armed := &completion{claim: cb, then: func(*txn) error { g.storage.Arm(storagefault.FailStatement); return nil }}
+		errs := g.inGroup(nil, g.completeOp(ca), func() error { return g.q.writeCompletion(g.ctx, "complete", armed) })
+		for i, err := range errs {
+			require.ErrorIs(t, err, ErrNotApplied, "member %d", i)
+			require.ErrorIs(t, err, storagefault.ErrInjected, "member %d", i)
+		}
+		require.Equal(t, 1, g.storage.Counts().FailStatement)
+		require.Equal(t, model.Running, g.state(a))
+		require.Equal(t, model.Running, g.state(b))
+		require.Len(t, g.events(""), before)
+	})
+}
+
 // A COMMIT that fails after a batch tells every member ErrOutcomeUnknown;
 // one that is applied but reports failure has written every completion.
 func TestGroupBatchCommitFailure(t *testing.T) {
@@ -631,6 +654,50 @@ func TestGroupBatchMatchesOneByOne(t *testing.T) {
 		alone := open()
 		single, singleMetrics := run(alone, false)
 		require.Zero(t, alone.q.stats.batched.Load())
+		require.Equal(t, single, batched)
+		require.Equal(t, singleMetrics, batchedMetrics)
+	})
+}
+
+// CompleteAndClaim batched in one group leaves the same events and
+// counters as the same writes one by one in the order the group runs
+// them: the completions, then each claim.
+func TestGroupBatchedClaimsMatchOneByOne(t *testing.T) {
+	groupStores(t, func(t *testing.T, open func() *groupRig) {
+		run := func(g *groupRig, together bool) ([]model.Event, model.Metrics) {
+			var claims []model.Claim
+			for i := range 4 {
+				_, c := g.running(func(r *model.SubmitRequest) { r.User = fmt.Sprintf("u%d", i%2) })
+				claims = append(claims, c)
+			}
+			for i := range 4 {
+				g.submit(func(r *model.SubmitRequest) { r.User = fmt.Sprintf("u%d", i%2) })
+			}
+			g.advance(time.Second)
+			next := model.ClaimRequest{Worker: "w2", Max: 1, Lease: testLease}
+			if together {
+				var ops []func() error
+				for _, c := range claims {
+					ops = append(ops, func() error { _, err := g.q.CompleteAndClaim(g.ctx, c, next); return err })
+				}
+				for _, err := range g.inGroup(nil, ops...) {
+					require.NoError(t, err)
+				}
+			} else {
+				for _, c := range claims {
+					require.NoError(t, g.q.Complete(g.ctx, c))
+				}
+				for range claims {
+					require.Len(t, g.claimFor("w2", 1, testLease), 1)
+				}
+			}
+			require.NoError(t, g.q.CheckCounters(g.ctx))
+			return g.trail()
+		}
+		g := open()
+		batched, batchedMetrics := run(g, true)
+		require.Equal(t, int64(4), g.q.stats.batched.Load())
+		single, singleMetrics := run(open(), false)
 		require.Equal(t, single, batched)
 		require.Equal(t, singleMetrics, batchedMetrics)
 	})

@@ -25,6 +25,9 @@ type txn struct {
 	// ready is set once the operation made a task claimable now: the
 	// group then wakes idle workers elsewhere (pgnotify.go).
 	ready bool
+	// buffer, when set, takes the events emit makes, for the group to
+	// insert together (batch.go: flush).
+	buffer *[][12]any
 }
 
 // committed wraps an error that must be returned after the transaction
@@ -140,6 +143,10 @@ func (t *txn) query(name string, args ...any) (*sql.Rows, error) {
 
 // emit appends an event to the audit trail at the transaction's time.
 func (t *txn) emit(e model.Event) error {
+	if t.buffer != nil {
+		*t.buffer = append(*t.buffer, eventRow(t, e))
+		return nil
+	}
 	_, err := t.exec("event_insert",
 		sql.Named("task_id", e.TaskID), sql.Named("kind", string(e.Kind)),
 		sql.Named("attempt", e.Attempt), sql.Named("fence", e.Fence), sql.Named("op_id", e.OpID),

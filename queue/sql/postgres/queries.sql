@@ -243,15 +243,16 @@ WHERE tasks.id = c.id AND tasks.version = c.fence AND tasks.state = 'running'
   AND tasks.lease_until {broken:write-at-lease-until|>|>=} c.now
 RETURNING tasks.id;
 
--- name: complete_batch_events
--- The completed events of complete_batch's claims, in order: :events is a
--- JSON array of [task_id, fence, actor, at, scope]; the attempt is the
--- fence, as for a single completion. The shared advisory lock is
--- event_insert's.
+-- name: event_insert_batch
+-- Many events in one statement, in order (a group's batched completions
+-- and the claims after them, batch.go): :events is a JSON array of
+-- [task_id, kind, attempt, fence, op_id, from_state, to_state, reason,
+-- actor, at, detail, scope], event_insert's values. The shared advisory
+-- lock is event_insert's.
 WITH writing AS (SELECT pg_advisory_xact_lock_shared(7424602, hashtext(current_schema())) AS locked)
 INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
-SELECT e ->> 0, :kind, (e ->> 1)::bigint, (e ->> 1)::bigint, '', :from_state, :to_state, '', e ->> 2,
-       (e ->> 3)::bigint, '', e ->> 4
+SELECT e ->> 0, e ->> 1, (e ->> 2)::bigint, (e ->> 3)::bigint, e ->> 4, e ->> 5, e ->> 6, e ->> 7,
+       e ->> 8, (e ->> 9)::bigint, e ->> 10, e ->> 11
 FROM writing, jsonb_array_elements(:events::jsonb) WITH ORDINALITY AS x(e, n)
 ORDER BY x.n;
 

@@ -159,12 +159,14 @@ WHERE tasks.id = c.id AND tasks.version = c.fence AND tasks.state = 'running'
   AND tasks.lease_until {broken:write-at-lease-until|>|>=} c.now
 RETURNING tasks.id;
 
--- name: complete_batch_events
--- The completed events of complete_batch's claims, in order: :events is a
--- JSON array of [task_id, fence, actor, at, scope]; the attempt is the
--- fence, as for a single completion.
+-- name: event_insert_batch
+-- Many events in one statement, in order (a group's batched completions
+-- and the claims after them, batch.go): :events is a JSON array of
+-- [task_id, kind, attempt, fence, op_id, from_state, to_state, reason,
+-- actor, at, detail, scope], event_insert's values.
 INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
-SELECT value ->> 0, :kind, value ->> 1, value ->> 1, '', :from_state, :to_state, '', value ->> 2, value ->> 3, '', value ->> 4
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7,
+       value ->> 8, value ->> 9, value ->> 10, value ->> 11
 FROM json_each(:events) ORDER BY key;
 
 -- name: settle
