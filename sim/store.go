@@ -54,7 +54,7 @@ func PostgresStore(dbURL string) (Store, error) {
 	case loc.Kind != queue.StorePostgres:
 		return Store{}, ErrStoreURL
 	}
-	return Store{pg: &pgStore{url: loc.URL, prefix: fmt.Sprintf("%s%d_%d_", schemaPrefix, os.Getpid(), storeCounter.Add(1))}}, nil
+	return Store{pg: &pgStore{url: loc.URL, prefix: fmt.Sprintf("%s%d_%d_", ownedPrefix, os.Getpid(), storeCounter.Add(1))}}, nil
 }
 
 // Ready makes sure the store can open a world: on PostgreSQL it connects
@@ -158,10 +158,13 @@ var storeCounter atomic.Int64
 // migrated schema's rows, and the worlds' schemas, each used by one world
 // at a time.
 type pgStore struct {
-	url    string
-	prefix string // of the store's schema names
+	url string
+
+	ownMu sync.Mutex // serialises own
 
 	mu       sync.Mutex
+	prefix   string         // of the store's schema names; own may change it, before any schema is made
+	owner    *pgx.Conn      // holds the store's owner lock (pgowner.go); nil until own
 	made     int            // world schemas made
 	free     []*worldSchema // schemas no world holds
 	all      []*worldSchema
@@ -234,6 +237,9 @@ func (p *pgStore) give(ws *worldSchema) {
 // makeSchema makes, migrates and returns a new world schema; the first
 // one made also gives the store its pristine copy.
 func (p *pgStore) makeSchema(ctx context.Context) (*worldSchema, error) {
+	if err := p.own(ctx); err != nil {
+		return nil, err
+	}
 	p.mu.Lock()
 	p.made++
 	name := fmt.Sprintf("%sw%d", p.prefix, p.made)
@@ -384,6 +390,9 @@ func (p *pgStore) close() error {
 		errs = append(errs, ws.admin.Close(ctx))
 	}
 	p.all, p.free = nil, nil
+	if p.owner != nil { // its lock goes with it, after the schemas
+		errs = append(errs, p.owner.Close(ctx))
+	}
 	return errors.Join(errs...)
 }
 
