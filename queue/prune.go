@@ -218,9 +218,10 @@ func (q *Queue) Prune(ctx context.Context, r PruneRequest) (PruneResult, error) 
 		if out.done && out.res.Expired < int64(p.batch) {
 			return total, nil
 		}
-		if !out.done {
-			p.after = out.next
-		}
+		// Past the tasks read, even when the pass reached the end and runs
+		// again only to expire more tombstones: a rescan would count the
+		// tasks it keeps again.
+		p.after = out.next
 	}
 }
 

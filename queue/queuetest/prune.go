@@ -216,6 +216,42 @@ func testPruneKeepsUnreceiptedEffects(s *suite) {
 	require.False(s.t, effectsBefore[0].Receipted())
 }
 
+// testPruneKeptOnce: a task kept for an effect without its receipt counts
+// once in a prune's Kept, as in the dry run before it, however many passes
+// the prune takes to expire tombstones (a rerun of the scan from the start
+// counted it again in each).
+func testPruneKeptOnce(s *suite) {
+	s.pruner()
+	open, c := s.running()
+	_, err := s.store.RecordIntent(s.ctx, c, 0)
+	require.NoError(s.t, err)
+	_, err = s.store.Fail(s.ctx, c, model.Failure{Class: model.Permanent, Message: "gave up"})
+	require.NoError(s.t, err)
+	s.completed()
+	s.completed()
+	s.newer()
+	s.advance(day)
+	res := s.prune(queue.PruneRequest{OlderThan: day, KeepKeys: day})
+	require.Equal(s.t, int64(2), res.Tombstones)
+	require.Equal(s.t, int64(1), res.Kept)
+	s.advance(day)
+
+	dry := s.prune(queue.PruneRequest{OlderThan: day, DryRun: true})
+	require.Equal(s.t, int64(2), dry.Expired)
+	require.Equal(s.t, []string{open}, dry.KeptIDs)
+	before := len(s.prunedEvents())
+	res = s.prune(queue.PruneRequest{OlderThan: day, Batch: 1})
+	require.Equal(s.t, int64(2), res.Expired)
+	require.Equal(s.t, 2, res.Transactions)
+	require.Equal(s.t, dry.Kept, res.Kept, "the kept task counts once")
+	var kept []string
+	for _, e := range s.prunedEvents()[before:] {
+		fields := strings.Fields(e.Detail)
+		kept = append(kept, fields[len(fields)-1])
+	}
+	require.Equal(s.t, []string{"kept=1", "kept=0"}, kept)
+}
+
 // testPruneTombstones: after its task is pruned, a replayed submit still
 // returns the original task ID marked replay, and runs nothing; a changed
 // request under the key is still refused. Once the tombstone's window has

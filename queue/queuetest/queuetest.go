@@ -104,6 +104,7 @@ var cases = []struct {
 	{"PruneTerminalOnly", testPruneTerminalOnly},
 	{"PruneAgeBoundary", testPruneAgeBoundary},
 	{"PruneKeepsUnreceiptedEffects", testPruneKeepsUnreceiptedEffects},
+	{"PruneKeptOnce", testPruneKeptOnce},
 	{"PruneTombstones", testPruneTombstones},
 	{"PruneBatches", testPruneBatches},
 	{"PruneDryRun", testPruneDryRun},
