@@ -77,3 +77,18 @@ func (m Metrics) Reconciles() bool {
 	}
 	return total == m.Submitted
 }
+
+// addCounts adds the event counts and the tasks pruned of o to m (not its
+// depths or distributions).
+func addCounts(m *Metrics, o Metrics) {
+	m.Submitted += o.Submitted
+	m.Completions += o.Completions
+	m.Failures += o.Failures
+	m.Cancellations += o.Cancellations
+	m.Retries += o.Retries
+	m.LeaseExpiries += o.LeaseExpiries
+	m.StaleWrites += o.StaleWrites
+	m.BudgetExhausted += o.BudgetExhausted
+	m.Reviews += o.Reviews
+	m.Pruned += o.Pruned
+}

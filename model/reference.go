@@ -34,6 +34,9 @@ type Reference struct {
 	queueWait  Histogram
 	runTime    Histogram
 	seq        int64
+	eventSeq   int64                 // the last event's number: a prune removes events, never a number
+	tombstones map[string]*Tombstone // by TaskKey
+	pruned     Metrics               // the counts of the events pruned, and the tasks (Pruned)
 }
 
 // ReferenceOptions configures a Reference. Clock, IDs and Rand are required.
@@ -54,6 +57,7 @@ func NewReference(o ReferenceOptions) *Reference {
 		tasks:      map[string]*Task{},
 		effects:    map[string]*Effect{},
 		schedules:  map[string]*Schedule{},
+		tombstones: map[string]*Tombstone{},
 		queueWait:  NewHistogram(),
 		runTime:    NewHistogram(),
 	}
@@ -69,7 +73,8 @@ func NewReference(o ReferenceOptions) *Reference {
 func (r *Reference) now() time.Time { return Truncate(r.clock.Now()) }
 
 func (r *Reference) emit(e Event) {
-	e.Seq = int64(len(r.events)) + 1
+	r.eventSeq++
+	e.Seq = r.eventSeq
 	e.At = r.now()
 	r.events = append(r.events, e)
 }
@@ -90,14 +95,11 @@ func (r *Reference) Submit(_ context.Context, req SubmitRequest) (SubmitResult, 
 }
 
 func (r *Reference) submit(n Normalized, actor string) (SubmitResult, error) {
-	for _, id := range r.order {
-		t := r.tasks[id]
-		if t.User == n.User && t.Key == n.Key {
-			if t.RequestHash == n.Hash {
-				return SubmitResult{TaskID: t.ID, Replay: true}, nil
-			}
-			return SubmitResult{}, fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, t.ID, ErrIdempotencyConflict)
+	if id, hash, ok := r.keyHolder(n.User, n.Key); ok {
+		if hash == n.Hash {
+			return SubmitResult{TaskID: id, Replay: true}, nil
 		}
+		return SubmitResult{}, fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, id, ErrIdempotencyConflict)
 	}
 	now := r.now()
 	if err := n.CheckTimely(now); err != nil {
@@ -962,6 +964,7 @@ func (r *Reference) Metrics(_ context.Context) (Metrics, error) {
 	for _, e := range r.events {
 		Tally(&m, e.Kind, e.From, e.To, e.Reason, 1)
 	}
+	addCounts(&m, r.pruned)
 	return m, nil
 }
 
@@ -999,6 +1002,11 @@ func (r *Reference) Clone() *Reference {
 	for k, v := range r.schedules {
 		s := *v
 		c.schedules[k] = &s
+	}
+	c.tombstones = make(map[string]*Tombstone, len(r.tombstones))
+	for k, v := range r.tombstones {
+		s := *v
+		c.tombstones[k] = &s
 	}
 	c.queueWait, c.runTime = cloneHistogram(r.queueWait), cloneHistogram(r.runTime)
 	return &c

@@ -102,11 +102,11 @@ func (r *Reference) checkBatch(ns []Normalized) error {
 			}
 			return &BatchItemError{Index: i, Err: BatchConflict(n, j)}
 		}
-		if t := r.byKey(n.User, n.Key); t != nil {
-			if t.RequestHash == n.Hash {
+		if id, hash, ok := r.keyHolder(n.User, n.Key); ok {
+			if hash == n.Hash {
 				continue
 			}
-			return &BatchItemError{Index: i, Err: fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, t.ID, ErrIdempotencyConflict)}
+			return &BatchItemError{Index: i, Err: fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, id, ErrIdempotencyConflict)}
 		}
 		if err := n.CheckTimely(now); err != nil {
 			return &BatchItemError{Index: i, Err: err}

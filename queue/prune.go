@@ -172,16 +172,16 @@ func (r PruneResult) changed() bool {
 }
 
 // Detail is the pruned event's detail: the counts, with no task ID or
-// payload.
+// payload (model.DetailPruned, which the reference model writes too).
 func (r PruneResult) Detail(olderThan time.Duration) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "older_than=%s tasks=%d", FormatAge(olderThan), r.TaskCount())
-	for _, s := range []model.State{model.Completed, model.Failed, model.Cancelled} {
-		fmt.Fprintf(&b, " %s=%d", s, r.Tasks[s])
-	}
-	fmt.Fprintf(&b, " events=%d effects=%d tombstones=%d expired_tombstones=%d kept=%d",
-		r.Events, r.Effects, r.Tombstones, r.Expired, r.Kept)
-	return b.String()
+	return model.DetailPruned(olderThan, r.Counts())
+}
+
+// Counts is r as the reference model's PruneCounts.
+func (r PruneResult) Counts() model.PruneCounts {
+	return model.PruneCounts{DryRun: r.DryRun, Cutoff: r.Cutoff, Tasks: r.Tasks, Events: r.Events,
+		Effects: r.Effects, Tombstones: r.Tombstones, Expired: r.Expired, Kept: r.Kept,
+		KeptIDs: r.KeptIDs, Transactions: r.Transactions}
 }
 
 func newPruneResult(cutoff time.Time, dry bool) PruneResult {
@@ -700,11 +700,5 @@ func ParseAge(s string) (time.Duration, error) {
 }
 
 // FormatAge prints a retention duration as ParseAge reads it: whole days
-// as 30d, anything else as a Go duration.
-func FormatAge(d time.Duration) string {
-	day := 24 * time.Hour
-	if d != 0 && d%day == 0 {
-		return strconv.FormatInt(int64(d/day), 10) + "d"
-	}
-	return d.String()
-}
+// as 30d, anything else as a Go duration (model.FormatAge).
+func FormatAge(d time.Duration) string { return model.FormatAge(d) }

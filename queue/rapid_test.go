@@ -54,6 +54,8 @@ type machine struct {
 	ops     []string
 	history *model.History
 	prev    map[string]model.Task
+	reqOf   map[string]model.SubmitRequest // each task's request, by ID
+	pruned  map[string]bool                // the tasks a prune removed
 }
 
 func newMachine(t *rapid.T, counts *actionCounts) *machine {
@@ -74,7 +76,8 @@ func newMachineAt(t *rapid.T, counts *actionCounts, path string) *machine {
 	ref := model.NewReference(model.ReferenceOptions{Clock: clock, IDs: model.NewSeededIDs(seed),
 		Rand: rand.New(rand.NewPCG(seed, 7))})
 	return &machine{ctx: ctx, clock: clock, q: q, ref: ref, counts: counts,
-		history: model.NewHistory(), prev: map[string]model.Task{}}
+		history: model.NewHistory(), prev: map[string]model.Task{},
+		reqOf: map[string]model.SubmitRequest{}, pruned: map[string]bool{}}
 }
 
 // same fails unless the queue and the reference agree on a result and an
@@ -149,6 +152,7 @@ func (m *machine) submit(t *rapid.T, action string, r model.SubmitRequest) {
 	if m.same(t, action, got, want, gotErr, wantErr) && !got.Replay {
 		m.reqs = append(m.reqs, r)
 		m.ids = append(m.ids, got.TaskID)
+		m.reqOf[got.TaskID] = r
 	}
 }
 
@@ -309,7 +313,7 @@ func (m *machine) claim(t *rapid.T) {
 var operations = []string{"submit", "replay", "changed_payload", "claim", "heartbeat", "step",
 	"effect_intent", "effect_receipt", "pause", "complete", "fail", "release", "cancel_ack", "cancel",
 	"approve", "reject", "requeue", "resolve", "settle_effect", "advance", "reap", "enqueue_due",
-	"schedule_add", "schedule_remove", "user_limit", "limits"}
+	"schedule_add", "schedule_remove", "user_limit", "limits", "prune", "prune_replay"}
 
 func (m *machine) actions(t *rapid.T) map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
@@ -343,7 +347,9 @@ func (m *machine) actions(t *rapid.T) map[string]func(*rapid.T) {
 			r.Payload = `{"changed":true}`
 			m.submit(t, "changed_payload", r)
 		},
-		"claim": m.claim,
+		"claim":  m.claim,
+		"prune":  m.prune,
+		"prune2": m.prune,
 		"heartbeat": func(t *rapid.T) {
 			c := m.pickClaim(t)
 			lease := time.Duration(rapid.IntRange(1, 10).Draw(t, "lease_s")) * time.Second
@@ -534,6 +540,55 @@ func (m *machine) actions(t *rapid.T) map[string]func(*rapid.T) {
 	}
 }
 
+// pruneAges are the ages a prune is drawn with: the tasks of a check
+// settle seconds apart, so some are past each and some not.
+var pruneAges = []time.Duration{time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
+	5 * time.Second, 10 * time.Second, 30 * time.Second}
+
+// prune runs the same prune on both, after advancing the clock enough, at
+// times, for tombstones' windows to pass (drawn as short as a second),
+// compares what they removed and every table, and at times replays a
+// pruned task's request, which its tombstone must answer while it lasts.
+func (m *machine) prune(t *rapid.T) {
+	m.clock.Advance(rapid.SampledFrom([]time.Duration{0, 0, time.Second, 5 * time.Second, 30 * time.Second}).Draw(t, "prune_advance"))
+	r := PruneRequest{OlderThan: rapid.SampledFrom(pruneAges).Draw(t, "older_than"),
+		KeepKeys: rapid.SampledFrom([]time.Duration{0, time.Second, 3 * time.Second, 20 * time.Second}).Draw(t, "keep_keys"),
+		Batch:    rapid.SampledFrom([]int{0, 1, 2, 3}).Draw(t, "batch"),
+		DryRun:   rapid.IntRange(0, 4).Draw(t, "dry_run") == 0, Actor: "ops"}
+	spec := model.PruneSpec{OlderThan: r.OlderThan, KeepKeys: r.KeepKeys, Batch: r.Batch, DryRun: r.DryRun, Actor: r.Actor}
+	if spec.KeepKeys == 0 {
+		spec.KeepKeys = DefaultKeepKeys
+	}
+	if spec.Batch == 0 {
+		spec.Batch = PruneBatchMax
+	}
+	got, gotErr := m.q.Prune(m.ctx, r)
+	want, wantErr := m.ref.Prune(m.ctx, spec)
+	if m.same(t, "prune", got.Counts(), want, gotErr, wantErr) {
+		m.counts.add("prune_removed", got.TaskCount() > 0)
+		m.counts.add("prune_kept", got.Kept > 0)
+		m.counts.add("prune_expired", got.Expired > 0)
+		m.counts.add("prune_passes", got.Transactions > 1)
+	}
+	var gone []string
+	for _, id := range m.ids {
+		if _, err := m.ref.Task(m.ctx, id); errors.Is(err, model.ErrNotFound) {
+			m.pruned[id] = true
+			if _, ok := m.reqOf[id]; ok {
+				gone = append(gone, id)
+			}
+		}
+	}
+	m.check(t)
+	if len(gone) > 0 && rapid.Bool().Draw(t, "replay_pruned") {
+		req := m.reqOf[rapid.SampledFrom(gone).Draw(t, "pruned")]
+		if rapid.IntRange(0, 3).Draw(t, "changed") == 0 {
+			req.Payload = `{"changed":true}`
+		}
+		m.submit(t, "prune_replay", req)
+	}
+}
+
 // check compares every table with the reference and checks the invariants.
 func (m *machine) check(t *rapid.T) {
 	all := model.ListFilter{Limit: model.ListLimitMax}
@@ -633,7 +688,7 @@ func (m *machine) invariants(t *rapid.T, tasks []model.Task, events []model.Even
 		}
 	}
 	for _, id := range m.ids {
-		if _, ok := byID[id]; !ok {
+		if _, ok := byID[id]; !ok && !m.pruned[id] {
 			violations = append(violations, model.Violation{Invariant: model.InvTaskKept, TaskID: id, Detail: "accepted task missing"})
 		}
 	}
