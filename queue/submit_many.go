@@ -88,11 +88,11 @@ func (t *txn) submitMany(ns []model.Normalized) ([]model.SubmitResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, rows, err := t.planBatch(ns, found, adm, limits)
+	out, fresh, err := t.planBatch(ns, found, adm, limits)
 	if err != nil {
 		return nil, err
 	}
-	if err := t.insertBatch(rows, limits); err != nil {
+	if err := t.insertBatch(fresh, limits); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -215,8 +215,8 @@ func (t *txn) readDepths(users string, depths map[string]*userDepth) error {
 	return nil
 }
 
-// batchRow is a new task of a batch and its submitted event's actor, as
-// tasks_insert and events_insert read it from a JSON array.
+// batchRow is a new task of a batch, as tasks_insert reads it from a JSON
+// array.
 type batchRow struct {
 	ID          string `json:"i"`
 	User        string `json:"u"`
@@ -230,22 +230,28 @@ type batchRow struct {
 	StepsMax    int    `json:"s"`
 	ScheduleID  string `json:"si"`
 	ScheduleRun int64  `json:"sr"`
-	Actor       string `json:"a"`
+}
+
+// submittedEvent is a new task's submitted event, as events_insert reads
+// it from a JSON array: the task and the actor.
+type submittedEvent struct {
+	ID    string `json:"i"`
+	Actor string `json:"a"`
 }
 
 // planBatch decides each request in turn, as Submit would after the
 // batch's earlier ones: a replay of an earlier request or of a stored
 // task, a conflict, or a new task (its ID drawn now, in the batch's
 // order) within the depth caps, counted on for the requests after it.
-func (t *txn) planBatch(ns []model.Normalized, found map[string]stored, adm admission, limits model.Limits) ([]model.SubmitResult, []batchRow, error) {
+func (t *txn) planBatch(ns []model.Normalized, found map[string]stored, adm admission, limits model.Limits) ([]model.SubmitResult, newTasks, error) {
 	out := make([]model.SubmitResult, len(ns))
-	var rows []batchRow
+	var fresh newTasks
 	earlier := map[string]int{}
 	for i, n := range ns {
 		key := model.TaskKey(n.User, n.Key)
 		if j, ok := earlier[key]; ok {
 			if ns[j].Hash != n.Hash {
-				return nil, nil, &model.BatchItemError{Index: i, Err: model.BatchConflict(n, j)}
+				return nil, newTasks{}, &model.BatchItemError{Index: i, Err: model.BatchConflict(n, j)}
 			}
 			out[i] = model.SubmitResult{TaskID: out[j].TaskID, Replay: true}
 			continue
@@ -253,21 +259,21 @@ func (t *txn) planBatch(ns []model.Normalized, found map[string]stored, adm admi
 		if s, ok := found[key]; ok {
 			if s.hash != n.Hash {
 				err := fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, s.id, model.ErrIdempotencyConflict)
-				return nil, nil, &model.BatchItemError{Index: i, Err: err}
+				return nil, newTasks{}, &model.BatchItemError{Index: i, Err: err}
 			}
 			out[i] = model.SubmitResult{TaskID: s.id, Replay: true}
 			continue
 		}
 		if err := t.admitNew(n, adm, limits); err != nil {
-			return nil, nil, &model.BatchItemError{Index: i, Err: err}
+			return nil, newTasks{}, &model.BatchItemError{Index: i, Err: err}
 		}
-		row := t.newRow(n)
-		rows = append(rows, row)
+		row, event := t.newRow(n)
+		fresh.rows, fresh.events = append(fresh.rows, row), append(fresh.events, event)
 		out[i], earlier[key] = model.SubmitResult{TaskID: row.ID}, i
 		adm.depths[n.User].active++
 		adm.total++
 	}
-	return out, rows, nil
+	return out, fresh, nil
 }
 
 // admitNew refuses a new task that is not timely or would pass a depth
@@ -286,9 +292,9 @@ func (t *txn) admitNew(n model.Normalized, adm admission, limits model.Limits) e
 	return nil
 }
 
-// newRow draws a new task's ID and returns its row, as insertTask would
-// write it.
-func (t *txn) newRow(n model.Normalized) batchRow {
+// newRow draws a new task's ID and returns its row and its submitted
+// event's, as insertTask would write them.
+func (t *txn) newRow(n model.Normalized) (batchRow, submittedEvent) {
 	runAt := n.RunAt
 	if runAt.IsZero() {
 		runAt = t.now
@@ -298,21 +304,34 @@ func (t *txn) newRow(n model.Normalized) batchRow {
 	if a := model.ActorOf(t.ctx); a != "" {
 		actor = a
 	}
+	id := t.q.newID(model.TaskIDPrefix, model.TaskKey(n.User, n.Key))
 	return batchRow{
-		ID: t.q.newID(model.TaskIDPrefix, model.TaskKey(n.User, n.Key)), User: n.User, Key: n.Key,
+		ID: id, User: n.User, Key: n.Key,
 		Hash: n.Hash, Payload: n.Payload, Priority: n.Priority, RunAt: model.Millis(runAt),
 		Deadline: model.Millis(n.Deadline), CostBudget: n.CostBudget, StepsMax: n.StepsMax,
-		ScheduleID: n.ScheduleID, ScheduleRun: n.ScheduleRun, Actor: actor,
-	}
+		ScheduleID: n.ScheduleID, ScheduleRun: n.ScheduleRun,
+	}, submittedEvent{ID: id, Actor: actor}
+}
+
+// newTasks are a batch's new tasks and their submitted events, in the
+// batch's order.
+type newTasks struct {
+	rows   []batchRow
+	events []submittedEvent
 }
 
 // insertBatch writes a batch's new tasks and their submitted events, two
 // statements however many there are.
-func (t *txn) insertBatch(rows []batchRow, limits model.Limits) error {
+func (t *txn) insertBatch(fresh newTasks, limits model.Limits) error {
+	rows := fresh.rows
 	if len(rows) == 0 {
 		return nil
 	}
 	arg, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("queue: submit batch: %w", err)
+	}
+	events, err := json.Marshal(fresh.events)
 	if err != nil {
 		return fmt.Errorf("queue: submit batch: %w", err)
 	}
@@ -324,7 +343,7 @@ func (t *txn) insertBatch(rows []batchRow, limits model.Limits) error {
 	if n != int64(len(rows)) {
 		return fmt.Errorf("queue: tasks_insert: affected %d rows, expected %d", n, len(rows))
 	}
-	n, err = t.exec("events_insert", sql.Named("rows", string(arg)),
+	n, err = t.exec("events_insert", sql.Named("events", string(events)),
 		sql.Named("kind", string(model.EventSubmitted)), sql.Named("to_state", string(model.Queued)),
 		sql.Named("at", model.Millis(t.now)), sql.Named("scope", model.ScopeOf(t.ctx)))
 	if err != nil {

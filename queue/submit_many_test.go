@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/faults/storagefault"
+	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -144,9 +146,23 @@ func prepareMixed(b *bundle, pruned model.SubmitRequest, stored []model.SubmitRe
 // tasks and replays of its own requests gives the same results, tasks,
 // events, metrics and counters as its requests submitted one by one.
 func TestSubmitManyMixedBatchIsItsRequestsOneByOne(t *testing.T) {
+	stores(t, func(t *testing.T, store string) { testMixedBatch(t, store) })
+}
+
+// setupStore is setup on the named store: SQLite in memory, or a fresh
+// PostgreSQL schema.
+func setupStore(t *testing.T, store string) *bundle {
+	t.Helper()
+	if store == "postgres" {
+		return openBundle(t, pgtest.Fresh(t, migratePostgresURL), clockwork.NewFakeClockAt(epoch), 1)
+	}
+	return setup(t)
+}
+
+func testMixedBatch(t *testing.T, store string) {
 	pruned, stored, batch := mixedBatch()
 	build := func(bulk bool) (*bundle, []model.SubmitResult, []model.SubmitResult) {
-		b := setup(t)
+		b := setupStore(t, store)
 		require.NoError(t, b.q.SetUserLimit(b.ctx, model.UserLimit{User: "u1", RunningMax: 1, DepthMax: model.Inherit}, "test"))
 		before := prepareMixed(b, pruned, stored)
 		var res []model.SubmitResult
@@ -196,6 +212,10 @@ func TestSubmitManyMixedBatchIsItsRequestsOneByOne(t *testing.T) {
 // the batch's earlier new tasks, replays taking no room), and writes
 // nothing.
 func TestSubmitManyRefusesWhereOneByOneWould(t *testing.T) {
+	stores(t, func(t *testing.T, store string) { testRefusals(t, store) })
+}
+
+func testRefusals(t *testing.T, store string) {
 	pruned, stored, batch := mixedBatch()
 	changed := stored[2]
 	changed.CostBudget++
@@ -214,7 +234,7 @@ func TestSubmitManyRefusesWhereOneByOneWould(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			refusal := func(bulk bool) (*bundle, *model.BatchItemError) {
-				b := setup(t)
+				b := setupStore(t, store)
 				limits := model.DefaultLimits
 				if c.limits != nil {
 					c.limits(&limits)

@@ -103,24 +103,28 @@ JOIN user_caps AS c ON c.user_id = b.value;
 
 -- name: tasks_insert
 -- task_insert for each new task of a batch, in the batch's order: :rows is
--- a JSON array of objects (see batchRow in submit_many.go).
+-- a JSON array of objects (see batchRow in submit_many.go), each parsed
+-- once.
 INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
                    attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
                    created_at, updated_at)
-SELECT b.value ->> 'i', b.value ->> 'u', b.value ->> 'k', b.value ->> 'h', b.value ->> 'p', 'queued',
-       (b.value ->> 'r')::BIGINT, (b.value ->> 't')::BIGINT, (b.value ->> 'd')::BIGINT,
-       :attempts_max::BIGINT, :now::BIGINT, (b.value ->> 'c')::BIGINT, (b.value ->> 's')::BIGINT,
-       b.value ->> 'si', (b.value ->> 'sr')::BIGINT, :now::BIGINT, :now::BIGINT
-FROM json_array_elements((:rows::text)::json) WITH ORDINALITY AS b(value, ord)
+SELECT b.i, b.u, b.k, b.h, b.p, 'queued', b.r, b.t, b.d, :attempts_max::BIGINT, :now::BIGINT,
+       b.c, b.s, b.si, b.sr, :now::BIGINT, :now::BIGINT
+FROM ROWS FROM (json_to_recordset((:rows::text)::json)
+         AS (i TEXT, u TEXT, k TEXT, h TEXT, p TEXT, r BIGINT, t BIGINT, d BIGINT, c BIGINT, s BIGINT,
+             si TEXT, sr BIGINT))
+     WITH ORDINALITY AS b(i, u, k, h, p, r, t, d, c, s, si, sr, ord)
 ORDER BY b.ord;
 
 -- name: events_insert
 -- event_insert of each new task's submitted event, in the batch's order,
--- from the rows of tasks_insert, under event_insert's shared lock.
+-- under event_insert's shared lock: :events is a JSON array of objects
+-- (see submittedEvent in submit_many.go).
 WITH writing AS (SELECT pg_advisory_xact_lock_shared(7424602, hashtext(current_schema())) AS locked)
 INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
-SELECT b.value ->> 'i', :kind::TEXT, 0, 0, '', '', :to_state::TEXT, '', b.value ->> 'a', :at::BIGINT, '', :scope::TEXT
-FROM writing, json_array_elements((:rows::text)::json) WITH ORDINALITY AS b(value, ord)
+SELECT b.i, :kind::TEXT, 0, 0, '', '', :to_state::TEXT, '', b.a, :at::BIGINT, '', :scope::TEXT
+FROM writing, ROWS FROM (json_to_recordset((:events::text)::json) AS (i TEXT, a TEXT))
+     WITH ORDINALITY AS b(i, a, ord)
 ORDER BY b.ord;
 
 -- name: claim_next

@@ -87,11 +87,11 @@ SELECT value ->> 'i', value ->> 'u', value ->> 'k', value ->> 'h', value ->> 'p'
 FROM json_each(:rows) WHERE true ORDER BY key;
 
 -- name: events_insert
--- event_insert of each new task's submitted event, in the batch's order,
--- from the rows of tasks_insert.
+-- event_insert of each new task's submitted event, in the batch's order:
+-- :events is a JSON array of objects (see submittedEvent in submit_many.go).
 INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
 SELECT value ->> 'i', :kind, 0, 0, '', '', :to_state, '', value ->> 'a', :at, '', :scope
-FROM json_each(:rows) WHERE true ORDER BY key;
+FROM json_each(:events) WHERE true ORDER BY key;
 
 -- name: claim_next
 -- The next task in claim order, or none.
