@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -129,12 +131,17 @@ func (g *group) parts() ([]part, bool) {
 }
 
 // completions returns the members that are completions, in order, but a
-// second completion of a task already listed.
+// second completion of a task already listed and one whose text JSON
+// would not carry byte for byte (see jsonSafe).
 func (g *group) completions() []int {
 	var out []int
 	seen := map[string]bool{}
 	for i, m := range g.members {
 		if m.completes == nil || seen[m.completes.claim.TaskID] {
+			continue
+		}
+		c := m.completes.claim
+		if !jsonSafe(c.TaskID) || !jsonSafe(c.Owner) || !jsonSafe(model.ScopeOf(m.ctx)) {
 			continue
 		}
 		seen[m.completes.claim.TaskID] = true
@@ -249,3 +256,9 @@ func (g *group) flush() error {
 	g.pending = g.pending[:0]
 	return nil
 }
+
+// jsonSafe reports whether s goes through the batch statements' JSON
+// unchanged: valid UTF-8 (json.Marshal replaces invalid bytes) and no NUL
+// (which PostgreSQL's jsonb refuses). Anything else takes the single
+// statements, which bind it as it is.
+func jsonSafe(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }

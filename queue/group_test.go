@@ -509,6 +509,34 @@ func TestGroupBatchesCompletions(t *testing.T) {
 	})
 }
 
+// A completion whose scope JSON would not carry byte for byte (invalid
+// UTF-8, a NUL) is not batched: its event keeps the scope as it is.
+func TestGroupBatchLeavesOddTextAlone(t *testing.T) {
+	groupStores(t, func(t *testing.T, open func() *groupRig) {
+		g := open()
+		a, ca := g.running()
+		b, cb := g.running()
+		c, cc := g.running()
+		odd := "scope\xff"
+		if g.q.store.dialect() != "sqlite" {
+			odd = "scope" // PostgreSQL text holds no invalid UTF-8; a NUL neither
+		}
+		scoped := model.WithScope(g.ctx, odd)
+		errs := g.inGroup(nil, g.completeOp(ca), func() error { return g.q.Complete(scoped, cb) }, g.completeOp(cc))
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		want := int64(2)
+		if odd == "scope" {
+			want = 3
+		}
+		require.Equal(t, want, g.q.stats.batched.Load())
+		require.Equal(t, odd, g.lastEvent(b).Scope)
+		require.Equal(t, "", g.lastEvent(a).Scope)
+		require.Equal(t, model.Completed, g.state(c))
+	})
+}
+
 // A storage fault at the batch statement rolls the whole group back:
 // every member is told ErrNotApplied and nothing is written.
 func TestGroupBatchFaultRollsBackAll(t *testing.T) {
