@@ -180,31 +180,11 @@ func (r riverPG) work(ctx context.Context, u, _ string, workers, n, _ int) (samp
 	if err != nil {
 		return sample{}, err
 	}
-	events, cancel := c.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + 1,
-		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed}})
-	defer cancel()
-	smp, err := measure(n, func() error {
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-		return awaitRiver(events, n)
+	return riverWork(ctx, riverPGName, c, n, func(ctx context.Context) (int, error) {
+		var done int
+		err := pool.QueryRow(ctx, `SELECT COUNT(*) FROM river_job WHERE state = 'completed'`).Scan(&done)
+		return done, err
 	})
-	stopCtx, stopCancel := context.WithTimeout(ctx, time.Minute)
-	defer stopCancel()
-	if serr := c.Stop(stopCtx); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return sample{}, err
-	}
-	var done int
-	if err := pool.QueryRow(ctx, `SELECT COUNT(*) FROM river_job WHERE state = 'completed'`).Scan(&done); err != nil {
-		return sample{}, err
-	}
-	if done != n {
-		return sample{}, fmt.Errorf("river-pgx: %d jobs completed, want %d", done, n)
-	}
-	return smp, nil
 }
 
 func (r riverPG) intake(ctx context.Context, u, _ string, n int, bulk bool) (sample, error) {
@@ -217,18 +197,7 @@ func (r riverPG) intake(ctx context.Context, u, _ string, n int, bulk bool) (sam
 	if err != nil {
 		return sample{}, err
 	}
-	return measure(n, func() error {
-		if bulk {
-			_, err := c.InsertMany(ctx, manyParams(n, 0))
-			return err
-		}
-		for range n {
-			if _, err := c.Insert(ctx, jobArgs{}, nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return riverIntake(ctx, c, n, bulk)
 }
 
 func (riverPG) latency(context.Context, string, string, int) ([]time.Duration, error) {

@@ -153,31 +153,11 @@ func (r riverQ) work(ctx context.Context, path, sync string, workers, n, steps i
 	if err != nil {
 		return sample{}, err
 	}
-	events, cancel := c.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + 1,
-		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed}})
-	defer cancel()
-	smp, err := measure(n, func() error {
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-		return awaitRiver(events, n)
+	return riverWork(ctx, riverName, c, n, func(ctx context.Context) (int, error) {
+		var done int
+		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM river_job WHERE state = 'completed'`).Scan(&done)
+		return done, err
 	})
-	stopCtx, stopCancel := context.WithTimeout(ctx, time.Minute)
-	defer stopCancel()
-	if serr := c.Stop(stopCtx); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return sample{}, err
-	}
-	var done int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM river_job WHERE state = 'completed'`).Scan(&done); err != nil {
-		return sample{}, err
-	}
-	if done != n {
-		return sample{}, fmt.Errorf("river: %d jobs completed, want %d", done, n)
-	}
-	return smp, nil
 }
 
 // awaitRiver waits for n completion events.
@@ -207,18 +187,7 @@ func (r riverQ) intake(ctx context.Context, path, sync string, n int, bulk bool)
 	if err != nil {
 		return sample{}, err
 	}
-	return measure(n, func() error {
-		if bulk {
-			_, err := c.InsertMany(ctx, manyParams(n, 0))
-			return err
-		}
-		for range n {
-			if _, err := c.Insert(ctx, jobArgs{}, nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return riverIntake(ctx, c, n, bulk)
 }
 
 func (r riverQ) latency(ctx context.Context, path, sync string, k int) ([]time.Duration, error) {
@@ -246,10 +215,5 @@ func (r riverQ) latency(ctx context.Context, path, sync string, k int) ([]time.D
 		_, err := c.Insert(ctx, jobArgs{}, nil)
 		return err
 	}, completed)
-	stopCtx, stopCancel := context.WithTimeout(ctx, time.Minute)
-	defer stopCancel()
-	if serr := c.Stop(stopCtx); err == nil {
-		err = serr
-	}
-	return out, err
+	return out, stopRiver(ctx, c, err)
 }
