@@ -109,7 +109,13 @@ isolate() {
   unshare -n sleep infinity &
   holder=$!
   pids+=("$holder")
-  sleep 0.2
+  # Until unshare has made the namespace, the holder is still in this
+  # machine's: wait for it to differ.
+  for _ in $(seq 1 100); do
+    [ "$(readlink "/proc/$holder/ns/net")" = "$(readlink /proc/self/ns/net)" ] || break
+    sleep 0.05
+  done
+  [ "$(readlink "/proc/$holder/ns/net")" != "$(readlink /proc/self/ns/net)" ] || die "no network namespace for the chroot"
   nsenter -t "$holder" -n ip link set lo up
   grep -v '# fresh-machine-ci' "$root/etc/hosts" 2>/dev/null >"$work/hosts" || true
   printf '127.0.0.1 localhost\n::1 localhost ip6-localhost\n' >>"$work/hosts"
@@ -123,7 +129,11 @@ isolate() {
     echo "$ip $host # fresh-machine-ci" >>"$work/hosts"
   done
   sort -u "$work/hosts" >"$root/etc/hosts"
-  sleep 0.5
+  for _ in $(seq 1 100); do
+    [ "$(nsenter -t "$holder" -n ss -Hltn 'src 127.0.2.0/24' | wc -l)" = "${#hosts[@]}" ] && return
+    sleep 0.05
+  done
+  die "the forwarders did not start"
 }
 
 # reset removes what an earlier run installed or started, so that every
