@@ -210,13 +210,15 @@ func (q *Queue) await(m *member) error {
 			}
 			q.leadUntil(m)
 			<-q.lead
+			<-m.done // answered, or in another lane's group
 			return m.err
 		}
 	}
 }
 
-// leadUntil runs groups of what is queued until m is answered. m is
-// queued or answered: only the leader takes operations off the queue.
+// leadUntil runs groups of what is queued until m is answered, or until
+// the queue is empty while m is not: m is then in the group of another
+// lane's leader, which answers it.
 func (q *Queue) leadUntil(m *member) {
 	for {
 		select {
@@ -229,7 +231,10 @@ func (q *Queue) leadUntil(m *member) {
 			q.settle()
 			q.runGroup(q.gather(first))
 		default:
-			panic("queue: group leader found its own operation neither queued nor answered")
+			if cap(q.lead) == 1 {
+				panic("queue: group leader found its own operation neither queued nor answered")
+			}
+			return
 		}
 	}
 }
@@ -252,19 +257,24 @@ func (q *Queue) settle() {
 	}
 }
 
-// startGroups makes the queue group its writes.
-func (q *Queue) startGroups() {
+// startGroups makes the queue group its writes, with up to lanes groups
+// running at once (each a leader of its own: lead holds a token per
+// leader). SQLite, one writer at a time, has one lane; PostgreSQL several,
+// so that one group's statements do not wait for another's round trips.
+func (q *Queue) startGroups(lanes int) {
 	q.ops = make(chan *member, GroupQueueMax)
-	q.lead = make(chan struct{}, 1)
+	q.lead = make(chan struct{}, max(lanes, 1))
 	q.closing = make(chan struct{})
 }
 
-// stopGroups, for Close, stops new groups from starting, waits for the one
-// running, takes the lead for good and answers what is still queued with
+// stopGroups, for Close, stops new groups from starting, waits for those
+// running, takes every lead for good and answers what is still queued with
 // ErrClosed.
 func (q *Queue) stopGroups() {
 	close(q.closing)
-	q.lead <- struct{}{}
+	for range cap(q.lead) {
+		q.lead <- struct{}{}
+	}
 	for {
 		select {
 		case m := <-q.ops:

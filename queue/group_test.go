@@ -441,9 +441,8 @@ func groupStores(t *testing.T, test func(t *testing.T, open func() *groupRig)) {
 			if _, ok := b.q.sql.queries["group_savepoint"]; !ok {
 				t.Skip("this build's PostgreSQL store has no group savepoints")
 			}
-			if b.q.ops == nil {
-				b.q.startGroups()
-			}
+			// One lane: the rig's held group must block every other.
+			b.q.startGroups(1)
 			return &groupRig{bundle: b, storage: storage}
 		})
 	})

@@ -172,7 +172,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 		return nil, err
 	}
 	if !o.Ungrouped && b.groups() {
-		q.startGroups()
+		q.startGroups(b.groupLanes())
 	}
 	return q, nil
 }

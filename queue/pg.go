@@ -44,6 +44,13 @@ func (pgBackend) dialect() string  { return string(StorePostgres) }
 func (pgBackend) positional() bool { return true }
 func (pgBackend) groups() bool     { return true }
 
+// pgGroupLanes is how many group commits of one process run at once on
+// PostgreSQL: each waits on round trips to the server, so one lane would
+// leave the others' workers waiting on it; a few keep commits shared.
+const pgGroupLanes = 4
+
+func (pgBackend) groupLanes() int { return pgGroupLanes }
+
 // handles reports whether path is a postgres:// or postgresql:// URL.
 func (pgBackend) handles(path string) bool {
 	scheme, _, ok := strings.Cut(path, "://")

@@ -55,6 +55,9 @@ type backend interface {
 	// groups reports whether concurrent writes of one process may share
 	// one transaction (group commit, group.go).
 	groups() bool
+	// groupLanes is how many groups of one process may run at once, each
+	// its own transaction: 1 where the database has one writer.
+	groupLanes() int
 	// claim takes, inside t, up to max claimable tasks for req in claim
 	// order (priority, then run_at, then submission; due, within their
 	// deadline, their user below its running limit), and calls took with

@@ -30,6 +30,7 @@ type sqliteBackend struct{}
 func (sqliteBackend) dialect() string  { return "sqlite" }
 func (sqliteBackend) positional() bool { return false }
 func (sqliteBackend) groups() bool     { return true }
+func (sqliteBackend) groupLanes() int  { return 1 }
 
 // handles: SQLite is the fallback; backendFor asks it nothing.
 func (sqliteBackend) handles(string) bool { return true }

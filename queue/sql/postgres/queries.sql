@@ -138,7 +138,11 @@ ORDER BY b.ord;
 -- without statistics (a join to a window over every queued task was
 -- re-run per row on an unanalysed table: seconds per claim). The outer
 -- WHERE repeats the eligibility test, which PostgreSQL re-checks on the
--- newest version of a row that changed while the statement waited.
+-- newest version of a row that changed while the statement waited; its
+-- state test is written so that it matches no partial index (COALESCE),
+-- so that the rows are read by seq through the primary key (an unanalysed
+-- table's partial index looks tiny to the planner, which then read every
+-- queued task to find the few chosen).
 WITH room AS (
     SELECT c.user_id,
            {broken:no-user-limit|CASE WHEN c.running_limit <= 0 THEN CAST(:limit AS BIGINT) ELSE LEAST(CAST(:limit AS BIGINT), c.running_limit - c.running) END|CAST(:limit AS BIGINT)} AS n
@@ -153,7 +157,7 @@ WHERE seq = ANY(ARRAY(
               AND t.run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (t.deadline = 0 OR t.deadline >= :now)|}
             ORDER BY t.priority DESC, t.run_at, t.seq
             LIMIT r.n) e))
-  AND state = 'queued' AND run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
+  AND COALESCE(state, '') = 'queued' AND run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
 ORDER BY priority DESC, run_at, seq
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
