@@ -3,8 +3,8 @@
 // fence tokens, budgets, intake validation and canonical request hashing,
 // retry backoff, the invariants the queue must keep (as functions over
 // snapshots of tasks and over histories of accepted writes), and Reference,
-// an in-memory implementation of the queue's semantics used as the oracle in
-// property tests.
+// an in-memory implementation of the queue's semantics, retention (Prune)
+// included, used as the oracle in property tests.
 //
 // The package uses the standard library only. It performs no I/O, never
 // reads the wall clock and never draws from global randomness: time and

@@ -13,8 +13,10 @@ import (
 )
 
 // Pruner is the retention a store may offer beside Store (the SQLite and
-// PostgreSQL queues do; the reference model, which the simulator never
-// prunes, does not). The prune cases skip a store without it.
+// PostgreSQL queues do; the reference model prunes with model.PruneSpec,
+// is compared with the queues' prunes by the rapid state machines, and
+// keeps no stored policy, so it is not one). The prune cases skip a store
+// without it.
 type Pruner interface {
 	Prune(ctx context.Context, r queue.PruneRequest) (queue.PruneResult, error)
 	PruneDue(ctx context.Context) (queue.PruneResult, error)
