@@ -74,6 +74,8 @@ type config struct {
 	dir, cpuprofile                    string
 	// postgres is the server of the PostgreSQL cells ("" or "off": none).
 	postgres string
+	// pgAnalyze analyses each PostgreSQL run's schema after its seed.
+	pgAnalyze bool
 }
 
 func main() {
@@ -90,6 +92,8 @@ func main() {
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the databases (default: a new temporary one)")
 	flag.StringVar(&cfg.postgres, "postgres", envOr("LEASEHOLD_BENCH_POSTGRES", defaultPostgres),
 		"PostgreSQL server for the PostgreSQL cells, a database each run makes a schema in (off: none)")
+	flag.BoolVar(&cfg.pgAnalyze, "pg-analyze", false,
+		"ANALYZE each PostgreSQL run's freshly seeded schema before timing it (default: measure it unanalysed, as a fresh bulk load is)")
 	flag.Parse()
 	for _, c := range strings.Split(consumers, ",") {
 		var n int
@@ -141,7 +145,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			fmt.Fprintf(out, "PostgreSQL: skipped: no server answers at %s (%s)\n", queue.RedactURL(cfg.postgres), queue.RedactURL(err.Error()))
 			cfg.postgres = ""
 		} else {
-			fmt.Fprintf(out, "PostgreSQL at %s: a schema per run, pools of %d connections\n", queue.RedactURL(cfg.postgres), pgConns)
+			fmt.Fprintf(out, "PostgreSQL at %s: a schema per run, pools of %d connections, %s\n", queue.RedactURL(cfg.postgres), pgConns,
+				map[bool]string{true: "each analysed after its seed (-pg-analyze)", false: "timed unanalysed, as a fresh bulk load is"}[cfg.pgAnalyze])
 		}
 	} else {
 		cfg.postgres = ""
@@ -243,8 +248,10 @@ func (b *bench) one(ctx context.Context, c cell, s system) error {
 			if err := s.seed(ctx, path, b.cfg.jobs, c.steps); err != nil {
 				return fmt.Errorf("seed: %w", err)
 			}
-			if err := pgAnalyze(ctx, path); err != nil {
-				return err
+			if b.cfg.pgAnalyze {
+				if err := pgAnalyze(ctx, path); err != nil {
+					return err
+				}
 			}
 		} else {
 			tmpl, err := b.template(ctx, s, c.steps)

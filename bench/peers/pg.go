@@ -77,11 +77,10 @@ func pgSchema(ctx context.Context, base string, run int) (string, func(), error)
 }
 
 // pgAnalyze gathers the planner's statistics of the run's schema after its
-// seed, as autovacuum would within its naptime: on tables it has never
-// analysed the server plans from guesses, and a prepared claim query's
-// generic plan can then take a second a claim (leasehold's claim_next was
-// seen at 1 s, its custom plan at 3 ms), which measures the timing of
-// autovacuum, not the queues.
+// seed, as autovacuum would within its naptime (-pg-analyze). By default
+// the runs are timed unanalysed: a store whose claim slows on tables the
+// server has never analysed (leasehold's claim_next did, a second a claim,
+// before migration 0003's per-user index) should show it here.
 func pgAnalyze(ctx context.Context, u string) error {
 	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
