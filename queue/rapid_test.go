@@ -443,6 +443,7 @@ func (m *machine) actions(t *rapid.T) map[string]func(*rapid.T) {
 		},
 		"reject":  m.reject,
 		"reject2": m.reject, // waiting tasks are rare, and approve takes most
+		"reject3": m.reject,
 		"requeue": func(t *rapid.T) {
 			id := m.pickTask(t, model.NeedsReview)
 			g := model.Grant{Cost: rapid.Int64Range(0, 20_000).Draw(t, "grant_cost"), Steps: rapid.IntRange(0, 3).Draw(t, "grant_steps")}
