@@ -29,18 +29,25 @@ type PruneSpec struct {
 	Actor     string
 }
 
-// PruneCounts is what a prune removed (a dry run: would remove), with the
-// fields of the queue's PruneResult.
+// PruneCounts is what a prune removed (a dry run: would remove); the
+// queue's PruneResult is this type.
 type PruneCounts struct {
-	DryRun       bool
-	Cutoff       time.Time
-	Tasks        map[State]int64
-	Events       int64
-	Effects      int64
-	Tombstones   int64
-	Expired      int64
-	Kept         int64
-	KeptIDs      []string
+	DryRun bool
+	Cutoff time.Time // tasks settled at or before it go
+	// Tasks counts the tasks removed by state.
+	Tasks      map[State]int64
+	Events     int64 // their events
+	Effects    int64 // their effects, every one receipted
+	Tombstones int64 // idempotency tombstones written
+	Expired    int64 // tombstones removed, their window passed
+	// Kept counts the terminal tasks settled before the cutoff that stay
+	// because an effect of theirs has no receipt: the ledger's record of an
+	// operation nobody knows the outcome of is never removed. A dry run
+	// names the first PruneKeptListed of them in KeptIDs.
+	Kept    int64
+	KeptIDs []string
+	// Transactions counts the transactions that removed something, each
+	// recorded by a pruned event.
 	Transactions int
 }
 
@@ -53,7 +60,8 @@ func (c PruneCounts) TaskCount() int64 {
 	return n
 }
 
-func (c *PruneCounts) add(o PruneCounts) {
+// Add adds another pass's counts to c.
+func (c *PruneCounts) Add(o PruneCounts) {
 	for s, n := range o.Tasks {
 		c.Tasks[s] += n
 	}
@@ -65,7 +73,8 @@ func (c *PruneCounts) add(o PruneCounts) {
 	c.Transactions += o.Transactions
 }
 
-func (c PruneCounts) changed() bool {
+// Changed reports whether the pass removed or wrote anything.
+func (c PruneCounts) Changed() bool {
 	return c.TaskCount()+c.Events+c.Effects+c.Tombstones+c.Expired > 0
 }
 
@@ -146,7 +155,7 @@ func (r *Reference) Prune(_ context.Context, p PruneSpec) (PruneCounts, error) {
 	var after int64
 	for {
 		res, next, done := r.prunePass(p, cutoff, after)
-		total.add(res)
+		total.Add(res)
 		if done && res.Expired < int64(p.Batch) {
 			return total, nil
 		}
@@ -238,7 +247,7 @@ func (r *Reference) prunePass(p PruneSpec, cutoff time.Time, after int64) (Prune
 		delete(r.tombstones, TaskKey(s.User, s.Key))
 		res.Expired++
 	}
-	if res.changed() {
+	if res.Changed() {
 		res.Transactions = 1
 		r.emit(Event{Kind: EventPruned, Actor: p.Actor, Detail: DetailPruned(p.OlderThan, res)})
 	}

@@ -51,7 +51,7 @@ const PruneBatchMax = 500
 const pruneScanFactor = 8
 
 // PruneKeptListed is how many of the tasks a dry run keeps it names.
-const PruneKeptListed = 20
+const PruneKeptListed = model.PruneKeptListed
 
 // RetentionMax bounds every retention duration: an age or a window of more
 // than ten years is a mistake, not a policy.
@@ -123,66 +123,9 @@ func checkAge(field string, d time.Duration, zeroOK bool) error {
 	return nil
 }
 
-// PruneResult is what a prune removed (a dry run: would remove).
-type PruneResult struct {
-	DryRun bool
-	Cutoff time.Time // tasks settled at or before it go
-	// Tasks counts the tasks removed by state.
-	Tasks      map[model.State]int64
-	Events     int64 // their events
-	Effects    int64 // their effects, every one receipted
-	Tombstones int64 // idempotency tombstones written
-	Expired    int64 // tombstones removed, their window passed
-	// Kept counts the terminal tasks settled before the cutoff that stay
-	// because an effect of theirs has no receipt: the ledger's record of an
-	// operation nobody knows the outcome of is never removed. A dry run
-	// names the first PruneKeptListed of them in KeptIDs.
-	Kept    int64
-	KeptIDs []string
-	// Transactions counts the transactions that removed something, each
-	// recorded by a pruned event.
-	Transactions int
-}
-
-// TaskCount is the number of tasks removed, of every state.
-func (r PruneResult) TaskCount() int64 {
-	var n int64
-	for _, c := range r.Tasks {
-		n += c
-	}
-	return n
-}
-
-// add adds another pass's counts to r.
-func (r *PruneResult) add(o PruneResult) {
-	for s, n := range o.Tasks {
-		r.Tasks[s] += n
-	}
-	r.Events += o.Events
-	r.Effects += o.Effects
-	r.Tombstones += o.Tombstones
-	r.Expired += o.Expired
-	r.Kept += o.Kept
-	r.Transactions += o.Transactions
-}
-
-// changed reports whether the pass removed or wrote anything.
-func (r PruneResult) changed() bool {
-	return r.TaskCount()+r.Events+r.Effects+r.Tombstones+r.Expired > 0
-}
-
-// Detail is the pruned event's detail: the counts, with no task ID or
-// payload (model.DetailPruned, which the reference model writes too).
-func (r PruneResult) Detail(olderThan time.Duration) string {
-	return model.DetailPruned(olderThan, r.Counts())
-}
-
-// Counts is r as the reference model's PruneCounts.
-func (r PruneResult) Counts() model.PruneCounts {
-	return model.PruneCounts{DryRun: r.DryRun, Cutoff: r.Cutoff, Tasks: r.Tasks, Events: r.Events,
-		Effects: r.Effects, Tombstones: r.Tombstones, Expired: r.Expired, Kept: r.Kept,
-		KeptIDs: r.KeptIDs, Transactions: r.Transactions}
-}
+// PruneResult is what a prune removed (a dry run: would remove): the
+// reference model's counts, one type for both (see model.PruneCounts).
+type PruneResult = model.PruneCounts
 
 func newPruneResult(cutoff time.Time, dry bool) PruneResult {
 	return PruneResult{DryRun: dry, Cutoff: cutoff, Tasks: map[model.State]int64{}}
@@ -214,7 +157,7 @@ func (q *Queue) Prune(ctx context.Context, r PruneRequest) (PruneResult, error) 
 		if err != nil {
 			return total, err
 		}
-		total.add(out.res)
+		total.Add(out.res)
 		if out.done && out.res.Expired < int64(p.batch) {
 			return total, nil
 		}
@@ -347,7 +290,7 @@ func (t *txn) prune(p prunePass) (passOutcome, error) {
 	if _, err := t.exec("prune_gate_close"); err != nil {
 		return out, err
 	}
-	if !out.res.changed() {
+	if !out.res.Changed() {
 		return out, nil
 	}
 	out.res.Transactions = 1
@@ -359,7 +302,7 @@ func (t *txn) prune(p prunePass) (passOutcome, error) {
 		sql.Named("attempt", 0), sql.Named("fence", 0), sql.Named("op_id", ""),
 		sql.Named("from_state", ""), sql.Named("to_state", ""), sql.Named("reason", ""),
 		sql.Named("actor", p.actor), sql.Named("at", model.Millis(t.now)),
-		sql.Named("detail", out.res.Detail(p.olderThan)), sql.Named("scope", model.ScopeOf(t.ctx)))
+		sql.Named("detail", model.DetailPruned(p.olderThan, out.res)), sql.Named("scope", model.ScopeOf(t.ctx)))
 	return out, err
 }
 

@@ -158,7 +158,7 @@ func testPruneTerminalOnly(s *suite) {
 	require.Equal(s.t, "ops", e.Actor)
 	require.Empty(s.t, e.TaskID)
 	require.Equal(s.t, s.now(), e.At)
-	require.Equal(s.t, res.Detail(10*day), e.Detail)
+	require.Equal(s.t, model.DetailPruned(10*day, res), e.Detail)
 	require.Contains(s.t, e.Detail, "tasks=3 completed=1 failed=1 cancelled=1")
 
 	again := s.prune(queue.PruneRequest{OlderThan: 10 * day})
