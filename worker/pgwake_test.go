@@ -112,24 +112,25 @@ type pgRunner struct {
 }
 
 // idleClock is the runner's clock: the test's fake clock, but it tells
-// the test of each idle wait of the claimer (the runner's only use of
-// After), tagged with how many claim reports preceded it, so that the
-// test moves the clock only once the runner waits for its next poll.
-// (Counting the fake clock's timers cannot tell: a wait cut short by a
-// wake-up leaves its timer registered.)
+// the test of each timer the runner sets (an idle wait of the claimer,
+// in these tests, whose tasks never sleep and which run no housekeeper),
+// tagged with how many claim reports preceded it, so that the test moves
+// the clock only once the runner waits for its next poll. (Counting the
+// fake clock's waiters would tell less: it cannot say which claim a wait
+// follows.)
 type idleClock struct {
 	*clockwork.FakeClock
 	claims atomic.Int64 // claim reports the runner has made
-	waits  chan int64   // each After's claims, in order
+	waits  chan int64   // the claims made before each timer the runner set, in order
 }
 
-func (c *idleClock) After(d time.Duration) <-chan time.Time {
-	ch := c.FakeClock.After(d)
+func (c *idleClock) NewTimer(d time.Duration) clockwork.Timer {
+	t := c.FakeClock.NewTimer(d)
 	select {
 	case c.waits <- c.claims.Load():
 	default: // far more waits than any test reads
 	}
-	return ch
+	return t
 }
 
 // startPostgresRunner runs a one-slot Runner named id on q, idle polling

@@ -271,6 +271,21 @@ func (r *Runner) notifications(ctx context.Context) <-chan struct{} {
 	return w.Wake(ctx, r.cfg.Logger.With("worker", r.cfg.ID))
 }
 
+// idleFor waits for wait on the runner's clock, or until ctx ends, a slot
+// frees (wake) or notified fires, whichever is first. Its timer is stopped
+// when it wakes early, so a runner woken often leaves no timers behind on
+// the clock.
+func (r *Runner) idleFor(ctx context.Context, wait time.Duration, notified <-chan struct{}) {
+	t := r.cfg.Clock.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-r.wake:
+	case <-notified:
+	case <-t.Chan():
+	}
+}
+
 // claimLoop claims while ctx lives and hands each claim to a slot. It
 // sleeps while there is no room (until a slot frees, or PollMax) and for
 // the wait the claimer asks for (polling backoff, storage backoff), woken
@@ -291,12 +306,7 @@ func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed, notif
 			}
 		}
 		if wait > 0 {
-			select {
-			case <-ctx.Done():
-			case <-r.wake:
-			case <-notified:
-			case <-r.cfg.Clock.After(wait):
-			}
+			r.idleFor(ctx, wait, notified)
 		}
 	}
 }
