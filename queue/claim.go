@@ -58,7 +58,8 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 // kept) claims nothing and returns the refusal, as Complete does. It
 // returns the claims made, none when nothing is due. In a group commit
 // its completion is batched with the group's others (batch.go), and its
-// claim made after them.
+// claim made after them, merged with the claims of the group's other
+// CompleteAndClaim of the same worker and lease into one store claim.
 func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error) {
 	if err := next.Validate(model.ClaimBatchLimit); err != nil {
 		return nil, err
@@ -69,7 +70,7 @@ func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.
 			out = nil
 			return t.checkClaimBatch(next)
 		},
-		then: func(t *txn) error { return t.claim(next, &out) },
+		next: &claimAsk{req: next, out: &out},
 	}
 	err := q.writeRetryingOp(ctx, "complete and claim", op.run, op)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync/atomic"
 
 	"github.com/leasehold/leasehold/model"
@@ -292,6 +293,8 @@ type groupStats struct {
 	groups, ops, largest atomic.Int64
 	sizes                [GroupMax + 1]atomic.Int64
 	batched              atomic.Int64
+	// merged counts the claims made by merged store claims (batch.go).
+	merged atomic.Int64
 }
 
 func (s *groupStats) add(size int) {
@@ -440,7 +443,7 @@ func (g *group) runPart(i int, p part, savepoint bool) bool {
 	t := g.txns[i]
 	if savepoint {
 		if _, err := t.exec("group_savepoint"); err != nil {
-			g.rollback(i, err)
+			g.rollback(err, i)
 			return false
 		}
 	}
@@ -452,21 +455,22 @@ func (g *group) runPart(i int, p part, savepoint bool) bool {
 		g.results[i] = keep.err
 	case savepoint && isRefusal(ferr):
 		if _, err := t.exec("group_rollback"); err != nil {
-			g.rollback(i, err)
+			g.rollback(err, i)
 			return false
 		}
 		g.results[i], g.alone[i] = ferr, true
 	default:
-		g.rollback(i, ferr)
+		g.rollback(ferr, append([]int{i}, p.with...)...)
 		return false
 	}
 	return true
 }
 
-// rollback rolls the group back after member failed with err (a refusal
-// in a group of one, or a statement error) and answers every member: the
-// one that failed with its error, the others ErrNotApplied.
-func (g *group) rollback(failed int, err error) {
+// rollback rolls the group back after the failed members (one, or those
+// whose claims one merged claim made: batch.go) failed with err (a
+// refusal in a group of one, or a statement error) and answers every
+// member: the failed with err, the others ErrNotApplied.
+func (g *group) rollback(err error, failed ...int) {
 	rerr := g.tx.Rollback()
 	if rerr != nil && errors.Is(rerr, sql.ErrTxDone) {
 		rerr = nil
@@ -474,7 +478,7 @@ func (g *group) rollback(failed int, err error) {
 	var cause sqlStater
 	conflict := !isRefusal(err) && ClassOf(err) == ClassConflict && errors.As(err, &cause)
 	for i, m := range g.members {
-		if i != failed {
+		if !slices.Contains(failed, i) {
 			other := fmt.Errorf("queue: %s: another write in its group failed in storage; rolled back", m.op)
 			if conflict {
 				other = groupConflict{op: m.op, state: cause.SQLState()}
