@@ -76,6 +76,8 @@ type config struct {
 	postgres string
 	// pgAnalyze analyses each PostgreSQL run's schema after its seed.
 	pgAnalyze bool
+	// pgOwner holds the bench's PostgreSQL schema prefix (set by run).
+	pgOwner *pgOwner
 }
 
 func main() {
@@ -145,6 +147,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			fmt.Fprintf(out, "PostgreSQL: skipped: no server answers at %s (%s)\n", queue.RedactURL(cfg.postgres), queue.RedactURL(err.Error()))
 			cfg.postgres = ""
 		} else {
+			owner, err := ownSchemas(ctx, cfg.postgres)
+			if err != nil {
+				return err
+			}
+			defer owner.Close()
+			cfg.pgOwner = owner
 			fmt.Fprintf(out, "PostgreSQL at %s: a schema per run, pools of %d connections, %s\n", queue.RedactURL(cfg.postgres), pgConns,
 				map[bool]string{true: "each analysed after its seed (-pg-analyze)", false: "timed unanalysed, as a fresh bulk load is"}[cfg.pgAnalyze])
 		}
@@ -226,7 +234,7 @@ func (b *bench) one(ctx context.Context, c cell, s system) error {
 	path := filepath.Join(b.cfg.dir, fmt.Sprintf("run%d.db", b.runs))
 	defer removeDB(path)
 	if s.postgres() {
-		u, drop, err := pgSchema(ctx, b.cfg.postgres, b.runs)
+		u, drop, err := pgSchema(ctx, b.cfg.postgres, b.cfg.pgOwner, b.runs)
 		if err != nil {
 			return err
 		}

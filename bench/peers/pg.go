@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,10 +45,10 @@ func probePostgres(ctx context.Context, u string) error {
 
 // pgSchema makes the schema of one run and returns the URL that names it
 // (its search_path) and a function that drops it.
-func pgSchema(ctx context.Context, base string, run int) (string, func(), error) {
-	// The process ID keeps two benches on one server out of each other's
-	// schemas.
-	schema := fmt.Sprintf("peers_%d_run%d", os.Getpid(), run)
+func pgSchema(ctx context.Context, base string, owner *pgOwner, run int) (string, func(), error) {
+	// The owner's prefix (the process ID) keeps two benches on one server
+	// out of each other's schemas.
+	schema := owner.schema(run)
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
 		return "", nil, fmt.Errorf("postgres: %s", queue.RedactURL(err.Error()))
