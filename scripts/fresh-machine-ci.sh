@@ -27,7 +27,9 @@ full="${FRESH_FULL:-0}"
 # address of its own inside the chroot's network namespace.
 hosts=(deb.debian.org:80 proxy.golang.org:443 sum.golang.org:443 storage.googleapis.com:443)
 
-say() { echo "fresh-machine-ci: $*" >&2; }
+# say prefixes each line with the seconds since the script started, so the
+# log shows how long each phase took.
+say() { echo "fresh-machine-ci [${SECONDS}s]: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run it as root: it builds a chroot and mounts into it"
@@ -146,19 +148,25 @@ reset() {
     rm -rf /var/lib/postgresql /etc/postgresql /etc/postgresql-common /var/tmp/leasehold-ci-pg'
 }
 
+say "phase: the chroot in $root"
 make_root
 isolate
+say "phase: git and certificates in the chroot"
 in_root 'set -x; command -v git && command -v update-ca-certificates ||
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git ca-certificates >/dev/null; }
   update-ca-certificates >/dev/null; go version'
+say "phase: removing any PostgreSQL an earlier run installed"
 reset
 say "inside: no PostgreSQL installed, nothing listening on 5432"
 in_root 'set -x; cat /etc/debian_version; ! dpkg -l "postgresql*" 2>/dev/null | grep ^ii; ! command -v psql
   if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then echo "something listens on 5432"; exit 1; fi'
+say "phase: cloning $ref"
 in_root 'set -x; rm -rf /root/leasehold && git clone -q /src.git /root/leasehold && git -C /root/leasehold checkout -q '"$ref"' && git -C /root/leasehold log --oneline -1'
 if [ "$full" = 1 ]; then
+  say "phase: .ci/run"
   in_root 'set -x; cd /root/leasehold && time .ci/run'
 else
+  say "phase: .ci/postgres and the PostgreSQL suites"
   in_root 'set -x; cd /root/leasehold && url="$(.ci/postgres)" && psql "$url" -Atc "SELECT version()" &&
     LEASEHOLD_TEST_POSTGRES="$url" CI=1 go test -count=1 -run Postgres ./queue ./sim'
 fi
