@@ -17,6 +17,10 @@
 # stopped, the forwarders ended and everything unmounted; ROOT is kept, and a
 # second run reuses it (delete it to start from nothing).
 set -euo pipefail
+# Bash reads a script as it runs it: these braces make it read the whole
+# script first, so that editing it (or checking out another commit) while
+# a rehearsal runs cannot change or break that rehearsal.
+{
 
 root="${1:-/var/tmp/fresh-root}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -171,3 +175,5 @@ else
     LEASEHOLD_TEST_POSTGRES="$url" CI=1 go test -count=1 -run Postgres ./queue ./sim'
 fi
 say "passed"
+exit
+}
