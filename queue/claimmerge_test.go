@@ -462,3 +462,46 @@ func TestMergedClaimConflictRetries(t *testing.T) {
 		}
 	})
 }
+
+// A run of merged claims is cut where the sum of its Max would pass
+// model.ClaimBatchLimit: five members asking for 16 tasks each are a
+// merged claim of 64 (the first four) and a claim of 16 (the fifth, alone),
+// and each member still gets its 16, in member order and claim order.
+func TestMergedClaimChunksAtBatchLimit(t *testing.T) {
+	mergeStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		g := open(t)
+		const members, each = 5, 16
+		require.Greater(t, members*each, model.ClaimBatchLimit)
+		g.setLimits(func(l *model.Limits) { l.ClaimBatchMax = each })
+		var claims []model.Claim
+		for range members {
+			_, c := g.running()
+			claims = append(claims, c)
+		}
+		var reqs []model.SubmitRequest
+		for i := range members * each {
+			r := g.request()
+			r.Key = fmt.Sprintf("bulk%d", i)
+			reqs = append(reqs, r)
+		}
+		results, err := g.q.SubmitMany(g.ctx, reqs)
+		require.NoError(t, err)
+		out := make([][]model.Claimed, members)
+		var ops []func() error
+		for i, c := range claims {
+			ops = append(ops, g.completeAndClaimOp(c, model.ClaimRequest{Worker: "w2", Max: each, Lease: testLease}, "", &out[i]))
+		}
+		for i, err := range g.inGroup(nil, ops...) {
+			require.NoError(t, err, "member %d", i)
+		}
+		require.Equal(t, int64(4), g.q.stats.merged.Load(), "the fifth member claimed alone")
+		for i := range out {
+			var want []string
+			for _, r := range results[i*each : (i+1)*each] {
+				want = append(want, r.TaskID+"@1")
+			}
+			require.Equal(t, want, claimIDs(out[i]), "member %d", i)
+		}
+		require.NoError(t, g.q.CheckCounters(g.ctx))
+	})
+}
