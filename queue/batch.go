@@ -28,7 +28,8 @@ import (
 //     statement error does, and nothing is written. The events it emits
 //     are buffered with the batch's (flush): they are inserted in one
 //     statement before any other part runs, and before the commit, so
-//     the trail holds them in the order they were made;
+//     the trail holds them in the order they were made. The claims of
+//     such completions are merged (see Merged claims below);
 //   - a completion the batch did not match (a stale fence, an expired
 //     lease, a task not running or missing) takes Complete's own path
 //     from where complete_fenced matched nothing (completeRefused: the
