@@ -105,7 +105,7 @@ var hotPathCosts = []struct {
 		"DROP TRIGGER tasks_claimed", "DROP TRIGGER tasks_claim_ended", "DROP TRIGGER events_counted",
 		"DROP TRIGGER tasks_moved", stateTalliesOff}},
 	{"and-no-actor-time-indexes", []string{"DROP INDEX events_actor", "DROP INDEX events_at"}},
-	{"and-no-counters-or-event-indexes", []string{"DROP TRIGGER tasks_moved", "DROP TRIGGER users_crossed", "DROP INDEX events_task"}},
+	{"and-no-counters-or-event-indexes", []string{"DROP TRIGGER tasks_moved", "DROP TRIGGER users_crossed", "DROP INDEX events_task_seq"}},
 }
 
 // stateTalliesOff recreates tasks_moved without its state tallies, keeping

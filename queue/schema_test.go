@@ -20,13 +20,14 @@ import (
 // migrations never change: a change to one fails this test, and a new one
 // must be added here.
 var pinnedMigrations = map[string]string{
-	"0001_init.sql":            "41ebb14f7f7c18fb1e9ec3d9f917a9dd747c337ac262e86ddf5d431437cd23b9",
-	"0002_hot_paths.sql":       "331809b20f48436ff5cc95bece2023843a90985554384eac5ccafa556fa82c65",
-	"0003_audit.sql":           "3376454d2d3cfd6abb17b2d1b37cbc2a6b5be3231ac359e26442a9c979ff10c3",
-	"0004_attempts_failed.sql": "6dbfc66dd89e805d0ae80443379a06c93f4cbbfcfc6452f636ffe1515b580355",
-	"0005_user_id.sql":         "815be5d4b32e4ad84e34de6f21a66a08ccd50a46de4dd571cd10d76e8308c4de",
-	"0006_prune.sql":           "b54ad687312b8568feced52eee816c071bd3ea68a8c7de26b7ec4ac6054e074b",
-	"0007_crossing.sql":        "32d0c4d032ffc27453fd92929101a545d8de3acb7fb46e5b871a1c791c5c0ef2",
+	"0001_init.sql":               "41ebb14f7f7c18fb1e9ec3d9f917a9dd747c337ac262e86ddf5d431437cd23b9",
+	"0002_hot_paths.sql":          "331809b20f48436ff5cc95bece2023843a90985554384eac5ccafa556fa82c65",
+	"0003_audit.sql":              "3376454d2d3cfd6abb17b2d1b37cbc2a6b5be3231ac359e26442a9c979ff10c3",
+	"0004_attempts_failed.sql":    "6dbfc66dd89e805d0ae80443379a06c93f4cbbfcfc6452f636ffe1515b580355",
+	"0005_user_id.sql":            "815be5d4b32e4ad84e34de6f21a66a08ccd50a46de4dd571cd10d76e8308c4de",
+	"0006_prune.sql":              "b54ad687312b8568feced52eee816c071bd3ea68a8c7de26b7ec4ac6054e074b",
+	"0007_crossing.sql":           "32d0c4d032ffc27453fd92929101a545d8de3acb7fb46e5b871a1c791c5c0ef2",
+	"0008_events_by_task_seq.sql": "271aa78af799a580b92dbb5b2f12a4bd55ad10050cd156119be3a4de9cf73e1a",
 }
 
 func TestMigrationsArePinned(t *testing.T) {
@@ -246,7 +247,7 @@ func TestAuditQueriesUseIndexes(t *testing.T) {
 			index string // the index a step must search
 		}{
 			{"audit_by_task", []any{sql.Named("task_id", "t_x"), sql.Named("actor", "caller1")},
-				`^SEARCH events USING INDEX events_task \(task_id=\?\)$`, "events_task"},
+				`^SEARCH events USING INDEX events_task_seq \(task_seq=\?\)$`, "events_task_seq"},
 			{"audit_by_actor", []any{sql.Named("actor", "caller1")},
 				`^SEARCH events USING INDEX events_actor \(actor=\?\)$`, "events_actor"},
 			{"audit_by_time", nil,

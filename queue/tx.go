@@ -17,9 +17,10 @@ type txn struct {
 	ctx context.Context
 	tx  *sql.Tx
 	now time.Time
-	// unprepared names the statements prepared for this transaction only;
-	// local holds them, shared by the operations of a group, so that each
-	// is prepared once per transaction, not once per use.
+	// local holds the statements bound to this transaction, shared by
+	// the operations of a group, so that each is bound (or prepared) once
+	// per transaction, not once per use; unprepared names those of them
+	// prepared for this transaction only.
 	unprepared []string
 	local      map[string]*sql.Stmt
 	// ready is set once the operation made a task claimable now: the
@@ -43,27 +44,38 @@ func commitThen(err error) error { return committed{err} }
 
 // write, which runs an operation in a write transaction, is in group.go.
 
-// stmt returns the named statement for use in the transaction. A statement
-// not prepared yet is prepared for this transaction only, and on the
-// database once the transaction is over (an in-memory database has one
-// connection, which the transaction holds).
+// stmt returns the named statement for use in the transaction. One
+// prepared on the database is bound to the transaction on its first use
+// there (database/sql's Tx.StmtContext, which allocates and registers a
+// statement each call, so a group of seven claims and completions would
+// otherwise bind thirty); one not prepared yet is prepared for this
+// transaction only, and on the database once the transaction is over (an
+// in-memory database has one connection, which the transaction holds).
 func (t *txn) stmt(name string) (*sql.Stmt, error) {
-	if s := t.q.cachedStmt(name); s != nil {
-		return t.tx.StmtContext(t.ctx, s), nil
-	}
 	if s := t.local[name]; s != nil {
 		return s, nil
+	}
+	if s := t.q.cachedStmt(name); s != nil {
+		bound := t.tx.StmtContext(t.ctx, s)
+		t.keep(name, bound)
+		return bound, nil
 	}
 	s, err := t.tx.PrepareContext(t.ctx, t.q.query(name).text)
 	if err != nil {
 		return nil, fmt.Errorf("queue: prepare %s: %w", name, err)
 	}
 	t.unprepared = append(t.unprepared, name)
+	t.keep(name, s)
+	return s, nil
+}
+
+// keep holds s, bound to the transaction, for the transaction's later
+// uses of name; the transaction's end closes it.
+func (t *txn) keep(name string, s *sql.Stmt) {
 	if t.local == nil {
 		t.local = map[string]*sql.Stmt{}
 	}
 	t.local[name] = s
-	return s, nil
 }
 
 // exec runs a named statement and returns the rows it affected.

@@ -93,6 +93,20 @@ func requireUpgraded(ctx context.Context, t *testing.T, q *Queue, before []model
 	events, err := q.Events(ctx, "")
 	require.NoError(t, err)
 	require.Len(t, events, eventsBefore)
+	// Each task's events are found by task after the upgrade (migration
+	// 0008 links the events written before it to their tasks' seqs).
+	for _, task := range before {
+		var want []model.Event
+		for _, e := range events {
+			if e.TaskID == task.ID {
+				want = append(want, e)
+			}
+		}
+		require.NotEmpty(t, want, "task %s has events in the fixture", task.ID)
+		got, err := q.Events(ctx, task.ID)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "task %s", task.ID)
+	}
 	states := tasksByState(t, before)
 	effects, err := q.Effects(ctx, states[model.NeedsReview].ID)
 	require.NoError(t, err)

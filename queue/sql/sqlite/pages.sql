@@ -30,7 +30,8 @@ ORDER BY seq LIMIT :limit;
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
        COALESCE(t.user_id, '')
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
-WHERE e.task_id = :task_id AND e.seq > :after ORDER BY e.seq LIMIT :limit;
+WHERE e.task_seq = (SELECT s.seq FROM tasks s WHERE s.id = :task_id) AND e.task_id = :task_id AND e.seq > :after
+ORDER BY e.seq LIMIT :limit;
 
 -- name: trail_after
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
@@ -46,4 +47,5 @@ WHERE e.seq > :after AND t.user_id IN (SELECT value FROM json_each(:users))
 ORDER BY e.seq LIMIT :limit;
 
 -- name: task_last_event_seq
-SELECT COALESCE(MAX(seq), 0) FROM events WHERE task_id = :task_id;
+SELECT COALESCE(MAX(seq), 0) FROM events
+WHERE task_seq = (SELECT t.seq FROM tasks t WHERE t.id = :task_id) AND task_id = :task_id;

@@ -49,9 +49,9 @@ SELECT COALESCE(MAX(seq), 0) FROM events;
 -- after the highest remaining row, which may be below events the pass
 -- removed, and a follower past those would never see it or what follows.
 -- It concerns no task, so no prune removes it, and it stays the floor.
-INSERT INTO events (seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+INSERT INTO events (seq, task_id, task_seq, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
 VALUES (MAX(:top, (SELECT COALESCE(MAX(seq), 0) FROM events)) + 1,
-        :task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail, :scope);
+        :task_id, COALESCE((SELECT t.seq FROM tasks t WHERE t.id = :task_id), 0), :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail, :scope);
 
 -- name: prune_tombstones
 INSERT INTO idem_tombstones (user_id, idem_key, request_hash, task_id, state, settled_at, pruned_at, expires_at)
@@ -62,7 +62,10 @@ FROM tasks WHERE id IN (SELECT value FROM json_each(:ids));
 DELETE FROM effects WHERE task_id IN (SELECT value FROM json_each(:ids));
 
 -- name: prune_events
-DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(:ids));
+-- By events_task_seq (migration 0008): the tasks' seqs, and their IDs checked.
+DELETE FROM events
+WHERE task_seq IN (SELECT t.seq FROM tasks t WHERE t.id IN (SELECT value FROM json_each(:ids)))
+  AND task_id IN (SELECT value FROM json_each(:ids));
 
 -- name: prune_tasks
 DELETE FROM tasks WHERE id IN (SELECT value FROM json_each(:ids));
@@ -100,8 +103,8 @@ ORDER BY t.seq LIMIT :limit;
 -- cutoff kept for an effect without its receipt, and the tombstones whose
 -- window has passed.
 SELECT
-    (SELECT COUNT(*) FROM events WHERE task_id IN (
-        SELECT t.id FROM tasks t
+    (SELECT COUNT(*) FROM events WHERE task_seq IN (
+        SELECT t.seq FROM tasks t
         WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
           AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
           AND t.seq < (SELECT MAX(seq) FROM tasks))),

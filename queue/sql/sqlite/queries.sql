@@ -51,8 +51,12 @@ VALUES (:id, :user, :key, :hash, :payload, 'queued', :priority, :run_at, :deadli
         :attempts_max, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :now, :now);
 
 -- name: event_insert
-INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
-VALUES (:task_id, :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail, :scope);
+-- task_seq is the seq of the task the event concerns (0: none), which
+-- events_task_seq keys on (migration 0008): every statement that inserts
+-- an event sets it so, after the task's row is written.
+INSERT INTO events (task_id, task_seq, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+VALUES (:task_id, COALESCE((SELECT t.seq FROM tasks t WHERE t.id = :task_id), 0),
+        :kind, :attempt, :fence, :op_id, :from_state, :to_state, :reason, :actor, :at, :detail, :scope);
 
 -- name: tasks_by_keys
 -- SubmitMany's task_by_key for a whole batch: the tasks, then the
@@ -89,8 +93,9 @@ FROM json_each(:rows) WHERE true ORDER BY key;
 -- name: events_insert
 -- event_insert of each new task's submitted event, in the batch's order:
 -- :events is a JSON array of objects (see submittedEvent in submit_many.go).
-INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
-SELECT value ->> 'i', :kind, 0, 0, '', '', :to_state, '', value ->> 'a', :at, '', :scope
+INSERT INTO events (task_id, task_seq, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+SELECT value ->> 'i', COALESCE((SELECT t.seq FROM tasks t WHERE t.id = value ->> 'i'), 0),
+       :kind, 0, 0, '', '', :to_state, '', value ->> 'a', :at, '', :scope
 FROM json_each(:events) WHERE true ORDER BY key;
 
 -- name: claim_next
@@ -164,8 +169,9 @@ RETURNING tasks.id;
 -- and the claims after them, batch.go): :events is a JSON array of
 -- [task_id, kind, attempt, fence, op_id, from_state, to_state, reason,
 -- actor, at, detail, scope], event_insert's values.
-INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
-SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7,
+INSERT INTO events (task_id, task_seq, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+SELECT value ->> 0, COALESCE((SELECT t.seq FROM tasks t WHERE t.id = value ->> 0), 0),
+       value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7,
        value ->> 8, value ->> 9, value ->> 10, value ->> 11
 FROM json_each(:events) ORDER BY key;
 
@@ -235,8 +241,11 @@ SELECT {task_columns} FROM tasks WHERE user_id = :user ORDER BY seq LIMIT :limit
 SELECT {task_columns} FROM tasks WHERE user_id = :user AND state = :state ORDER BY seq LIMIT :limit;
 
 -- name: events_by_task
+-- events_task_seq (task_seq, seq) gives one task's events in seq order;
+-- the task's ID is checked too.
 SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
-FROM events WHERE task_id = :task_id ORDER BY seq;
+FROM events WHERE task_seq = (SELECT t.seq FROM tasks t WHERE t.id = :task_id) AND task_id = :task_id
+ORDER BY seq;
 
 -- name: events_all
 SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
@@ -347,16 +356,18 @@ ON CONFLICT (key) DO UPDATE SET value = value + 1;
 
 -- The audit trail filtered by task, actor and time (at in [since, until)),
 -- in seq order. Audit picks one form by the filter, each able to use an
--- index of migration 0003 or 0001 and none sorting in a temporary B-tree
+-- index of migration 0003, 0008 or 0001 and none sorting in a temporary B-tree
 -- (TestAuditQueriesUseIndexes checks the plans). Where the form's index
 -- already selects rows, the time filter is written +at so the planner
 -- cannot prefer events_at, whose order is not seq's.
 
 -- name: audit_by_task
--- events_task (task_id, seq) gives one task's events in seq order.
+-- events_task_seq (task_seq, seq) gives one task's events in seq order
+-- (events_by_task).
 SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
 FROM events
-WHERE task_id = :task_id AND (:actor = '' OR actor = :actor) AND +at >= :since AND +at < :until
+WHERE task_seq = (SELECT t.seq FROM tasks t WHERE t.id = :task_id) AND task_id = :task_id
+  AND (:actor = '' OR actor = :actor) AND +at >= :since AND +at < :until
 ORDER BY seq
 LIMIT :limit;
 
