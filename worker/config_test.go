@@ -1,7 +1,9 @@
 package worker_test
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -103,6 +105,10 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, 100*time.Millisecond, cfg.StorageBackoffMin)
 	require.Equal(t, 5*time.Second, cfg.StorageBackoffMax)
 	require.NotNil(t, cfg.Logger)
+	for _, level := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError} {
+		require.False(t, cfg.Logger.Enabled(context.Background(), level),
+			"the default logger discards without building records (level %v)", level)
+	}
 
 	w, err = worker.New(worker.Config{ID: "w2", Queue: b.q, Handler: worker.Synthetic{}, Service: workertest.NewService(worker.Dedup, b.clock),
 		Clock: b.clock, Concurrency: 8, Lease: 3 * time.Second})

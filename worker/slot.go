@@ -163,6 +163,9 @@ func (s *Slot) report(action Action) Report {
 }
 
 func (s *Slot) log(level slog.Level, msg string, r Report) {
+	if !s.cfg.Logger.Enabled(context.Background(), level) {
+		return // nothing to build the attributes for
+	}
 	attrs := []any{"worker", s.cfg.ID, "task_id", s.claim.TaskID, "attempt", s.claim.Attempt,
 		"attempt_id", s.claim.AttemptID(), "fence", s.claim.Fence, "action", r.Action}
 	if r.OpID != "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -98,7 +97,9 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		// A handler that is never enabled: a record is not even built,
+		// where a text handler on io.Discard formats every one.
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
 }
