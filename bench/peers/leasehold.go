@@ -38,10 +38,18 @@ func (l leasehold) name() string   { return l.label }
 func (l leasehold) postgres() bool { return l.pg }
 
 func (l leasehold) open(ctx context.Context, path, sync string, migrate queue.MigrateMode) (*queue.Queue, error) {
+	return l.openCounted(ctx, path, sync, migrate, nil)
+}
+
+// openCounted is open with pages, when set, counting the pages each
+// SQLite commit writes.
+func (l leasehold) openCounted(ctx context.Context, path, sync string, migrate queue.MigrateMode, pages *pageCounter) (*queue.Queue, error) {
 	o := queue.Options{Path: path, Clock: clockwork.NewRealClock(), IDs: model.NewSeededIDs(uint64(time.Now().UnixNano())),
 		Synchronous: sync, Migrate: migrate}
 	if l.pg {
 		o.Synchronous, o.MaxConns = "", pgConns
+	} else if pages != nil {
+		o.Driver = pages
 	}
 	if l.options != nil {
 		l.options(&o)
@@ -158,11 +166,13 @@ func runner(q *queue.Queue, workers int, done func()) (stop func() (runCounts, e
 }
 
 func (l leasehold) work(ctx context.Context, path, sync string, workers, n, steps int) (sample, error) {
-	q, err := l.open(ctx, path, sync, queue.MigrateNew)
+	pages := &pageCounter{}
+	q, err := l.openCounted(ctx, path, sync, queue.MigrateNew, pages)
 	if err != nil {
 		return sample{}, err
 	}
 	defer q.Close()
+	pages0 := pages.pages.Load()
 	var completed atomic.Int64
 	all := make(chan struct{})
 	var stop func() (runCounts, error)
@@ -194,6 +204,9 @@ func (l leasehold) work(ctx context.Context, path, sync string, workers, n, step
 		return sample{}, err
 	}
 	groups, ops := q.GroupStats()
+	if !l.pg {
+		smp.pages = pages.pages.Load() - pages0
+	}
 	m, err := q.Metrics(ctx)
 	if err != nil {
 		return sample{}, err

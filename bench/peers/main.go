@@ -312,6 +312,9 @@ func (b *bench) record(key, name string, smp sample) {
 	}
 	if smp.groups > 0 {
 		retried += fmt.Sprintf("  %.1f writes per commit", float64(smp.groupOps)/float64(smp.groups))
+		if smp.pages > 0 {
+			retried += fmt.Sprintf(" (%.1f WAL pages each, %.2f per job)", float64(smp.pages)/float64(smp.groups), float64(smp.pages)/float64(smp.jobs))
+		}
 	}
 	if smp.claimWrites > 0 {
 		retried += fmt.Sprintf(", %.1f tasks per claim", float64(smp.claimed)/float64(smp.claimWrites))

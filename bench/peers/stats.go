@@ -45,6 +45,9 @@ type sample struct {
 	// tasks they took.
 	sizes                string
 	claimWrites, claimed int64
+	// pages counts the pages leasehold's SQLite commits wrote (one WAL
+	// frame each; see pageCounter).
+	pages int64
 }
 
 func (s sample) rate() float64 { return float64(s.jobs) / s.wall.Seconds() }
