@@ -133,6 +133,7 @@ var hotPathParts = []struct {
 	{"without-event-counts", []string{"DROP TRIGGER events_counted"}},
 	{"without-histograms", []string{"DROP TRIGGER tasks_claimed", "DROP TRIGGER tasks_claim_ended"}},
 	{"without-audit-by-actor-and-time", []string{"DROP INDEX events_actor", "DROP INDEX events_at"}},
+	{"without-audit-by-task", []string{"DROP INDEX events_task_seq"}},
 	{"without-user-limit-crossing", []string{"DROP TRIGGER users_crossed"}},
 }
 
