@@ -21,9 +21,10 @@ import (
 // pinnedPostgresMigrations holds the SHA-256 of every PostgreSQL migration
 // file: committed migrations never change.
 var pinnedPostgresMigrations = map[string]string{
-	"0001_init.sql":        "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
-	"0002_prune.sql":       "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
-	"0003_user_deltas.sql": "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
+	"0001_init.sql":               "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
+	"0002_prune.sql":              "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
+	"0003_user_deltas.sql":        "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
+	"0004_statement_counters.sql": "44d08a39e0118fd0f22a63a29c9e97107ceeb5e5907208cb5a580b496e7ade17",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {

@@ -207,11 +207,15 @@ LIMIT 1;
 
 -- name: claim_task
 -- Takes the tasks of a claim, all in one statement (their rows are locked
--- by claim_next).
+-- by claim_next). Its state test matches no partial index (COALESCE), so
+-- that the rows are found by seq through the primary key: on an
+-- unanalysed table the planner took the partial index of queued tasks for
+-- tiny and read every queued task to find the few taken (0.9 ms of a
+-- claim of eight, against 0.1 ms by seq).
 UPDATE tasks
 SET state = 'running', version = version + 1, owner = :owner, lease_until = :lease_until,
     claimed_at = :now, heartbeat_at = :now, updated_at = :now
-WHERE seq = ANY(:seqs) AND state = 'queued';
+WHERE seq = ANY(:seqs) AND COALESCE(state, '') = 'queued';
 
 -- name: heartbeat
 UPDATE tasks SET lease_until = :lease_until, heartbeat_at = :now, updated_at = :now
