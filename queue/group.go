@@ -383,6 +383,9 @@ func (q *Queue) runGroup(members []*member) {
 		}
 		return
 	}
+	if g.madeReady() {
+		q.local.signal() // wake this process's idle workers (localwake.go)
+	}
 	for i, m := range live {
 		m.finish(g.results[i])
 	}

@@ -126,8 +126,9 @@ type Queue struct {
 	stopOnce sync.Once
 	stats    groupStats
 
-	commits notifier  // woken after every write; see WaitEvents
-	wakes   listeners // Wake's listeners, stopped by Close
+	commits notifier   // woken after every write; see WaitEvents
+	wakes   listeners  // Wake's listeners, stopped by Close
+	local   localWakes // Wake's channels on SQLite, woken by this process's commits
 
 	prunes pruneCursor // where PruneDue's next pass starts (prune.go)
 }

@@ -119,11 +119,13 @@ func (g *group) abort(err error) {
 // to WakeRetryMax); its return is logged too. Meanwhile nothing wakes the channel, and a worker that
 // also polls loses nothing but time.
 //
-// On SQLite, and on a closed queue, Wake returns nil, which never
-// receives: workers there poll. Close stops the listeners.
+// On SQLite the channel receives when a write of this process commits
+// that made a task claimable now (localwake.go); a worker in another
+// process over the same file is not woken and polls. On a closed queue
+// Wake returns nil, which never receives. Close stops the listeners.
 func (q *Queue) Wake(ctx context.Context, log *slog.Logger) <-chan struct{} {
 	if _, ok := q.store.(readyNotifier); !ok {
-		return nil
+		return q.wakeLocal(ctx)
 	}
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))

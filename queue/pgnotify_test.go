@@ -236,14 +236,6 @@ func TestPostgresWakeListenerReconnects(t *testing.T) {
 	cancel()
 }
 
-// TestWakeOnSQLiteIsNil: SQLite has no listener; its workers poll.
-func TestWakeOnSQLiteIsNil(t *testing.T) {
-	q, err := Open(context.Background(), Options{Path: Memory, Clock: clockwork.NewFakeClock(), IDs: model.NewSeededIDs(1)})
-	require.NoError(t, err)
-	defer q.Close()
-	require.Nil(t, q.Wake(context.Background(), nil))
-}
-
 // failingNotifier is SQLite's store with a wake-up notification that
 // always fails, standing in for a pg_notify the server refuses.
 type failingNotifier struct{ sqliteBackend }

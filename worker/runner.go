@@ -51,8 +51,9 @@ type RunOptions struct {
 }
 
 // Waker tells an idle claimer that a task may have become claimable (on
-// PostgreSQL: LISTEN/NOTIFY, from any machine). *queue.Queue implements
-// it; its channel may be nil (never receives).
+// PostgreSQL: LISTEN/NOTIFY, from any machine; on SQLite: a commit of the
+// same process). *queue.Queue implements it; its channel may be nil
+// (never receives).
 type Waker interface {
 	Wake(ctx context.Context, log *slog.Logger) <-chan struct{}
 }
