@@ -346,8 +346,8 @@ func TestMergedClaimUserLimitOne(t *testing.T) {
 // mergeStatements are the statements of a merged claim, in the order they
 // run, and how many times each has run before (skip) in the claim when
 // the fault hits: on SQLite claim_next and claim_task a task, on
-// PostgreSQL claim_next, claim_users_lock, claim_users_fold and
-// claim_task once; then the insert of the group's buffered events.
+// PostgreSQL claim_batch once (the whole claim); then the insert of the
+// group's buffered events.
 func mergeStatements(q *Queue) []struct {
 	name string
 	skip int
@@ -359,7 +359,7 @@ func mergeStatements(q *Queue) []struct {
 	if q.store.dialect() == "sqlite" {
 		return []at{{"claim_next", 0}, {"claim_task", 0}, {"claim_next", 1}, {"claim_task", 1}, {"event_insert_batch", 0}}
 	}
-	return []at{{"claim_next", 0}, {"claim_users_lock", 0}, {"claim_users_fold", 0}, {"claim_task", 0}, {"event_insert_batch", 0}}
+	return []at{{"claim_batch", 0}, {"event_insert_batch", 0}}
 }
 
 // A storage fault at any statement of a merged claim of k members rolls

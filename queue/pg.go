@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -259,58 +260,36 @@ func classOfSQLState(code string) StorageClass {
 	return ""
 }
 
-// claim takes up to max tasks in claim order. claim_next locks the first
-// max eligible tasks, skipping rows other claimers hold (SKIP LOCKED), so
-// two claimers never wait on each other over tasks. SKIP LOCKED alone does
-// not hold a per-user limit: claimer A locks t1 of user u, claimer B skips
-// it and locks t2 of u, and under READ COMMITTED both see u below its
-// limit. So the claim then locks the counter rows of the candidates' users
-// (claim_users_lock, skipping a row another transaction holds, so a claim
-// never waits on one: see migration 0003) and, in the next statement,
-// folds their counter changes and reads each user's running count: every
-// claim of u that committed is counted, and none can commit until this
-// transaction ends. A task whose user's row was skipped, or whose user is
-// at its limit, is left (its row lock goes with the transaction). The
-// tasks taken are taken in one statement (claim_task).
+// claim takes up to max tasks in claim order, in one statement
+// (claim_batch, migration 0005's function, which runs inside the server
+// what were four statements from here). It locks the first max eligible
+// tasks, skipping rows other claimers hold (SKIP LOCKED), so two claimers
+// never wait on each other over tasks. SKIP LOCKED alone does not hold a
+// per-user limit: claimer A locks t1 of user u, claimer B skips it and
+// locks t2 of u, and under READ COMMITTED both see u below its limit. So
+// the function then locks the counter rows of the candidates' users
+// (skipping a row another transaction holds, so a claim never waits on
+// one: see migration 0003) and, in its next statement, whose snapshot is
+// taken after the lock, folds their counter changes and reads each user's
+// running count: every claim of u that committed is counted, and none can
+// commit until this transaction ends. A task whose user's row was
+// skipped, or whose user is at its limit, is left (its row lock goes with
+// the transaction). The tasks taken are taken in one statement and
+// returned as they were, in claim order, for took.
 func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.Task) error) error {
 	now := model.Millis(t.now)
-	leaseUntil := model.Millis(t.now.Add(req.Lease))
-	rows, err := t.query("claim_next", sql.Named("now", now), sql.Named("limit", max))
-	if err != nil {
-		return fmt.Errorf("queue: claim: select: %w", err)
-	}
-	candidates, err := scanTasks(rows)
+	rows, err := t.query("claim_batch", sql.Named("now", now),
+		sql.Named("due", broken.Pick(broken.ClaimExclusiveRunAt, now, now-1)),
+		sql.Named("alive", broken.Pick(broken.ClaimPastDeadline, now, int64(math.MinInt64))),
+		sql.Named("max", max), sql.Named("owner", req.Worker),
+		sql.Named("lease_until", model.Millis(t.now.Add(req.Lease))),
+		sql.Named("user_limits", broken.Pick(broken.NoUserLimit, true, false)))
 	if err != nil {
 		return fmt.Errorf("queue: claim: %w", err)
 	}
-	if len(candidates) == 0 {
-		return nil
-	}
-	room, err := pgUserRoom(t, candidates)
+	taken, err := scanTasks(rows)
 	if err != nil {
-		return err
-	}
-	var taken []model.Task
-	var seqs []int64
-	for _, task := range candidates {
-		left, locked := room[task.User]
-		if !locked || (left <= 0 && broken.Pick(broken.NoUserLimit, true, false)) {
-			continue
-		}
-		room[task.User] = left - 1
-		taken = append(taken, task)
-		seqs = append(seqs, task.Seq)
-	}
-	if len(taken) == 0 {
-		return nil
-	}
-	n, err := t.exec("claim_task", sql.Named("seqs", seqs), sql.Named("owner", req.Worker),
-		sql.Named("lease_until", leaseUntil), sql.Named("now", now))
-	if err != nil {
-		return fmt.Errorf("queue: claim: update: %w", err)
-	}
-	if n != int64(len(taken)) {
-		return fmt.Errorf("queue: claim: update: affected %d rows, expected %d", n, len(taken))
+		return fmt.Errorf("queue: claim: %w", err)
 	}
 	for _, task := range taken {
 		if err := took(task); err != nil {
@@ -318,68 +297,4 @@ func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.
 		}
 	}
 	return nil
-}
-
-// pgUnlimited is the room pgUserRoom gives a user without a running limit:
-// more than any batch.
-const pgUnlimited = int64(1) << 62
-
-// pgUserRoom locks the counter rows of the candidates' users that no other
-// transaction holds, folds their counter changes, and returns for each
-// user locked how many more tasks it may run now (pgUnlimited for a user
-// without a running limit). A user missing from the map was skipped.
-func pgUserRoom(t *txn, candidates []model.Task) (map[string]int64, error) {
-	var users []string
-	for _, c := range candidates {
-		users = append(users, c.User)
-	}
-	slices.Sort(users) // byte order, as COLLATE "C"
-	users = slices.Compact(users)
-	locked, err := pgLockUsers(t, users)
-	if err != nil || len(locked) == 0 {
-		return nil, err
-	}
-	rows, err := t.query("claim_users_fold", sql.Named("users", locked))
-	if err != nil {
-		return nil, fmt.Errorf("queue: claim: fold user counts: %w", err)
-	}
-	defer rows.Close()
-	room := map[string]int64{}
-	for rows.Next() {
-		var user string
-		var running, limit int64
-		if err := rows.Scan(&user, &running, &limit); err != nil {
-			return nil, fmt.Errorf("queue: claim: fold user counts: %w", err)
-		}
-		room[user] = pgUnlimited
-		if limit > 0 {
-			room[user] = limit - running
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queue: claim: fold user counts: %w", err)
-	}
-	return room, nil
-}
-
-// pgLockUsers locks the counter rows of users that no other transaction
-// holds and returns the users locked.
-func pgLockUsers(t *txn, users []string) ([]string, error) {
-	rows, err := t.query("claim_users_lock", sql.Named("users", users))
-	if err != nil {
-		return nil, fmt.Errorf("queue: claim: lock users: %w", err)
-	}
-	defer rows.Close()
-	var locked []string
-	for rows.Next() {
-		var user string
-		if err := rows.Scan(&user); err != nil {
-			return nil, fmt.Errorf("queue: claim: lock users: %w", err)
-		}
-		locked = append(locked, user)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queue: claim: lock users: %w", err)
-	}
-	return locked, nil
 }

@@ -45,7 +45,12 @@ func TestPostgresSQLNamesTheBrokenVariants(t *testing.T) {
 	lite, pg := brokenVariantsOf(t, sqliteBackend{}), brokenVariantsOf(t, pgBackend{})
 	require.NotEmpty(t, lite)
 	require.Equal(t, allVariants(lite), allVariants(pg))
+	pgTexts, err := loadQueries(pgBackend{}.sqlFiles())
+	require.NoError(t, err)
 	for name, vs := range lite {
+		if _, both := pgTexts[name]; !both {
+			continue // SQLite's alone (claim_next: PostgreSQL's claim is claim_batch)
+		}
 		require.ElementsMatch(t, vs, pg[name], "query %s", name)
 	}
 }

@@ -56,8 +56,7 @@ func TestPostgresCountersPerStatement(t *testing.T) {
 		seqs = append(seqs, s)
 	}
 	require.NoError(t, rows.Err())
-	require.EqualValues(t, 3, f.exec("claim_task", sql.Named("seqs", seqs), sql.Named("owner", "w1"),
-		sql.Named("lease_until", int64(9000)), sql.Named("now", int64(1040))))
+	require.EqualValues(t, 3, f.take(seqs, "w1", 9000, 1040))
 	// One row per name the claim changed: state:queued, state:running and
 	// queue_wait:1 (all three waited 40 ms).
 	require.Equal(t, deltasBefore+3, f.rowCount("tally_deltas"), "a claim of three adds a row per name, not per task")

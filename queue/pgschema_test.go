@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
@@ -25,6 +26,7 @@ var pinnedPostgresMigrations = map[string]string{
 	"0002_prune.sql":              "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
 	"0003_user_deltas.sql":        "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
 	"0004_statement_counters.sql": "44d08a39e0118fd0f22a63a29c9e97107ceeb5e5907208cb5a580b496e7ade17",
+	"0005_claim_function.sql":     "433626bf1a15ce0fa0c417a0abd77bd2626007e0fa96bdb11b90518d3c054185",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {
@@ -53,9 +55,9 @@ func TestPostgresMigrationsArePinned(t *testing.T) {
 // of changes, are folded (tally_compact, tally_rows) where SQLite's are one
 // row per name.
 var (
-	postgresOnlyQueries = []string{"claim_users_fold", "claim_users_lock", "events_after_lock", "migrations_lock", "ready_listen", "ready_notify",
+	postgresOnlyQueries = []string{"claim_batch", "events_after_lock", "migrations_lock", "ready_listen", "ready_notify",
 		"ready_schema", "tally_compact", "tally_rows"}
-	sqliteOnlyQueries = []string{"reblock_all", "reblock_user"}
+	sqliteOnlyQueries = []string{"claim_next", "claim_task", "reblock_all", "reblock_user"}
 )
 
 func TestPostgresQueriesMatchSQLite(t *testing.T) {
@@ -202,6 +204,38 @@ func (f *pgFixture) insertTask(id, user string, now int64) {
 		sql.Named("cost_budget", 10), sql.Named("steps_max", 10), sql.Named("schedule_id", ""), sql.Named("schedule_run", 0))
 }
 
+// take moves the tasks at seqs to running for owner, as a claim's last
+// statement does (the triggers see what they see of a claim), and returns
+// how many it moved.
+func (f *pgFixture) take(seqs []int64, owner string, leaseUntil, now int64) int64 {
+	f.t.Helper()
+	res, err := f.db.ExecContext(f.ctx, `UPDATE tasks SET state = 'running', version = version + 1, owner = $2,
+	    lease_until = $3, claimed_at = $4, heartbeat_at = $4, updated_at = $4
+	    WHERE seq = ANY($1) AND state = 'queued'`, seqs, owner, leaseUntil, now)
+	require.NoError(f.t, err)
+	n, err := res.RowsAffected()
+	require.NoError(f.t, err)
+	return n
+}
+
+// claimBatch claims up to max tasks at now through the store's claim
+// statement and returns the ids taken, in claim order, with the version
+// each had before.
+func (f *pgFixture) claimBatch(owner string, max int, now int64) []string {
+	f.t.Helper()
+	rows := f.query("claim_batch", sql.Named("now", now), sql.Named("due", now), sql.Named("alive", now),
+		sql.Named("max", max), sql.Named("owner", owner), sql.Named("lease_until", now+5000),
+		sql.Named("user_limits", true))
+	tasks, err := scanTasks(rows)
+	require.NoError(f.t, err)
+	var out []string
+	for _, task := range tasks {
+		require.Equal(f.t, model.Queued, task.State, "claim_batch returns the task as it was")
+		out = append(out, fmt.Sprintf("%s@%d", task.ID, task.Version))
+	}
+	return out
+}
+
 // TestPostgresTriggersKeepTheCounters: the triggers count tasks by state,
 // running and active tasks by user, and the two distributions, as
 // SQLite's do, and counters_check finds them in agreement.
@@ -212,16 +246,14 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 	f.insertTask("t3", "bob", 1000)
 	var seq int64
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT seq FROM tasks WHERE id = 't1'").Scan(&seq))
-	require.EqualValues(t, 1, f.exec("claim_task", sql.Named("seqs", []int64{seq}), sql.Named("owner", "w1"),
-		sql.Named("lease_until", int64(9000)), sql.Named("now", int64(1040))))
+	require.EqualValues(t, 1, f.take([]int64{seq}, "w1", 9000, 1040))
 	require.EqualValues(t, 1, f.exec("settle", sql.Named("to_state", "completed"), sql.Named("reason", ""),
 		sql.Named("run_at", int64(1000)), sql.Named("now", int64(1300)), sql.Named("attempts_charged", 0),
 		sql.Named("attempts_failed", 0), sql.Named("last_error", ""), sql.Named("cancelled_by", ""),
 		sql.Named("approved_by", ""), sql.Named("cost_budget", 10), sql.Named("steps_max", 10),
 		sql.Named("id", "t1"), sql.Named("from_state", "running"), sql.Named("version", 1)))
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT seq FROM tasks WHERE id = 't2'").Scan(&seq))
-	require.EqualValues(t, 1, f.exec("claim_task", sql.Named("seqs", []int64{seq}), sql.Named("owner", "w1"),
-		sql.Named("lease_until", int64(9000)), sql.Named("now", int64(1300))))
+	require.EqualValues(t, 1, f.take([]int64{seq}, "w1", 9000, 1300))
 
 	tallies := map[string][2]int64{}
 	rows := f.query("tallies_all")
@@ -247,43 +279,35 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 	require.NoError(t, f.queryRow("active_total").Scan(&active))
 	require.EqualValues(t, 2, active)
 
-	rows = f.query("claim_users_lock", sql.Named("users", []string{"bob", "alice", "carol"}))
-	var locked []string
-	for rows.Next() {
-		var user string
-		require.NoError(t, rows.Scan(&user))
-		locked = append(locked, user)
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"alice", "bob"}, locked, "in user order, only users that exist")
-
-	// The counts are changes until a claim folds them into the users rows;
-	// the fold keeps every count.
+	// The counts are changes until a claim folds those of the users it
+	// locks into their rows; the fold keeps every count. While another
+	// transaction holds bob's row, a claim skips bob (t3 is left, and the
+	// claim does not wait); once it is free, the claim takes t3 and folds
+	// bob's changes, not alice's.
 	var deltas int
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT COUNT(*) FROM user_deltas").Scan(&deltas))
 	require.Equal(t, 6, deltas, "three submits, two claims and a settle")
-	rows = f.query("claim_users_fold", sql.Named("users", []string{"alice"}))
-	var got []string
-	for rows.Next() {
-		var user string
-		var running, limit int64
-		require.NoError(t, rows.Scan(&user, &running, &limit))
-		got = append(got, user+":"+strings.Repeat("r", int(running)))
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"alice:r"}, got, "alice runs t2")
+	holder, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	_, err = holder.ExecContext(f.ctx, "SELECT user_id FROM users WHERE user_id = 'bob' FOR UPDATE")
+	require.NoError(t, err)
+	require.Empty(t, f.claimBatch("w2", 5, 1400), "bob's row is held")
+	require.NoError(t, holder.Rollback())
+	require.Equal(t, []string{"t3@0"}, f.claimBatch("w2", 5, 1400))
 	var stored [2]int64
+	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT running, active FROM users WHERE user_id = 'bob'").Scan(&stored[0], &stored[1]))
+	require.Equal(t, [2]int64{0, 1}, stored, "bob's submit is folded into its row; its claim is a change after the fold")
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT running, active FROM users WHERE user_id = 'alice'").Scan(&stored[0], &stored[1]))
-	require.Equal(t, [2]int64{1, 1}, stored, "alice's changes are folded into its row")
+	require.Equal(t, [2]int64{0, 0}, stored, "alice's changes are left")
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT COUNT(*) FROM user_deltas").Scan(&deltas))
-	require.Equal(t, 1, deltas, "bob's submit is left")
+	require.Equal(t, 6, deltas, "alice's five, and bob's claim")
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
 	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over})
 	require.NoError(t, f.queryRow("active_total").Scan(&active))
 	require.EqualValues(t, 2, active)
 
 	// A counter that drifts is found.
-	_, err := f.db.ExecContext(f.ctx, "UPDATE users SET running = 5 WHERE user_id = 'bob'")
+	_, err = f.db.ExecContext(f.ctx, "UPDATE users SET running = 5 WHERE user_id = 'bob'")
 	require.NoError(t, err)
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
 	require.Equal(t, [2]int{1, 1}, [2]int{users, over}, "bob's count is wrong, and above its active tasks")
