@@ -505,3 +505,31 @@ func TestMergedClaimChunksAtBatchLimit(t *testing.T) {
 		require.NoError(t, g.q.CheckCounters(g.ctx))
 	})
 }
+
+// A claim of several tasks whose first candidates in claim order include
+// more of a user's tasks than its running limit leaves room for takes the
+// user's first, skips the rest, and looks past them: it takes what
+// claiming one task at a time takes, in claim order (on PostgreSQL the
+// candidates are capped per user by its room before the batch's limit).
+func TestBatchClaimLooksPastAUserAtItsLimit(t *testing.T) {
+	mergeStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		g := open(t)
+		g.setLimits(func(l *model.Limits) { l.UserRunningMax = 1 })
+		a1 := g.submit(func(r *model.SubmitRequest) { r.User = "ana" })
+		a2 := g.submit(func(r *model.SubmitRequest) { r.User = "ana" })
+		b1 := g.submit(func(r *model.SubmitRequest) { r.User = "bob" })
+		c1 := g.submit(func(r *model.SubmitRequest) { r.User = "cy" })
+		got, err := g.q.Claim(g.ctx, model.ClaimRequest{Worker: "w1", Max: 3, Lease: testLease})
+		require.NoError(t, err)
+		require.Equal(t, []string{a1 + "@1", b1 + "@1", c1 + "@1"}, claimIDs(got))
+		require.Equal(t, model.Queued, g.state(a2))
+		for _, c := range got {
+			require.Equal(t, model.Running, c.Task.State)
+			require.Equal(t, int64(1), c.Task.Version)
+		}
+		more, err := g.q.Claim(g.ctx, model.ClaimRequest{Worker: "w1", Max: 3, Lease: testLease})
+		require.NoError(t, err)
+		require.Empty(t, more, "every user with a queued task is at its limit")
+		require.NoError(t, g.q.CheckCounters(g.ctx))
+	})
+}
