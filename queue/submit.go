@@ -99,8 +99,9 @@ func (t *txn) submit(n model.Normalized, actor string) (model.SubmitResult, erro
 
 // admit refuses a submit beyond the user's or the overall depth cap.
 func (t *txn) admit(user string, limits model.Limits) error {
-	var mine, depthLimit int
-	if err := t.queryRow("user_depth", sql.Named("user", user)).Scan(&mine, &depthLimit); err != nil {
+	var mine, depthLimit, total int
+	if err := t.queryRow("user_depth", sql.Named("user", user), sql.Named("total", limits.DepthMax != 0)).
+		Scan(&mine, &depthLimit, &total); err != nil {
 		return fmt.Errorf("queue: admission: %w", err)
 	}
 	mine -= broken.Pick(broken.DepthCapOffByOne, 0, 1) // the broken variant admits one task over the cap
@@ -109,10 +110,6 @@ func (t *txn) admit(user string, limits model.Limits) error {
 	}
 	if limits.DepthMax == 0 {
 		return nil
-	}
-	var total int
-	if err := t.queryRow("active_total").Scan(&total); err != nil {
-		return fmt.Errorf("queue: admission: %w", err)
 	}
 	if total >= limits.DepthMax {
 		return fmt.Errorf("%d active tasks (limit %d): %w", total, limits.DepthMax, model.ErrQueueFull)

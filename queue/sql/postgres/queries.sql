@@ -45,8 +45,8 @@ LIMIT 1;
 -- name: user_ensure
 -- Admission's lock, then the user's row. Every submit takes the same
 -- transaction-scoped advisory lock first, so the depth checks that follow
--- (user_depth, active_total, each a statement of its own and so reading
--- after the lock is held) see every earlier submit: the caps cannot be
+-- (user_depth, a statement of its own and so reading after the lock is
+-- held; active_total for a batch) see every earlier submit: the caps cannot be
 -- raced by submits on other connections or machines. Claims and settles
 -- only lower the counts, and do not take it.
 WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked)
@@ -54,7 +54,12 @@ INSERT INTO users (user_id) SELECT :user FROM admission
 ON CONFLICT (user_id) DO NOTHING;
 
 -- name: user_depth
-SELECT active, depth_limit FROM user_caps WHERE user_id = :user;
+-- The user's active tasks and depth limit, and, when :total, the active
+-- tasks of every user (active_total's figure; 0 otherwise): what a submit
+-- is admitted against, in one statement.
+SELECT active, depth_limit,
+       CASE WHEN :total THEN (COALESCE((SELECT SUM(active) FROM users), 0) + COALESCE((SELECT SUM(active) FROM user_deltas), 0))::BIGINT ELSE 0 END
+FROM user_caps WHERE user_id = :user;
 
 -- name: active_total
 SELECT (COALESCE((SELECT SUM(active) FROM users), 0) + COALESCE((SELECT SUM(active) FROM user_deltas), 0))::BIGINT;

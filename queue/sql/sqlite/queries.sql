@@ -38,7 +38,12 @@ LIMIT 1;
 INSERT INTO users (user_id) VALUES (:user) ON CONFLICT (user_id) DO NOTHING;
 
 -- name: user_depth
-SELECT active, depth_limit FROM user_caps WHERE user_id = :user;
+-- The user's active tasks and depth limit, and, when :total, the active
+-- tasks of every user (active_total's figure; 0 otherwise): what a submit
+-- is admitted against, in one statement.
+SELECT active, depth_limit,
+       CASE WHEN :total THEN (SELECT COALESCE(SUM(n), 0) FROM tallies WHERE name IN ('state:queued', 'state:running', 'state:waiting_for_approval')) ELSE 0 END
+FROM user_caps WHERE user_id = :user;
 
 -- name: active_total
 SELECT SUM(n) FROM tallies WHERE name IN ('state:queued', 'state:running', 'state:waiting_for_approval');
