@@ -357,7 +357,7 @@ func mergeStatements(q *Queue) []struct {
 		skip int
 	}
 	if q.store.dialect() == "sqlite" {
-		return []at{{"claim_next", 0}, {"claim_task", 0}, {"claim_next", 1}, {"claim_task", 1}, {"event_insert_batch", 0}}
+		return []at{{"claim_next", 0}, {"claim_room", 0}, {"claim_tasks", 0}, {"event_insert_batch", 0}}
 	}
 	return []at{{"claim_batch", 0}, {"event_insert_batch", 0}}
 }

@@ -57,7 +57,7 @@ func TestPostgresMigrationsArePinned(t *testing.T) {
 var (
 	postgresOnlyQueries = []string{"claim_batch", "events_after_lock", "migrations_lock", "ready_listen", "ready_notify",
 		"ready_schema", "tally_compact", "tally_rows"}
-	sqliteOnlyQueries = []string{"claim_next", "claim_task", "reblock_all", "reblock_user"}
+	sqliteOnlyQueries = []string{"claim_next", "claim_room", "claim_task", "claim_tasks", "reblock_all", "reblock_user"}
 )
 
 func TestPostgresQueriesMatchSQLite(t *testing.T) {

@@ -207,7 +207,7 @@ func TestClaimQueryUsesIndex(t *testing.T) {
 	for range 20 {
 		b.submit(func(r *model.SubmitRequest) { r.Priority = int(b.keys % 3) })
 	}
-	steps := queryPlan(t, b, "claim_next", sql.Named("now", model.Millis(b.now())))
+	steps := queryPlan(t, b, "claim_next", sql.Named("now", model.Millis(b.now())), sql.Named("limit", 8))
 	plan := strings.Join(steps, " | ")
 	require.Regexp(t, `^SEARCH tasks USING (COVERING )?INDEX tasks_claim\w* \(`, steps[0], "plan: %s", plan)
 	require.NotContains(t, plan, "TEMP B-TREE", "plan: %s", plan)

@@ -4,18 +4,22 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -242,28 +246,124 @@ func (sqliteBackend) classify(err error) StorageClass {
 // *sqlite.Error, and the errors fault injectors make up in its place.
 type coder interface{ Code() int }
 
-// claim takes tasks one at a time: claim_next finds the first in claim
-// order (the blocked flag, kept by triggers, excludes users at their
-// running limit) and claim_task takes it; the protocol records each claim
-// before the next claim_next, which sees the counts the triggers moved.
+// claim takes tasks in claim order. claim_next finds the first candidates
+// (the blocked flag, kept by triggers, excludes users at their running
+// limit). One task is taken with claim_task; several with claim_tasks, in
+// one statement, each user's candidates up to its room (its limit less its
+// running count, claim_room): exactly those that taking them one at a
+// time would take, since a user is blocked once its count reaches its
+// limit. When a user's room left candidates behind and the claim is not
+// full, it looks again past them (the triggers have blocked that user).
+// The protocol records each claim once its statement has run.
 func (sqliteBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.Task) error) error {
 	now := model.Millis(t.now)
 	leaseUntil := model.Millis(t.now.Add(req.Lease))
-	for range max {
-		task, err := scanTask(t.queryRow("claim_next", sql.Named("now", now)))
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
+	for max > 0 {
+		rows, err := t.query("claim_next", sql.Named("now", now), sql.Named("limit", max))
 		if err != nil {
 			return fmt.Errorf("queue: claim: select: %w", err)
 		}
-		if err := t.execOne("claim_task", sql.Named("seq", task.Seq), sql.Named("owner", req.Worker),
+		candidates, err := scanTasks(rows)
+		if err != nil {
+			return fmt.Errorf("queue: claim: select: %w", err)
+		}
+		if len(candidates) == 0 {
+			return nil
+		}
+		taken, left, err := sqliteWithinRoom(t, candidates)
+		if err != nil || len(taken) == 0 {
+			return err
+		}
+		if err := sqliteTake(t, taken, req.Worker, leaseUntil, now); err != nil {
+			return err
+		}
+		for _, task := range taken {
+			if err := took(task); err != nil {
+				return err
+			}
+		}
+		max -= len(taken)
+		if !left {
+			return nil
+		}
+	}
+	return nil
+}
+
+// sqliteWithinRoom returns the candidates, in order, that their users'
+// running limits let a claim take, and whether it left any behind. One
+// candidate needs no reading: it is not blocked, so its user has room.
+func sqliteWithinRoom(t *txn, candidates []model.Task) ([]model.Task, bool, error) {
+	if len(candidates) == 1 || broken.Pick(broken.NoUserLimit, false, true) {
+		return candidates, false, nil
+	}
+	var users []string
+	for _, c := range candidates {
+		users = append(users, c.User)
+	}
+	slices.Sort(users)
+	arg, err := json.Marshal(slices.Compact(users))
+	if err != nil {
+		return nil, false, fmt.Errorf("queue: claim: %w", err)
+	}
+	rows, err := t.query("claim_room", sql.Named("users", string(arg)))
+	if err != nil {
+		return nil, false, fmt.Errorf("queue: claim: room: %w", err)
+	}
+	defer rows.Close()
+	room := map[string]int64{}
+	for rows.Next() {
+		var user string
+		var running, limit int64
+		if err := rows.Scan(&user, &running, &limit); err != nil {
+			return nil, false, fmt.Errorf("queue: claim: room: %w", err)
+		}
+		room[user] = math.MaxInt64
+		if limit > 0 {
+			room[user] = limit - running
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("queue: claim: room: %w", err)
+	}
+	var taken []model.Task
+	left := false
+	for _, c := range candidates {
+		if room[c.User] <= 0 {
+			left = true
+			continue
+		}
+		room[c.User]--
+		taken = append(taken, c)
+	}
+	return taken, left, nil
+}
+
+// sqliteTake moves the tasks taken to running for owner: claim_task for
+// one, claim_tasks for several.
+func sqliteTake(t *txn, taken []model.Task, owner string, leaseUntil, now int64) error {
+	if len(taken) == 1 {
+		if err := t.execOne("claim_task", sql.Named("seq", taken[0].Seq), sql.Named("owner", owner),
 			sql.Named("lease_until", leaseUntil), sql.Named("now", now)); err != nil {
 			return fmt.Errorf("queue: claim: update: %w", err)
 		}
-		if err := took(task); err != nil {
-			return err
-		}
+		return nil
+	}
+	seqs := make([]int64, len(taken))
+	for i, task := range taken {
+		seqs[i] = task.Seq
+	}
+	arg, err := json.Marshal(seqs)
+	if err != nil {
+		return fmt.Errorf("queue: claim: %w", err)
+	}
+	n, err := t.exec("claim_tasks", sql.Named("seqs", string(arg)), sql.Named("owner", owner),
+		sql.Named("lease_until", leaseUntil), sql.Named("now", now))
+	if err != nil {
+		return fmt.Errorf("queue: claim: update: %w", err)
+	}
+	if n != int64(len(taken)) {
+		return fmt.Errorf("queue: claim: update: affected %d rows, expected %d", n, len(taken))
 	}
 	return nil
 }

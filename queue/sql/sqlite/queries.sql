@@ -104,13 +104,20 @@ SELECT value ->> 'i', COALESCE((SELECT t.seq FROM tasks t WHERE t.id = value ->>
 FROM json_each(:events) WHERE true ORDER BY key;
 
 -- name: claim_next
--- The next task in claim order, or none.
+-- The next :limit tasks in claim order whose users are not at their
+-- running limit (blocked, kept by triggers), or fewer.
 SELECT {task_columns} FROM tasks
 WHERE state = 'queued' {broken:no-user-limit|AND blocked = 0|}
   AND run_at {broken:claim-exclusive-run-at|<=|<} :now
   {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
 ORDER BY priority DESC, run_at, seq
-LIMIT 1;
+LIMIT :limit;
+
+-- name: claim_room
+-- Each user's running count and running limit (0: none), for the users
+-- of a claim's candidates (:users, a JSON array).
+SELECT user_id, running, running_limit FROM user_caps
+WHERE user_id IN (SELECT value FROM json_each(:users));
 
 -- name: claim_any
 -- Whether any task is claimable, read without a transaction, so that an
@@ -122,13 +129,21 @@ WHERE state = 'queued' {broken:no-user-limit|AND blocked = 0|}
 LIMIT 1;
 
 -- name: claim_task
--- Takes the task claim_next found. Claim applies the same changes to the
+-- Takes one task claim_next found. Claim applies the same changes to the
 -- snapshot it returns (RETURNING would cost more than the rest of the
 -- statement: SQLite buffers returned rows in a temporary table).
 UPDATE tasks
 SET state = 'running', version = version + 1, owner = :owner, lease_until = :lease_until,
     claimed_at = :now, heartbeat_at = :now, updated_at = :now
 WHERE seq = :seq AND state = 'queued';
+
+-- name: claim_tasks
+-- Takes several tasks claim_next found (:seqs, a JSON array), as
+-- claim_task takes one; the triggers run for each row.
+UPDATE tasks
+SET state = 'running', version = version + 1, owner = :owner, lease_until = :lease_until,
+    claimed_at = :now, heartbeat_at = :now, updated_at = :now
+WHERE seq IN (SELECT value FROM json_each(:seqs)) AND state = 'queued';
 
 -- name: heartbeat
 UPDATE tasks SET lease_until = :lease_until, heartbeat_at = :now, updated_at = :now
