@@ -183,8 +183,8 @@ WHERE id = :id AND version = :fence AND state = 'running'
 -- left to Complete's own path, which says why. The rows are found by id
 -- (id = ANY, the unique index), and the state test matches no partial
 -- index (COALESCE): the planner, taking an unanalysed table's index of
--- running tasks for tiny, read every entry of it, dead ones included,
--- and hashed them (0.6 ms a group of ten).
+-- running tasks for tiny, read every entry of it, dead ones included (731
+-- entries and 64 heap blocks for a group of ten, against 18 and 2 by id).
 UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = c.now
 FROM (SELECT e ->> 0 AS id, (e ->> 1)::bigint AS fence, (e ->> 2)::bigint AS now
       FROM jsonb_array_elements(:claims::jsonb) AS e) AS c
