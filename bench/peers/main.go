@@ -322,6 +322,9 @@ func (b *bench) record(key, name string, smp sample) {
 	if smp.sizes != "" {
 		retried += "; group sizes " + smp.sizes
 	}
+	if strings.Contains(key, "PostgreSQL") && smp.server > 0 {
+		retried = fmt.Sprintf("  %.0f µs server CPU/job", smp.serverPerJob()) + retried
+	}
 	fmt.Fprintf(b.out, "  %-34s %-22s %8.0f jobs/s  %6.0f µs CPU/job%s\n", key, name, smp.rate(), smp.cpuPerJob(), retried)
 }
 

@@ -48,6 +48,10 @@ type sample struct {
 	// pages counts the pages leasehold's SQLite commits wrote (one WAL
 	// frame each; see pageCounter).
 	pages int64
+	// server is the CPU the local PostgreSQL server's processes spent in
+	// the run (zero when the server is not on this machine: see
+	// serverCPU).
+	server time.Duration
 }
 
 func (s sample) rate() float64 { return float64(s.jobs) / s.wall.Seconds() }
@@ -55,11 +59,21 @@ func (s sample) rate() float64 { return float64(s.jobs) / s.wall.Seconds() }
 // cpuPerJob is the CPU spent per job, in microseconds.
 func (s sample) cpuPerJob() float64 { return float64(s.cpu.Microseconds()) / float64(s.jobs) }
 
-// measure runs fn, which moves jobs jobs, timing it and its CPU.
+// serverPerJob is the local PostgreSQL server's CPU per job, in
+// microseconds (zero when not measured).
+func (s sample) serverPerJob() float64 { return float64(s.server.Microseconds()) / float64(s.jobs) }
+
+// measure runs fn, which moves jobs jobs, timing it, its CPU and the
+// local PostgreSQL server's.
 func measure(jobs int, fn func() error) (sample, error) {
+	srv0, ok0 := serverCPU()
 	cpu0, t0 := cpuTime(), time.Now()
 	err := fn()
-	return sample{wall: time.Since(t0), cpu: cpuTime() - cpu0, jobs: jobs}, err
+	smp := sample{wall: time.Since(t0), cpu: cpuTime() - cpu0, jobs: jobs}
+	if srv1, ok1 := serverCPU(); ok0 && ok1 && srv1 > srv0 {
+		smp.server = srv1 - srv0
+	}
+	return smp, err
 }
 
 // formatRates renders per-round rates for the log.
