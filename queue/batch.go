@@ -338,16 +338,26 @@ func (g *group) batchEvents(batch []int, matched map[string]bool) {
 	for _, i := range batch {
 		c := g.members[i].completes.claim
 		if matched[c.TaskID] {
-			g.pending = append(g.pending, eventRow(g.txns[i], model.Event{TaskID: c.TaskID, Kind: model.EventCompleted,
-				Attempt: int(c.Fence), Fence: c.Fence, From: model.Running, To: model.Completed, Actor: c.Owner}))
+			g.pending = append(g.pending, eventRow(g.txns[i], completedEvent(c)))
 		}
 	}
 }
 
 // eventRow is e as event_insert_batch takes it, at t's time and scope.
 func eventRow(t *txn, e model.Event) [12]any {
+	return eventRowAt(e, t.now, model.ScopeOf(t.ctx))
+}
+
+// eventRowAt is e as event_insert_batch takes it, at now in scope.
+func eventRowAt(e model.Event, now time.Time, scope string) [12]any {
 	return [12]any{e.TaskID, string(e.Kind), e.Attempt, e.Fence, e.OpID, string(e.From), string(e.To),
-		string(e.Reason), e.Actor, model.Millis(t.now), e.Detail, model.ScopeOf(t.ctx)}
+		string(e.Reason), e.Actor, model.Millis(now), e.Detail, scope}
+}
+
+// completedEvent is the event a completion of c records.
+func completedEvent(c model.Claim) model.Event {
+	return model.Event{TaskID: c.TaskID, Kind: model.EventCompleted, Attempt: int(c.Fence), Fence: c.Fence,
+		From: model.Running, To: model.Completed, Actor: c.Owner}
 }
 
 // flush inserts the events buffered so far (event_insert_batch), before

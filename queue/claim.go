@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -65,12 +66,11 @@ func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.
 		return nil, err
 	}
 	var out []model.Claimed
-	op := &completion{claim: c,
-		check: func(t *txn) error {
-			out = nil
-			return t.checkClaimBatch(next)
-		},
-		next: &claimAsk{req: next, out: &out},
+	op := &completion{claim: c, next: &claimAsk{req: next, out: &out}}
+	if next.Max > 1 {
+		// A batch of one is within every stored limit: only a larger one
+		// reads the limits (and so keeps the operation from a fused group).
+		op.check = func(t *txn) error { return t.checkClaimBatch(next) }
 	}
 	err := q.writeRetryingOp(ctx, "complete and claim", op.run, op)
 	if err != nil {
@@ -117,16 +117,31 @@ func (t *txn) claim(req model.ClaimRequest, out *[]model.Claimed) error {
 // req, and returns it with the task as the claim left it (times as the row
 // stores them).
 func (t *txn) claimed(task model.Task, req model.ClaimRequest) (model.Claimed, error) {
-	now := model.Millis(t.now)
-	leaseUntil := model.Millis(t.now.Add(req.Lease))
+	c := claimedAt(task, req, t.now)
+	if err := t.emit(claimedEvent(c)); err != nil {
+		return model.Claimed{}, err
+	}
+	return c, nil
+}
+
+// claimedAt is the claim of task taken for req at now, with the task as
+// the claim leaves it: running, version + 1 (the fence and the attempt),
+// the owner and the lease, its claim times now.
+func claimedAt(task model.Task, req model.ClaimRequest, at time.Time) model.Claimed {
+	now := model.Millis(at)
+	leaseUntil := model.Millis(at.Add(req.Lease))
 	task.State, task.Version = model.Running, task.Version+1
 	task.Attempt, task.Owner = int(task.Version), req.Worker
 	task.LeaseUntil = model.FromMillis(leaseUntil)
 	task.ClaimedAt, task.HeartbeatAt, task.UpdatedAt = model.FromMillis(now), model.FromMillis(now), model.FromMillis(now)
 	claim := model.Claim{TaskID: task.ID, Fence: task.Version, Owner: task.Owner, Attempt: task.Attempt, LeaseUntil: task.LeaseUntil}
-	if err := t.emit(model.Event{TaskID: task.ID, Kind: model.EventClaimed, Attempt: task.Attempt,
-		Fence: task.Version, From: model.Queued, To: model.Running, Actor: req.Worker}); err != nil {
-		return model.Claimed{}, err
-	}
-	return model.Claimed{Claim: claim, Task: task}, nil
+	return model.Claimed{Claim: claim, Task: task}
+}
+
+// claimedEvent is the event a claim records. PostgreSQL's
+// complete_and_claim (migration 0006) writes the same for the claims it
+// makes.
+func claimedEvent(c model.Claimed) model.Event {
+	return model.Event{TaskID: c.Task.ID, Kind: model.EventClaimed, Attempt: c.Task.Attempt,
+		Fence: c.Task.Version, From: model.Queued, To: model.Running, Actor: c.Task.Owner}
 }

@@ -32,20 +32,51 @@ type trapDriver struct {
 	skip  int
 	fire  func() error
 	fired int
+	// after makes the trap fire once the statement has run (and, for a
+	// query, its rows have been read and closed): the statement is
+	// applied, and its caller gets fire's error.
+	after bool
 }
 
 // set makes the skip+1-th statement with text query fire.
 func (d *trapDriver) set(query string, skip int, fire func() error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.query, d.skip, d.fire = query, skip, fire
+	d.query, d.skip, d.fire, d.after = query, skip, fire, false
+}
+
+// setAfter makes the skip+1-th statement with text query run and then
+// fail with fire's error.
+func (d *trapDriver) setAfter(query string, skip int, fire func() error) {
+	d.set(query, skip, fire)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.after = true
+}
+
+// hitAfter is hit for a trap set with setAfter: it reports whether the
+// statement with text query is to run and then fail, and with what.
+func (d *trapDriver) hitAfter(query string) (bool, func() error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.after || d.fire == nil || query != d.query {
+		return false, nil
+	}
+	if d.skip > 0 {
+		d.skip--
+		return false, nil
+	}
+	fire := d.fire
+	d.fire, d.after = nil, false
+	d.fired++
+	return true, fire
 }
 
 // hit is called before each statement runs, with its text.
 func (d *trapDriver) hit(query string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.fire == nil || query != d.query {
+	if d.fire == nil || d.after || query != d.query {
 		return nil
 	}
 	if d.skip > 0 {
@@ -143,6 +174,19 @@ func (s *trapStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (d
 }
 
 func (s *trapStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	if after, fire := s.d.hitAfter(s.query); after {
+		rows, err := s.trapStmtInner.QueryContext(ctx, args)
+		if err != nil {
+			return nil, err
+		}
+		dest := make([]driver.Value, len(rows.Columns()))
+		for rows.Next(dest) == nil {
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		return nil, fire()
+	}
 	if err := s.d.hit(s.query); err != nil {
 		return nil, err
 	}
@@ -428,6 +472,7 @@ func TestMergedClaimConflictRetries(t *testing.T) {
 		for _, st := range mergeStatements(g.q) {
 			t.Run(st.name, func(t *testing.T) {
 				g := open(t)
+				g.q.fuse = false // the usual way's statements (a fused group's: fused_test.go)
 				var ops []func() error
 				out := make([][]model.Claimed, 3)
 				for i := range 3 {
@@ -438,16 +483,8 @@ func TestMergedClaimConflictRetries(t *testing.T) {
 					g.submit()
 				}
 				g.trap.set(g.q.query(g.q.variant(st.name)).text, st.skip, func() error { return conflictError{} })
-				// As inGroup, but the members run again, in groups of
-				// their own.
-				release := g.hold(nil)
-				var errs []<-chan error
-				for i, op := range ops {
-					errs = append(errs, g.enqueue(i+1, op))
-				}
-				release()
-				for i, err := range errs {
-					require.NoError(t, <-err, "member %d", i)
+				for i, err := range g.inGroupRetrying(ops...) {
+					require.NoError(t, err, "member %d", i)
 				}
 				require.Equal(t, 1, g.trap.fired)
 				require.GreaterOrEqual(t, g.q.stats.merged.Load(), int64(3), "the first run merged")

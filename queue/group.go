@@ -145,6 +145,9 @@ func (q *Queue) writeGrouped(ctx context.Context, op string, fn func(t *txn) err
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("queue: %s: %w", op, err)
 	}
+	if c != nil && c.next != nil {
+		*c.next.out = nil // this run's claims only (a run after a conflict starts again)
+	}
 	m := &member{caller: ctx, ctx: context.WithoutCancel(ctx), op: op, fn: fn, completes: c, done: make(chan struct{})}
 	if q.ops == nil {
 		q.runGroup([]*member{m})
@@ -309,6 +312,10 @@ type groupStats struct {
 	batched              atomic.Int64
 	// merged counts the claims made by merged store claims (batch.go).
 	merged atomic.Int64
+	// fused counts the groups run as one statement, and fallbacks those
+	// whose statement matched not every claim and so ran the usual way
+	// (fused.go).
+	fused, fallbacks atomic.Int64
 }
 
 func (s *groupStats) add(size int) {
@@ -369,6 +376,9 @@ func (q *Queue) runGroup(members []*member) {
 		return
 	}
 	q.stats.add(len(live))
+	if q.runFused(live) {
+		return
+	}
 	// The transaction is the group's: no one caller's cancellation may end
 	// it (database/sql rolls back a cancelled transaction asynchronously).
 	tx, err := q.db.BeginTx(context.Background(), nil)

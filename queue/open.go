@@ -125,6 +125,9 @@ type Queue struct {
 	closing  chan struct{}
 	stopOnce sync.Once
 	stats    groupStats
+	// fuse, set where the store is a fuser, runs qualifying groups as one
+	// statement (fused.go); a test of the usual way's statements clears it.
+	fuse bool
 
 	commits notifier   // woken after every write; see WaitEvents
 	wakes   listeners  // Wake's listeners, stopped by Close
@@ -152,6 +155,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	}
 	q := &Queue{db: db, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), url: o.Path,
 		pragmas: settings, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
+	_, q.fuse = b.(fuser)
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff
 	}

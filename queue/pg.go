@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -297,4 +298,65 @@ func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.
 		}
 	}
 	return nil
+}
+
+// completeAndClaim runs a fused group (fused.go) as complete_and_claim, one
+// statement and its own transaction (migration 0006). A server's error
+// (a *pgconn.PgError, or an injected one with a SQLSTATE) rolled the
+// statement's transaction back, unless it is a connection failure or a
+// shutdown (SQLSTATE class 08, 57P01-57P03), after which the statement
+// may have committed; an error without a SQLSTATE (a lost or refused
+// connection) leaves it unknown too, unless pgx says nothing was sent.
+func (pgBackend) completeAndClaim(q *Queue, f fusedGroup) ([]model.Task, bool, error) {
+	claims, err := json.Marshal(f.claims)
+	if err != nil {
+		return nil, false, fmt.Errorf("complete and claim: %w", err)
+	}
+	events, err := json.Marshal(f.events)
+	if err != nil {
+		return nil, false, fmt.Errorf("complete and claim: %w", err)
+	}
+	now := model.Millis(f.now)
+	rows, err := q.readRows(fusedContext(), "complete_and_claim", sql.Named("claims", string(claims)),
+		sql.Named("events", string(events)), sql.Named("now", now),
+		sql.Named("due", broken.Pick(broken.ClaimExclusiveRunAt, now, now-1)),
+		sql.Named("alive", broken.Pick(broken.ClaimPastDeadline, now, int64(math.MinInt64))),
+		sql.Named("max", f.max), sql.Named("owner", f.claim.Worker),
+		sql.Named("lease_until", model.Millis(f.now.Add(f.claim.Lease))),
+		sql.Named("user_limits", broken.Pick(broken.NoUserLimit, true, false)),
+		sql.Named("at_lease_until", broken.Pick(broken.WriteAtLeaseUntil, false, true)),
+		sql.Named("scope", f.scope))
+	if err == nil {
+		var taken []model.Task
+		// The statement has committed once its rows are read to the end
+		// and closed without error: a failed commit is reported there.
+		taken, err = scanTasks(rows)
+		if cerr := rows.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("queue: complete_and_claim: %w", cerr)
+		}
+		if err == nil {
+			return taken, false, nil
+		}
+	}
+	var st sqlStater
+	if errors.As(err, &st) && st.SQLState() == pgStateFusedMismatch {
+		return nil, false, errFusedMismatch
+	}
+	return nil, pgMayHaveCommitted(err), err
+}
+
+// pgStateFusedMismatch is the SQLSTATE complete_and_claim fails with when
+// a claim did not match (migration 0006).
+const pgStateFusedMismatch = "LH001"
+
+// pgMayHaveCommitted reports whether a statement run as its own
+// transaction that failed with err may have committed (see
+// completeAndClaim).
+func pgMayHaveCommitted(err error) bool {
+	var st sqlStater
+	if errors.As(err, &st) && st.SQLState() != "" {
+		code := st.SQLState()
+		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
+	}
+	return !pgconn.SafeToRetry(err)
 }

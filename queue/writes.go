@@ -294,8 +294,7 @@ func (t *txn) complete(c model.Claim) error {
 		return err
 	}
 	if n == 1 {
-		return t.emit(model.Event{TaskID: c.TaskID, Kind: model.EventCompleted, Attempt: int(c.Fence),
-			Fence: c.Fence, From: model.Running, To: model.Completed, Actor: c.Owner})
+		return t.emit(completedEvent(c))
 	}
 	return t.completeRefused(c)
 }

@@ -215,6 +215,7 @@ func (l leasehold) work(ctx context.Context, path, sync string, workers, n, step
 		return sample{}, fmt.Errorf("%d tasks completed, want %d", got, n)
 	}
 	smp.groups, smp.groupOps, smp.sizes = groups, ops, formatSizes(q.GroupSizes())
+	smp.fused, _ = q.FusedStats()
 	return smp, nil
 }
 

@@ -316,6 +316,9 @@ func (b *bench) record(key, name string, smp sample) {
 			retried += fmt.Sprintf(" (%.1f WAL pages each, %.2f per job)", float64(smp.pages)/float64(smp.groups), float64(smp.pages)/float64(smp.jobs))
 		}
 	}
+	if smp.fused > 0 {
+		retried += fmt.Sprintf(", %.0f%% of them one statement", 100*float64(smp.fused)/float64(smp.groups))
+	}
 	if smp.claimWrites > 0 {
 		retried += fmt.Sprintf(", %.1f tasks per claim", float64(smp.claimed)/float64(smp.claimWrites))
 	}

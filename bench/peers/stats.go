@@ -45,6 +45,8 @@ type sample struct {
 	// tasks they took.
 	sizes                string
 	claimWrites, claimed int64
+	// fused counts leasehold's groups run as one statement (PostgreSQL).
+	fused int64
 	// pages counts the pages leasehold's SQLite commits wrote (one WAL
 	// frame each; see pageCounter).
 	pages int64

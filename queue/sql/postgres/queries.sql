@@ -142,6 +142,18 @@ ORDER BY b.ord;
 SELECT {task_columns} FROM claim_batch(:now, :due, :alive, :max, :owner, :lease_until, :user_limits)
 ORDER BY priority DESC, run_at, seq;
 
+-- name: complete_and_claim
+-- A fused group (batch.go) in one statement, its own transaction
+-- (migration 0006's complete_and_claim): the claims of :claims completed
+-- (complete_batch's checks) with their events (:events), then up to :max
+-- tasks claimed as claim_batch claims them, each with its claimed event.
+-- It fails with SQLSTATE LH001, having written nothing, when a claim does
+-- not match. It returns the tasks taken as they were before, sorted here
+-- in claim order.
+SELECT {task_columns} FROM complete_and_claim(:claims::jsonb, :events::jsonb, :now, :due, :alive, :max, :owner,
+                                              :lease_until, :user_limits, :at_lease_until, :scope)
+ORDER BY priority DESC, run_at, seq;
+
 -- name: claim_any
 -- Whether any task is claimable, read without a transaction, so that an
 -- idle worker's poll takes no lock.

@@ -1,0 +1,228 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/faults/storagefault"
+	"github.com/leasehold/leasehold/model"
+)
+
+// fusedStores runs test on PostgreSQL's merge rig (the store that fuses
+// groups), when the PostgreSQL suites run.
+func fusedStores(t *testing.T, test func(t *testing.T, open func(t *testing.T) *mergeRig)) {
+	mergeStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		if open(t).q.store.dialect() == "sqlite" {
+			t.Skip("SQLite's statements are calls within the process: it fuses nothing")
+		}
+		test(t, open)
+	})
+}
+
+// fusedCase is a group a worker's slots make: five completions, four
+// claiming their next task, one only completing, over tasks of three users
+// under a running limit of two a user (ana's third task waits). It returns
+// the claims, in member order, and the members' errors. (A claim of more
+// than one reads the stored limits first, and so keeps its group from
+// being fused.)
+func fusedCase(t *testing.T, g *groupRig, stale int) ([][]model.Claimed, []error) {
+	out, ops := fusedOps(g, stale)
+	return out, g.inGroup(nil, ops...)
+}
+
+// fusedOps sets up fusedCase and returns where its claims go and its
+// operations.
+func fusedOps(g *groupRig, stale int) ([][]model.Claimed, []func() error) {
+	g.setLimits(func(l *model.Limits) { l.UserRunningMax = 2 })
+	var claims []model.Claim
+	for i := range 5 {
+		_, c := g.running(func(r *model.SubmitRequest) { r.User = fmt.Sprintf("u%d", i%3) })
+		if i == stale {
+			c.Fence++
+		}
+		claims = append(claims, c)
+	}
+	for _, user := range []string{"ana", "bob", "ana", "ana", "cy", "bob"} {
+		g.submit(func(r *model.SubmitRequest) { r.User = user })
+	}
+	g.advance(time.Second)
+	out := make([][]model.Claimed, len(claims))
+	var ops []func() error
+	for i, c := range claims {
+		if i == 2 {
+			ops = append(ops, func() error { return g.q.Complete(model.WithScope(g.ctx, "slots"), c) })
+			continue
+		}
+		ops = append(ops, g.completeAndClaimOp(c, model.ClaimRequest{Worker: "w2", Max: 1, Lease: testLease}, "slots", &out[i]))
+	}
+	return out, ops
+}
+
+// A fused group (one statement) gives the same claims to the same members,
+// the same trail and the same figures as the group run the usual way.
+func TestFusedGroupMatchesTheUsualWay(t *testing.T) {
+	fusedStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		fused := open(t)
+		fusedClaims, fusedErrs := fusedCase(t, fused.groupRig, -1)
+		require.EqualValues(t, 1, fused.q.stats.fused.Load(), "the group was one statement")
+		usual := open(t)
+		usual.q.fuse = false
+		usualClaims, usualErrs := fusedCase(t, usual.groupRig, -1)
+		require.Zero(t, usual.q.stats.fused.Load())
+		require.Equal(t, usualErrs, fusedErrs)
+		for _, err := range fusedErrs {
+			require.NoError(t, err)
+		}
+		require.Equal(t, usualClaims, fusedClaims)
+		fusedTrail, fusedMetrics := fused.trail()
+		usualTrail, usualMetrics := usual.trail()
+		require.Equal(t, usualTrail, fusedTrail)
+		require.Equal(t, usualMetrics, fusedMetrics)
+		require.NoError(t, fused.q.CheckCounters(fused.ctx))
+		// The case claims what it means to: a task each but the member
+		// that only completes, within the limit of two a user.
+		var sizes []int
+		users := map[string]int{}
+		for _, c := range fusedClaims {
+			sizes = append(sizes, len(c))
+			for _, cl := range c {
+				users[cl.Task.User]++
+			}
+		}
+		require.Equal(t, []int{1, 1, 0, 1, 1}, sizes)
+		for user, n := range users {
+			require.LessOrEqual(t, n, 2, user)
+		}
+	})
+}
+
+// A fused group with a stale completion writes nothing in its statement
+// and runs the usual way, where the stale member is refused (its event
+// kept) and the others complete and claim.
+func TestFusedGroupFallsBackOnAStaleClaim(t *testing.T) {
+	fusedStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		g := open(t)
+		claims, errs := fusedCase(t, g.groupRig, 3)
+		require.Zero(t, g.q.stats.fused.Load())
+		require.EqualValues(t, 1, g.q.stats.fallbacks.Load())
+		for i, err := range errs {
+			if i == 3 {
+				require.ErrorIs(t, err, ErrStaleClaim)
+				require.Empty(t, claims[i])
+				continue
+			}
+			require.NoError(t, err, "member %d", i)
+		}
+		require.Len(t, claims[4], 1, "the members after the stale one still claim")
+		var stale int
+		for _, e := range g.events("") {
+			if e.Kind == model.EventStaleWrite {
+				stale++
+			}
+		}
+		require.Equal(t, 1, stale)
+		require.NoError(t, g.q.CheckCounters(g.ctx))
+	})
+}
+
+// fusedStatement is the text of the fused group's statement.
+func fusedStatement(g *mergeRig) string { return g.q.query(g.q.variant("complete_and_claim")).text }
+
+// A fused statement the server refuses (a deadlock, before anything is
+// applied) tells every member ErrNotApplied as a conflict: each
+// CompleteAndClaim is run again and then completes and claims, and the
+// plain Complete (which is not run again, as in a group run the usual way)
+// returns the conflict, nothing of it written.
+func TestFusedGroupConflictRetries(t *testing.T) {
+	fusedStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		g := open(t)
+		g.trap.set(fusedStatement(g), 0, func() error { return conflictError{} })
+		claims, ops := fusedOps(g.groupRig, -1)
+		for i, err := range g.inGroupRetrying(ops...) {
+			if i == 2 {
+				require.ErrorIs(t, err, ErrNotApplied)
+				require.Equal(t, ClassConflict, ClassOf(err))
+				continue
+			}
+			require.NoError(t, err, "member %d", i)
+		}
+		require.Equal(t, 1, g.trap.fired)
+		require.Equal(t, []int{1, 1, 0, 1, 1}, []int{len(claims[0]), len(claims[1]), len(claims[2]), len(claims[3]), len(claims[4])})
+		require.NoError(t, g.q.CheckCounters(g.ctx))
+	})
+}
+
+// A connection lost while the fused statement runs leaves its outcome
+// unknown: every member is told ErrOutcomeUnknown, never a false success
+// nor a false "not applied". Here the injected fault ran nothing, so the
+// tasks are still running, and the same writes then go through.
+func TestFusedGroupConnectionLostIsUnknown(t *testing.T) {
+	fusedStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		g := open(t)
+		var ids []string
+		var ops []func() error
+		var claims []model.Claim
+		for i := range 3 {
+			id, c := g.running(func(r *model.SubmitRequest) { r.User = fmt.Sprintf("u%d", i) })
+			ids, claims = append(ids, id), append(claims, c)
+			ops = append(ops, g.completeOp(c))
+		}
+		before := len(g.events(""))
+		errs := g.inGroup(func() { g.storage.Arm(storagefault.FailStatement) }, ops...)
+		require.Equal(t, 1, g.storage.Counts().FailStatement)
+		for i, err := range errs {
+			require.ErrorIs(t, err, ErrOutcomeUnknown, "member %d", i)
+			require.NotErrorIs(t, err, ErrNotApplied, "member %d", i)
+			require.ErrorIs(t, err, storagefault.ErrInjected, "member %d", i)
+		}
+		for _, id := range ids {
+			require.Equal(t, model.Running, g.state(id))
+		}
+		require.Len(t, g.events(""), before)
+		for _, c := range claims {
+			require.NoError(t, g.q.Complete(g.ctx, c))
+		}
+		require.NoError(t, g.q.CheckCounters(g.ctx))
+	})
+}
+
+// A fused statement that committed and then failed to report it (the
+// connection lost after the commit) tells every member ErrOutcomeUnknown:
+// everything it did is in the database, and a member's retry is refused
+// by its fence, so nothing is done twice.
+func TestFusedGroupCommittedButUnreportedIsUnknown(t *testing.T) {
+	fusedStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		g := open(t)
+		lost := errors.New("trap: connection lost after the commit")
+		g.trap.setAfter(fusedStatement(g), 0, func() error { return lost })
+		var ids []string
+		var claims []model.Claim
+		var ops []func() error
+		out := make([][]model.Claimed, 3)
+		for i := range 3 {
+			id, c := g.running(func(r *model.SubmitRequest) { r.User = fmt.Sprintf("u%d", i) })
+			ids, claims = append(ids, id), append(claims, c)
+			ops = append(ops, g.completeAndClaimOp(c, model.ClaimRequest{Worker: "w2", Max: 1, Lease: testLease}, "", &out[i]))
+		}
+		queued := []string{g.submit(), g.submit()}
+		errs := g.inGroup(nil, ops...)
+		require.Equal(t, 1, g.trap.fired)
+		for i, err := range errs {
+			require.ErrorIs(t, err, ErrOutcomeUnknown, "member %d", i)
+			require.ErrorIs(t, err, lost, "member %d", i)
+		}
+		for _, id := range ids {
+			require.Equal(t, model.Completed, g.state(id), "the statement committed")
+		}
+		for _, id := range queued {
+			require.Equal(t, model.Running, g.state(id), "and claimed")
+		}
+		require.NoError(t, g.q.CheckCounters(g.ctx))
+		_, err := g.q.CompleteAndClaim(g.ctx, claims[0], model.ClaimRequest{Worker: "w2", Max: 1, Lease: testLease})
+		require.ErrorIs(t, err, ErrStaleClaim, "the retry is refused by its fence")
+	})
+}
