@@ -48,10 +48,9 @@ func (d *trapDriver) set(query string, skip int, fire func() error) {
 // setAfter makes the skip+1-th statement with text query run and then
 // fail with fire's error.
 func (d *trapDriver) setAfter(query string, skip int, fire func() error) {
-	d.set(query, skip, fire)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.after = true
+	d.query, d.skip, d.fire, d.after = query, skip, fire, true
 }
 
 // hitAfter is hit for a trap set with setAfter: it reports whether the

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -95,13 +94,9 @@ func (q *Queue) runFused(members []*member) bool {
 	}
 	q.stats.fused.Add(1)
 	q.stats.batched.Add(int64(len(members)))
-	claims := q.handOut(members, taken, plan)
+	err = q.handOut(members, taken, plan)
 	for _, m := range members {
-		if err := claims[m]; err != nil {
-			m.finish(err)
-			continue
-		}
-		m.finish(nil)
+		m.finish(err)
 	}
 	return true
 }
@@ -146,10 +141,10 @@ func (q *Queue) planFused(members []*member) (fusedGroup, bool) {
 
 // handOut gives the tasks taken to the claiming members in member order,
 // each up to its Max, as the claims made at the group's time, and counts
-// them; it returns an error for a member only if a task is left over
-// (which the store's claim of f.max never leaves).
-func (q *Queue) handOut(members []*member, taken []model.Task, f fusedGroup) map[*member]error {
-	out := map[*member]error{}
+// them. It returns an error, every member's, only if a task is left over
+// (which the store's claim of f.max never leaves): the statement
+// committed, and what became of that task is the reaper's to settle.
+func (q *Queue) handOut(members []*member, taken []model.Task, f fusedGroup) error {
 	k, claiming := 0, 0
 	for _, m := range members {
 		ask := m.completes.next
@@ -162,16 +157,13 @@ func (q *Queue) handOut(members []*member, taken []model.Task, f fusedGroup) map
 			k++
 		}
 	}
-	if k < len(taken) {
-		err := fmt.Errorf("queue: complete and claim: %d tasks taken for %d asked", len(taken), f.max)
-		for _, m := range members {
-			out[m] = outcomeUnknown(err)
-		}
-	}
 	if claiming > 1 {
 		q.stats.merged.Add(int64(claiming))
 	}
-	return out
+	if k < len(taken) {
+		return outcomeUnknown(fmt.Errorf("queue: complete and claim: %d tasks taken for %d asked", len(taken), f.max))
+	}
+	return nil
 }
 
 // FusedStats reports how many groups the queue ran fused (one statement
@@ -180,7 +172,3 @@ func (q *Queue) handOut(members []*member, taken []model.Task, f fusedGroup) map
 func (q *Queue) FusedStats() (fused, fallbacks int64) {
 	return q.stats.fused.Load(), q.stats.fallbacks.Load()
 }
-
-// fusedContext is the context of a fused group's statement: the group's,
-// never one caller's (a cancelled statement's outcome would be unknown).
-func fusedContext() context.Context { return context.Background() }

@@ -317,7 +317,9 @@ func (pgBackend) completeAndClaim(q *Queue, f fusedGroup) ([]model.Task, bool, e
 		return nil, false, fmt.Errorf("complete and claim: %w", err)
 	}
 	now := model.Millis(f.now)
-	rows, err := q.readRows(fusedContext(), "complete_and_claim", sql.Named("claims", string(claims)),
+	// The statement is the group's: no one caller's cancellation may end
+	// it (the outcome of a cancelled statement would be unknown).
+	rows, err := q.readRows(context.Background(), "complete_and_claim", sql.Named("claims", string(claims)),
 		sql.Named("events", string(events)), sql.Named("now", now),
 		sql.Named("due", broken.Pick(broken.ClaimExclusiveRunAt, now, now-1)),
 		sql.Named("alive", broken.Pick(broken.ClaimPastDeadline, now, int64(math.MinInt64))),
