@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"slices"
@@ -22,12 +23,13 @@ import (
 // pinnedPostgresMigrations holds the SHA-256 of every PostgreSQL migration
 // file: committed migrations never change.
 var pinnedPostgresMigrations = map[string]string{
-	"0001_init.sql":               "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
-	"0002_prune.sql":              "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
-	"0003_user_deltas.sql":        "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
-	"0004_statement_counters.sql": "44d08a39e0118fd0f22a63a29c9e97107ceeb5e5907208cb5a580b496e7ade17",
-	"0005_claim_function.sql":     "433626bf1a15ce0fa0c417a0abd77bd2626007e0fa96bdb11b90518d3c054185",
-	"0006_lean_hot_path.sql":      "bfcfb780e294140e9e50921ea7243af50b68ec30fb0b0b3b35734a32d1104f87",
+	"0001_init.sql":                  "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
+	"0002_prune.sql":                 "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
+	"0003_user_deltas.sql":           "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
+	"0004_statement_counters.sql":    "44d08a39e0118fd0f22a63a29c9e97107ceeb5e5907208cb5a580b496e7ade17",
+	"0005_claim_function.sql":        "433626bf1a15ce0fa0c417a0abd77bd2626007e0fa96bdb11b90518d3c054185",
+	"0006_lean_hot_path.sql":         "bfcfb780e294140e9e50921ea7243af50b68ec30fb0b0b3b35734a32d1104f87",
+	"0007_claim_without_bitmaps.sql": "a5c44a1ecf6442816bc5abdbe9824402b16a2dbe6e31f9cd1193c807fe6ebeca",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {
@@ -312,6 +314,26 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
 	require.Equal(t, [2]int{1, 1}, [2]int{users, over}, "bob's count is wrong, and above its active tasks")
+}
+
+// TestPostgresClaimsReadWithoutBitmaps: the claim's functions run with
+// bitmap scans off (migration 0007), so their index reads mark the dead
+// entries of user_deltas and of earlier task versions and later reads step
+// over them; claim_batch keeps its generic plans.
+func TestPostgresClaimsReadWithoutBitmaps(t *testing.T) {
+	f := freshPostgres(t)
+	for _, fn := range []string{"claim_batch", "complete_and_claim"} {
+		var raw string
+		require.NoError(t, f.db.QueryRowContext(f.ctx,
+			"SELECT COALESCE(array_to_json(proconfig)::text, '[]') FROM pg_proc WHERE proname = $1 AND pronamespace = current_schema()::regnamespace",
+			fn).Scan(&raw))
+		var config []string
+		require.NoError(t, json.Unmarshal([]byte(raw), &config))
+		require.Contains(t, config, "enable_bitmapscan=off", fn)
+		if fn == "claim_batch" {
+			require.Contains(t, config, "plan_cache_mode=force_generic_plan", fn)
+		}
+	}
 }
 
 // TestPostgresBucketsMatchModel: leasehold_bucket repeats
