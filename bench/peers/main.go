@@ -86,7 +86,7 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds; figures are medians")
 	flag.IntVar(&cfg.jobs, "jobs", 1500, "jobs per work run and per bulk intake")
 	flag.IntVar(&cfg.oneJobs, "one-jobs", 500, "jobs per one-at-a-time intake run")
-	flag.IntVar(&cfg.latencyJobs, "latency-jobs", 60, "jobs per idle-latency run (at 20 a grouped/ungrouped ratio of the same build moved 0.79-1.11 between runs; at 60, 0.95-1.05)")
+	flag.IntVar(&cfg.latencyJobs, "latency-jobs", 60, "jobs per idle-latency run (at 20 a grouped/ungrouped ratio of the same build moved 0.79-1.11 between runs; at 60, 0.95-1.05 when the latency cells ran alone and 0.95-1.15 inside full runs)")
 	flag.StringVar(&consumers, "goqite-consumers", "1,2,4", "goqite consumer counts tried; its best is reported")
 	flag.StringVar(&cfg.only, "only", "", "run only cells whose name matches this regular expression")
 	flag.StringVar(&cfg.system, "system", "", "run only systems whose name matches this regular expression")
