@@ -20,7 +20,8 @@
 //   - intake: N jobs inserted one at a time, and in bulk (River's
 //     InsertMany, one call; leasehold's SubmitMany, one transaction per
 //     SubmitBatchMax requests; goqite's sends in one transaction).
-//   - latency: one job through an idle queue, submit to completed.
+//   - latency: one job through an idle queue, submit to completed; the
+//     two leasehold variants take turns job by job, so both see the same disk.
 //
 // Every figure is the median of the rounds; ratios are of medians.
 package main

@@ -276,6 +276,71 @@ func (l leasehold) latency(ctx context.Context, path, sync string, k int) ([]tim
 	return out, err
 }
 
+// pairedLatency is latency on two variants at once: each has its queue,
+// database and runner, and job by job they take turns (which goes first
+// alternates), each job submitted after the queue idled and timed from
+// submit to completion, so both are measured under the same disk and
+// machine. The first job of each is untimed, as in idleLatencies.
+func pairedLatency(ctx context.Context, ls [2]leasehold, paths [2]string, sync string, k int) ([2][]time.Duration, error) {
+	var out [2][]time.Duration
+	var submits [2]func(i int) error
+	var completed [2]chan struct{}
+	var stops [2]func() (runCounts, error)
+	defer func() {
+		for _, stop := range stops {
+			if stop != nil {
+				stop() // its errors are reported by the jobs that never complete
+			}
+		}
+	}()
+	for j, l := range ls {
+		q, err := l.open(ctx, paths[j], sync, queue.MigrateAll)
+		if err != nil {
+			return out, err
+		}
+		defer q.Close()
+		if err := setLimits(ctx, q); err != nil {
+			return out, err
+		}
+		done := make(chan struct{}, 1)
+		stop, err := runner(q, 10, func() { done <- struct{}{} })
+		if err != nil {
+			return out, err
+		}
+		stops[j] = stop
+		completed[j] = done
+		submits[j] = func(i int) error {
+			_, err := q.Submit(ctx, leaseholdRequest(i, 0))
+			return err
+		}
+	}
+	for i := range k + 1 {
+		for t := range 2 {
+			j := (i + t) % 2
+			time.Sleep(idleFor)
+			t0 := time.Now()
+			if err := submits[j](i); err != nil {
+				return out, fmt.Errorf("%s: %w", ls[j].name(), err)
+			}
+			select {
+			case <-completed[j]:
+			case <-time.After(time.Minute):
+				return out, fmt.Errorf("%s: job %d never completed", ls[j].name(), i)
+			}
+			if i > 0 {
+				out[j] = append(out[j], time.Since(t0))
+			}
+		}
+	}
+	for j, stop := range stops {
+		stops[j] = nil
+		if _, err := stop(); err != nil {
+			return out, fmt.Errorf("%s: %w", ls[j].name(), err)
+		}
+	}
+	return out, nil
+}
+
 // idleLatencies submits k jobs one by one, each after the last completed
 // and the queue has idled (idleFor), and times each from submit to its
 // completion signal. One more job goes first, untimed: the first job of a

@@ -178,7 +178,22 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			order := slices.Clone(systems)
 			k := round % len(order)
 			order = append(order[k:], order[:k]...)
+			paired := false
 			for _, s := range order {
+				if pair, ok := latencyPartner(c, s, order); ok {
+					// The two leasehold variants' idle latencies are
+					// taken job by job in turn, so both see the same
+					// disk (the writeback of the databases just removed
+					// lands on whichever runs next).
+					if paired {
+						continue
+					}
+					paired = true
+					if err := b.latencyPair(ctx, c, s.(leasehold), pair); err != nil {
+						return fmt.Errorf("%s, %s and %s: %w", c, s.name(), pair.name(), err)
+					}
+					continue
+				}
 				if err := b.one(ctx, c, s); err != nil {
 					return fmt.Errorf("%s, %s: %w", c, s.name(), err)
 				}
@@ -297,6 +312,46 @@ func (b *bench) one(ctx context.Context, c cell, s system) error {
 		}
 		b.latencies[key][s.name()] = append(b.latencies[key][s.name()], ds...)
 		fmt.Fprintf(b.out, "  %-34s %-22s median %v of %d\n", key, s.name(), medianDuration(ds), len(ds))
+	}
+	return nil
+}
+
+// latencyPartner is the other leasehold variant of a latency cell on
+// SQLite, when both run.
+func latencyPartner(c cell, s system, order []system) (leasehold, bool) {
+	l, ok := s.(leasehold)
+	if c.kind != "latency" || !ok || l.pg {
+		return leasehold{}, false
+	}
+	for _, o := range order {
+		if p, ok := o.(leasehold); ok && !p.pg && p.label != l.label {
+			return p, true
+		}
+	}
+	return leasehold{}, false
+}
+
+// latencyPair runs a latency cell on two leasehold variants at once, each
+// on its own database, alternating which submits first.
+func (b *bench) latencyPair(ctx context.Context, c cell, x, y leasehold) error {
+	var paths [2]string
+	for i := range paths {
+		b.runs++
+		paths[i] = filepath.Join(b.cfg.dir, fmt.Sprintf("run%d.db", b.runs))
+		defer removeDB(paths[i])
+	}
+	got, err := pairedLatency(ctx, [2]leasehold{x, y}, paths, c.sync, b.cfg.latencyJobs)
+	if err != nil {
+		return err
+	}
+	key := c.String()
+	if b.latencies[key] == nil {
+		b.latencies[key] = map[string][]time.Duration{}
+	}
+	for i, l := range []leasehold{x, y} {
+		b.latencies[key][l.name()] = append(b.latencies[key][l.name()], got[i]...)
+		fmt.Fprintf(b.out, "  %-34s %-22s median %v of %d (taken in turn with %s)\n", key, l.name(), medianDuration(got[i]), len(got[i]),
+			[]leasehold{y, x}[i].name())
 	}
 	return nil
 }
