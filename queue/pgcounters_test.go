@@ -108,3 +108,81 @@ func TestPostgresCountersPerStatement(t *testing.T) {
 	require.NoError(t, f.queryRow("active_total").Scan(&active))
 	require.EqualValues(t, 4, active, "a1, a2, a3 and b2")
 }
+
+// TestPostgresFusedGroupCountsItself: complete_and_claim (migration 0008)
+// skips the counting triggers and adds what they would have, once for the
+// whole statement: two completions of two users and a claim of the next
+// task leave one row a counter name (state:running nets to one fewer), and
+// the completions' users' counts lowered. The setting that skips the
+// triggers ends with the statement: the same session's next UPDATE is
+// counted by them, and the counters agree with the tasks.
+func TestPostgresFusedGroupCountsItself(t *testing.T) {
+	f := freshPostgres(t)
+	f.insertTask("a1", "alice", 1000)
+	f.insertTask("b1", "bob", 1000)
+	f.insertTask("a2", "alice", 1000)
+	seqs := map[string]int64{}
+	rows, err := f.db.QueryContext(f.ctx, "SELECT id, seq FROM tasks")
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		var s int64
+		require.NoError(t, rows.Scan(&id, &s))
+		seqs[id] = s
+	}
+	require.NoError(t, rows.Err())
+	require.EqualValues(t, 2, f.take([]int64{seqs["a1"], seqs["b1"]}, "w1", 9000, 1040))
+	before := f.tallies()
+	deltasBefore := f.rowCount("tally_deltas")
+
+	conn, err := f.db.Conn(f.ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	text, bound := f.args("complete_and_claim",
+		sql.Named("claims", `[["a1",1,1500],["b1",1,1700]]`),
+		sql.Named("events", `[
+		  ["a1","completed",1,1,"","running","completed","","w1",1500,"",""],
+		  ["b1","completed",1,1,"","running","completed","","w1",1700,"",""]]`),
+		sql.Named("now", int64(1800)), sql.Named("due", int64(1800)), sql.Named("alive", int64(1800)),
+		sql.Named("max", 1), sql.Named("owner", "w2"), sql.Named("lease_until", int64(9800)),
+		sql.Named("user_limits", true), sql.Named("at_lease_until", false), sql.Named("scope", ""))
+	taken, err := conn.QueryContext(f.ctx, text, bound...)
+	require.NoError(t, err)
+	tasks, err := scanTasks(taken)
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	require.Equal(t, "a2", tasks[0].ID)
+
+	// state:queued, state:running, state:completed, run_time:4 (460 ms),
+	// run_time:5 (660 ms), queue_wait:5 (800 ms), and the two event names:
+	// eight rows.
+	require.Equal(t, deltasBefore+8, f.rowCount("tally_deltas"), "one row a name for the whole statement")
+	got := f.tallies()
+	diff := func(name string) [2]int64 {
+		return [2]int64{got[name][0] - before[name][0], got[name][1] - before[name][1]}
+	}
+	require.Equal(t, [2]int64{-1, 0}, diff("state:queued"))
+	require.Equal(t, [2]int64{-1, 0}, diff("state:running"), "two completed, one claimed")
+	require.Equal(t, [2]int64{2, 0}, diff("state:completed"))
+	require.Equal(t, [2]int64{1, 460}, diff("run_time:4"))
+	require.Equal(t, [2]int64{1, 660}, diff("run_time:5"))
+	require.Equal(t, [2]int64{1, 800}, diff("queue_wait:5"))
+	require.Equal(t, [2]int64{2, 0}, diff("event:completed:running:completed:"))
+	require.Equal(t, [2]int64{1, 0}, diff("event:claimed:queued:running:"))
+	var states, users, over int
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over}, "the counters agree with the tasks")
+
+	// The setting is gone with the statement: the session's next state
+	// change is counted by the triggers.
+	var counted sql.NullString
+	require.NoError(t, conn.QueryRowContext(f.ctx, "SELECT current_setting('leasehold.counted', true)").Scan(&counted))
+	require.NotEqual(t, "on", counted.String)
+	_, err = conn.ExecContext(f.ctx, `UPDATE tasks SET state = 'queued', version = version, owner = '', lease_until = 0
+	    WHERE id = 'a2'`)
+	require.NoError(t, err)
+	got = f.tallies()
+	require.Equal(t, [2]int64{0, 0}, diff("state:queued"), "a2 is queued again")
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over}, "the triggers counted the hand-made change")
+}

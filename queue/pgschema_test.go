@@ -23,13 +23,14 @@ import (
 // pinnedPostgresMigrations holds the SHA-256 of every PostgreSQL migration
 // file: committed migrations never change.
 var pinnedPostgresMigrations = map[string]string{
-	"0001_init.sql":                  "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
-	"0002_prune.sql":                 "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
-	"0003_user_deltas.sql":           "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
-	"0004_statement_counters.sql":    "44d08a39e0118fd0f22a63a29c9e97107ceeb5e5907208cb5a580b496e7ade17",
-	"0005_claim_function.sql":        "433626bf1a15ce0fa0c417a0abd77bd2626007e0fa96bdb11b90518d3c054185",
-	"0006_lean_hot_path.sql":         "bfcfb780e294140e9e50921ea7243af50b68ec30fb0b0b3b35734a32d1104f87",
-	"0007_claim_without_bitmaps.sql": "a5c44a1ecf6442816bc5abdbe9824402b16a2dbe6e31f9cd1193c807fe6ebeca",
+	"0001_init.sql":                      "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
+	"0002_prune.sql":                     "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
+	"0003_user_deltas.sql":               "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
+	"0004_statement_counters.sql":        "44d08a39e0118fd0f22a63a29c9e97107ceeb5e5907208cb5a580b496e7ade17",
+	"0005_claim_function.sql":            "433626bf1a15ce0fa0c417a0abd77bd2626007e0fa96bdb11b90518d3c054185",
+	"0006_lean_hot_path.sql":             "bfcfb780e294140e9e50921ea7243af50b68ec30fb0b0b3b35734a32d1104f87",
+	"0007_claim_without_bitmaps.sql":     "a5c44a1ecf6442816bc5abdbe9824402b16a2dbe6e31f9cd1193c807fe6ebeca",
+	"0008_fused_group_counts_itself.sql": "0cc9eca48c757a560249a6a02fc5a99eb21b0efc799765e7e41bc4921288117a",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {
