@@ -31,6 +31,7 @@ var pinnedPostgresMigrations = map[string]string{
 	"0006_lean_hot_path.sql":             "bfcfb780e294140e9e50921ea7243af50b68ec30fb0b0b3b35734a32d1104f87",
 	"0007_claim_without_bitmaps.sql":     "a5c44a1ecf6442816bc5abdbe9824402b16a2dbe6e31f9cd1193c807fe6ebeca",
 	"0008_fused_group_counts_itself.sql": "0cc9eca48c757a560249a6a02fc5a99eb21b0efc799765e7e41bc4921288117a",
+	"0009_claim_lets_submits_pass.sql":   "267645c1144105b79dbbef8de8181018780a67304f6737b0ba713a4908059273",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {
