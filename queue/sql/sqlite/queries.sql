@@ -3,6 +3,14 @@
 -- the column order rows are scanned in. {broken:VARIANT|safe|broken} is
 -- the safe text in every build; the leasehold_broken build also loads the
 -- query with the broken text, run while that variant is switched on.
+--
+-- A JSON array of arrays or objects given as a parameter is walked with
+-- jsonb_each, never json_each, wherever its elements are read with ->>:
+-- json_each hands each element back as JSON text, which every ->> then
+-- parses again, and a batch of events has twelve fields an element. The
+-- results are the same (->> takes either form). Measured (work FULL 10
+-- workers and intake NORMAL bulk, 3,000 jobs, alternating builds): about
+-- 5,500 against 6,700 jobs/s, and 20,000 against 28,000.
 
 -- name: task_columns
 seq, id, user_id, idem_key, request_hash, payload, state, reason, priority, run_at, deadline,
@@ -68,10 +76,10 @@ VALUES (:task_id, COALESCE((SELECT t.seq FROM tasks t WHERE t.id = :task_id), 0)
 -- tombstones, under the (user, key) pairs of :pairs, a JSON array of
 -- [user, key] arrays, each row with the index of its pair and its source
 -- (0 a task, 1 a tombstone).
-SELECT b.key, t.id, t.request_hash, 0 FROM json_each(:pairs) AS b
+SELECT b.key, t.id, t.request_hash, 0 FROM jsonb_each(:pairs) AS b
 JOIN tasks AS t ON t.user_id = b.value ->> 0 AND t.idem_key = b.value ->> 1
 UNION ALL
-SELECT b.key, s.task_id, s.request_hash, 1 FROM json_each(:pairs) AS b
+SELECT b.key, s.task_id, s.request_hash, 1 FROM jsonb_each(:pairs) AS b
 JOIN idem_tombstones AS s ON s.user_id = b.value ->> 0 AND s.idem_key = b.value ->> 1;
 
 -- name: users_ensure
@@ -93,7 +101,7 @@ INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority
 SELECT value ->> 'i', value ->> 'u', value ->> 'k', value ->> 'h', value ->> 'p', 'queued',
        value ->> 'r', value ->> 't', value ->> 'd', :attempts_max, :now, value ->> 'c', value ->> 's',
        value ->> 'si', value ->> 'sr', :now, :now
-FROM json_each(:rows) WHERE true ORDER BY key;
+FROM jsonb_each(:rows) WHERE true ORDER BY key;
 
 -- name: events_insert
 -- event_insert of each new task's submitted event, in the batch's order:
@@ -101,7 +109,7 @@ FROM json_each(:rows) WHERE true ORDER BY key;
 INSERT INTO events (task_id, task_seq, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
 SELECT value ->> 'i', COALESCE((SELECT t.seq FROM tasks t WHERE t.id = value ->> 'i'), 0),
        :kind, 0, 0, '', '', :to_state, '', value ->> 'a', :at, '', :scope
-FROM json_each(:events) WHERE true ORDER BY key;
+FROM jsonb_each(:events) WHERE true ORDER BY key;
 
 -- name: claim_next
 -- The next :limit tasks in claim order whose users are not at their
@@ -179,7 +187,7 @@ WHERE id = :id AND version = :fence AND state = 'running'
 -- id twice. It returns the ids it completed; a claim it did not match is
 -- left to Complete's own path, which says why.
 UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = c.now
-FROM (SELECT value ->> 0 AS id, value ->> 1 AS fence, value ->> 2 AS now FROM json_each(:claims)) AS c
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS fence, value ->> 2 AS now FROM jsonb_each(:claims)) AS c
 WHERE tasks.id = c.id AND tasks.version = c.fence AND tasks.state = 'running'
   AND tasks.lease_until {broken:write-at-lease-until|>|>=} c.now
 RETURNING tasks.id;
@@ -193,7 +201,7 @@ INSERT INTO events (task_id, task_seq, kind, attempt, fence, op_id, from_state, 
 SELECT value ->> 0, COALESCE((SELECT t.seq FROM tasks t WHERE t.id = value ->> 0), 0),
        value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7,
        value ->> 8, value ->> 9, value ->> 10, value ->> 11
-FROM json_each(:events) ORDER BY key;
+FROM jsonb_each(:events) ORDER BY key;
 
 -- name: settle
 UPDATE tasks
