@@ -129,6 +129,48 @@ func TestFusedGroupFallsBackOnAStaleClaim(t *testing.T) {
 	})
 }
 
+// A fused group whose claim finds a candidate's user held by another
+// transaction (migration 0010's claim, inline in complete_and_claim) skips
+// that user's tasks, as claim_batch does, and takes the others in claim
+// order: of the candidates ana, bob, ana and cy, with bob's counter row
+// held elsewhere, the members get ana, ana and cy, and the fourth nothing.
+// Once bob's row is free, the next claim takes bob's tasks, and the
+// counters agree with the tasks throughout.
+func TestFusedGroupSkipsAHeldUser(t *testing.T) {
+	fusedStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		g := open(t)
+		out, ops := fusedOps(g.groupRig, -1)
+		holder, err := g.q.db.BeginTx(g.ctx, nil)
+		require.NoError(t, err)
+		defer func() { _ = holder.Rollback() }()
+		_, err = holder.ExecContext(g.ctx, "SELECT 1 FROM users WHERE user_id = 'bob' FOR NO KEY UPDATE")
+		require.NoError(t, err)
+
+		for i, err := range g.inGroup(nil, ops...) {
+			require.NoError(t, err, "member %d", i)
+		}
+		require.EqualValues(t, 1, g.q.stats.fused.Load(), "the group was one statement")
+		var users []string
+		for _, claims := range out {
+			for _, c := range claims {
+				users = append(users, c.Task.User)
+			}
+		}
+		require.Equal(t, []string{"ana", "ana", "cy"}, users, "bob's tasks are left while his row is held")
+		require.Len(t, out[4], 0, "the last claiming member found nothing left to take")
+		require.NoError(t, g.q.CheckCounters(g.ctx))
+
+		require.NoError(t, holder.Rollback())
+		claims, err := g.q.Claim(g.ctx, model.ClaimRequest{Worker: "w3", Max: 2, Lease: testLease})
+		require.NoError(t, err)
+		require.Len(t, claims, 2)
+		for _, c := range claims {
+			require.Equal(t, "bob", c.Task.User)
+		}
+		require.NoError(t, g.q.CheckCounters(g.ctx))
+	})
+}
+
 // fusedStatement is the text of the fused group's statement.
 func fusedStatement(g *mergeRig) string { return g.q.query(g.q.variant("complete_and_claim")).text }
 

@@ -32,6 +32,7 @@ var pinnedPostgresMigrations = map[string]string{
 	"0007_claim_without_bitmaps.sql":     "a5c44a1ecf6442816bc5abdbe9824402b16a2dbe6e31f9cd1193c807fe6ebeca",
 	"0008_fused_group_counts_itself.sql": "0cc9eca48c757a560249a6a02fc5a99eb21b0efc799765e7e41bc4921288117a",
 	"0009_claim_lets_submits_pass.sql":   "267645c1144105b79dbbef8de8181018780a67304f6737b0ba713a4908059273",
+	"0010_fused_claim_inline.sql":        "da145f19d54134313ea23d7e25dc7969c4018eae7a53743009dcd60f37f547c0",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {
