@@ -101,7 +101,7 @@ func (c *completion) after(t *txn) error {
 
 // writeCompletion runs the completion c as one write operation.
 func (q *Queue) writeCompletion(ctx context.Context, op string, c *completion) error {
-	return q.writeOp(ctx, op, c.run, c)
+	return q.writeOp(ctx, op, c.run, c, nil)
 }
 
 // part is what a member runs in its turn in the group: fn (nothing when

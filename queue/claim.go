@@ -72,7 +72,7 @@ func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.
 		// reads the limits (and so keeps the operation from a fused group).
 		op.check = func(t *txn) error { return t.checkClaimBatch(next) }
 	}
-	err := q.writeRetryingOp(ctx, "complete and claim", op.run, op)
+	err := q.writeRetryingOp(ctx, "complete and claim", op.run, op, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -83,12 +83,7 @@ func (q *Queue) runFused(members []*member) bool {
 		return false
 	case err != nil:
 		for _, m := range members {
-			cause := fmt.Errorf("queue: %s: %w", m.op, err)
-			if unknown {
-				m.finish(outcomeUnknown(cause))
-			} else {
-				m.finish(notApplied(cause))
-			}
+			m.statementFailed(err, unknown)
 		}
 		return true
 	}
@@ -99,6 +94,18 @@ func (q *Queue) runFused(members []*member) bool {
 		m.finish(err)
 	}
 	return true
+}
+
+// statementFailed answers m, whose group ran as one statement that failed
+// with err: ErrOutcomeUnknown when the statement may have committed
+// (unknown), ErrNotApplied otherwise.
+func (m *member) statementFailed(err error, unknown bool) {
+	cause := fmt.Errorf("queue: %s: %w", m.op, err)
+	if unknown {
+		m.finish(outcomeUnknown(cause))
+	} else {
+		m.finish(notApplied(cause))
+	}
 }
 
 // planFused returns the fused statement's input for members, or false

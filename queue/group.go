@@ -86,8 +86,11 @@ type member struct {
 	// it set-wise with the others (batch.go); fn is then what completes
 	// builds, run whenever the member runs alone.
 	completes *completion
-	err       error
-	done      chan struct{} // closed once err is final
+	// submits, set for a Submit, lets a store run it in one statement
+	// when it is alone in its group (submitone.go); fn runs it otherwise.
+	submits *submission
+	err     error
+	done    chan struct{} // closed once err is final
 }
 
 func (m *member) finish(err error) {
@@ -124,13 +127,14 @@ func isRefusal(err error) bool {
 // A storage failure is counted for Health, which reports the queue
 // unhealthy until a probe succeeds after it.
 func (q *Queue) write(ctx context.Context, op string, fn func(t *txn) error) error {
-	return q.writeOp(ctx, op, fn, nil)
+	return q.writeOp(ctx, op, fn, nil, nil)
 }
 
 // writeOp is write for an operation that may be a completion (c, which
-// fn must run whole: see completion.run).
-func (q *Queue) writeOp(ctx context.Context, op string, fn func(t *txn) error, c *completion) error {
-	err := q.writeGrouped(ctx, op, fn, c)
+// fn must run whole: see completion.run) or a submit (s, which fn runs
+// whole too: see submitone.go).
+func (q *Queue) writeOp(ctx context.Context, op string, fn func(t *txn) error, c *completion, s *submission) error {
+	err := q.writeGrouped(ctx, op, fn, c, s)
 	q.commits.broadcast() // wake WaitEvents (watch.go)
 	if err != nil {
 		q.health.noteFailure(err)
@@ -138,7 +142,7 @@ func (q *Queue) writeOp(ctx context.Context, op string, fn func(t *txn) error, c
 	return err
 }
 
-func (q *Queue) writeGrouped(ctx context.Context, op string, fn func(t *txn) error, c *completion) error {
+func (q *Queue) writeGrouped(ctx context.Context, op string, fn func(t *txn) error, c *completion, s *submission) error {
 	if err := q.checkOpen(op); err != nil {
 		return err
 	}
@@ -148,7 +152,7 @@ func (q *Queue) writeGrouped(ctx context.Context, op string, fn func(t *txn) err
 	if c != nil && c.next != nil {
 		*c.next.out = nil // this run's claims only (a run after a conflict starts again)
 	}
-	m := &member{caller: ctx, ctx: context.WithoutCancel(ctx), op: op, fn: fn, completes: c, done: make(chan struct{})}
+	m := &member{caller: ctx, ctx: context.WithoutCancel(ctx), op: op, fn: fn, completes: c, submits: s, done: make(chan struct{})}
 	if q.ops == nil {
 		q.runGroup([]*member{m})
 		return m.err
@@ -316,6 +320,9 @@ type groupStats struct {
 	// whose statement matched not every claim and so ran the usual way
 	// (fused.go).
 	fused, fallbacks atomic.Int64
+	// submitsFused counts the lone submits run as one statement
+	// (submitone.go).
+	submitsFused atomic.Int64
 }
 
 func (s *groupStats) add(size int) {
@@ -376,7 +383,7 @@ func (q *Queue) runGroup(members []*member) {
 		return
 	}
 	q.stats.add(len(live))
-	if q.runFused(live) {
+	if q.runFused(live) || q.runSubmitFused(live) {
 		return
 	}
 	// The transaction is the group's: no one caller's cancellation may end

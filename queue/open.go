@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,13 @@ type Options struct {
 	// transaction of its own on its caller's goroutine (for comparison;
 	// see group.go).
 	Ungrouped bool
+	// Unfused runs every group as a transaction of BEGIN, its statements
+	// and COMMIT, never as one statement that commits itself (a fused
+	// group, fused.go; a lone submit, submitone.go). The simulator sets it
+	// on PostgreSQL: its fault injector arms faults for a BEGIN and a
+	// COMMIT, which a statement that commits itself has none of, and its
+	// traces must match SQLite's, whose groups are never fused.
+	Unfused bool
 }
 
 // Queue is the durable queue. It is safe for concurrent use; writes are
@@ -108,8 +116,11 @@ type Queue struct {
 	// listener (Wake) opens a connection of its own with it. Never printed.
 	url string
 
-	mu   sync.Mutex // guards rand and ids, which need not be goroutine-safe
-	rand model.Rand
+	mu sync.Mutex // guards rand and ids, which need not be goroutine-safe, and spareIDs
+	// spareIDs are identifiers drawn and then not used (unusedID), in the
+	// order drawn, without their prefixes: the next draws return them.
+	spareIDs []string
+	rand     model.Rand
 
 	// closed is set by Close before the database is closed, so that every
 	// operation after it fails with ErrClosed (database/sql's own error for
@@ -125,8 +136,9 @@ type Queue struct {
 	closing  chan struct{}
 	stopOnce sync.Once
 	stats    groupStats
-	// fuse, set where the store is a fuser, runs qualifying groups as one
-	// statement (fused.go); a test of the usual way's statements clears it.
+	// fuse, set where the store is a fuser and Options.Unfused is not,
+	// runs qualifying groups (fused.go) and a lone submit (submitone.go)
+	// as one statement; a test of the usual way's statements clears it.
 	fuse bool
 
 	commits notifier   // woken after every write; see WaitEvents
@@ -156,6 +168,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	q := &Queue{db: db, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), url: o.Path,
 		pragmas: settings, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
 	_, q.fuse = b.(fuser)
+	q.fuse = q.fuse && !o.Unfused
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff
 	}
@@ -396,7 +409,28 @@ func (q *Queue) now() time.Time { return model.Truncate(q.clock.Now()) }
 func (q *Queue) newID(prefix, key string) string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if len(q.spareIDs) > 0 {
+		id := prefix + q.spareIDs[0]
+		q.spareIDs = q.spareIDs[1:]
+		return id
+	}
 	return model.NewIDFor(q.ids, prefix, key)
+}
+
+// unusedID gives back id, which newID drew with prefix for a write that
+// then did not use it (a lone submit that was a replay or refused: see
+// submitone.go), so that the next draw returns it under its own prefix and
+// the identifiers used are those the writes would have drawn had this one
+// drawn none (a seeded source's suffix does not depend on the prefix). An
+// identifier derived from a key (the simulator's) is never given back:
+// drawing it used nothing up.
+func (q *Queue) unusedID(prefix, id string) {
+	if _, keyed := q.ids.(model.KeyedIDSource); keyed || !strings.HasPrefix(id, prefix) {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.spareIDs = append(q.spareIDs, strings.TrimPrefix(id, prefix))
 }
 
 // draw returns the jitter draw for key: derived from it when the source

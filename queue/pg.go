@@ -355,6 +355,62 @@ func (pgBackend) completeAndClaim(q *Queue, f fusedGroup) ([]model.Task, bool, e
 	return nil, pgMayHaveCommitted(err), err
 }
 
+// submitOne runs a lone submit (submitone.go) as submit_one, one statement
+// and its own transaction (migration 0011). Its failures are read as
+// completeAndClaim's: a server's error rolled it back, a lost connection
+// may have left it committed. The task's ID is drawn first, as the
+// statement may insert it; one it did not insert is given back
+// (Queue.unusedID).
+func (b pgBackend) submitOne(q *Queue, s *submission, now time.Time) (submitOutcome, bool, error) {
+	id := q.newID(model.TaskIDPrefix, model.TaskKey(s.n.User, s.n.Key))
+	out, unknown, err := b.submitOneAs(q, s, id, now)
+	if unknown || (err == nil && out.kind == "inserted") {
+		return out, unknown, err
+	}
+	q.unusedID(model.TaskIDPrefix, id)
+	return out, unknown, err
+}
+
+// submitOneAs runs submit_one for s with the task ID id.
+func (pgBackend) submitOneAs(q *Queue, s *submission, id string, now time.Time) (submitOutcome, bool, error) {
+	n := s.n
+	// The statement is the submit's alone, and its outcome must be read
+	// whole: the caller's cancellation may not end it.
+	rows, err := q.readRowsBare(context.Background(), "submit_one", sql.Named("id", id), sql.Named("user", n.User),
+		sql.Named("key", n.Key), sql.Named("hash", n.Hash), sql.Named("payload", n.Payload),
+		sql.Named("priority", n.Priority), sql.Named("run_at", model.Millis(s.runAt(now))),
+		sql.Named("deadline", model.Millis(n.Deadline)), sql.Named("now", model.Millis(now)),
+		sql.Named("cost_budget", n.CostBudget), sql.Named("steps_max", n.StepsMax),
+		sql.Named("schedule_id", n.ScheduleID), sql.Named("schedule_run", n.ScheduleRun),
+		sql.Named("actor", s.actor), sql.Named("scope", s.scope), sql.Named("timely", n.CheckTimely(now) == nil),
+		sql.Named("replay_any_hash", broken.Pick(broken.ChangedRequestReplayed, false, true)),
+		sql.Named("depth_slack", broken.Pick(broken.DepthCapOffByOne, 0, 1)))
+	if err == nil {
+		var out submitOutcome
+		var taskID sql.NullString
+		switch {
+		case !rows.Next():
+			err = rows.Err()
+			if err == nil {
+				err = errors.New("submit_one returned no row")
+			}
+		default:
+			err = rows.Scan(&out.kind, &taskID, &out.n, &out.limit)
+		}
+		// The statement has committed once its rows are closed without
+		// error: a failed commit is reported there.
+		if cerr := rows.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err == nil {
+			out.taskID = taskID.String
+			return out, false, nil
+		}
+		err = fmt.Errorf("submit_one: %w", err)
+	}
+	return submitOutcome{}, pgMayHaveCommitted(err), err
+}
+
 // pgStateFusedMismatch is the SQLSTATE complete_and_claim fails with when
 // a claim did not match (migration 0006).
 const pgStateFusedMismatch = "LH001"

@@ -21,14 +21,14 @@ const conflictRetriesMax = 5
 // An outcome unknown (a failed COMMIT) is never retried: the write may
 // have been applied.
 func (q *Queue) writeRetrying(ctx context.Context, op string, fn func(t *txn) error) error {
-	return q.writeRetryingOp(ctx, op, fn, nil)
+	return q.writeRetryingOp(ctx, op, fn, nil, nil)
 }
 
 // writeRetryingOp is writeRetrying for an operation that may be a
 // completion (see writeOp).
-func (q *Queue) writeRetryingOp(ctx context.Context, op string, fn func(t *txn) error, c *completion) error {
+func (q *Queue) writeRetryingOp(ctx context.Context, op string, fn func(t *txn) error, c *completion, s *submission) error {
 	for run := 1; ; run++ {
-		err := q.writeOp(ctx, op, fn, c)
+		err := q.writeOp(ctx, op, fn, c, s)
 		if run == conflictRetriesMax || !retryable(err) {
 			return err
 		}

@@ -31,10 +31,14 @@ func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.Subm
 		return model.SubmitResult{}, err
 	}
 	var res model.SubmitResult
-	err = q.writeRetrying(ctx, "submit", func(t *txn) error {
+	alone := &submission{n: n, actor: n.User, scope: model.ScopeOf(ctx), out: &res}
+	if a := model.ActorOf(ctx); a != "" { // who submitted for the user (model.WithActor)
+		alone.actor = a
+	}
+	err = q.writeRetryingOp(ctx, "submit", func(t *txn) error {
 		res, err = t.submit(n, n.User)
 		return err
-	})
+	}, nil, alone)
 	if err != nil {
 		return model.SubmitResult{}, err
 	}

@@ -188,6 +188,18 @@ func (q *Queue) readRow(ctx context.Context, name string, args ...any) row {
 }
 
 func (q *Queue) readRows(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
+	return q.readRowsAs(ctx, "queue: ", name, args...)
+}
+
+// readRowsBare is readRows with a failed query's error named by the query
+// alone ("NAME: ..."), for a caller that names the operation itself.
+func (q *Queue) readRowsBare(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
+	return q.readRowsAs(ctx, "", name, args...)
+}
+
+// readRowsAs is readRows with prefix before the name a failed query's
+// error starts with.
+func (q *Queue) readRowsAs(ctx context.Context, prefix, name string, args ...any) (*sql.Rows, error) {
 	name = q.variant(name)
 	stmt, err := q.prepared(ctx, name)
 	if err != nil {
@@ -198,7 +210,7 @@ func (q *Queue) readRows(ctx context.Context, name string, args ...any) (*sql.Ro
 	}
 	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {
-		return nil, fmt.Errorf("queue: %s: %w", name, err)
+		return nil, fmt.Errorf("%s%s: %w", prefix, name, err)
 	}
 	return rows, nil
 }

@@ -137,8 +137,10 @@ func (s Store) open(ctx context.Context, clock clockwork.Clock, seed uint64) (op
 		return opened{}, err
 	}
 	storage := faults.NewPostgresStorage(stdlib.GetDefaultDriver(), clock)
+	// Unfused: the injector's BEGIN and COMMIT faults land where they land
+	// on SQLite (see queue.Options.Unfused).
 	q, err := queue.Open(ctx, queue.Options{Path: ws.url, Clock: clock, IDs: ids, Rand: rand,
-		Driver: storage, MaxConns: storeConnsMax})
+		Driver: storage, MaxConns: storeConnsMax, Unfused: true})
 	if err != nil {
 		s.pg.give(ws)
 		return opened{}, fmt.Errorf("sim: open queue on schema %s: %w", ws.name, err)

@@ -35,7 +35,10 @@ func setupPgStorage(t *testing.T) *storageBundle {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(epoch)
 	storage := storagefault.NewPostgres(stdlib.GetDefaultDriver(), clock)
-	q, err := queue.Open(ctx, queue.Options{Path: url, Clock: clock, IDs: model.NewSeededIDs(1), Driver: storage, MaxConns: 1})
+	// Unfused: a lone Submit is then a BEGIN, statements and a COMMIT, so
+	// each fault finds the operation it is armed for.
+	q, err := queue.Open(ctx, queue.Options{Path: url, Clock: clock, IDs: model.NewSeededIDs(1), Driver: storage, MaxConns: 1,
+		Unfused: true})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		storage.Disarm()

@@ -142,6 +142,14 @@ ORDER BY b.ord;
 SELECT {task_columns} FROM claim_batch(:now, :due, :alive, :max, :owner, :lease_until, :user_limits)
 ORDER BY priority DESC, run_at, seq;
 
+-- name: submit_one
+-- A Submit alone in its group in one statement, its own transaction
+-- (migration 0011's submit_one): the key's lookup, admission and the task
+-- with its submitted event, or the refusal's outcome with nothing written.
+SELECT outcome, task_id, n, lim FROM submit_one(:id, :user, :key, :hash, :payload, :priority, :run_at,
+    :deadline, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :actor, :scope, :timely,
+    :replay_any_hash, :depth_slack);
+
 -- name: complete_and_claim
 -- A fused group (batch.go) in one statement, its own transaction
 -- (migration 0006's complete_and_claim): the claims of :claims completed
