@@ -171,6 +171,50 @@ func TestFusedGroupSkipsAHeldUser(t *testing.T) {
 	})
 }
 
+// A fused group whose completions free their user's room claims into it,
+// as the usual way does: ana, at her running limit of two, completes both
+// tasks, and the same two members claim her next two: the claim's first
+// estimate of her room (user_caps) and its fold under her row's lock both
+// count the change rows the completions left a statement before.
+func TestFusedGroupClaimsTheRoomItsCompletionsFree(t *testing.T) {
+	fusedStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		run := func(g *mergeRig) ([][]model.Claimed, []error) {
+			g.setLimits(func(l *model.Limits) { l.UserRunningMax = 2 })
+			var claims []model.Claim
+			for range 2 {
+				_, c := g.running(func(r *model.SubmitRequest) { r.User = "ana" })
+				claims = append(claims, c)
+			}
+			g.submit(func(r *model.SubmitRequest) { r.User = "ana" })
+			g.submit(func(r *model.SubmitRequest) { r.User = "ana" })
+			g.advance(time.Second)
+			out := make([][]model.Claimed, len(claims))
+			var ops []func() error
+			for i, c := range claims {
+				ops = append(ops, g.completeAndClaimOp(c, model.ClaimRequest{Worker: "w2", Max: 1, Lease: testLease}, "", &out[i]))
+			}
+			return out, g.inGroup(nil, ops...)
+		}
+		fused := open(t)
+		fusedClaims, fusedErrs := run(fused)
+		require.EqualValues(t, 1, fused.q.stats.fused.Load(), "the group was one statement")
+		usual := open(t)
+		usual.q.fuse = false
+		usualClaims, usualErrs := run(usual)
+		require.Equal(t, usualErrs, fusedErrs)
+		require.Equal(t, usualClaims, fusedClaims)
+		for i, c := range fusedClaims {
+			require.NoError(t, fusedErrs[i])
+			require.Len(t, c, 1, "member %d claims ana's next task", i)
+		}
+		fusedTrail, fusedMetrics := fused.trail()
+		usualTrail, usualMetrics := usual.trail()
+		require.Equal(t, usualTrail, fusedTrail)
+		require.Equal(t, usualMetrics, fusedMetrics)
+		require.NoError(t, fused.q.CheckCounters(fused.ctx))
+	})
+}
+
 // fusedStatement is the text of the fused group's statement.
 func fusedStatement(g *mergeRig) string { return g.q.query(g.q.variant("complete_and_claim")).text }
 
