@@ -25,7 +25,7 @@ func (q *Queue) writeRetrying(ctx context.Context, op string, fn func(t *txn) er
 }
 
 // writeRetryingOp is writeRetrying for an operation that may be a
-// completion (see writeOp).
+// completion or a submit (see writeOp).
 func (q *Queue) writeRetryingOp(ctx context.Context, op string, fn func(t *txn) error, c *completion, s *submission) error {
 	for run := 1; ; run++ {
 		err := q.writeOp(ctx, op, fn, c, s)

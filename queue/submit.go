@@ -31,10 +31,7 @@ func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.Subm
 		return model.SubmitResult{}, err
 	}
 	var res model.SubmitResult
-	alone := &submission{n: n, actor: n.User, scope: model.ScopeOf(ctx), out: &res}
-	if a := model.ActorOf(ctx); a != "" { // who submitted for the user (model.WithActor)
-		alone.actor = a
-	}
+	alone := &submission{n: n, actor: submitter(ctx, n.User), scope: model.ScopeOf(ctx), out: &res}
 	err = q.writeRetryingOp(ctx, "submit", func(t *txn) error {
 		res, err = t.submit(n, n.User)
 		return err
@@ -43,6 +40,15 @@ func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.Subm
 		return model.SubmitResult{}, err
 	}
 	return res, nil
+}
+
+// submitter is the actor a submitted event names: who submitted for the
+// user when ctx says (model.WithActor), else actor.
+func submitter(ctx context.Context, actor string) string {
+	if a := model.ActorOf(ctx); a != "" {
+		return a
+	}
+	return actor
 }
 
 // checkPayload runs Options.ValidatePayload, if set, on a normalized

@@ -300,10 +300,7 @@ func (t *txn) newRow(n model.Normalized) (batchRow, submittedEvent) {
 		runAt = t.now
 	}
 	t.madeReady(runAt)
-	actor := n.User
-	if a := model.ActorOf(t.ctx); a != "" {
-		actor = a
-	}
+	actor := submitter(t.ctx, n.User)
 	id := t.q.newID(model.TaskIDPrefix, model.TaskKey(n.User, n.Key))
 	return batchRow{
 		ID: id, User: n.User, Key: n.Key,
@@ -373,9 +370,7 @@ func (t *txn) insertTask(n model.Normalized, actor string, limits model.Limits) 
 		return model.SubmitResult{}, err
 	}
 	t.madeReady(runAt)
-	if a := model.ActorOf(t.ctx); a != "" { // who submitted for the user (model.WithActor)
-		actor = a
-	}
+	actor = submitter(t.ctx, actor)
 	if err := t.emit(model.Event{TaskID: id, Kind: model.EventSubmitted, To: model.Queued, Actor: actor}); err != nil {
 		return model.SubmitResult{}, err
 	}
