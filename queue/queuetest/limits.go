@@ -45,6 +45,45 @@ func testDefaultRunningLimit(s *suite) {
 	require.Len(t, s.claimN("w1", 3, lease), 1)
 }
 
+// testRunningRoomAtTheBatch: a claim fills its batch with the next user's
+// tasks when a user's room falls one short of the batch, and takes a
+// user's tasks alone when its room is the whole batch. (PostgreSQL reads
+// the candidates by one ordered scan only when no user is short of room
+// for a whole batch; a claim that read them so with a user one short
+// would take that user's first three and stop.)
+func testRunningRoomAtTheBatch(s *suite) {
+	t := s.t
+	require.NoError(t, s.store.SetUserLimit(s.ctx, model.UserLimit{User: "ana", RunningMax: 3, DepthMax: model.Inherit}, "ops"))
+	var ana []string
+	for range 4 {
+		ana = append(ana, s.submit())
+	}
+	b1 := s.submit(func(r *model.SubmitRequest) { r.User = "bob" })
+	claimed := s.claimN("w1", 4, lease)
+	require.Equal(t, []string{ana[0], ana[1], ana[2], b1}, claimedIDs(claimed), "ana has room for three: bob's task fills the batch")
+	for _, c := range claimed {
+		require.NoError(t, s.store.Complete(s.ctx, c.Claim))
+	}
+
+	require.NoError(t, s.store.SetUserLimit(s.ctx, model.UserLimit{User: "ana", RunningMax: 4, DepthMax: model.Inherit}, "ops"))
+	for range 3 {
+		ana = append(ana, s.submit())
+	}
+	b2 := s.submit(func(r *model.SubmitRequest) { r.User = "bob" })
+	claimed = s.claimN("w1", 4, lease)
+	require.Equal(t, ana[3:7], claimedIDs(claimed), "ana has room for the whole batch")
+	require.Equal(t, b2, s.claim("w2").Claim.TaskID)
+}
+
+// claimedIDs is the task IDs of claimed, in claim order.
+func claimedIDs(claimed []model.Claimed) []string {
+	ids := make([]string, len(claimed))
+	for i, c := range claimed {
+		ids[i] = c.Claim.TaskID
+	}
+	return ids
+}
+
 func testAdmissionDepth(s *suite) {
 	t := s.t
 	s.setLimits(func(l *model.Limits) { l.DepthMax = 2 })

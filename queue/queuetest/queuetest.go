@@ -95,6 +95,7 @@ var cases = []struct {
 	{"Resolve", testResolve},
 	{"UserRunningLimit", testUserRunningLimit},
 	{"DefaultRunningLimit", testDefaultRunningLimit},
+	{"RunningRoomAtTheBatch", testRunningRoomAtTheBatch},
 	{"AdmissionDepth", testAdmissionDepth},
 	{"AdmissionUserDepth", testAdmissionUserDepth},
 	{"ScheduleRunsOnce", testScheduleRunsOnce},
