@@ -38,7 +38,7 @@ func resetPostgres(ctx context.Context, url string) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `TRUNCATE effects, events, tasks, idem_tombstones, schedules, users, user_deltas, tally_deltas, settings;
+	_, err = conn.Exec(ctx, `TRUNCATE effects, events, tasks, task_keys, idem_tombstones, schedules, users, user_deltas, tally_deltas, settings;
 INSERT INTO settings SELECT * FROM pristine_settings;
 INSERT INTO tally_deltas (name, n, sum_ms) SELECT name, n, sum_ms FROM pristine_tallies;
 ALTER SEQUENCE tasks_seq RESTART;

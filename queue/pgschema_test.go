@@ -35,6 +35,7 @@ var pinnedPostgresMigrations = map[string]string{
 	"0010_fused_claim_inline.sql":        "da145f19d54134313ea23d7e25dc7969c4018eae7a53743009dcd60f37f547c0",
 	"0011_submit_in_one_statement.sql":   "fca3ec9f83430a8e80f078c9fb4887e29b3071d482131bd6f96581e698233560",
 	"0012_claim_by_one_scan.sql":         "5020454198394458b49ef633459394cea0480c19984978ff79c94234e315bc78",
+	"0013_task_keys.sql":                 "10613a044899c9cdce2e81c5417f5c27b60ff61e2eb7cee545713ace320d9dc1",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {

@@ -147,5 +147,23 @@ func TestPostgresUpgradeFromSchemaV1(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, replay.Replay)
 	require.Equal(t, done.ID, replay.TaskID)
+	// An upgraded task that stays is found under its key and in its
+	// user's listing (its key copied to task_keys by migration 0013).
+	replay, err = q.Submit(ctx, model.SubmitRequest{User: review.User, Key: review.Key, Payload: review.Payload,
+		CostBudget: review.CostBudget, StepsMax: review.StepsMax})
+	require.NoError(t, err)
+	require.Equal(t, model.SubmitResult{TaskID: review.ID, Replay: true}, replay)
+	mine, err := q.List(ctx, model.ListFilter{User: review.User, Limit: model.ListLimitMax})
+	require.NoError(t, err)
+	require.Contains(t, taskIDs(mine), review.ID)
 	require.NoError(t, q.CheckCounters(ctx))
+}
+
+// taskIDs is the IDs of tasks, in order.
+func taskIDs(tasks []model.Task) []string {
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.ID
+	}
+	return ids
 }

@@ -13,12 +13,15 @@ WHERE seq > :after
 ORDER BY seq LIMIT :limit;
 
 -- name: list_page_by_user
-SELECT {task_columns} FROM tasks
-WHERE user_id = :user AND seq > :after
-  AND (:state = '' OR state = :state)
-  AND created_at >= :created_from AND created_at < :created_until
-  AND (:schedule_id = '' OR schedule_id = :schedule_id)
-ORDER BY seq LIMIT :limit;
+-- Walked by task_keys_user (migration 0013).
+SELECT {task_columns} FROM (
+    SELECT t.* FROM task_keys k JOIN tasks t ON t.seq = k.seq
+    WHERE k.user_id = :user AND k.seq > :after
+      AND (:state = '' OR t.state = :state)
+      AND t.created_at >= :created_from AND t.created_at < :created_until
+      AND (:schedule_id = '' OR t.schedule_id = :schedule_id)
+    ORDER BY k.seq LIMIT :limit) AS tasks
+ORDER BY seq;
 
 -- The audit trail with each event's task's user beside it ('' for an
 -- event that concerns no task). The join is on tasks.id, which is unique.

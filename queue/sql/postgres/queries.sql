@@ -37,7 +37,9 @@ SELECT {task_columns} FROM tasks WHERE id = :id;
 -- name: task_by_key
 -- The task under a user's key, or the tombstone a prune left of it (see
 -- prune.sql), so that a replay is recognised after its task is pruned.
-SELECT id, request_hash FROM tasks WHERE user_id = :user AND idem_key = :key
+-- Keys are looked up in task_keys (migration 0013).
+SELECT t.id, t.request_hash FROM task_keys k JOIN tasks t ON t.seq = k.seq
+WHERE k.user_id = :user AND k.idem_key = :key
 UNION ALL
 SELECT task_id, request_hash FROM idem_tombstones WHERE user_id = :user AND idem_key = :key
 LIMIT 1;
@@ -65,11 +67,16 @@ FROM user_caps WHERE user_id = :user;
 SELECT (COALESCE((SELECT SUM(active) FROM users), 0) + COALESCE((SELECT SUM(active) FROM user_deltas), 0))::BIGINT;
 
 -- name: task_insert
-INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
-                   attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
-                   created_at, updated_at)
-VALUES (:id, :user, :key, :hash, :payload, 'queued', :priority, :run_at, :deadline,
-        :attempts_max, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :now, :now);
+-- The task and its key (task_keys: a used key fails here, unique_violation).
+WITH task AS (
+    INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
+                       attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
+                       created_at, updated_at)
+    VALUES (:id, :user, :key, :hash, :payload, 'queued', :priority, :run_at, :deadline,
+            :attempts_max, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :now, :now)
+    RETURNING seq
+)
+INSERT INTO task_keys (user_id, idem_key, seq) SELECT :user, :key, seq FROM task;
 
 -- name: event_insert
 -- The shared advisory lock, held until the transaction ends, is taken
@@ -86,7 +93,8 @@ FROM writing;
 -- (0 a task, 1 a tombstone).
 SELECT b.ord - 1, t.id, t.request_hash, 0
 FROM json_array_elements((:pairs::text)::json) WITH ORDINALITY AS b(value, ord)
-JOIN tasks AS t ON t.user_id = b.value ->> 0 AND t.idem_key = b.value ->> 1
+JOIN task_keys AS k ON k.user_id = b.value ->> 0 AND k.idem_key = b.value ->> 1
+JOIN tasks AS t ON t.seq = k.seq
 UNION ALL
 SELECT b.ord - 1, s.task_id, s.request_hash, 1
 FROM json_array_elements((:pairs::text)::json) WITH ORDINALITY AS b(value, ord)
@@ -109,17 +117,21 @@ JOIN user_caps AS c ON c.user_id = b.value;
 -- name: tasks_insert
 -- task_insert for each new task of a batch, in the batch's order: :rows is
 -- a JSON array of objects (see batchRow in submit_many.go), each parsed
--- once.
-INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
-                   attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
-                   created_at, updated_at)
-SELECT b.i, b.u, b.k, b.h, b.p, 'queued', b.r, b.t, b.d, :attempts_max::BIGINT, :now::BIGINT,
-       b.c, b.s, b.si, b.sr, :now::BIGINT, :now::BIGINT
-FROM ROWS FROM (json_to_recordset((:rows::text)::json)
-         AS (i TEXT, u TEXT, k TEXT, h TEXT, p TEXT, r BIGINT, t BIGINT, d BIGINT, c BIGINT, s BIGINT,
-             si TEXT, sr BIGINT))
-     WITH ORDINALITY AS b(i, u, k, h, p, r, t, d, c, s, si, sr, ord)
-ORDER BY b.ord;
+-- once; and their keys, as task_insert.
+WITH task AS (
+    INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
+                       attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
+                       created_at, updated_at)
+    SELECT b.i, b.u, b.k, b.h, b.p, 'queued', b.r, b.t, b.d, :attempts_max::BIGINT, :now::BIGINT,
+           b.c, b.s, b.si, b.sr, :now::BIGINT, :now::BIGINT
+    FROM ROWS FROM (json_to_recordset((:rows::text)::json)
+             AS (i TEXT, u TEXT, k TEXT, h TEXT, p TEXT, r BIGINT, t BIGINT, d BIGINT, c BIGINT, s BIGINT,
+                 si TEXT, sr BIGINT))
+         WITH ORDINALITY AS b(i, u, k, h, p, r, t, d, c, s, si, sr, ord)
+    ORDER BY b.ord
+    RETURNING user_id, idem_key, seq
+)
+INSERT INTO task_keys (user_id, idem_key, seq) SELECT user_id, idem_key, seq FROM task ORDER BY seq;
 
 -- name: events_insert
 -- event_insert of each new task's submitted event, in the batch's order,
@@ -285,10 +297,17 @@ SELECT {task_columns} FROM tasks ORDER BY seq LIMIT :limit;
 SELECT {task_columns} FROM tasks WHERE state = :state ORDER BY seq LIMIT :limit;
 
 -- name: list_by_user
-SELECT {task_columns} FROM tasks WHERE user_id = :user ORDER BY seq LIMIT :limit;
+-- A user's tasks in order, walked by task_keys_user (migration 0013).
+SELECT {task_columns} FROM (
+    SELECT t.* FROM task_keys k JOIN tasks t ON t.seq = k.seq
+    WHERE k.user_id = :user ORDER BY k.seq LIMIT :limit) AS tasks
+ORDER BY seq;
 
 -- name: list_by_user_state
-SELECT {task_columns} FROM tasks WHERE user_id = :user AND state = :state ORDER BY seq LIMIT :limit;
+SELECT {task_columns} FROM (
+    SELECT t.* FROM task_keys k JOIN tasks t ON t.seq = k.seq
+    WHERE k.user_id = :user AND t.state = :state ORDER BY k.seq LIMIT :limit) AS tasks
+ORDER BY seq;
 
 -- name: events_by_task
 SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
@@ -341,9 +360,10 @@ SELECT
         LEFT JOIN (SELECT 'state:' || state AS name, COUNT(*) AS n FROM tasks GROUP BY state) c ON c.name = s.name
         WHERE s.n != COALESCE(c.n, 0)),
     (SELECT COUNT(*) FROM user_caps u
-        WHERE u.running != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id AND t.state = 'running')
-           OR u.active != (SELECT COUNT(*) FROM tasks t WHERE t.user_id = u.user_id
-                               AND t.state IN ('queued', 'running', 'waiting_for_approval'))),
+        LEFT JOIN (SELECT t.user_id, COUNT(*) FILTER (WHERE t.state = 'running') AS running,
+                          COUNT(*) FILTER (WHERE t.state IN ('queued', 'running', 'waiting_for_approval')) AS active
+                   FROM tasks t GROUP BY t.user_id) c ON c.user_id = u.user_id
+        WHERE u.running != COALESCE(c.running, 0) OR u.active != COALESCE(c.active, 0)),
     (SELECT COUNT(*) FROM user_caps WHERE running > active);
 
 -- name: migrations_lock
