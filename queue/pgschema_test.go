@@ -23,19 +23,20 @@ import (
 // pinnedPostgresMigrations holds the SHA-256 of every PostgreSQL migration
 // file: committed migrations never change.
 var pinnedPostgresMigrations = map[string]string{
-	"0001_init.sql":                      "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
-	"0002_prune.sql":                     "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
-	"0003_user_deltas.sql":               "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
-	"0004_statement_counters.sql":        "44d08a39e0118fd0f22a63a29c9e97107ceeb5e5907208cb5a580b496e7ade17",
-	"0005_claim_function.sql":            "433626bf1a15ce0fa0c417a0abd77bd2626007e0fa96bdb11b90518d3c054185",
-	"0006_lean_hot_path.sql":             "bfcfb780e294140e9e50921ea7243af50b68ec30fb0b0b3b35734a32d1104f87",
-	"0007_claim_without_bitmaps.sql":     "a5c44a1ecf6442816bc5abdbe9824402b16a2dbe6e31f9cd1193c807fe6ebeca",
-	"0008_fused_group_counts_itself.sql": "0cc9eca48c757a560249a6a02fc5a99eb21b0efc799765e7e41bc4921288117a",
-	"0009_claim_lets_submits_pass.sql":   "267645c1144105b79dbbef8de8181018780a67304f6737b0ba713a4908059273",
-	"0010_fused_claim_inline.sql":        "da145f19d54134313ea23d7e25dc7969c4018eae7a53743009dcd60f37f547c0",
-	"0011_submit_in_one_statement.sql":   "fca3ec9f83430a8e80f078c9fb4887e29b3071d482131bd6f96581e698233560",
-	"0012_claim_by_one_scan.sql":         "5020454198394458b49ef633459394cea0480c19984978ff79c94234e315bc78",
-	"0013_task_keys.sql":                 "10613a044899c9cdce2e81c5417f5c27b60ff61e2eb7cee545713ace320d9dc1",
+	"0001_init.sql":                         "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
+	"0002_prune.sql":                        "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
+	"0003_user_deltas.sql":                  "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
+	"0004_statement_counters.sql":           "44d08a39e0118fd0f22a63a29c9e97107ceeb5e5907208cb5a580b496e7ade17",
+	"0005_claim_function.sql":               "433626bf1a15ce0fa0c417a0abd77bd2626007e0fa96bdb11b90518d3c054185",
+	"0006_lean_hot_path.sql":                "bfcfb780e294140e9e50921ea7243af50b68ec30fb0b0b3b35734a32d1104f87",
+	"0007_claim_without_bitmaps.sql":        "a5c44a1ecf6442816bc5abdbe9824402b16a2dbe6e31f9cd1193c807fe6ebeca",
+	"0008_fused_group_counts_itself.sql":    "0cc9eca48c757a560249a6a02fc5a99eb21b0efc799765e7e41bc4921288117a",
+	"0009_claim_lets_submits_pass.sql":      "267645c1144105b79dbbef8de8181018780a67304f6737b0ba713a4908059273",
+	"0010_fused_claim_inline.sql":           "da145f19d54134313ea23d7e25dc7969c4018eae7a53743009dcd60f37f547c0",
+	"0011_submit_in_one_statement.sql":      "fca3ec9f83430a8e80f078c9fb4887e29b3071d482131bd6f96581e698233560",
+	"0012_claim_by_one_scan.sql":            "5020454198394458b49ef633459394cea0480c19984978ff79c94234e315bc78",
+	"0013_task_keys.sql":                    "10613a044899c9cdce2e81c5417f5c27b60ff61e2eb7cee545713ace320d9dc1",
+	"0014_fused_group_fewer_statements.sql": "e33f743714df063e50eb8ebad1f31af99fe3d463c5800218fe129f2af99eccd6",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {
