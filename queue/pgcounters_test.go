@@ -2,9 +2,14 @@ package queue
 
 import (
 	"database/sql"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
 )
 
 // tallies reads every counter as tallies_all sums it.
@@ -185,4 +190,75 @@ func TestPostgresFusedGroupCountsItself(t *testing.T) {
 	require.Equal(t, [2]int64{0, 0}, diff("state:queued"), "a2 is queued again")
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
 	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over}, "the triggers counted the hand-made change")
+}
+
+// TestPostgresSubmitsFoldUserDeltas: with nothing claimed, submits keep
+// user_deltas bounded (migration 0016): each adds a row, and a submit folds
+// them into the users' rows once they span 256, by submit_one (a lone
+// submit) and by user_ensure (the usual way) alike. The users' counts and
+// the counters' check are what they would be without the fold, and a user
+// whose row another transaction holds keeps its rows for that transaction.
+func TestPostgresSubmitsFoldUserDeltas(t *testing.T) {
+	f := freshPostgres(t)
+	users := []string{"ana", "bob", "cy"}
+	submit := func(q *Queue, from, n int) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			_, err := q.Submit(f.ctx, model.SubmitRequest{User: users[i%3], Key: fmt.Sprintf("k%d", i), Payload: `{}`,
+				CostBudget: 1, StepsMax: 1})
+			require.NoError(t, err)
+		}
+	}
+	active := func(user string) int64 {
+		t.Helper()
+		var n int64
+		require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT active FROM user_caps WHERE user_id = $1", user).Scan(&n))
+		return n
+	}
+	deltas := func(user string) int {
+		t.Helper()
+		var n int
+		require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT COUNT(*) FROM user_deltas WHERE user_id = $1", user).Scan(&n))
+		return n
+	}
+	checked := func() {
+		t.Helper()
+		var states, users, over int
+		require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
+		require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over})
+	}
+
+	submit(f.q, 0, 600) // lone submits: submit_one
+	require.Less(t, f.rowCount("user_deltas"), 256, "600 submits, folded")
+	for _, u := range users {
+		require.EqualValues(t, 200, active(u))
+	}
+	checked()
+
+	// Bob's row is held (a claim would hold it so): the usual way's folds
+	// pass it over, and bob's rows wait for whoever holds it.
+	usual, err := Open(f.ctx, Options{Path: f.url, Clock: clockwork.NewFakeClockAt(time.UnixMilli(1000)),
+		IDs: model.NewSeededIDs(2), Unfused: true})
+	require.NoError(t, err)
+	defer usual.Close()
+	bobBefore := deltas("bob")
+	tx, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }() // a failed check must not leave bob's row held
+	_, err = tx.ExecContext(f.ctx, "SELECT 1 FROM users WHERE user_id = 'bob' FOR NO KEY UPDATE")
+	require.NoError(t, err)
+	submit(usual, 600, 600)
+	require.Equal(t, bobBefore+200, deltas("bob"), "bob's row is held: none of bob's rows is folded")
+	require.Less(t, deltas("ana")+deltas("cy"), 256, "ana's and cy's are")
+	require.NoError(t, tx.Rollback())
+	for _, u := range users {
+		require.EqualValues(t, 400, active(u))
+	}
+	checked()
+	submit(usual, 1200, 300)
+	require.Less(t, f.rowCount("user_deltas"), 256, "bob's row is free again: folded")
+	for _, u := range users {
+		require.EqualValues(t, 500, active(u))
+	}
+	checked()
 }

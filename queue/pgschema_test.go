@@ -37,6 +37,8 @@ var pinnedPostgresMigrations = map[string]string{
 	"0012_claim_by_one_scan.sql":            "5020454198394458b49ef633459394cea0480c19984978ff79c94234e315bc78",
 	"0013_task_keys.sql":                    "10613a044899c9cdce2e81c5417f5c27b60ff61e2eb7cee545713ace320d9dc1",
 	"0014_fused_group_fewer_statements.sql": "e33f743714df063e50eb8ebad1f31af99fe3d463c5800218fe129f2af99eccd6",
+	"0015_lone_submit_counts_itself.sql":    "2e56528d6ba26b27a1a88d181a8dbdecdd88dd3171af3ee53c9531b999fe39b6",
+	"0016_submit_folds_user_deltas.sql":     "0f49ae3ded3d722794cb40014f4bec9a68c2ead8fd9ec9856070dd7e19147aa6",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {

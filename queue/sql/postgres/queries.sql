@@ -50,9 +50,11 @@ LIMIT 1;
 -- (user_depth, a statement of its own and so reading after the lock is
 -- held; active_total for a batch) see every earlier submit: the caps cannot be
 -- raced by submits on other connections or machines. Claims and settles
--- only lower the counts, and do not take it.
-WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked)
-INSERT INTO users (user_id) SELECT :user FROM admission
+-- only lower the counts, and do not take it. Under the lock, the users'
+-- pending count changes are folded once they pile up (migration 0016).
+WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked),
+folded AS (SELECT fold_user_deltas(256) AS done FROM admission)
+INSERT INTO users (user_id) SELECT :user FROM admission, folded
 ON CONFLICT (user_id) DO NOTHING;
 
 -- name: user_depth
@@ -102,10 +104,11 @@ JOIN idem_tombstones AS s ON s.user_id = b.value ->> 0 AND s.idem_key = b.value 
 
 -- name: users_ensure
 -- user_ensure for each user of :users, a JSON array of user IDs: the
--- admission lock, then the users' rows.
-WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked)
+-- admission lock, the fold, then the users' rows.
+WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked),
+folded AS (SELECT fold_user_deltas(256) AS done FROM admission)
 INSERT INTO users (user_id)
-SELECT b.value FROM admission, json_array_elements_text((:users::text)::json) AS b(value)
+SELECT b.value FROM admission, folded, json_array_elements_text((:users::text)::json) AS b(value)
 ON CONFLICT (user_id) DO NOTHING;
 
 -- name: users_depth
