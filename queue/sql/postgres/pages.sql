@@ -13,9 +13,11 @@ WHERE seq > :after
 ORDER BY seq LIMIT :limit;
 
 -- name: list_page_by_user
--- Walked by task_keys_user (migration 0013).
+-- Walked by task_keys_user (migration 0013), a task read a key (see
+-- list_by_user in queries.sql).
 SELECT {task_columns} FROM (
-    SELECT t.* FROM task_keys k JOIN tasks t ON t.seq = k.seq
+    SELECT t.* FROM task_keys k
+    CROSS JOIN LATERAL (SELECT * FROM tasks WHERE tasks.seq = k.seq LIMIT 1) t
     WHERE k.user_id = :user AND k.seq > :after
       AND (:state = '' OR t.state = :state)
       AND t.created_at >= :created_from AND t.created_at < :created_until

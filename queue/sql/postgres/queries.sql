@@ -300,15 +300,20 @@ SELECT {task_columns} FROM tasks ORDER BY seq LIMIT :limit;
 SELECT {task_columns} FROM tasks WHERE state = :state ORDER BY seq LIMIT :limit;
 
 -- name: list_by_user
--- A user's tasks in order, walked by task_keys_user (migration 0013).
+-- A user's tasks in order, walked by task_keys_user (migration 0013), each
+-- task read by its seq (the LIMIT 1 keeps the read a lookup a key: joined
+-- as a whole, the planner may walk tasks_pkey from its start to the
+-- user's first key).
 SELECT {task_columns} FROM (
-    SELECT t.* FROM task_keys k JOIN tasks t ON t.seq = k.seq
+    SELECT t.* FROM task_keys k
+    CROSS JOIN LATERAL (SELECT * FROM tasks WHERE tasks.seq = k.seq LIMIT 1) t
     WHERE k.user_id = :user ORDER BY k.seq LIMIT :limit) AS tasks
 ORDER BY seq;
 
 -- name: list_by_user_state
 SELECT {task_columns} FROM (
-    SELECT t.* FROM task_keys k JOIN tasks t ON t.seq = k.seq
+    SELECT t.* FROM task_keys k
+    CROSS JOIN LATERAL (SELECT * FROM tasks WHERE tasks.seq = k.seq LIMIT 1) t
     WHERE k.user_id = :user AND t.state = :state ORDER BY k.seq LIMIT :limit) AS tasks
 ORDER BY seq;
 
