@@ -261,4 +261,20 @@ func TestPostgresSubmitsFoldUserDeltas(t *testing.T) {
 		require.EqualValues(t, 500, active(u))
 	}
 	checked()
+
+	// A batch of 300 users' first tasks adds a row for each; the next
+	// batch's users_ensure folds them.
+	var batch []model.SubmitRequest
+	for i := range 300 {
+		batch = append(batch, model.SubmitRequest{User: fmt.Sprintf("m%03d", i), Key: "k", Payload: `{}`, CostBudget: 1, StepsMax: 1})
+	}
+	_, err = usual.SubmitMany(f.ctx, batch)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, f.rowCount("user_deltas"), 300)
+	_, err = usual.SubmitMany(f.ctx, []model.SubmitRequest{{User: "ana", Key: "last", Payload: `{}`, CostBudget: 1, StepsMax: 1}})
+	require.NoError(t, err)
+	require.Less(t, f.rowCount("user_deltas"), 256, "SubmitMany folds too")
+	require.EqualValues(t, 1, active("m042"))
+	require.EqualValues(t, 501, active("ana"))
+	checked()
 }
