@@ -155,15 +155,6 @@ func TestPostgresUpgradeFromSchemaV1(t *testing.T) {
 	require.Equal(t, model.SubmitResult{TaskID: review.ID, Replay: true}, replay)
 	mine, err := q.List(ctx, model.ListFilter{User: review.User, Limit: model.ListLimitMax})
 	require.NoError(t, err)
-	require.Contains(t, taskIDs(mine), review.ID)
+	require.Contains(t, ids(mine), review.ID)
 	require.NoError(t, q.CheckCounters(ctx))
-}
-
-// taskIDs is the IDs of tasks, in order.
-func taskIDs(tasks []model.Task) []string {
-	ids := make([]string, len(tasks))
-	for i, t := range tasks {
-		ids[i] = t.ID
-	}
-	return ids
 }
