@@ -1,0 +1,117 @@
+package queue
+
+import (
+	"database/sql"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// usersRowsRead runs fn inside a transaction and returns how many rows of
+// users it read (scanned or fetched by index); the transaction is rolled
+// back. The figure is the change in the backend's counts not yet reported
+// (pg_stat_xact_user_tables) across fn: on PostgreSQL 15 those include
+// earlier transactions of the connection until it reports them.
+func (f *pgFixture) usersRowsRead(fn func(tx *sql.Tx)) int64 {
+	f.t.Helper()
+	tx, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(f.t, err)
+	defer func() { _ = tx.Rollback() }()
+	read := func() int64 {
+		var n int64
+		require.NoError(f.t, tx.QueryRowContext(f.ctx, `SELECT COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0)
+		    FROM pg_stat_xact_user_tables WHERE relid = 'users'::regclass`).Scan(&n))
+		return n
+	}
+	before := read()
+	fn(tx)
+	return read() - before
+}
+
+// TestPostgresClaimReadsItsCandidatesUsers (migration 0017): with 3,000
+// users under a running limit, a claim reads the counts of its
+// candidates' users, not of every user: claim_batch and
+// complete_and_claim each take their 8 tasks reading a few dozen users
+// rows at most. Version 16 read user_caps for every user on every claim
+// (3,000 rows and more here). When a candidate's user is short of room,
+// the claim still finds its tasks user by user, and takes the next user's
+// task in its place.
+func TestPostgresClaimReadsItsCandidatesUsers(t *testing.T) {
+	f := freshPostgres(t)
+	const users = 3000
+	_, err := f.db.ExecContext(f.ctx, fmt.Sprintf(`
+UPDATE settings SET value = 2 WHERE key = 'user_running_max';
+INSERT INTO users (user_id) SELECT 'u' || lpad(i::text, 5, '0') FROM generate_series(1, %d) i;
+INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline, attempts_max,
+                   queued_at, cost_budget, steps_max, created_at, updated_at)
+SELECT 't' || lpad(i::text, 5, '0'), 'u' || lpad(i::text, 5, '0'), 'k' || i, 'h', '{}', 'queued', 0, 0, 0, 3,
+       0, 1, 1, 0, 0
+FROM generate_series(1, %d) i;
+-- The first user has two more tasks, first in claim order.
+INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline, attempts_max,
+                   queued_at, cost_budget, steps_max, created_at, updated_at)
+VALUES ('a1', 'u00001', 'ka1', 'h', '{}', 'queued', 5, 0, 0, 3, 0, 1, 1, 0, 0),
+       ('a2', 'u00001', 'ka2', 'h', '{}', 'queued', 5, 0, 0, 3, 0, 1, 1, 0, 0);
+ANALYZE users; ANALYZE tasks; ANALYZE user_deltas`, users, users))
+	require.NoError(t, err)
+
+	claimed := func(rows *sql.Rows, err error) []string {
+		t.Helper()
+		require.NoError(t, err)
+		tasks, err := scanTasks(rows)
+		require.NoError(t, err)
+		var ids []string
+		for _, task := range tasks {
+			ids = append(ids, task.ID)
+		}
+		return ids
+	}
+	claimArgs := func(max int) []any {
+		return []any{sql.Named("now", int64(1000)), sql.Named("due", int64(1000)), sql.Named("alive", int64(1000)),
+			sql.Named("max", max), sql.Named("owner", "w"), sql.Named("lease_until", int64(6000)),
+			sql.Named("user_limits", true)}
+	}
+	first8 := []string{"a1", "a2", "t00001", "t00002", "t00003", "t00004", "t00005", "t00006"}
+
+	// Every candidate's user has room for its candidates (u00001: 3 tasks
+	// first in order would be 3 against its limit of 2, so the batch
+	// starts after a claim of one: below, its limit is raised to 3).
+	_, err = f.db.ExecContext(f.ctx, "UPDATE users SET running_max = 3 WHERE user_id = 'u00001'")
+	require.NoError(t, err)
+	var ids []string
+	read := f.usersRowsRead(func(tx *sql.Tx) {
+		text, bound := f.args("claim_batch", claimArgs(8)...)
+		ids = claimed(tx.QueryContext(f.ctx, text, bound...))
+	})
+	require.Equal(t, first8, ids)
+	t.Logf("claim_batch read %d users rows", read)
+	require.Less(t, read, int64(50), "claim_batch read %d users rows for a batch of 8", read)
+
+	read = f.usersRowsRead(func(tx *sql.Tx) {
+		text, bound := f.args("complete_and_claim", append(claimArgs(8), sql.Named("claims", "[]"),
+			sql.Named("events", "[]"), sql.Named("at_lease_until", false), sql.Named("scope", ""))...)
+		ids = claimed(tx.QueryContext(f.ctx, text, bound...))
+	})
+	require.Equal(t, first8, ids)
+	t.Logf("complete_and_claim read %d users rows", read)
+	require.Less(t, read, int64(50), "complete_and_claim read %d users rows for a batch of 8", read)
+
+	// u00001 back at the default limit of 2, with 3 tasks among the first
+	// 8: its third is left, and t00007 takes its place, found user by user.
+	_, err = f.db.ExecContext(f.ctx, "UPDATE users SET running_max = -1 WHERE user_id = 'u00001'")
+	require.NoError(t, err)
+	want := []string{"a1", "a2", "t00002", "t00003", "t00004", "t00005", "t00006", "t00007"}
+	for _, name := range []string{"claim_batch", "complete_and_claim"} {
+		f.usersRowsRead(func(tx *sql.Tx) {
+			args := claimArgs(8)
+			if name == "complete_and_claim" {
+				args = append(args, sql.Named("claims", "[]"), sql.Named("events", "[]"),
+					sql.Named("at_lease_until", false), sql.Named("scope", ""))
+			}
+			text, bound := f.args(name, args...)
+			ids = claimed(tx.QueryContext(f.ctx, text, bound...))
+		})
+		require.Equal(t, want, ids, fmt.Sprintf("%s, a user short of room", name))
+	}
+}
