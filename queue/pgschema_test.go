@@ -39,6 +39,7 @@ var pinnedPostgresMigrations = map[string]string{
 	"0014_fused_group_fewer_statements.sql": "e33f743714df063e50eb8ebad1f31af99fe3d463c5800218fe129f2af99eccd6",
 	"0015_lone_submit_counts_itself.sql":    "2e56528d6ba26b27a1a88d181a8dbdecdd88dd3171af3ee53c9531b999fe39b6",
 	"0016_submit_folds_user_deltas.sql":     "0f49ae3ded3d722794cb40014f4bec9a68c2ead8fd9ec9856070dd7e19147aa6",
+	"0018_submit_counts_by_state.sql":       "826dea232147e5304479894bf29e0db3b831d879bc3ed8c8133df2e12feaea62",
 	"0017_claim_reads_its_users.sql":        "f451a9118f4beab72978974d7def6227308a799f070b255014537e1155ed5539",
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
 )
 
 // usersRowsRead runs fn inside a transaction and returns how many rows of
@@ -114,4 +116,80 @@ ANALYZE users; ANALYZE tasks; ANALYZE user_deltas`, users, users))
 		})
 		require.Equal(t, want, ids, fmt.Sprintf("%s, a user short of room", name))
 	}
+}
+
+// TestPostgresSubmitReadsNoOtherUsers (migration 0018): with 3,000 users,
+// a submit is admitted against the queue's active tasks read from the
+// state counts, not from every user's row: submit_one, and the usual
+// way's user_depth and SubmitMany's active_total, each read a few users
+// rows at most (version 17 summed all 3,000). The figure is the same, and
+// submits fold the state counts' rows once they pile up, changing no sum.
+func TestPostgresSubmitReadsNoOtherUsers(t *testing.T) {
+	f := freshPostgres(t)
+	const users = 3000
+	_, err := f.db.ExecContext(f.ctx, fmt.Sprintf(`
+INSERT INTO users (user_id) SELECT 'u' || lpad(i::text, 5, '0') FROM generate_series(1, %d) i;
+INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline, attempts_max,
+                   queued_at, cost_budget, steps_max, created_at, updated_at)
+SELECT 't' || lpad(i::text, 5, '0'), 'u' || lpad(i::text, 5, '0'), 'k' || i, 'h', '{}', 'queued', 0, 0, 0, 3,
+       0, 1, 1, 0, 0
+FROM generate_series(1, %d) i;
+ANALYZE users; ANALYZE tasks; ANALYZE user_deltas; ANALYZE tally_deltas`, users, users))
+	require.NoError(t, err)
+	activeTotal := func() int64 {
+		t.Helper()
+		var n int64
+		require.NoError(t, f.queryRow("active_total").Scan(&n))
+		return n
+	}
+	require.EqualValues(t, users, activeTotal())
+	// A first submit folds the 3,000 users' pending counts (their rows in
+	// user_deltas, one each: migration 0016); the reads below are then a
+	// submit's own.
+	_, err = f.q.Submit(f.ctx, model.SubmitRequest{User: "u00001", Key: "first", Payload: `{}`, CostBudget: 1, StepsMax: 1})
+	require.NoError(t, err)
+	require.Less(t, f.rowCount("user_deltas"), 256)
+
+	var outcome string
+	read := f.usersRowsRead(func(tx *sql.Tx) {
+		text, bound := f.args("submit_one", sql.Named("id", "new1"), sql.Named("user", "u00042"),
+			sql.Named("key", "fresh"), sql.Named("hash", "h"), sql.Named("payload", "{}"), sql.Named("priority", 0),
+			sql.Named("run_at", int64(0)), sql.Named("deadline", int64(0)), sql.Named("now", int64(1000)),
+			sql.Named("cost_budget", int64(1)), sql.Named("steps_max", int64(1)), sql.Named("schedule_id", ""),
+			sql.Named("schedule_run", int64(0)), sql.Named("actor", "a"), sql.Named("scope", ""),
+			sql.Named("timely", true), sql.Named("replay_any_hash", false), sql.Named("depth_slack", int64(0)))
+		var id sql.NullString
+		var n, lim int64
+		require.NoError(t, tx.QueryRowContext(f.ctx, text, bound...).Scan(&outcome, &id, &n, &lim))
+	})
+	require.Equal(t, "inserted", outcome)
+	t.Logf("submit_one read %d users rows", read)
+	require.Less(t, read, int64(20), "submit_one read %d users rows", read)
+
+	read = f.usersRowsRead(func(tx *sql.Tx) {
+		text, bound := f.args("user_depth", sql.Named("user", "u00042"), sql.Named("total", true))
+		var active, limit, total int64
+		require.NoError(t, tx.QueryRowContext(f.ctx, text, bound...).Scan(&active, &limit, &total))
+		require.EqualValues(t, users+1, total, "the submit above was rolled back")
+		text, bound = f.args("active_total")
+		require.NoError(t, tx.QueryRowContext(f.ctx, text, bound...).Scan(&total))
+		require.EqualValues(t, users+1, total, "the submit above was rolled back")
+	})
+	t.Logf("user_depth and active_total read %d users rows", read)
+	require.Less(t, read, int64(20), "user_depth and active_total read %d users rows", read)
+
+	// 300 lone submits add a state:queued row each; they fold them.
+	for i := range 300 {
+		_, err := f.q.Submit(f.ctx, model.SubmitRequest{User: fmt.Sprintf("u%05d", i+1), Key: "more",
+			Payload: `{}`, CostBudget: 1, StepsMax: 1})
+		require.NoError(t, err)
+	}
+	var stateRows int
+	require.NoError(t, f.db.QueryRowContext(f.ctx, `SELECT COUNT(*) FROM tally_deltas
+	    WHERE name IN ('state:queued', 'state:running', 'state:waiting_for_approval')`).Scan(&stateRows))
+	require.Less(t, stateRows, 256, "300 submits, folded")
+	require.EqualValues(t, users+301, activeTotal())
+	var states, byUser, over int
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &byUser, &over))
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, byUser, over})
 }

@@ -58,15 +58,17 @@ INSERT INTO users (user_id) SELECT :user FROM admission, folded
 ON CONFLICT (user_id) DO NOTHING;
 
 -- name: user_depth
--- The user's active tasks and depth limit, and, when :total, the active
--- tasks of every user (active_total's figure; 0 otherwise): what a submit
--- is admitted against, in one statement.
-SELECT active, depth_limit,
-       CASE WHEN :total THEN (COALESCE((SELECT SUM(active) FROM users), 0) + COALESCE((SELECT SUM(active) FROM user_deltas), 0))::BIGINT ELSE 0 END
+-- The user's active tasks and depth limit, and, when :total, the queue's
+-- active tasks (active_total's figure; 0 otherwise): what a submit is
+-- admitted against, in one statement.
+SELECT active, depth_limit, CASE WHEN :total THEN active_tasks(256) ELSE 0 END
 FROM user_caps WHERE user_id = :user;
 
 -- name: active_total
-SELECT (COALESCE((SELECT SUM(active) FROM users), 0) + COALESCE((SELECT SUM(active) FROM user_deltas), 0))::BIGINT;
+-- The queue's active tasks, by its state counts (migration 0018's
+-- active_tasks, which folds their rows once they pile up): read under
+-- admission's lock, after users_ensure.
+SELECT active_tasks(256);
 
 -- name: task_insert
 -- The task and its key (task_keys: a used key fails here, unique_violation).
