@@ -38,18 +38,7 @@ ANALYZE task_keys`)
 			sql.Named("created_from", int64(0)), sql.Named("created_until", int64(1)), sql.Named("schedule_id", ""),
 			sql.Named("limit", 50)}},
 	} {
-		text, bound := f.args(c.name, c.args...)
-		rows, err := f.db.QueryContext(f.ctx, "EXPLAIN "+text, bound...)
-		require.NoError(t, err, c.name)
-		var plan []string
-		for rows.Next() {
-			var line string
-			require.NoError(t, rows.Scan(&line))
-			plan = append(plan, line)
-		}
-		require.NoError(t, rows.Err())
-		require.NoError(t, rows.Close())
-		whole := strings.Join(plan, "\n")
+		whole := f.plan(c.name, c.args...)
 		require.Contains(t, whole, "Index Cond: (seq = k.seq)", "%s reads each task by its key's seq:\n%s", c.name, whole)
 		require.NotContains(t, whole, "Merge Join", c.name)
 		require.Contains(t, whole, "task_keys_user", c.name)
@@ -57,6 +46,24 @@ ANALYZE task_keys`)
 		got := f.count(c.name, c.args...)
 		require.Equal(t, 50, got, c.name)
 	}
+}
+
+// plan returns the plan the server chooses for the named query, bound to
+// args (EXPLAIN), one line a step.
+func (f *pgFixture) plan(name string, args ...any) string {
+	f.t.Helper()
+	text, bound := f.args(name, args...)
+	rows, err := f.db.QueryContext(f.ctx, "EXPLAIN "+text, bound...)
+	require.NoError(f.t, err, name)
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var line string
+		require.NoError(f.t, rows.Scan(&line))
+		lines = append(lines, line)
+	}
+	require.NoError(f.t, rows.Err())
+	return strings.Join(lines, "\n")
 }
 
 // count runs the named listing and counts its rows.

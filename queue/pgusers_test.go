@@ -193,3 +193,26 @@ ANALYZE users; ANALYZE tasks; ANALYZE user_deltas; ANALYZE tally_deltas`, users,
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &byUser, &over))
 	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, byUser, over})
 }
+
+// TestPostgresClaimAnyReadsNoTaskNotDue: an idle poll (claim_any) looks
+// for a due task priority by priority, each look a descent of the claim
+// index with the priority and run_at bound, and reads no task not yet
+// due: read as one scan (before), 100,000 tasks due the next day made a
+// poll read them all.
+func TestPostgresClaimAnyReadsNoTaskNotDue(t *testing.T) {
+	f := freshPostgres(t)
+	_, err := f.db.ExecContext(f.ctx, `
+INSERT INTO users (user_id) VALUES ('u1');
+INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline, attempts_max,
+                   queued_at, cost_budget, steps_max, created_at, updated_at)
+SELECT 't' || i, 'u1', 'k' || i, 'h', '{}', 'queued', i % 3, 999999999999, 0, 3, 0, 1, 1, 0, 0
+FROM generate_series(1, 20000) i;
+ANALYZE tasks`)
+	require.NoError(t, err)
+	whole := f.plan("claim_any", sql.Named("now", int64(1000)))
+	require.Regexp(t, `Index Cond: \(\(priority = prio\.p\) AND \(run_at <= `, whole, "each priority's look is a descent:\n%s", whole)
+	require.NotRegexp(t, `Bitmap Heap Scan on tasks|Seq Scan on tasks`, whole, whole)
+	require.Empty(t, f.claimBatch("w", 4, 1000), "nothing is due")
+	var found int
+	require.ErrorIs(t, f.queryRow("claim_any", sql.Named("now", int64(1000))).Scan(&found), sql.ErrNoRows)
+}

@@ -46,6 +46,35 @@ func testClaimOrder(s *suite) {
 	s.noClaim()
 }
 
+// testClaimPastTasksNotDue: an idle poll finds a due task behind tasks
+// of higher priorities that are not due yet or whose user is at its
+// running limit, at every priority down to the lowest, and finds none
+// while only those remain. (Both stores look for a due task priority by
+// priority, so that a poll does not read the tasks not yet due.)
+func testClaimPastTasksNotDue(s *suite) {
+	t := s.t
+	require.NoError(t, s.store.SetUserLimit(s.ctx, model.UserLimit{User: "cy", RunningMax: 1, DepthMax: model.Inherit}, "ops"))
+	running := s.submit(func(r *model.SubmitRequest) { r.User = "cy"; r.Priority = 100 })
+	require.Equal(t, running, s.claim("w1").Claim.TaskID)
+	var later []string
+	for range 3 {
+		later = append(later, s.submit(func(r *model.SubmitRequest) {
+			r.Priority = 5
+			r.RunAt = s.now().Add(time.Hour)
+		}))
+	}
+	blocked := s.submit(func(r *model.SubmitRequest) { r.User = "cy"; r.Priority = 2 })
+	middle := s.submit()
+	lowest := s.submit(func(r *model.SubmitRequest) { r.Priority = model.PriorityMin })
+	require.Equal(t, middle, s.claim("w2").Claim.TaskID, "past the tasks not due and cy's, at its limit")
+	require.Equal(t, lowest, s.claim("w2").Claim.TaskID, "down to the lowest priority")
+	s.noClaim()
+	s.advance(time.Hour)
+	require.Equal(t, later, claimedIDs(s.claimN("w3", 3, lease)), "due now")
+	s.noClaim()
+	require.Equal(t, model.Queued, s.task(blocked).State)
+}
+
 func testClaimRunAtInclusive(s *suite) {
 	t := s.t
 	id := s.submit(func(r *model.SubmitRequest) { r.RunAt = s.now().Add(time.Second) })

@@ -48,9 +48,9 @@ func testDefaultRunningLimit(s *suite) {
 // testRunningRoomAtTheBatch: a claim fills its batch with the next user's
 // tasks when a user's room falls one short of the batch, and takes a
 // user's tasks alone when its room is the whole batch. (PostgreSQL reads
-// the candidates by one ordered scan only when no user is short of room
-// for a whole batch; a claim that read them so with a user one short
-// would take that user's first three and stop.)
+// the candidates by one ordered scan, and keeps them only when each of
+// their users has room for its share of them; a claim that kept them
+// with a user one short would take that user's first three and stop.)
 func testRunningRoomAtTheBatch(s *suite) {
 	t := s.t
 	require.NoError(t, s.store.SetUserLimit(s.ctx, model.UserLimit{User: "ana", RunningMax: 3, DepthMax: model.Inherit}, "ops"))

@@ -60,6 +60,7 @@ var cases = []struct {
 	{"SubmitManyDepthCaps", testSubmitManyDepthCaps},
 	{"ClaimOrder", testClaimOrder},
 	{"ClaimRunAtInclusive", testClaimRunAtInclusive},
+	{"ClaimPastTasksNotDue", testClaimPastTasksNotDue},
 	{"ClaimBatch", testClaimBatch},
 	{"ClaimBatchIdle", testClaimBatchIdle},
 	{"CompleteAndClaim", testCompleteAndClaim},

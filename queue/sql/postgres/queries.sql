@@ -181,10 +181,27 @@ ORDER BY priority DESC, run_at, seq;
 
 -- name: claim_any
 -- Whether any task is claimable, read without a transaction, so that an
--- idle worker's poll takes no lock.
-SELECT 1 FROM tasks
-WHERE state = 'queued' AND run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
-  {broken:no-user-limit|AND user_id IN (SELECT user_id FROM user_caps WHERE running_limit <= 0 OR running < running_limit)|}
+-- idle worker's poll takes no lock. It visits the priorities of the
+-- queued tasks from the highest, one descent of tasks_claim_queued each
+-- (at most 201: model.PriorityMin to PriorityMax), and looks for a due
+-- task at each, so that tasks waiting for a later run_at are not read (as
+-- SQLite's claim_any; read as one scan, 100,000 tasks due the next day
+-- cost a poll 1.5 ms, against 0.4 ms for 1,000).
+WITH RECURSIVE prio(p) AS (
+    SELECT (SELECT priority FROM tasks WHERE state = 'queued' ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT priority FROM tasks WHERE state = 'queued' AND priority < prio.p ORDER BY priority DESC LIMIT 1)
+    FROM prio WHERE prio.p IS NOT NULL
+)
+SELECT 1 FROM prio CROSS JOIN LATERAL (
+    -- LIMIT keeps the planner from joining it apart from prio: each
+    -- priority's look is its own descent.
+    SELECT 1 FROM tasks
+    WHERE state = 'queued' AND priority = prio.p
+      AND run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
+      {broken:no-user-limit|AND user_id IN (SELECT user_id FROM user_caps WHERE running_limit <= 0 OR running < running_limit)|}
+    LIMIT 1) AS due
+WHERE prio.p IS NOT NULL
 LIMIT 1;
 
 -- name: heartbeat

@@ -129,11 +129,27 @@ WHERE user_id IN (SELECT value FROM json_each(:users));
 
 -- name: claim_any
 -- Whether any task is claimable, read without a transaction, so that an
--- idle worker's poll does not take the write lock.
-SELECT 1 FROM tasks
-WHERE state = 'queued' {broken:no-user-limit|AND blocked = 0|}
-  AND run_at {broken:claim-exclusive-run-at|<=|<} :now
-  {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
+-- idle worker's poll does not take the write lock. It visits the
+-- priorities of the queued tasks from the highest, one descent of
+-- tasks_claim_queued each (at most 201: model.PriorityMin to
+-- PriorityMax), and looks for a due task at each, so that tasks waiting
+-- for a later run_at are not read: as one scan in claim order, a poll
+-- read every task not yet due before answering no (100,000 tasks due the
+-- next day: 11-19 ms a poll, against 0.2 ms for 1,000).
+WITH RECURSIVE prio(p) AS (
+    SELECT (SELECT priority FROM tasks WHERE state = 'queued' {broken:no-user-limit|AND blocked = 0|}
+            ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT priority FROM tasks WHERE state = 'queued' {broken:no-user-limit|AND blocked = 0|}
+              AND priority < prio.p ORDER BY priority DESC LIMIT 1)
+    FROM prio WHERE prio.p IS NOT NULL
+)
+SELECT 1 FROM prio
+WHERE prio.p IS NOT NULL AND EXISTS (
+    SELECT 1 FROM tasks
+    WHERE state = 'queued' {broken:no-user-limit|AND blocked = 0|} AND priority = prio.p
+      AND run_at {broken:claim-exclusive-run-at|<=|<} :now
+      {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|})
 LIMIT 1;
 
 -- name: claim_task
