@@ -35,7 +35,21 @@ type Page struct {
 	Next  int64
 }
 
-// ListPage returns a page of the tasks f selects, in submission order. A
+// pageUsersRows bounds the rows ListPage reads user by user for a caller
+// who may see some users only (list_page_for_users: each user's first
+// page, by the user index, then the first page of them all) rather than
+// in order over every task, keeping theirs (list_page). User by user, a
+// page costs each user a descent and up to a page of rows, whatever the
+// table holds; in order, it costs every task of other users it passes,
+// the whole table for users with few tasks (a page for a user with 10 of
+// 100,000 tasks took 27 ms on SQLite and 33 ms on PostgreSQL, and takes
+// 0.2 and 0.6 ms). One user is always read so (the scan reads at least as
+// many of its rows); several, while their pages together hold no more
+// than this many rows: past it, users that many with pages that long
+// likely own much of the table, which the scan then reads little of.
+const pageUsersRows = 4096
+
+// ListPage returns a page of the tasks f selects// ListPage returns a page of the tasks f selects, in submission order. A
 // page's cursor is the insertion sequence of its last task, so paging by
 // Next neither skips nor repeats a task while tasks are added (a task
 // removed by retention is simply no longer there).
@@ -70,6 +84,9 @@ func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
 			return Page{}, err
 		}
 		args = append(args, sql.Named("users", users))
+		if f.Users != nil && (len(f.Users) == 1 || len(f.Users)*(limit+1) <= pageUsersRows) {
+			name = "list_page_for_users"
+		}
 	}
 	rows, err := q.readRows(ctx, name, args...)
 	if err != nil {

@@ -1,6 +1,11 @@
 package queue
 
 import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,4 +100,92 @@ func TestListPageExactFit(t *testing.T) {
 	page, err = b.q.ListPage(b.ctx, PageFilter{Limit: 1})
 	require.NoError(t, err)
 	require.Equal(t, page.Tasks[0].Seq, page.Next)
+}
+
+// walkPages pages through the tasks the named listing query selects for
+// users and state, pageLen at a time, and returns their IDs in order.
+func walkPages(t *testing.T, q *Queue, name string, users []string, state model.State, until int64, pageLen int) []string {
+	t.Helper()
+	arg, err := usersArg(users)
+	require.NoError(t, err)
+	got := []string{}
+	var after int64
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 1000, "paging did not end")
+		rows, err := q.readRows(context.Background(), name, sql.Named("after", after), sql.Named("state", string(state)),
+			sql.Named("created_from", int64(0)), sql.Named("created_until", until), sql.Named("schedule_id", ""),
+			sql.Named("limit", pageLen), sql.Named("users", arg))
+		require.NoError(t, err)
+		tasks, err := scanTasks(rows)
+		require.NoError(t, err)
+		got = append(got, ids(tasks)...)
+		if len(tasks) < pageLen {
+			return got
+		}
+		after = tasks[len(tasks)-1].Seq
+	}
+}
+
+// checkPagesForUsers: for a caller who may see a few users, list_page_for_users
+// (each user's tasks by the user index, then merged) pages through
+// exactly what list_page (every task in order, keeping theirs) does, with
+// and without a state filter and a creation window, for one user, several
+// (one with no task, one given twice), and ListPage's pages are the
+// scan's.
+func checkPagesForUsers(t *testing.T, q *Queue) {
+	t.Helper()
+	ctx := context.Background()
+	users := []string{"ana", "bob", "cy", "dee", "eve"}
+	for i := range 240 {
+		_, err := q.Submit(ctx, model.SubmitRequest{User: users[(i*i+i/7)%len(users)], Key: fmt.Sprintf("k%d", i),
+			Payload: `{}`, CostBudget: 1, StepsMax: 1})
+		require.NoError(t, err)
+	}
+	for range 9 {
+		claimed, err := q.Claim(ctx, model.ClaimRequest{Worker: "w", Max: 4, Lease: time.Minute})
+		require.NoError(t, err)
+		for i, c := range claimed {
+			if i%2 == 0 {
+				require.NoError(t, q.Complete(ctx, c.Claim))
+			}
+		}
+	}
+	for _, set := range [][]string{{"cy"}, {"bob", "eve"}, {"dee", "nobody", "ana", "dee"}, users} {
+		for _, state := range []model.State{"", model.Queued, model.Running, model.Completed} {
+			for _, until := range []int64{math.MaxInt64, 0} {
+				want := walkPages(t, q, "list_page", set, state, until, 7)
+				got := walkPages(t, q, "list_page_for_users", set, state, until, 7)
+				require.Equal(t, want, got, "users %v, state %q, created before %d", set, state, until)
+				if until != 0 {
+					require.NotEmpty(t, want, "users %v, state %q", set, state)
+				}
+			}
+		}
+		page, err := q.ListPage(ctx, PageFilter{Users: set, Limit: 5})
+		require.NoError(t, err)
+		require.Equal(t, walkPages(t, q, "list_page", set, "", math.MaxInt64, 5)[:5], ids(page.Tasks))
+	}
+}
+
+// TestListPageForUsersMatchesTheScan: checkPagesForUsers on SQLite, and
+// the plan reads each user's tasks by the user index.
+func TestListPageForUsersMatchesTheScan(t *testing.T) {
+	b := setup(t)
+	checkPagesForUsers(t, b.q)
+	plan := strings.Join(queryPlan(t, b, "list_page_for_users", sql.Named("after", int64(0)), sql.Named("state", ""),
+		sql.Named("created_from", int64(0)), sql.Named("created_until", int64(math.MaxInt64)),
+		sql.Named("schedule_id", ""), sql.Named("limit", 7), sql.Named("users", `["ana","bob"]`)), " | ")
+	require.Regexp(t, `SEARCH t USING (COVERING )?INDEX tasks_user \(user_id=\? AND seq>\?\)`, plan, plan)
+}
+
+// TestPostgresListPageForUsersMatchesTheScan: checkPagesForUsers on
+// PostgreSQL, and the plan walks each user's keys by task_keys_user.
+func TestPostgresListPageForUsersMatchesTheScan(t *testing.T) {
+	f := freshPostgres(t)
+	checkPagesForUsers(t, f.q)
+	plan := f.plan("list_page_for_users", sql.Named("after", int64(0)), sql.Named("state", ""),
+		sql.Named("created_from", int64(0)), sql.Named("created_until", int64(math.MaxInt64)),
+		sql.Named("schedule_id", ""), sql.Named("limit", 7), sql.Named("users", `["ana","bob"]`))
+	require.Contains(t, plan, "task_keys_user", plan)
+	require.Contains(t, plan, "Index Cond: (seq = k.seq)", plan)
 }

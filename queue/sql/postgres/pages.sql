@@ -25,6 +25,25 @@ SELECT {task_columns} FROM (
     ORDER BY k.seq LIMIT :limit) AS tasks
 ORDER BY seq;
 
+-- name: list_page_for_users
+-- list_page for a few users (:users, a JSON array): each user's first
+-- :limit tasks after :after, walked by task_keys_user as
+-- list_page_by_user walks one, then the first :limit of them all. The
+-- seq-ordered scan of list_page reads every task of every other user on
+-- its way, all of the table for a user with few tasks.
+SELECT {task_columns} FROM (
+    SELECT t.* FROM (SELECT DISTINCT jsonb_array_elements_text(NULLIF(:users, '')::jsonb) AS user_id) AS u
+    CROSS JOIN LATERAL (
+        SELECT tt.* FROM task_keys k
+        CROSS JOIN LATERAL (SELECT * FROM tasks WHERE tasks.seq = k.seq LIMIT 1) tt
+        WHERE k.user_id = u.user_id AND k.seq > :after
+          AND (:state = '' OR tt.state = :state)
+          AND tt.created_at >= :created_from AND tt.created_at < :created_until
+          AND (:schedule_id = '' OR tt.schedule_id = :schedule_id)
+        ORDER BY k.seq LIMIT :limit) AS t
+    ORDER BY t.seq LIMIT :limit) AS tasks
+ORDER BY seq;
+
 -- The audit trail with each event's task's user beside it ('' for an
 -- event that concerns no task). The join is on tasks.id, which is unique.
 -- Each is a cursor, read after events_after_lock (see queries.sql) and

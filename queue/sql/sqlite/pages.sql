@@ -23,6 +23,22 @@ WHERE user_id = :user AND seq > :after
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
 ORDER BY seq LIMIT :limit;
 
+-- name: list_page_for_users
+-- list_page for a few users (:users, a JSON array): each user's first
+-- :limit tasks after :after, by tasks_user, then the first :limit of them
+-- all. The seq-ordered scan of list_page reads every task of every other
+-- user on its way, all of the table for a user with few tasks.
+SELECT {task_columns} FROM tasks
+WHERE seq IN (
+    SELECT s.seq FROM (SELECT DISTINCT value AS user_id FROM json_each(:users)) AS u, tasks AS s
+    WHERE s.seq IN (SELECT t.seq FROM tasks AS t
+                    WHERE t.user_id = u.user_id AND t.seq > :after
+                      AND (:state = '' OR t.state = :state)
+                      AND t.created_at >= :created_from AND t.created_at < :created_until
+                      AND (:schedule_id = '' OR t.schedule_id = :schedule_id)
+                    ORDER BY t.seq LIMIT :limit))
+ORDER BY seq LIMIT :limit;
+
 -- The audit trail with each event's task's user beside it ('' for an
 -- event that concerns no task). The join is on tasks.id, which is unique.
 
