@@ -38,6 +38,8 @@ const (
 	// while seven others poll: a bound of 20,000 polls, about 20 s of
 	// them, failed one run in ten.
 	pgRaceClaimerTimeout = pgRaceTimeout - 20*time.Second
+	// pgRaceStartLock is the advisory lock the claimers start behind.
+	pgRaceStartLock = 7424699
 )
 
 // TestPostgresClaimRace: 8 claimer processes, each with its own pool, claim
@@ -69,6 +71,16 @@ func TestPostgresClaimRace(t *testing.T) {
 
 	runCtx, cancel := context.WithTimeout(ctx, pgRaceTimeout)
 	defer cancel()
+	// The start line: this session holds pgRaceStartLock until every
+	// claimer is waiting for it (each opens its queue, then waits), so
+	// that all eight race from the same moment. Without it the first
+	// process started could claim every task before the others had
+	// opened their pools (seen once in a fresh clone's CI).
+	gate, err := queue.DBOf(q).Conn(ctx)
+	require.NoError(t, err)
+	defer gate.Close()
+	_, err = gate.ExecContext(ctx, "SELECT pg_advisory_lock($1)", pgRaceStartLock)
+	require.NoError(t, err)
 	cmds := make([]*exec.Cmd, pgRaceClaimers)
 	outs := make([]*strings.Builder, pgRaceClaimers)
 	for i := range cmds {
@@ -79,6 +91,13 @@ func TestPostgresClaimRace(t *testing.T) {
 		require.NoError(t, cmd.Start())
 		cmds[i] = cmd
 	}
+	for waiting := 0; waiting < pgRaceClaimers; {
+		require.NoError(t, runCtx.Err(), "%d of %d claimers at the start line", waiting, pgRaceClaimers)
+		require.NoError(t, gate.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_locks
+		    WHERE locktype = 'advisory' AND objid = $1 AND NOT granted`, pgRaceStartLock).Scan(&waiting))
+	}
+	_, err = gate.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", pgRaceStartLock)
+	require.NoError(t, err)
 	for i, cmd := range cmds {
 		require.NoError(t, cmd.Wait(), "claimer %d:\n%s", i, outs[i].String())
 	}
@@ -142,6 +161,9 @@ func pgRaceClaimer(t *testing.T, worker, url string) {
 	q, err := queue.Open(ctx, queue.Options{Path: url, Clock: clock, IDs: model.NewSeededIDs(1), MaxConns: 2})
 	require.NoError(t, err)
 	defer q.Close()
+	// The start line (see TestPostgresClaimRace).
+	_, err = queue.DBOf(q).ExecContext(ctx, "SELECT pg_advisory_lock_shared($1), pg_advisory_unlock_shared($1)", pgRaceStartLock)
+	require.NoError(t, err)
 	left := int64(-1)
 	for idle := 0; ctx.Err() == nil; {
 		claimed, err := q.Claim(ctx, model.ClaimRequest{Worker: worker, Max: 3, Lease: pgRaceLease})
