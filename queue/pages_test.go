@@ -189,3 +189,93 @@ func TestPostgresListPageForUsersMatchesTheScan(t *testing.T) {
 	require.Contains(t, plan, "task_keys_user", plan)
 	require.Contains(t, plan, "Index Cond: (seq = k.seq)", plan)
 }
+
+// checkTrailThrough: a read of the trail for a quiet user among busy ones
+// looks at most eventsScanWindow past its cursor and says how far it
+// looked; resuming there, reads reach the quiet user's next event in a
+// few windows, and return exactly its events (those the whole trail holds
+// of its tasks); a wait looks on, window after window, to that event at
+// once, and, caught up, ends with the cursor at the last event.
+func checkTrailThrough(t *testing.T, q *Queue) {
+	t.Helper()
+	ctx := context.Background()
+	submit := func(user string, from, n int) {
+		t.Helper()
+		for start := from; start < from+n; start += SubmitBatchMax {
+			var reqs []model.SubmitRequest
+			for i := start; i < min(from+n, start+SubmitBatchMax); i++ {
+				reqs = append(reqs, model.SubmitRequest{User: user, Key: fmt.Sprintf("k%d", i), Payload: `{}`, CostBudget: 1, StepsMax: 1})
+			}
+			_, err := q.SubmitMany(ctx, reqs)
+			require.NoError(t, err)
+		}
+	}
+	submit("quiet", 0, 1)
+	first, err := q.EventsSince(ctx, EventFilter{Users: []string{"quiet"}})
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	submit("busy", 1, 2*eventsScanWindow+500)
+	submit("quiet", 100000, 1)
+	var all []TrailEvent
+	for after := int64(0); ; {
+		page, err := q.EventsSince(ctx, EventFilter{After: after, Limit: model.ListLimitMax})
+		require.NoError(t, err)
+		if len(page) == 0 {
+			break
+		}
+		all = append(all, page...)
+		after = page[len(page)-1].Seq
+	}
+	var want []int64
+	for _, e := range all {
+		if e.User == "quiet" && e.Seq > first[0].Seq {
+			want = append(want, e.Seq)
+		}
+	}
+	last := all[len(all)-1].Seq
+	require.Len(t, want, 1)
+
+	quiet := EventFilter{Users: []string{"quiet"}, After: first[0].Seq}
+	events, through, err := q.EventsThrough(ctx, quiet)
+	require.NoError(t, err)
+	require.Empty(t, events)
+	require.Equal(t, first[0].Seq+eventsScanWindow, through, "one window, and no further")
+	var got []int64
+	reads := 1
+	for after := through; ; {
+		require.Less(t, reads, 10, "reads did not reach the end")
+		events, through, err := q.EventsThrough(ctx, EventFilter{Users: []string{"quiet"}, After: after})
+		reads++
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, through, after)
+		for _, e := range events {
+			got = append(got, e.Seq)
+		}
+		if through == last {
+			break
+		}
+		after = through
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, 3, reads, "a window at a time")
+
+	events, through, err = q.WaitEventsThrough(ctx, quiet)
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	require.Equal(t, want[0], events[0].Seq)
+	require.Equal(t, last, through)
+
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	_, through, err = q.WaitEventsThrough(ended, EventFilter{Users: []string{"quiet"}, After: last})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, last, through, "caught up, the cursor stays at the last event")
+}
+
+func TestEventsThroughLooksAWindowAtATime(t *testing.T) {
+	checkTrailThrough(t, setup(t).q)
+}
+
+func TestPostgresEventsThroughLooksAWindowAtATime(t *testing.T) {
+	checkTrailThrough(t, freshPostgres(t).q)
+}

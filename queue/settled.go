@@ -16,39 +16,56 @@ import (
 // number is still open, and the read is bounded by the last number drawn:
 // every event at or below it is then committed or gone.
 func (q *Queue) readSettled(ctx context.Context, name string, scan func(*sql.Rows) error, args ...any) error {
-	lock, ok := q.sql.queries["events_after_lock"]
-	if !ok {
-		rows, err := q.readRows(ctx, name, args...)
+	return q.readSettledSteps(ctx, name, func(read readFunc) error {
+		rows, err := read(name, args...)
 		if err != nil {
 			return err
 		}
 		return scan(rows)
+	})
+}
+
+// readFunc runs a named read and returns its rows.
+type readFunc func(name string, args ...any) (*sql.Rows, error)
+
+// readSettledSteps is readSettled for reads of several statements (op
+// names the whole in errors): steps runs them through read, each seeing
+// every event at or below the last number drawn when the first ran as
+// committed or gone (PostgreSQL: all in the transaction that waited for
+// the writers), or, in SQLite, as plain reads in order.
+func (q *Queue) readSettledSteps(ctx context.Context, op string, steps func(read readFunc) error) error {
+	lock, ok := q.sql.queries["events_after_lock"]
+	if !ok {
+		return steps(func(name string, args ...any) (*sql.Rows, error) { return q.readRows(ctx, name, args...) })
 	}
-	if err := q.checkOpen(name); err != nil {
+	if err := q.checkOpen(op); err != nil {
 		return err
 	}
 	tx, err := q.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("queue: %s: begin: %w", name, err)
+		return fmt.Errorf("queue: %s: begin: %w", op, err)
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, lock.text); err != nil {
-		return fmt.Errorf("queue: %s: wait for writers: %w", name, err)
+		return fmt.Errorf("queue: %s: wait for writers: %w", op, err)
 	}
-	qq := q.query(name)
-	bound, err := bindArgs(name, qq, args)
+	err = steps(func(name string, args ...any) (*sql.Rows, error) {
+		qq := q.query(name)
+		bound, err := bindArgs(name, qq, args)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := tx.QueryContext(ctx, qq.text, bound...)
+		if err != nil {
+			return nil, fmt.Errorf("queue: %s: %w", name, err)
+		}
+		return rows, nil
+	})
 	if err != nil {
-		return err
-	}
-	rows, err := tx.QueryContext(ctx, qq.text, bound...)
-	if err != nil {
-		return fmt.Errorf("queue: %s: %w", name, err)
-	}
-	if err := scan(rows); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("queue: %s: commit: %w", name, err)
+		return fmt.Errorf("queue: %s: commit: %w", op, err)
 	}
 	return nil
 }

@@ -45,18 +45,39 @@ type TrailEvent struct {
 // event below n can still appear, and a reader that resumes after the
 // last sequence number it saw misses nothing and repeats nothing.
 func (q *Queue) EventsSince(ctx context.Context, f EventFilter) ([]TrailEvent, error) {
+	events, _, err := q.EventsThrough(ctx, f)
+	return events, err
+}
+
+// eventsScanWindow bounds how far past its cursor one read of the trail
+// for some users (EventFilter.Users) looks. Their events may be few among
+// everyone's: read to the end each time, a follower of quiet users in a
+// busy queue read every event since their last one on every poll, a range
+// that only grew. A read looks at most this far, and says how far it
+// looked (EventsThrough), so that the next starts there.
+const eventsScanWindow = 4096
+
+// EventsThrough is EventsSince, and also returns how far the read looked:
+// a sequence number at or above f.After up to which every event f selects
+// has been returned, so that the next read may start after it (and pass
+// events of other users that it did not return). For a selection of some
+// users, one read looks at most eventsScanWindow past f.After, and no
+// further than the events that can no longer appear behind a cursor (see
+// readSettled); otherwise it is the last event returned, or f.After.
+func (q *Queue) EventsThrough(ctx context.Context, f EventFilter) ([]TrailEvent, int64, error) {
 	limit, err := model.ListFilter{Limit: f.Limit}.CheckedLimit()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if f.After < 0 {
-		return nil, &model.ValidationError{Field: "after", Problem: fmt.Sprintf("must be 0 or a sequence number, got %d", f.After)}
+		return nil, 0, &model.ValidationError{Field: "after", Problem: fmt.Sprintf("must be 0 or a sequence number, got %d", f.After)}
 	}
 	var out []TrailEvent
 	scan := func(rows *sql.Rows) (err error) {
 		out, err = scanTrail(rows)
 		return err
 	}
+	through := f.After
 	switch {
 	case f.TaskID != "":
 		err = q.readSettled(ctx, "trail_by_task_after", scan, sql.Named("task_id", f.TaskID),
@@ -64,19 +85,53 @@ func (q *Queue) EventsSince(ctx context.Context, f EventFilter) ([]TrailEvent, e
 	case f.Users == nil:
 		err = q.readSettled(ctx, "trail_after", scan, sql.Named("after", f.After), sql.Named("limit", limit))
 	case len(f.Users) == 0:
-		return []TrailEvent{}, nil
+		return []TrailEvent{}, f.After, nil
 	default:
 		users, uerr := usersArg(f.Users)
 		if uerr != nil {
-			return nil, uerr
+			return nil, 0, uerr
 		}
-		err = q.readSettled(ctx, "trail_after_for_users", scan, sql.Named("users", users),
-			sql.Named("after", f.After), sql.Named("limit", limit))
+		err = q.readSettledSteps(ctx, "trail_after_for_users", func(read readFunc) error {
+			rows, err := read("trail_through", sql.Named("after", f.After), sql.Named("window", int64(eventsScanWindow)))
+			if err != nil {
+				return err
+			}
+			if err := scanOne(rows, &through); err != nil {
+				return fmt.Errorf("queue: trail_through: %w", err)
+			}
+			rows, err = read("trail_after_for_users", sql.Named("users", users), sql.Named("after", f.After),
+				sql.Named("through", through), sql.Named("limit", limit))
+			if err != nil {
+				return err
+			}
+			return scan(rows)
+		})
+		if err == nil && len(out) < limit {
+			return out, through, nil
+		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return out, nil
+	if len(out) > 0 {
+		through = out[len(out)-1].Seq
+	}
+	return out, through, nil
+}
+
+// scanOne reads the single value of rows into dst.
+func scanOne(rows *sql.Rows, dst any) error {
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dst); err != nil {
+		return err
+	}
+	return rows.Close()
 }
 
 // scanTrail reads rows of the trail_* queries.
@@ -117,19 +172,37 @@ func (q *Queue) LastEventSeq(ctx context.Context, taskID string) (int64, error) 
 // error). A write by this process wakes it at once; a write by another
 // process is seen within WaitPollInterval of the queue's clock.
 func (q *Queue) WaitEvents(ctx context.Context, f EventFilter) ([]TrailEvent, error) {
+	events, _, err := q.WaitEventsThrough(ctx, f)
+	return events, err
+}
+
+// WaitEventsThrough is WaitEvents, and also returns how far it looked
+// (see EventsThrough), with its events and also when ctx ends: a follower
+// resumes after it, not after the last event it was sent. On a storage
+// error it returns f.After.
+func (q *Queue) WaitEventsThrough(ctx context.Context, f EventFilter) ([]TrailEvent, int64, error) {
+	start := f.After
 	for {
 		// Take the signal before reading, so a commit between the read and
 		// the wait still wakes this waiter.
 		woken := q.commits.wait()
-		events, err := q.EventsSince(ctx, f)
-		if err != nil || len(events) > 0 {
-			return events, err
+		events, through, err := q.EventsThrough(ctx, f)
+		if err != nil {
+			return nil, start, err
+		}
+		if len(events) > 0 {
+			return events, through, nil
+		}
+		more := f.Users != nil && through >= f.After+eventsScanWindow // looked a whole window: look on
+		f.After = through
+		if more {
+			continue
 		}
 		poll := q.clock.NewTimer(WaitPollInterval)
 		select {
 		case <-ctx.Done():
 			poll.Stop()
-			return nil, fmt.Errorf("queue: wait for events: %w", ctx.Err())
+			return nil, f.After, fmt.Errorf("queue: wait for events: %w", ctx.Err())
 		case <-woken:
 		case <-poll.Chan():
 		}

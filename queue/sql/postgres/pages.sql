@@ -63,11 +63,21 @@ FROM events e LEFT JOIN tasks t ON t.id = e.task_id
 WHERE e.seq > :after AND e.seq <= (SELECT last_value FROM events_seq)
 ORDER BY e.seq LIMIT :limit;
 
+-- name: trail_through
+-- How far a read of the trail for some users may look (watch.go,
+-- eventsThrough): :window past :after, and no further than the last
+-- number drawn (0 while none is), every event up to which is committed or
+-- gone once events_after_lock is held. Read after it, before
+-- trail_after_for_users, in the same transaction.
+SELECT GREATEST(CAST(:after AS BIGINT), LEAST(CAST(:after AS BIGINT) + CAST(:window AS BIGINT),
+       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM events_seq)));
+
 -- name: trail_after_for_users
+-- The events after :after and up to :through of the tasks of :users.
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
        t.user_id
 FROM events e JOIN tasks t ON t.id = e.task_id
-WHERE e.seq > :after AND e.seq <= (SELECT last_value FROM events_seq)
+WHERE e.seq > :after AND e.seq <= :through
   AND t.user_id IN (SELECT jsonb_array_elements_text(NULLIF(:users, '')::jsonb))
 ORDER BY e.seq LIMIT :limit;
 

@@ -55,11 +55,19 @@ SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
 WHERE e.seq > :after ORDER BY e.seq LIMIT :limit;
 
+-- name: trail_through
+-- How far a read of the trail for some users may look (watch.go,
+-- eventsThrough): :window past :after, and no further than the last
+-- event written, every event up to which is committed (one writer at a
+-- time numbers them in commit order). Read before trail_after_for_users.
+SELECT MAX(:after, MIN(:after + :window, COALESCE((SELECT MAX(seq) FROM events), 0)));
+
 -- name: trail_after_for_users
+-- The events after :after and up to :through of the tasks of :users.
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
        t.user_id
 FROM events e JOIN tasks t ON t.id = e.task_id
-WHERE e.seq > :after AND t.user_id IN (SELECT value FROM json_each(:users))
+WHERE e.seq > :after AND e.seq <= :through AND t.user_id IN (SELECT value FROM json_each(:users))
 ORDER BY e.seq LIMIT :limit;
 
 -- name: task_last_event_seq

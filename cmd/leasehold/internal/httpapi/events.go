@@ -140,7 +140,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, p Principa
 	filter := queue.EventFilter{Users: p.visible(), After: after, Limit: streamBatchMax}
 	for {
 		wait, stop := withTimeout(ctx, s.clock, PingInterval)
-		events, err := s.q.WaitEvents(wait, filter)
+		events, through, err := s.q.WaitEventsThrough(wait, filter)
 		idle := errors.Is(context.Cause(wait), context.DeadlineExceeded)
 		stop()
 		switch {
@@ -174,6 +174,9 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, p Principa
 			}
 			filter.After = e.Seq
 		}
+		// Past the other users' events it looked through too (a token
+		// bound to some users): the next wait starts there.
+		filter.After = max(filter.After, through)
 		if err := rc.Flush(); err != nil {
 			return nil
 		}
