@@ -49,7 +49,7 @@ type Page struct {
 // likely own much of the table, which the scan then reads little of.
 const pageUsersRows = 4096
 
-// ListPage returns a page of the tasks f selects// ListPage returns a page of the tasks f selects, in submission order. A
+// ListPage returns a page of the tasks f selects, in submission order. A
 // page's cursor is the insertion sequence of its last task, so paging by
 // Next neither skips nor repeats a task while tasks are added (a task
 // removed by retention is simply no longer there).
