@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -41,6 +42,7 @@ var pinnedPostgresMigrations = map[string]string{
 	"0016_submit_folds_user_deltas.sql":     "0f49ae3ded3d722794cb40014f4bec9a68c2ead8fd9ec9856070dd7e19147aa6",
 	"0018_submit_counts_by_state.sql":       "826dea232147e5304479894bf29e0db3b831d879bc3ed8c8133df2e12feaea62",
 	"0017_claim_reads_its_users.sql":        "f451a9118f4beab72978974d7def6227308a799f070b255014537e1155ed5539",
+	"0019_column_rules_as_domains.sql":      "724905e31b17295d6bc8787609af284e07988f419b44ff25b9c3805a9256b3ff",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {
@@ -202,12 +204,71 @@ func TestPostgresSchemaStatesMatchModel(t *testing.T) {
 	}
 	require.Equal(t, reasons, checkList(t, text, "reason"))
 
+	// What the migrated schema enforces: the states CHECK on tasks (an
+	// array constant since migration 0019) and the reasons' domain.
 	f := freshPostgres(t)
+	var stateDef, reasonDef string
+	require.NoError(t, f.db.QueryRowContext(f.ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
+	    WHERE conrelid = 'tasks'::regclass AND conname = 'tasks_state_check'`).Scan(&stateDef))
+	require.NoError(t, f.db.QueryRowContext(f.ctx, `SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+	    JOIN pg_attribute a ON a.atttypid = c.contypid
+	    WHERE a.attrelid = 'tasks'::regclass AND a.attname = 'reason' AND c.conname = 'tasks_reason_check'`).Scan(&reasonDef))
+	m := regexp.MustCompile(`'\{([^}]*)\}'::text\[\]`).FindStringSubmatch(stateDef)
+	require.NotNil(t, m, "states CHECK %q", stateDef)
+	require.Equal(t, states, strings.Split(m[1], ","))
+	var enforced []string
+	for _, v := range regexp.MustCompile(`'([^']*)'::text`).FindAllStringSubmatch(reasonDef, -1) {
+		enforced = append(enforced, v[1])
+	}
+	require.Equal(t, reasons, enforced, "reasons' domain %q", reasonDef)
+
 	f.insertTask("t1", "alice", 0)
 	_, err = f.db.ExecContext(f.ctx, "UPDATE tasks SET state = 'paused' WHERE id = 't1'")
 	require.ErrorContains(t, err, "tasks_state_check")
 	_, err = f.db.ExecContext(f.ctx, "UPDATE tasks SET reason = 'tired' WHERE id = 't1'")
 	require.ErrorContains(t, err, "tasks_reason_check")
+}
+
+// TestPostgresColumnRulesHold: the rules migration 0019 moved from tasks'
+// and users' CHECK constraints to domains still refuse what they refused,
+// on insert and on update, with a check violation; and the rules across
+// columns are still the table's.
+func TestPostgresColumnRulesHold(t *testing.T) {
+	f := freshPostgres(t)
+	f.insertTask("t1", "alice", 0)
+	for _, stmt := range []string{
+		"UPDATE tasks SET cancel_requested = 2 WHERE id = 't1'",
+		"UPDATE tasks SET attempts_max = 0 WHERE id = 't1'",
+		"UPDATE tasks SET cost_budget = 0 WHERE id = 't1'",
+		"UPDATE tasks SET steps_max = 0 WHERE id = 't1'",
+		"UPDATE tasks SET attempts_failed = -1 WHERE id = 't1'",
+		"UPDATE tasks SET cost_used = -1 WHERE id = 't1'",
+		"UPDATE tasks SET cost_used = cost_budget + 1 WHERE id = 't1'",
+		"UPDATE tasks SET steps_used = steps_max + 1 WHERE id = 't1'",
+		"UPDATE tasks SET owner = 'w' WHERE id = 't1'",
+		"UPDATE tasks SET lease_until = 5 WHERE id = 't1'",
+		"UPDATE users SET running = -1 WHERE user_id = 'alice'",
+		"UPDATE users SET active = -1 WHERE user_id = 'alice'",
+		"UPDATE users SET running_max = -2 WHERE user_id = 'alice'",
+		"UPDATE users SET depth_max = -2 WHERE user_id = 'alice'",
+		"UPDATE users SET running = running - 1 WHERE user_id = 'alice'",
+		"INSERT INTO users (user_id, running) VALUES ('bob', -1)",
+	} {
+		_, err := f.db.ExecContext(f.ctx, stmt)
+		var st sqlStater
+		require.ErrorAs(t, err, &st, stmt)
+		require.Equal(t, "23514", st.SQLState(), "%s: %v", stmt, err)
+	}
+	// A bound parameter reaches a domain column as its base type does.
+	_, err := f.db.ExecContext(f.ctx, "UPDATE tasks SET cancel_requested = $1, reason = $2 WHERE id = 't1'", int64(1), "budget_exhausted")
+	require.NoError(t, err)
+	var cancel int64
+	var reason string
+	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT cancel_requested, reason FROM tasks WHERE id = 't1'").Scan(&cancel, &reason))
+	require.Equal(t, int64(1), cancel)
+	require.Equal(t, "budget_exhausted", reason)
+	_, err = f.db.ExecContext(f.ctx, "UPDATE tasks SET cancel_requested = $1 WHERE id = 't1'", int64(3))
+	require.ErrorContains(t, err, "leasehold_flag")
 }
 
 // insertTask stores a bare task through the store's statements.
