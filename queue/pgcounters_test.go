@@ -278,3 +278,53 @@ func TestPostgresSubmitsFoldUserDeltas(t *testing.T) {
 	require.EqualValues(t, 501, active("ana"))
 	checked()
 }
+
+// TestPostgresActiveCountReadsItsRowsByIndex: the queue's active count,
+// which every submit reads (active_tasks), is read from the active states'
+// rows of tally_deltas by their index (migration 0020), however many rows
+// of other names are waiting for housekeeping's compaction: before, it read
+// the whole table, and intake slowed as those rows piled up. The count is
+// still the number of queued and running tasks.
+func TestPostgresActiveCountReadsItsRowsByIndex(t *testing.T) {
+	f := freshPostgres(t)
+	for i := range 30 {
+		_, err := f.q.Submit(f.ctx, model.SubmitRequest{User: fmt.Sprintf("u%d", i%3), Key: fmt.Sprintf("k%d", i),
+			Payload: `{}`, CostBudget: 1, StepsMax: 1})
+		require.NoError(t, err)
+	}
+	claimed, err := f.q.Claim(f.ctx, model.ClaimRequest{Worker: "w", Max: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, claimed, 10)
+	for _, c := range claimed[:4] {
+		require.NoError(t, f.q.Complete(f.ctx, c.Claim))
+	}
+	// Rows of other names, as fused groups and submits leave them between
+	// compactions (n = 0 keeps every sum as it is).
+	_, err = f.db.ExecContext(f.ctx, `INSERT INTO tally_deltas (name, n)
+	    SELECT 'event:submitted::queued:', 0 FROM generate_series(1, 3000)`)
+	require.NoError(t, err)
+
+	tx, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	// The scans of tally_deltas this connection has made and not yet
+	// reported, before and after the call.
+	scans := func() (seq, idx int64) {
+		t.Helper()
+		require.NoError(t, tx.QueryRowContext(f.ctx, `SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables
+		    WHERE schemaname = current_schema() AND relname = 'tally_deltas'`).Scan(&seq, &idx))
+		return seq, idx
+	}
+	seq0, idx0 := scans()
+	var active int64
+	require.NoError(t, tx.QueryRowContext(f.ctx, "SELECT active_tasks(256)").Scan(&active))
+	require.EqualValues(t, 26, active, "30 submitted, 4 of them completed")
+	seq1, idx1 := scans()
+	require.Equal(t, seq0, seq1, "tally_deltas read whole")
+	require.Greater(t, idx1, idx0, "tally_deltas read by tally_deltas_active")
+	require.NoError(t, tx.Rollback())
+
+	var states, users, over int
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over})
+}
