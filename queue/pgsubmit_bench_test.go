@@ -27,8 +27,8 @@ const (
 // pgTallyBenchRows rows of other names, as fused groups leave them between
 // housekeeping's compactions. A submit reads the queue's active count from
 // the active states' rows alone (migration 0020), so the two should cost
-// the same: ratio-among-tallies near 1 (it was 1.6-2.9 when the count read
-// the whole table). Run it with LEASEHOLD_TEST_POSTGRES set:
+// the same: ratio-among-tallies near 1 (2.03, rounds 1.67-2.44, when the
+// count read the whole table). Run it with LEASEHOLD_TEST_POSTGRES set:
 //
 //	go test -run '^$' -bench PostgresSubmitAmongTallies -benchtime 1x ./queue
 func BenchmarkPostgresSubmitAmongTallies(b *testing.B) {
@@ -72,6 +72,6 @@ func BenchmarkPostgresSubmitAmongTallies(b *testing.B) {
 	b.ReportMetric(median(amongMs), "ms/submit-among-tallies")
 	b.ReportMetric(median(ratios), "ratio-among-tallies")
 	b.ReportMetric(0, "ns/op")
-	b.Logf("submit among %d rows of other names against none: ratios %.2f (medians of %d rounds of %d)",
+	b.Logf("submit among %d rows of other names against none: ratios %.2f (%d rounds of %d submits)",
 		pgTallyBenchRows, ratios, pgTallyBenchRounds, pgTallyBenchSubmits)
 }
