@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
@@ -39,7 +40,11 @@ type simOptions struct {
 	keep                             []int
 	shrink, determinism, trace, json bool
 	coverage                         bool
-	timeline, report                 string
+	// verbose prints every seed of a sweep and every scenario's coverage
+	// map; without it a sweep prints its failed seeds, a line a scenario
+	// and, for several scenarios, their table last.
+	verbose          bool
+	timeline, report string
 	// pgURL is the PostgreSQL database of --store postgres, empty for
 	// SQLite; store is opened on it by runSim.
 	pgURL string
@@ -77,8 +82,9 @@ func runSim(e *env, args []string) int {
 	intr, release := watchInterrupt(e.ctx)
 	defer release()
 	code := exitOK
+	var runs []scenarioRun
 	for _, sc := range o.scenarios {
-		recs, c := simScenario(e, o, sc, intr)
+		run, c := simScenario(e, o, sc, intr)
 		if c == exitUsage {
 			return c
 		}
@@ -88,6 +94,8 @@ func runSim(e *env, args []string) int {
 			return intr.Code()
 		}
 		code = max(code, c)
+		runs = append(runs, run)
+		recs := run.recs
 		if dir != "" {
 			facts, err := buildFacts()
 			var r reports.Report
@@ -105,6 +113,9 @@ func runSim(e *env, args []string) int {
 				fmt.Fprintf(e.stdout, "report: %s (index.html, report.md, report.json)\n", dir)
 			}
 		}
+	}
+	if len(runs) > 1 && !o.json {
+		printSummaryTable(e.stdout, o, runs)
 	}
 	return code
 }
@@ -124,7 +135,8 @@ func simFlags(args []string) (simOptions, error) {
 	timeline := fs.String("timeline", "", "write a single seed's structured timeline (the shrunk run's with --shrink) to this JSON file")
 	report := fs.String("report", "", "also write a report of the run (index.html, report.md, report.json: fingerprints, verdicts, a timeline, drawn from the seeds' records; a sweep with a report runs in this process) into this directory")
 	asJSON := fs.Bool("json", false, "print one JSON record per seed and a summary record per scenario (with its coverage map) instead of text")
-	coverage := fs.Bool("coverage", false, "print each scenario's coverage map: transitions, refusals and fault kinds at phases its seeds reached (a sweep of at least 200 seeds fails on a declared cell none reached)")
+	coverage := fs.Bool("coverage", false, "print each scenario's coverage map: transitions, refusals and fault kinds at phases its seeds reached (a sweep of at least 200 seeds fails on a declared cell none reached; with several scenarios, the maps only with -v)")
+	verbose := fs.Bool("v", false, "a sweep prints every seed's record (and, with --coverage, every scenario's map), not only the failed seeds and a line a scenario")
 	store := fs.String("store", sim.StoreSQLite, "the store the worlds run on: sqlite (in memory) or postgres (a schema of its own per world, in the database --db names; a sweep runs --parallel worlds at once in this process, default 8)")
 	db := fs.String("db", "", "with --store postgres: the PostgreSQL database (postgres:// URL) the worlds' schemas are made in and dropped from (default: $LEASEHOLD_DB when it is a postgres:// URL, else $LEASEHOLD_TEST_POSTGRES)")
 	if err := parse(fs, args); err != nil {
@@ -135,7 +147,7 @@ func simFlags(args []string) (simOptions, error) {
 		return simOptions{}, err
 	}
 	o := simOptions{seed: *seed, count: *count, parallel: *parallel, shrink: *shrink, determinism: *determinism,
-		trace: *trace, json: *asJSON, coverage: *coverage, timeline: *timeline, report: *report, pgURL: pgURL}
+		trace: *trace, json: *asJSON, coverage: *coverage, verbose: *verbose, timeline: *timeline, report: *report, pgURL: pgURL}
 	if o.scenarios, err = simScenarios(*scenarioName); err != nil {
 		return o, err
 	}
@@ -240,26 +252,44 @@ func simStoreURL(store, db string) (string, error) {
 // PostgreSQL sim falls back on.
 const pgtestEnv = "LEASEHOLD_TEST_POSTGRES"
 
+// scenarioRun is one scenario's run: its seeds' records, its summary and
+// coverage, and how long it took.
+type scenarioRun struct {
+	sc      scenarios.Scenario
+	recs    []evidence.SeedRecord
+	sum     evidence.SummaryRecord
+	cov     sim.Coverage
+	elapsed time.Duration
+}
+
 // simScenario runs one scenario as the options say (one seed, or a sweep
-// in this process or in child processes), prints each seed and the
-// summary, and returns the seeds' records and the exit code. Interrupted,
-// it starts no further seed, and its summary counts the seeds judged from
-// the first before it stopped (with the command that resumes the sweep).
-func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt) ([]evidence.SeedRecord, int) {
+// in this process or in child processes), prints the seeds o.showSeed
+// lets through and the summary, and returns the run and the exit code.
+// Interrupted, it starts no further seed, and its summary counts the
+// seeds judged from the first before it stopped (with the command that
+// resumes the sweep).
+func simScenario(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt) (scenarioRun, int) {
 	var t simTally
 	start := time.Now()
 	if err := simSeeds(e, o, sc, intr, &t); err != nil {
-		return t.recs, fail(e, "sim", err)
+		return scenarioRun{sc: sc, recs: t.recs}, fail(e, "sim", err)
 	}
-	sum := t.summary(o, sc)
-	printSummary(e, o, sc, sum, t.cov, time.Since(start))
-	if sum.Interrupted {
-		fmt.Fprintf(e.stderr, "leasehold sim: interrupted (%s) after %d of %d seeds of scenario %s\n", intr.Name(), sum.Seeds, o.count, sc.Name)
+	run := scenarioRun{sc: sc, recs: t.recs, sum: t.summary(o, sc), cov: t.cov, elapsed: time.Since(start)}
+	printSummary(e, o, sc, run.sum, t.cov, run.elapsed)
+	if run.sum.Interrupted {
+		fmt.Fprintf(e.stderr, "leasehold sim: interrupted (%s) after %d of %d seeds of scenario %s\n", intr.Name(), run.sum.Seeds, o.count, sc.Name)
 	}
-	if !sum.Pass {
-		return t.recs, exitFail
+	if !run.sum.Pass {
+		return run, exitFail
 	}
-	return t.recs, exitOK
+	return run, exitOK
+}
+
+// showSeed reports whether a seed's record is printed: always as JSON (the
+// records are what other programs read), for one seed, with -v, and for a
+// seed that failed (ok false: its verdict, or what was asked of it).
+func (o simOptions) showSeed(ok bool) bool {
+	return o.json || o.count == 1 || o.verbose || !ok
 }
 
 // simSeeds runs the scenario's seeds one at a time in this process (one
@@ -283,7 +313,9 @@ func simSeeds(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt, t
 		return nil
 	case o.parallel != 1 && o.report == "" && o.store.Name() == sim.StoreSQLite:
 		return sweepProcesses(sc.Name, o.seed, o.count, o.parallel, e.stderr, intr.Stop(), func(rec evidence.SeedRecord) {
-			printRecord(e, rec, o.json)
+			if o.showSeed(rec.Pass) {
+				printRecord(e, rec, o.json)
+			}
 			t.take(rec)
 		})
 	default:
@@ -299,7 +331,9 @@ func simSeeds(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt, t
 		sim.Sweep(sim.SweepConfig{Scenario: sc, From: o.seed, Count: o.count, Parallel: parallel, Stop: intr.Stop(),
 			Timelines: o.report != "", Store: o.store}, func(r sim.Result) {
 			rec := evidence.SeedRecordOf(r)
-			printRecord(e, rec, o.json)
+			if o.showSeed(rec.Pass) {
+				printRecord(e, rec, o.json)
+			}
 			t.take(rec)
 		})
 		return nil
@@ -350,8 +384,10 @@ func (t *simTally) summary(o simOptions, sc scenarios.Scenario) evidence.Summary
 }
 
 // printSummary prints a scenario's summary: its record, or the text
-// (the counts and speed of a sweep, the coverage map if asked for, the
-// first failure and the unreached cells).
+// (the coverage map if asked for, the first failure and the unreached
+// cells, then the counts and speed of a sweep on one line, last). With
+// several scenarios a sweep prints the maps only with -v: their table
+// (printSummaryTable) counts the cells each reached.
 func printSummary(e *env, o simOptions, sc scenarios.Scenario, sum evidence.SummaryRecord, cov sim.Coverage, elapsed time.Duration) {
 	if o.json {
 		writeJSONLine(e.stdout, sum)
@@ -366,11 +402,7 @@ func printSummary(e *env, o simOptions, sc scenarios.Scenario, sum evidence.Summ
 		fmt.Fprintf(e.stdout, "resume: leasehold sim --scenario %s --seed %d --seeds %d\n", sc.Name, sum.From+uint64(sum.Seeds), sum.Requested-sum.Seeds)
 		return
 	}
-	if o.count > 1 {
-		fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed in %.1fs (%.0f seeds/s)\n",
-			sc.Name, sum.From, sum.From+uint64(sum.Seeds)-1, sum.Passed, sum.Failed, elapsed.Seconds(), float64(o.count)/elapsed.Seconds())
-	}
-	if o.coverage {
+	if o.coverage && (o.count == 1 || o.verbose || len(o.scenarios) == 1) {
 		fmt.Fprint(e.stdout, cov.Table(sc))
 	}
 	if sum.Failed > 0 && o.count > 1 {
@@ -379,11 +411,44 @@ func printSummary(e *env, o simOptions, sc scenarios.Scenario, sum evidence.Summ
 	if len(cov.Missing(sc)) > 0 {
 		fmt.Fprintln(e.stdout, cov.MissingSummary(sc))
 	}
+	if o.count > 1 {
+		fmt.Fprintf(e.stdout, "summary: scenario %s seeds %d..%d: %d passed, %d failed in %.1fs (%.0f seeds/s)\n",
+			sc.Name, sum.From, sum.From+uint64(sum.Seeds)-1, sum.Passed, sum.Failed, elapsed.Seconds(), float64(o.count)/elapsed.Seconds())
+	}
+}
+
+// printSummaryTable prints, after several scenarios, one row each (its
+// seeds passed and failed, the declared coverage cells its seeds reached,
+// its time) and a row of them all: the last lines a run prints.
+func printSummaryTable(w io.Writer, o simOptions, runs []scenarioRun) {
+	last := o.seed + uint64(o.count) - 1
+	fmt.Fprintf(w, "\nsummary of %d scenarios, seeds %d..%d:\n", len(runs), o.seed, last)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tpassed\tfailed\tcoverage\ttime\tverdict")
+	var passed, failed int
+	var elapsed time.Duration
+	verdict := "pass"
+	for _, r := range runs {
+		declared := len(r.sc.Covers)
+		reached := declared - len(r.cov.Unreached(r.sc))
+		cov := fmt.Sprintf("%d/%d cells", reached, declared)
+		if !r.cov.Enforced() {
+			cov += " (reported only)"
+		}
+		v := "pass"
+		if !r.sum.Pass {
+			v, verdict = "FAIL", "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%.1fs\t%s\n", r.sc.Name, r.sum.Passed, r.sum.Failed, cov, r.elapsed.Seconds(), v)
+		passed, failed, elapsed = passed+r.sum.Passed, failed+r.sum.Failed, elapsed+r.elapsed
+	}
+	fmt.Fprintf(tw, "all\t%d\t%d\t\t%.1fs\t%s\n", passed, failed, elapsed.Seconds(), verdict)
+	_ = tw.Flush() // w is stdout; a lost line there has nowhere else to go
 }
 
 // simOne runs one seed, optionally shrinking a failure or checking
-// determinism, prints its record, and returns the record and whether
-// everything asked of it passed.
+// determinism, prints its record (when o.showSeed lets it), and returns
+// the record and whether everything asked of it passed.
 func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64, stop <-chan struct{}) (evidence.SeedRecord, bool) {
 	cfg := sim.Config{Scenario: sc, Seed: seed, Keep: o.keep, Trace: o.trace, Timeline: o.timeline != "" || o.report != "", Store: o.store}
 	r := sim.Run(cfg)
@@ -405,17 +470,19 @@ func simOne(e *env, o simOptions, sc scenarios.Scenario, seed uint64, stop <-cha
 			r = sim.Run(sim.Config{Scenario: sc, Seed: seed, Keep: s.Keep, Timeline: true, Store: o.store})
 		}
 	}
-	if o.json {
-		rec.Trace = r.Trace
-		writeJSONLine(e.stdout, rec)
-	} else {
-		printSeedText(e.stdout, rec, r.Trace)
-	}
 	if o.timeline != "" {
 		if err := writeTimeline(o.timeline, r); err != nil {
 			fmt.Fprintf(e.stderr, "leasehold sim: %v\n", err)
-			return rec, false
+			ok = false
 		}
+	}
+	switch {
+	case !o.showSeed(ok):
+	case o.json:
+		rec.Trace = r.Trace
+		writeJSONLine(e.stdout, rec)
+	default:
+		printSeedText(e.stdout, rec, r.Trace)
 	}
 	return rec, ok
 }

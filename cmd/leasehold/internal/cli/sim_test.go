@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -69,4 +72,64 @@ func TestSimAllScenarios(t *testing.T) {
 	require.Contains(t, text.stdout, "coverage: scenario boundaries, 1 seeds")
 	require.Contains(t, text.stdout, "transition queued -claimed-> running")
 	require.Contains(t, text.stdout, "declared")
+}
+
+// A sweep of every scenario prints a line a scenario and its summary
+// table last, not each seed's record nor each coverage map (21,290 lines
+// for 500 seeds before); -v prints them all.
+func TestSimSweepPrintsALineAScenario(t *testing.T) {
+	args := []string{"sim", "--scenario", "all", "--seed", "3", "--seeds", "2", "--parallel", "1", "--coverage"}
+	r := lh(t, args...)
+	requireOK(t, r)
+	names := scenarios.Names()
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	// A line a scenario, a blank line, the title, the header, a row a
+	// scenario and the row of them all.
+	require.Equal(t, 2*len(names)+4, len(lines), "lines printed")
+	require.NotContains(t, r.stdout, "fingerprint:")
+	require.NotContains(t, r.stdout, "coverage: scenario")
+	for i, name := range names {
+		require.True(t, strings.HasPrefix(lines[i], "summary: scenario "+name+" seeds 3..4: 2 passed, 0 failed"), lines[i])
+	}
+	table := lines[len(names):]
+	require.Equal(t, "", table[0])
+	require.Equal(t, fmt.Sprintf("summary of %d scenarios, seeds 3..4:", len(names)), table[1])
+	require.Regexp(t, `^scenario +passed +failed +coverage +time +verdict$`, table[2])
+	for i, name := range names {
+		sc, err := scenarios.Get(name)
+		require.NoError(t, err)
+		require.Regexp(t, fmt.Sprintf(`^%s +2 +0 +\d+/%d cells \(reported only\) +\d+\.\ds +pass$`, regexp.QuoteMeta(name), len(sc.Covers)), table[3+i])
+	}
+	require.Regexp(t, fmt.Sprintf(`^all +%d +0 +\d+\.\ds +pass$`, 2*len(names)), table[len(table)-1])
+
+	verbose := lh(t, append(args, "-v")...)
+	requireOK(t, verbose)
+	require.Equal(t, 2*len(names), strings.Count(verbose.stdout, "\nfingerprint: "), "every seed's record")
+	require.Equal(t, len(names), strings.Count(verbose.stdout, "coverage: scenario "), "every scenario's map")
+	title := strings.LastIndex(verbose.stdout, "\n"+table[1]+"\n")
+	require.Greater(t, title, strings.LastIndex(verbose.stdout, "fingerprint: "), "the table comes last with -v too")
+	require.Len(t, strings.Split(strings.TrimSuffix(verbose.stdout[title+1:], "\n"), "\n"), len(table)-1)
+}
+
+// In a sweep, a failed seed's record is printed whole and a passed one's
+// not; one seed, -v and --json print every record.
+func TestSimSweepShowsOnlyFailedSeeds(t *testing.T) {
+	sweep := simOptions{count: 5}
+	require.False(t, sweep.showSeed(true))
+	require.True(t, sweep.showSeed(false))
+	for _, o := range []simOptions{{count: 1}, {count: 5, verbose: true}, {count: 5, json: true}} {
+		require.True(t, o.showSeed(true), "%+v", o)
+	}
+	var out bytes.Buffer
+	e := &env{stdout: &out}
+	for _, rec := range []evidence.SeedRecord{{Seed: 1, Scenario: "portfolio", Pass: true},
+		{Seed: 2, Scenario: "portfolio", Summary: "two valid claims", Reproduce: "make sim SEED=2 SCENARIO=portfolio", Tail: []string{"event 9"}}} {
+		if sweep.showSeed(rec.Pass) {
+			printRecord(e, rec, false)
+		}
+	}
+	require.NotContains(t, out.String(), "seed: 1\n")
+	require.Contains(t, out.String(), "seed: 2\n")
+	require.Contains(t, out.String(), "broken: two valid claims\nevents leading to it:\n  event 9\n")
+	require.Contains(t, out.String(), "reproduce: make sim SEED=2 SCENARIO=portfolio\n")
 }
