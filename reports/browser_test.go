@@ -184,8 +184,8 @@ func TestHTMLInBrowser(t *testing.T) {
 	require.Equal(t, "FAIL", text("#verdict"))
 	require.Equal(t, results, count("tr.check-row"))
 	require.Equal(t, results, count("tr.check-row .kind"), "every check row shows FIXTURE or LIVE")
-	require.Equal(t, 1, count("section.kind-section.fixture#fixture"))
-	require.Equal(t, 1, count("section.kind-section.live#live"))
+	require.Equal(t, 1, count("details.kind-section.fixture#fixture"))
+	require.Equal(t, 1, count("details.kind-section.live#live"))
 	require.GreaterOrEqual(t, count("figure.timeline"), 2)
 	require.GreaterOrEqual(t, count("figure.timeline g.lane"), 4)
 	require.Greater(t, count("g.bar"), 0)
@@ -204,7 +204,15 @@ func TestHTMLInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.LessOrEqual(t, scrollWidth, pageWidth, "the page is wider than the window")
 
-	// Every SVG text is drawn with a real size (fonts load, nothing
+	shot, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "screenshot.png"), shot, 0o644))
+	saved := screenshotPath(t)
+	require.NoError(t, os.WriteFile(saved, shot, 0o644))
+	t.Logf("screenshot: %s (and %s)", saved, filepath.Join(dir, "screenshot.png"))
+
+	require.NoError(t, chromedp.Do(tab, chromedp.Evaluate[chromedp.Void](`document.querySelectorAll("details").forEach(d => d.open = true)`)))
+	// Unfolded, every SVG text is drawn with a real size (fonts load, nothing
 	// collapses) and no timeline label runs off its SVG.
 	offending, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`(() => {
 		const bad = [];
@@ -221,13 +229,6 @@ func TestHTMLInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, offending)
 
-	shot, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "screenshot.png"), shot, 0o644))
-	saved := screenshotPath(t)
-	require.NoError(t, os.WriteFile(saved, shot, 0o644))
-	t.Logf("screenshot: %s (and %s)", saved, filepath.Join(dir, "screenshot.png"))
-
 	errors, requests := events.snapshot()
 	require.Empty(t, errors, "the page logged errors")
 	require.Empty(t, requests, "the page made requests outside its file")
@@ -241,4 +242,82 @@ func screenshotPath(t *testing.T) string {
 		return filepath.Join(dir, "screenshot.png")
 	}
 	return filepath.Join(t.TempDir(), "screenshot.png")
+}
+
+// foldedHeightMax bounds the evidence page's height, folded, at pageWidth:
+// the header, the index and the acceptance checks, with every other
+// section one line (the real page was 44,304 px tall, every section open).
+const foldedHeightMax = 2400
+
+// longReport is the sample report grown to the real page's bulk: eight
+// sweeps, each with an 80-cell coverage map, and a 400-line trace of the
+// failed attempt.
+func longReport() Report {
+	r := sampleReport()
+	base := r.Fixture.Sweeps[0]
+	r.Fixture.Sweeps = nil
+	for i := range 8 {
+		sw := base
+		sw.Scenario = fmt.Sprintf("scenario-%d", i)
+		for c := range 80 {
+			sw.Coverage = append(sw.Coverage, CoverageCell{Cell: fmt.Sprintf("transition cell-%d", c), Seeds: 1 + c, Declared: c%2 == 0})
+		}
+		r.Fixture.Sweeps = append(r.Fixture.Sweeps, sw)
+	}
+	for i := range 400 {
+		r.Failed.Trace = append(r.Failed.Trace, fmt.Sprintf("%d w1 step t_7f3a fence 1 -> ok", i))
+	}
+	return r
+}
+
+// TestHTMLFoldsItsSections: the evidence page opens on its verdict, an
+// index of its sections with each one's verdict, and the acceptance
+// checks; every other section is folded (<details>) and the page at
+// 1280 px is at most foldedHeightMax tall. Unfolded, everything is there.
+func TestHTMLFoldsItsSections(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "index.html")
+	file, err := os.Create(path)
+	require.NoError(t, err)
+	r := longReport()
+	require.NoError(t, HTML(file, r))
+	require.NoError(t, file.Close())
+	tab, events := openInBrowser(t, path)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("verdict"))))
+	eval := func(js string) int {
+		t.Helper()
+		n, err := chromedp.Run(tab, chromedp.Evaluate[int](js))
+		require.NoError(t, err, js)
+		return n
+	}
+	height := func() int { return eval("document.documentElement.scrollHeight") }
+
+	folded := height()
+	t.Logf("page height folded: %d px", folded)
+	require.LessOrEqual(t, folded, foldedHeightMax)
+
+	// The index lists every section in page order, each with a verdict
+	// where it has one, and comes before them; the checks come first.
+	entries, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#index li")].map(li =>
+		li.dataset.section + " " + (li.querySelector(".badge") ? li.querySelector(".badge").textContent : "-"))`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"checks FAIL", "fixture PASS", "live FAIL", "failed PASS", "versions -", "commands -"}, entries)
+	order, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll("body > nav, body > details")].map(e => e.id)`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"index", "checks", "fixture", "live", "failed", "versions", "commands"}, order)
+	require.Equal(t, 1, eval(`document.querySelectorAll("body > details[open]").length`), "only the checks are open")
+	require.Equal(t, 1, eval(`document.querySelector("#checks").open ? 1 : 0`))
+	require.Equal(t, len(r.Checks), eval(`[...document.querySelectorAll("tbody.check")].filter(e => e.checkVisibility()).length`), "every check is visible")
+	require.Equal(t, 0, eval(`[...document.querySelectorAll("table.coverage, pre.trace, figure")].filter(e => e.checkVisibility()).length`), "the folded sections show nothing but their titles")
+
+	// Unfolded, every section and sub-section shows what it holds.
+	require.NoError(t, chromedp.Do(tab, chromedp.Evaluate[chromedp.Void](`document.querySelectorAll("details").forEach(d => d.open = true)`)))
+	require.Equal(t, len(r.Fixture.Sweeps), eval(`[...document.querySelectorAll("table.coverage")].filter(e => e.checkVisibility()).length`))
+	require.Equal(t, len(r.Failed.Trace), eval(`document.querySelector("pre.trace").textContent.split("\n").length`))
+	require.Greater(t, eval(`[...document.querySelectorAll("figure")].filter(e => e.checkVisibility()).length`), 3)
+	open := height()
+	t.Logf("page height unfolded: %d px", open)
+	require.Greater(t, open, 4*folded)
+	errors, requests := events.snapshot()
+	require.Empty(t, errors)
+	require.Empty(t, requests)
 }

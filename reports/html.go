@@ -63,6 +63,17 @@ type pageView struct {
 	Live     sectionView
 	Failed   *failedView
 	Commands []Command
+	// Index is the page's table of contents, the verdicts first: a line
+	// for each section, with its verdict where it has one.
+	Index []indexEntry
+}
+
+// indexEntry is one line of the page's index: the section's anchor,
+// name, what it holds in a few words, and its verdict (Judged false for
+// a section that has none: versions, commands).
+type indexEntry struct {
+	ID, Name, About string
+	Judged, Pass    bool
 }
 
 type checkView struct {
@@ -127,5 +138,57 @@ func buildPage(r Report) pageView {
 		}
 		v.Failed = fv
 	}
+	v.Index = buildIndex(v)
 	return v
+}
+
+// buildIndex lists the page's sections in the order they appear, each
+// with its verdict and a line of what it holds: the acceptance checks,
+// the fixture and live results (each failing when one of its check
+// results, sweeps, declared coverage cells or outcomes does), the failed
+// attempt, then the versions and commands.
+func buildIndex(v pageView) []indexEntry {
+	idx := []indexEntry{{ID: "checks", Name: "Acceptance checks", Judged: true, Pass: v.Summary.Checks.Fail == 0 && v.Summary.Checks.Total() > 0,
+		About: fmt.Sprintf("%d of %d pass", v.Summary.Checks.Pass, v.Summary.Checks.Total())}}
+	fx := indexEntry{ID: "fixture", Name: "Fixture results", Judged: true, Pass: true}
+	seeds, unreached := 0, 0
+	for _, sw := range v.Fixture.Sweeps {
+		seeds += sw.Seeds
+		fx.Pass = fx.Pass && sw.Failed == 0
+		for _, c := range sw.Coverage {
+			if c.Declared && c.Seeds == 0 {
+				unreached++
+			}
+		}
+	}
+	fx.Pass = fx.Pass && unreached == 0 && v.Summary.Fixture.Fail == 0
+	fx.About = fmt.Sprintf("%d of %d check results pass; %d sweeps, %d seeds: %d passed, %d failed", v.Summary.Fixture.Pass, v.Summary.Fixture.Total(),
+		len(v.Fixture.Sweeps), seeds, v.Fixture.SeedTally.Pass, v.Fixture.SeedTally.Fail)
+	if unreached > 0 {
+		fx.About += fmt.Sprintf("; %d declared coverage cells unreached", unreached)
+	}
+	if n := len(v.Fixture.Timelines); n > 0 {
+		fx.About += fmt.Sprintf("; %d timeline%s", n, plural(n))
+	}
+	idx = append(idx, fx)
+	lv := indexEntry{ID: "live", Name: "Live results", Judged: true, Pass: v.Live.OutcomeTally.Fail == 0 && v.Summary.Live.Fail == 0,
+		About: fmt.Sprintf("%d of %d check results pass; %d of %d outcomes as expected; %d charts, %d timeline%s", v.Summary.Live.Pass, v.Summary.Live.Total(),
+			v.Live.OutcomeTally.Pass, v.Live.OutcomeTally.Total(),
+			len(v.Live.Charts), len(v.Live.Timelines), plural(len(v.Live.Timelines)))}
+	idx = append(idx, lv)
+	if f := v.Failed; f != nil {
+		idx = append(idx, indexEntry{ID: "failed", Name: "Failed attempt", Judged: true, Pass: f.FixedPass,
+			About: fmt.Sprintf("%s caught on seed %d; the same seeds against the real queue: %s", f.Variant, f.Seed, verdict(f.FixedPass))})
+	}
+	return append(idx,
+		indexEntry{ID: "versions", Name: "Versions", About: "commit " + v.Commit + ", " + v.Report.Versions.Go + ", PRAGMAs"},
+		indexEntry{ID: "commands", Name: "Commands", About: fmt.Sprintf("%d that reproduce every figure", len(v.Commands))})
+}
+
+// plural is "s" unless n is 1.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }

@@ -259,8 +259,8 @@ func TestHTMLHoldsTheReport(t *testing.T) {
 	require.Equal(t, liveRows, count(`<tr class="check-row live"`))
 	require.Equal(t, fixtureRows+liveRows, count(`<td><span class="kind (fixture|live)">(FIXTURE|LIVE)</span></td>`))
 
-	require.Equal(t, 1, count(`<section id="fixture" class="kind-section fixture">`))
-	require.Equal(t, 1, count(`<section id="live" class="kind-section live">`))
+	require.Equal(t, 1, count(`<details id="fixture" class="fold kind-section fixture">`))
+	require.Equal(t, 1, count(`<details id="live" class="fold kind-section live">`))
 	require.Equal(t, len(groupSeries(r.Live.Series)), count(`<figure class="chart"`))
 	require.Equal(t, 3, count(`<figure class="timeline `))
 
