@@ -11,7 +11,10 @@ import (
 // <figure> holding its inline SVG, caption and legend, for another page
 // (the console's task page) to embed. id is the figure's element ID,
 // unique within that page. Every text is escaped. It refuses a timeline
-// whose bars or marks fall outside its range.
+// whose bars or marks fall outside its range. A timeline with no Kind is
+// drawn without a FIXTURE or LIVE label: a page that is no report (the
+// console's task page, drawn from a queue's audit trail) says in its
+// title and caption where the figure comes from.
 func TimelineFigure(id string, t Timeline) (template.HTML, error) {
 	if err := t.validate(); err != nil {
 		return "", fmt.Errorf("timeline figure: %w", err)

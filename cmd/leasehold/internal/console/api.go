@@ -193,7 +193,9 @@ func (b apiBackend) Metrics(ctx context.Context, p Principal) (model.Metrics, er
 // RecentFailures reads the audit trail of the last recentWindow (at most
 // recentPagesMax pages of model.ListLimitMax events, walking to the
 // newest) for tasks that failed or went to review, newest first, and
-// keeps those the API's Task core lets the principal see.
+// keeps those the API's Task core lets the principal see that are still
+// failed or in review: one requeued since, or resolved otherwise, is no
+// longer a failure.
 func (b apiBackend) RecentFailures(ctx context.Context, p Principal, limit int) ([]model.Task, error) {
 	if !p.Can(model.ScopeOperate) {
 		return nil, &sentinel{err: errors.New("the live view needs the operate scope"), as: ErrForbidden}
@@ -229,6 +231,9 @@ func (b apiBackend) RecentFailures(ctx context.Context, p Principal, limit int) 
 		}
 		if err != nil {
 			return nil, mapped(err)
+		}
+		if t.State != model.Failed && t.State != model.NeedsReview {
+			continue
 		}
 		out = append(out, t)
 	}

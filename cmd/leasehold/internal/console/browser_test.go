@@ -228,7 +228,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.Equal(t, int64(2), moved.ApprovalVersion)
 	run(chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-task=%q] button.approve`, twice))), chromedp.WaitVisible(chromedp.ID("#error")))
 	require.Contains(t, text("#error"), "no longer at the version this page showed (1)")
-	require.Equal(t, int64(http.StatusConflict), log.status("/ui/tasks/"+twice+"/approve"))
+	// Redirected after the POST: the refusal shows on the task's own
+	// page, at the task's own URL, with the version it is at now.
+	at, err := chromedp.Run(tab, chromedp.Location())
+	require.NoError(t, err)
+	require.Equal(t, b.srv.URL+"/ui/tasks/"+twice, at)
+	require.Equal(t, int64(http.StatusOK), log.status("/ui/tasks/"+twice))
+	require.Equal(t, "Approve version 2", text("button.approve"))
 	still, err := b.q.Task(context.Background(), twice)
 	require.NoError(t, err)
 	require.Equal(t, model.WaitingForApproval, still.State)

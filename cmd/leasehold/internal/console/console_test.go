@@ -143,10 +143,16 @@ func TestApproveNamesTheVersionShown(t *testing.T) {
 	require.Contains(t, list.body, "Approve version 1")
 	require.Equal(t, int64(1), waiting.ApprovalVersion)
 
-	// A stale version is refused, and the page says why.
+	// A stale version is refused: the browser is sent to the task as it
+	// is now (redirect after POST), whose page says why, once.
 	res := c.form("/ui/approvals", taskPath(id)+"/approve", url.Values{"version": {"7"}})
-	require.Equal(t, http.StatusConflict, res.status)
-	require.Contains(t, res.body, "no longer at the version this page showed (7)")
+	require.Equal(t, http.StatusSeeOther, res.status)
+	require.Equal(t, taskPath(id), res.header.Get("Location"))
+	shown := c.get(taskPath(id))
+	require.Equal(t, http.StatusOK, shown.status)
+	require.Contains(t, shown.body, `id="error" role="alert">Refused: task `+id+` is no longer at the version this page showed (7)`)
+	require.Contains(t, shown.body, "Approve version 1", "the page offers the version it shows now")
+	require.NotContains(t, c.get(taskPath(id)).body, "no longer at the version", "the refusal is shown once")
 	task, err := b.q.Task(context.Background(), id)
 	require.NoError(t, err)
 	require.Equal(t, model.WaitingForApproval, task.State)
@@ -160,7 +166,8 @@ func TestApproveNamesTheVersionShown(t *testing.T) {
 	require.Equal(t, "approver", done.ApprovedBy)
 	page = c.get(taskPath(id))
 	require.Contains(t, page.body, `id="task-state">completed<`)
-	require.Contains(t, page.body, `<figure class="timeline live" id="task-timeline"`)
+	require.Contains(t, page.body, `<figure class="timeline" id="task-timeline">`)
+	require.NotContains(t, page.body, `class="kind`, "no FIXTURE or LIVE label: the timeline is the queue's own record")
 	require.Contains(t, page.body, `data-fence="2"`, "the resumed claim is drawn")
 }
 
@@ -186,8 +193,9 @@ func TestRejectNamesTheVersionShown(t *testing.T) {
 
 	events := b.eventCount(t)
 	res := c.form(taskPath(id), taskPath(id)+"/reject", url.Values{"version": {"1"}})
-	require.Equal(t, http.StatusConflict, res.status)
-	require.Contains(t, res.body, "no longer at the version this page showed (1)")
+	require.Equal(t, http.StatusSeeOther, res.status)
+	require.Equal(t, taskPath(id), res.header.Get("Location"))
+	require.Contains(t, c.get(taskPath(id)).body, "no longer at the version this page showed (1)")
 	task, err := b.q.Task(context.Background(), id)
 	require.NoError(t, err)
 	require.Equal(t, second, task, "a stale rejection changes nothing")

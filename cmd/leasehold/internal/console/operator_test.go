@@ -169,3 +169,48 @@ func TestEveryPostFormCarriesTheCSRFToken(t *testing.T) {
 		require.NotContains(t, p.body, `method="get" action="/ui/sign`)
 	}
 }
+
+// TestResolveNeedsAChoice: the resolve form chooses no state for the
+// operator, and a resolve without one is refused, saying so, and writes
+// nothing.
+func TestResolveNeedsAChoice(t *testing.T) {
+	b := setup(t)
+	id := b.submit(t, "ana", "flaky", flakyPayload)
+	b.drive(t, id, model.NeedsReview)
+	op := b.client(t)
+	op.signIn(operatorSecret)
+	for _, path := range []string{taskPath(id), "/ui/inspect"} {
+		page := op.get(path)
+		require.Contains(t, page.body, `<select name="as" required><option value="" selected>choose…</option>`, path)
+		require.NotRegexp(t, `<option value="(completed|failed|cancelled)" selected`, page.body, path)
+	}
+	before := b.eventCount(t)
+	res := op.form(taskPath(id), taskPath(id)+"/resolve", url.Values{})
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, res.body, "choose the state to resolve the task as (completed, failed or cancelled); nothing was changed")
+	res = op.form(taskPath(id), taskPath(id)+"/resolve", url.Values{"as": {""}})
+	require.Equal(t, http.StatusBadRequest, res.status)
+	task, err := b.q.Task(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, model.NeedsReview, task.State)
+	require.Equal(t, before, b.eventCount(t))
+}
+
+// TestLiveListsOnlyTasksStillFailed: a task that went to review and was
+// requeued and completed since is no longer among the recent failures; one
+// still in review is.
+func TestLiveListsOnlyTasksStillFailed(t *testing.T) {
+	b := setup(t)
+	healed := b.submit(t, "ana", "healed", `{"steps": [{"cost": 1, "fail": "transient", "times": 3}]}`)
+	b.drive(t, healed, model.NeedsReview)
+	stuck := b.submit(t, "ana", "stuck", flakyPayload)
+	b.drive(t, stuck, model.NeedsReview)
+	require.NoError(t, b.q.Requeue(context.Background(), healed, model.Grant{Cost: 1, Steps: 1}, "operator"))
+	require.Equal(t, model.Completed, b.drive(t, healed, model.Completed).State)
+	op := b.client(t)
+	op.signIn(operatorSecret)
+	live := op.get("/ui/live")
+	require.Equal(t, http.StatusOK, live.status)
+	require.Contains(t, live.body, `class="failure-row" data-task="`+stuck+`"`)
+	require.NotContains(t, live.body, `data-task="`+healed+`"`, "a completed task is no failure")
+}

@@ -243,10 +243,15 @@ func shownVersion(r *http.Request) (int64, error) {
 	return v, err
 }
 
-// stale explains a refusal because the task moved on since its page was
-// drawn.
-func stale(id string, shown int64, err error) error {
-	return fmt.Errorf("task %s is no longer at the version this page showed (%d): it changed since the page was drawn; look at it again before deciding: %w", id, shown, err)
+// stale answers a decision refused because the task moved on since its
+// page was drawn: the refusal is kept for the task's page and the browser
+// is sent there (redirect after POST), so that the page it lands on is
+// the task as it is now, and reloading it posts nothing again.
+func (c *Console) stale(w http.ResponseWriter, r *http.Request, req *request, id string, shown int64, err error) error {
+	c.sessions.setRefusal(req.ses, fmt.Sprintf("Refused: task %s is no longer at the version this page showed (%d): it changed since the page was drawn; look at it again before deciding (%s).",
+		id, shown, oneLine(err.Error())))
+	http.Redirect(w, r, "/ui/tasks/"+id, http.StatusSeeOther)
+	return nil
 }
 
 func (c *Console) approve(w http.ResponseWriter, r *http.Request, req *request) error {
@@ -260,7 +265,7 @@ func (c *Console) approve(w http.ResponseWriter, r *http.Request, req *request) 
 	}
 	if err := c.backend.Approve(r.Context(), req.p, id, version); err != nil {
 		if errors.Is(err, model.ErrVersionMismatch) || errors.Is(err, model.ErrInvalidTransition) {
-			return stale(id, version, err)
+			return c.stale(w, r, req, id, version, err)
 		}
 		return err
 	}
@@ -280,7 +285,7 @@ func (c *Console) reject(w http.ResponseWriter, r *http.Request, req *request) e
 	}
 	if err := c.backend.Reject(r.Context(), req.p, id, version); err != nil {
 		if errors.Is(err, model.ErrVersionMismatch) || errors.Is(err, model.ErrInvalidTransition) {
-			return stale(id, version, err)
+			return c.stale(w, r, req, id, version, err)
 		}
 		return err
 	}
@@ -311,7 +316,11 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, req *request) 
 	if err != nil {
 		return err
 	}
-	as, err := model.ParseState(r.PostForm.Get("as"))
+	choice := r.PostForm.Get("as")
+	if choice == "" {
+		return &model.ValidationError{Field: "as", Problem: "choose the state to resolve the task as (completed, failed or cancelled); nothing was changed"}
+	}
+	as, err := model.ParseState(choice)
 	if err != nil {
 		return &model.ValidationError{Field: "as", Problem: err.Error()}
 	}

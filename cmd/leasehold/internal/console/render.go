@@ -42,6 +42,7 @@ func (c *Console) view(req *request, title string) *view {
 		p := req.p
 		v.Who, v.CSRF = &p, req.ses.csrf
 		v.Flash = c.sessions.takeFlash(req.ses)
+		v.Error = c.sessions.takeRefusal(req.ses)
 		v.Submit, v.Approve, v.Operate = p.Can(model.ScopeSubmit), p.Can(model.ScopeApprove), p.Can(model.ScopeOperate)
 		v.Cancel = v.Submit || v.Operate
 	}

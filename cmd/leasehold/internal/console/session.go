@@ -39,6 +39,7 @@ type session struct {
 	created   time.Time
 	seen      time.Time
 	flash     string // a message shown once, on the next page
+	refusal   string // a refusal shown once, on the next page, after a redirect
 }
 
 // sessions holds every session, keyed by the SHA-256 of its ID, so that
@@ -162,6 +163,22 @@ func (s *sessions) takeFlash(ses *session) string {
 	defer s.mu.Unlock()
 	msg := ses.flash
 	ses.flash = ""
+	return msg
+}
+
+// setRefusal and takeRefusal keep a one-time refusal in a session, for
+// the page an action that was refused redirects to.
+func (s *sessions) setRefusal(ses *session, msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ses.refusal = msg
+}
+
+func (s *sessions) takeRefusal(ses *session) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	msg := ses.refusal
+	ses.refusal = ""
 	return msg
 }
 

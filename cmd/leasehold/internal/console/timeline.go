@@ -17,7 +17,9 @@ import (
 func taskTimeline(t model.Task, events []model.Event) reports.Timeline {
 	events = slices.Clone(events)
 	slices.SortStableFunc(events, func(a, b model.Event) int { return cmpInt64(a.Seq, b.Seq) })
-	tl := reports.Timeline{Title: "task " + t.ID + " from its audit trail", Kind: reports.Live, Unit: "ms since submitted"}
+	// No Kind: the FIXTURE and LIVE labels belong to the evidence report;
+	// this figure is the queue's own record, as the title says.
+	tl := reports.Timeline{Title: "task " + t.ID + " from its audit trail", Unit: "ms since submitted"}
 	start := events[0].At
 	at := func(e model.Event) int64 { return max(0, e.At.Sub(start).Milliseconds()) }
 	open := map[int64]*reports.Bar{} // by fence
