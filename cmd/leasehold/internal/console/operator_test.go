@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -213,4 +214,41 @@ func TestLiveListsOnlyTasksStillFailed(t *testing.T) {
 	require.Equal(t, http.StatusOK, live.status)
 	require.Contains(t, live.body, `class="failure-row" data-task="`+stuck+`"`)
 	require.NotContains(t, live.body, `data-task="`+healed+`"`, "a completed task is no failure")
+}
+
+// TestTaskPageShowsTheLease: while a task runs its page shows who holds
+// the lease under which fence, when it expires (or how long ago it ran
+// out) and the last heartbeat; once it is reaped, neither.
+func TestTaskPageShowsTheLease(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	id := b.submit(t, "ana", "long", `{"steps": [{"cost": 1}]}`)
+	claimed, err := b.q.Claim(ctx, model.ClaimRequest{Worker: "w9", Max: 1, Lease: 30 * time.Second})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	c := claimed[0].Claim
+	b.clock.Advance(4 * time.Second)
+	_, err = b.q.Heartbeat(ctx, c, 30*time.Second)
+	require.NoError(t, err)
+	b.clock.Advance(time.Second)
+	running, err := b.q.Task(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, model.Running, running.State)
+	require.Equal(t, epoch.Add(34*time.Second), running.LeaseUntil)
+
+	op := b.client(t)
+	op.signIn(operatorSecret)
+	page := op.get(taskPath(id))
+	require.Equal(t, http.StatusOK, page.status)
+	require.Contains(t, page.body, `id="task-lease">held by w9 under fence 1; expires 2026-12-01T09:00:34Z <span class="muted">(in 29s)</span>`)
+	require.Contains(t, page.body, `id="task-heartbeat">2026-12-01T09:00:04Z <span class="muted">(1s ago)</span>`)
+	b.clock.Advance(time.Minute)
+	require.Contains(t, op.get(taskPath(id)).body, "(ran out 31s ago)")
+
+	_, err = b.q.Reap(ctx)
+	require.NoError(t, err)
+	page = op.get(taskPath(id))
+	require.Contains(t, page.body, `id="task-state">queued<`)
+	require.NotContains(t, page.body, `id="task-lease"`)
+	require.NotContains(t, page.body, `id="task-heartbeat"`)
 }

@@ -62,7 +62,14 @@ var funcs = template.FuncMap{
 		}
 		return roundDuration(now.Sub(t)).String()
 	},
-	"dur":      func(d time.Duration) string { return roundDuration(d).String() },
+	"dur": func(d time.Duration) string { return roundDuration(d).String() },
+	// lease says how long a lease has left at now, or how long ago it ran out.
+	"lease": func(now, until time.Time) string {
+		if left := until.Sub(now); left > 0 {
+			return "in " + roundDuration(left).String()
+		}
+		return "ran out " + roundDuration(now.Sub(until)).String() + " ago"
+	},
 	"terminal": func(s model.State) bool { return s.Terminal() },
 	"join":     strings.Join,
 	// decision is what the approve and reject buttons need.
