@@ -763,6 +763,16 @@ func (r *Reference) Task(_ context.Context, id string) (Task, error) {
 	return *t, nil
 }
 
+// TaskByKey returns the task user submitted under the idempotency key
+// key (queue.Queue's TaskByKey): ErrNotFound when there is none.
+func (r *Reference) TaskByKey(_ context.Context, user, key string) (Task, error) {
+	t := r.byKey(user, key)
+	if t == nil {
+		return Task{}, fmt.Errorf("a task of user %s under that key: %w", user, ErrNotFound)
+	}
+	return *t, nil
+}
+
 // List returns tasks in submission order.
 func (r *Reference) List(_ context.Context, f ListFilter) ([]Task, error) {
 	limit, err := f.CheckedLimit()

@@ -26,10 +26,14 @@ type PageFilter struct {
 	// After is a cursor: the Next of the previous page, 0 for the first.
 	After int64
 	Limit int // 0 means model.ListLimitDefault
+	// Newest lists the newest task first: each page then holds the tasks
+	// submitted before those of the page whose Next it was given.
+	Newest bool
 }
 
-// Page is one page of tasks in submission order. Next is the cursor of
-// the page after it, 0 when this page is the last.
+// Page is one page of tasks in submission order (the newest first with
+// PageFilter.Newest). Next is the cursor of the page after it, 0 when
+// this page is the last.
 type Page struct {
 	Tasks []model.Task
 	Next  int64
@@ -68,7 +72,11 @@ func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
 	if !f.CreatedUntil.IsZero() {
 		until = model.Millis(f.CreatedUntil)
 	}
-	args := []any{sql.Named("after", f.After), sql.Named("state", string(f.State)),
+	after := f.After
+	if f.Newest && after == 0 {
+		after = math.MaxInt64 // below every seq
+	}
+	args := []any{sql.Named("after", after), sql.Named("state", string(f.State)),
 		sql.Named("created_from", model.Millis(f.CreatedFrom)), sql.Named("created_until", until),
 		sql.Named("schedule_id", f.ScheduleID), sql.Named("limit", limit+1)}
 	name := "list_page"
@@ -88,6 +96,9 @@ func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
 			name = "list_page_for_users"
 		}
 	}
+	if f.Newest {
+		name += "_newest"
+	}
 	rows, err := q.readRows(ctx, name, args...)
 	if err != nil {
 		return Page{}, err
@@ -105,6 +116,17 @@ func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
 		page.Tasks = []model.Task{}
 	}
 	return page, nil
+}
+
+// TaskByKey returns the task user submitted under the idempotency key
+// key, read by the (user, key) index: model.ErrNotFound when there is
+// none, or it was pruned.
+func (q *Queue) TaskByKey(ctx context.Context, user, key string) (model.Task, error) {
+	t, err := scanTask(q.readRow(ctx, "task_by_user_key", sql.Named("user", user), sql.Named("key", key)))
+	if err != nil {
+		return model.Task{}, notFound(err, "a task of user "+user+" under that key")
+	}
+	return t, nil
 }
 
 // usersArg is the :users parameter: empty for any user, else a JSON array.

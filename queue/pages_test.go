@@ -5,10 +5,13 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/model"
@@ -278,4 +281,116 @@ func TestEventsThroughLooksAWindowAtATime(t *testing.T) {
 
 func TestPostgresEventsThroughLooksAWindowAtATime(t *testing.T) {
 	checkTrailThrough(t, freshPostgres(t).q)
+}
+
+// walkListPage pages through ListPage with f, from its first page to its
+// last, and returns the tasks' IDs in the order the pages give them.
+func walkListPage(t *testing.T, q *Queue, f PageFilter) []string {
+	t.Helper()
+	got := []string{}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 1000, "paging did not end")
+		page, err := q.ListPage(context.Background(), f)
+		require.NoError(t, err)
+		got = append(got, ids(page.Tasks)...)
+		if page.Next == 0 {
+			return got
+		}
+		f.After = page.Next
+	}
+}
+
+// checkPagesNewest: ListPage with Newest pages from the newest task back
+// through exactly the tasks it pages through oldest first, in reverse, for
+// every user, one user, a few users (by each user's tasks) and many (by
+// the scan), with and without a state filter; a task submitted while
+// paging is on no later page.
+func checkPagesNewest(t *testing.T, q *Queue) {
+	t.Helper()
+	ctx := context.Background()
+	users := []string{"ana", "bob", "cy"}
+	for i := range 40 {
+		_, err := q.Submit(ctx, model.SubmitRequest{User: users[(i*i+i/4)%len(users)], Key: fmt.Sprintf("k%d", i),
+			Payload: `{}`, CostBudget: 1, StepsMax: 1})
+		require.NoError(t, err)
+	}
+	claimed, err := q.Claim(ctx, model.ClaimRequest{Worker: "w", Max: 5, Lease: time.Minute})
+	require.NoError(t, err)
+	require.NotEmpty(t, claimed)
+	many := make([]string, pageUsersRows) // past pageUsersRows: the scan
+	for i := range many {
+		many[i] = fmt.Sprintf("u%d", i)
+	}
+	many[7] = "bob"
+	for _, f := range []PageFilter{{}, {User: "ana"}, {Users: []string{"bob", "cy"}}, {Users: []string{"cy"}, User: "cy"},
+		{Users: many}, {State: model.Running}, {State: model.Queued, Users: []string{"ana", "bob"}}} {
+		f.Limit = 4
+		oldest := walkListPage(t, q, f)
+		require.NotEmpty(t, oldest, "%+v", f)
+		f.Newest = true
+		newest := walkListPage(t, q, f)
+		slices.Reverse(newest)
+		require.Equal(t, oldest, newest, "%+v", f)
+	}
+	first, err := q.ListPage(ctx, PageFilter{Newest: true, Limit: 3})
+	require.NoError(t, err)
+	_, err = q.Submit(ctx, model.SubmitRequest{User: "ana", Key: "late", Payload: `{}`, CostBudget: 1, StepsMax: 1})
+	require.NoError(t, err)
+	next, err := q.ListPage(ctx, PageFilter{Newest: true, Limit: 3, After: first.Next})
+	require.NoError(t, err)
+	require.Less(t, next.Tasks[0].Seq, first.Tasks[2].Seq, "the next page goes on below the first")
+}
+
+// newestPlanArgs are list_page_for_users_newest's arguments for a first
+// page of two users.
+var newestPlanArgs = []any{sql.Named("after", int64(math.MaxInt64)), sql.Named("state", ""),
+	sql.Named("created_from", int64(0)), sql.Named("created_until", int64(math.MaxInt64)),
+	sql.Named("schedule_id", ""), sql.Named("limit", 7), sql.Named("users", `["ana","bob"]`)}
+
+// TestListPageNewestFirst: checkPagesNewest on SQLite, and a few users'
+// pages read each user's tasks by the user index, backwards.
+func TestListPageNewestFirst(t *testing.T) {
+	b := setup(t)
+	checkPagesNewest(t, b.q)
+	plan := strings.Join(queryPlan(t, b, "list_page_for_users_newest", newestPlanArgs...), " | ")
+	require.Regexp(t, `SEARCH t USING (COVERING )?INDEX tasks_user \(user_id=\? AND seq<\?\)`, plan, plan)
+}
+
+// TestPostgresListPageNewestFirst: checkPagesNewest on PostgreSQL, and
+// the plan walks each user's keys by task_keys_user.
+func TestPostgresListPageNewestFirst(t *testing.T) {
+	f := freshPostgres(t)
+	checkPagesNewest(t, f.q)
+	plan := f.plan("list_page_for_users_newest", newestPlanArgs...)
+	require.Contains(t, plan, "task_keys_user", plan)
+	require.Contains(t, plan, "Index Cond: (seq = k.seq)", plan)
+}
+
+// TaskByKey finds a user's task by its idempotency key and no other
+// user's; the reference agrees.
+func TestTaskByKey(t *testing.T) {
+	ctx := context.Background()
+	check := func(t *testing.T, s interface {
+		Submit(context.Context, model.SubmitRequest) (model.SubmitResult, error)
+		TaskByKey(context.Context, string, string) (model.Task, error)
+	}) {
+		res, err := s.Submit(ctx, model.SubmitRequest{User: "ana", Key: "order-7", Payload: `{}`, CostBudget: 1, StepsMax: 1})
+		require.NoError(t, err)
+		_, err = s.Submit(ctx, model.SubmitRequest{User: "bob", Key: "order-8", Payload: `{}`, CostBudget: 1, StepsMax: 1})
+		require.NoError(t, err)
+		got, err := s.TaskByKey(ctx, "ana", "order-7")
+		require.NoError(t, err)
+		require.Equal(t, res.TaskID, got.ID)
+		require.Equal(t, "order-7", got.Key)
+		_, err = s.TaskByKey(ctx, "bob", "order-7")
+		require.ErrorIs(t, err, model.ErrNotFound)
+		_, err = s.TaskByKey(ctx, "ana", "order-8")
+		require.ErrorIs(t, err, model.ErrNotFound)
+	}
+	t.Run("sqlite", func(t *testing.T) { check(t, setup(t).q) })
+	t.Run("reference", func(t *testing.T) {
+		check(t, model.NewReference(model.ReferenceOptions{Clock: clockwork.NewFakeClockAt(time.UnixMilli(1000)), IDs: model.NewSeededIDs(1),
+			Rand: rand.New(rand.NewPCG(1, 2))}))
+	})
+	t.Run("postgres", func(t *testing.T) { check(t, freshPostgres(t).q) })
 }

@@ -44,6 +44,48 @@ SELECT {task_columns} FROM (
     ORDER BY t.seq LIMIT :limit) AS tasks
 ORDER BY seq;
 
+-- name: list_page_newest
+-- list_page from the newest task back (PageFilter.Newest): :after is the
+-- cursor, here the seq the page starts below. So are the two after it.
+SELECT {task_columns} FROM tasks
+WHERE seq < :after
+  AND (:state = '' OR state = :state)
+  AND (:users = '' OR user_id IN (SELECT jsonb_array_elements_text(NULLIF(:users, '')::jsonb)))
+  AND created_at >= :created_from AND created_at < :created_until
+  AND (:schedule_id = '' OR schedule_id = :schedule_id)
+ORDER BY seq DESC LIMIT :limit;
+
+-- name: list_page_by_user_newest
+SELECT {task_columns} FROM (
+    SELECT t.* FROM task_keys k
+    CROSS JOIN LATERAL (SELECT * FROM tasks WHERE tasks.seq = k.seq LIMIT 1) t
+    WHERE k.user_id = :user AND k.seq < :after
+      AND (:state = '' OR t.state = :state)
+      AND t.created_at >= :created_from AND t.created_at < :created_until
+      AND (:schedule_id = '' OR t.schedule_id = :schedule_id)
+    ORDER BY k.seq DESC LIMIT :limit) AS tasks
+ORDER BY seq DESC;
+
+-- name: list_page_for_users_newest
+SELECT {task_columns} FROM (
+    SELECT t.* FROM (SELECT DISTINCT jsonb_array_elements_text(NULLIF(:users, '')::jsonb) AS user_id) AS u
+    CROSS JOIN LATERAL (
+        SELECT tt.* FROM task_keys k
+        CROSS JOIN LATERAL (SELECT * FROM tasks WHERE tasks.seq = k.seq LIMIT 1) tt
+        WHERE k.user_id = u.user_id AND k.seq < :after
+          AND (:state = '' OR tt.state = :state)
+          AND tt.created_at >= :created_from AND tt.created_at < :created_until
+          AND (:schedule_id = '' OR tt.schedule_id = :schedule_id)
+        ORDER BY k.seq DESC LIMIT :limit) AS t
+    ORDER BY t.seq DESC LIMIT :limit) AS tasks
+ORDER BY seq DESC;
+
+-- name: task_by_user_key
+-- The task a user submitted under an idempotency key, by task_keys'
+-- primary key (the console's search).
+SELECT {task_columns} FROM tasks
+WHERE seq = (SELECT k.seq FROM task_keys k WHERE k.user_id = :user AND k.idem_key = :key);
+
 -- The audit trail with each event's task's user beside it ('' for an
 -- event that concerns no task). The join is on tasks.id, which is unique.
 -- Each is a cursor, read after events_after_lock (see queries.sql) and

@@ -39,6 +39,42 @@ WHERE seq IN (
                     ORDER BY t.seq LIMIT :limit))
 ORDER BY seq LIMIT :limit;
 
+-- name: list_page_newest
+-- list_page from the newest task back (PageFilter.Newest): :after is the
+-- cursor, here the seq the page starts below. So are the two after it.
+SELECT {task_columns} FROM tasks
+WHERE seq < :after
+  AND (:state = '' OR state = :state)
+  AND (:users = '' OR user_id IN (SELECT value FROM json_each(:users)))
+  AND created_at >= :created_from AND created_at < :created_until
+  AND (:schedule_id = '' OR schedule_id = :schedule_id)
+ORDER BY seq DESC LIMIT :limit;
+
+-- name: list_page_by_user_newest
+SELECT {task_columns} FROM tasks
+WHERE user_id = :user AND seq < :after
+  AND (:state = '' OR state = :state)
+  AND created_at >= :created_from AND created_at < :created_until
+  AND (:schedule_id = '' OR schedule_id = :schedule_id)
+ORDER BY seq DESC LIMIT :limit;
+
+-- name: list_page_for_users_newest
+SELECT {task_columns} FROM tasks
+WHERE seq IN (
+    SELECT s.seq FROM (SELECT DISTINCT value AS user_id FROM json_each(:users)) AS u, tasks AS s
+    WHERE s.seq IN (SELECT t.seq FROM tasks AS t
+                    WHERE t.user_id = u.user_id AND t.seq < :after
+                      AND (:state = '' OR t.state = :state)
+                      AND t.created_at >= :created_from AND t.created_at < :created_until
+                      AND (:schedule_id = '' OR t.schedule_id = :schedule_id)
+                    ORDER BY t.seq DESC LIMIT :limit))
+ORDER BY seq DESC LIMIT :limit;
+
+-- name: task_by_user_key
+-- The task a user submitted under an idempotency key, by the (user_id,
+-- idem_key) index (the console's search).
+SELECT {task_columns} FROM tasks WHERE user_id = :user AND idem_key = :key;
+
 -- The audit trail with each event's task's user beside it ('' for an
 -- event that concerns no task). The join is on tasks.id, which is unique.
 
