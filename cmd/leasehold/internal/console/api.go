@@ -3,7 +3,9 @@ package console
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -88,12 +90,60 @@ func (b apiBackend) Task(ctx context.Context, p Principal, id string) (model.Tas
 	return t, mapped(err)
 }
 
+// TaskByKey looks the key up for a user the principal acts for, and
+// returns the task as the API's Task core lets the principal see it.
+func (b apiBackend) TaskByKey(ctx context.Context, p Principal, user, key string) (model.Task, error) {
+	if err := model.CheckName("user", user); err != nil {
+		return model.Task{}, err
+	}
+	if !p.ActsFor(user) {
+		return model.Task{}, fmt.Errorf("a task of user %s under that key: %w", user, model.ErrNotFound)
+	}
+	t, err := b.q.TaskByKey(ctx, user, key)
+	if err != nil {
+		return model.Task{}, err
+	}
+	return b.Task(ctx, p, t.ID)
+}
+
+// List pages through the API's List core, oldest first. The API lists no
+// other way, so the newest first reads the queue's pages directly under
+// the core's rules: the core first checks the principal and the filter
+// (reading one row), then the page holds only the users the principal
+// acts for (its users, or every user for "*"), after the API's cursor.
 func (b apiBackend) List(ctx context.Context, p Principal, f TaskFilter) (TaskPage, error) {
-	page, err := b.s.List(ctx, apiPrincipal(p), httpapi.ListFilter{State: f.State, User: f.User, After: f.After, Limit: f.Limit})
+	core := httpapi.ListFilter{State: f.State, User: f.User, After: f.After, Limit: f.Limit}
+	if f.Newest {
+		core.After, core.Limit = "", 1
+	}
+	page, err := b.s.List(ctx, apiPrincipal(p), core)
 	if err != nil {
 		return TaskPage{}, mapped(err)
 	}
-	return TaskPage{Tasks: page.Tasks, Next: page.Next}, nil
+	if !f.Newest {
+		return TaskPage{Tasks: page.Tasks, Next: page.Next}, nil
+	}
+	var after int64
+	if f.After != "" {
+		n, err := strconv.ParseInt(f.After, 10, 64)
+		if err != nil || n < 1 {
+			return TaskPage{}, &model.ValidationError{Field: "after", Problem: "not a cursor a page returned as next"}
+		}
+		after = n
+	}
+	var users []string // nil: every user
+	if !p.AllUsers() {
+		users = append([]string{}, p.Users...)
+	}
+	newest, err := b.q.ListPage(ctx, queue.PageFilter{State: f.State, User: f.User, Users: users, After: after, Limit: f.Limit, Newest: true})
+	if err != nil {
+		return TaskPage{}, err
+	}
+	out := TaskPage{Tasks: newest.Tasks}
+	if newest.Next != 0 {
+		out.Next = strconv.FormatInt(newest.Next, 10)
+	}
+	return out, nil
 }
 
 func (b apiBackend) Events(ctx context.Context, p Principal, id string) ([]model.Event, error) {

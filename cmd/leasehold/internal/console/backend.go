@@ -43,6 +43,9 @@ type TaskFilter struct {
 	User  string      // "": every user the principal may act for
 	After string      // a page's Next; "": from the start
 	Limit int
+	// Newest lists the newest task first (and each page's Next leads to
+	// older ones); otherwise the oldest first.
+	Newest bool
 }
 
 // TaskPage is one page of tasks and the cursor of the next ("" at the end).
@@ -74,6 +77,9 @@ type Backend interface {
 	Submit(ctx context.Context, p Principal, req model.SubmitRequest) (model.SubmitResult, error)
 	SubmitMany(ctx context.Context, p Principal, reqs []model.SubmitRequest) ([]model.SubmitResult, error)
 	Task(ctx context.Context, p Principal, id string) (model.Task, error)
+	// TaskByKey returns the task user submitted under the idempotency key
+	// key, refused as not found like Task when the principal may not see it.
+	TaskByKey(ctx context.Context, p Principal, user, key string) (model.Task, error)
 	List(ctx context.Context, p Principal, f TaskFilter) (TaskPage, error)
 	Events(ctx context.Context, p Principal, id string) ([]model.Event, error)
 	Effects(ctx context.Context, p Principal, id string) ([]model.Effect, error)

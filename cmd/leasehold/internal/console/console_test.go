@@ -3,9 +3,13 @@ package console
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"html"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -253,7 +257,7 @@ func TestTaskListPages(t *testing.T) {
 	}
 	c := b.client(t)
 	c.signIn(operatorSecret)
-	first := c.get("/ui/tasks")
+	first := c.get("/ui/tasks?order=oldest")
 	require.Equal(t, 3, strings.Count(first.body, `class="task-row"`))
 	next := nextLink(t, first.body)
 	b.submit(t, "ana", "k6", `{"steps": [{"cost": 1}]}`) // added while paging
@@ -313,4 +317,112 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// rowIDs are the task rows' IDs in the page's order.
+func rowIDs(body string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`class="task-row" data-task="([^"]+)"`).FindAllStringSubmatch(body, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// href is the link with the element ID id.
+func href(t *testing.T, body, id string) string {
+	t.Helper()
+	m := regexp.MustCompile(`id="` + id + `" href="([^"]+)"`).FindStringSubmatch(body)
+	require.NotNil(t, m, "no link %s", id)
+	return html.UnescapeString(m[1])
+}
+
+// TestTaskListNewestFirstKeepsItsFilters: the list opens newest first;
+// its next, first-page and sort links keep the filters in the URL; the
+// other order lists the same tasks the other way.
+func TestTaskListNewestFirstKeepsItsFilters(t *testing.T) {
+	b := setup(t)
+	var anas []string
+	for i := range 5 {
+		anas = append(anas, b.submit(t, "ana", fmt.Sprintf("k%d", i), `{"steps": [{"cost": 1}]}`))
+		b.submit(t, "bob", fmt.Sprintf("k%d", i), `{"steps": [{"cost": 1}]}`)
+		b.clock.Advance(time.Second)
+	}
+	c := b.client(t)
+	c.signIn(operatorSecret)
+	require.Len(t, rowIDs(c.get("/ui/tasks").body), 3)
+
+	newest := slices.Clone(anas)
+	slices.Reverse(newest)
+	first := c.get("/ui/tasks?user=ana&state=queued")
+	require.Equal(t, http.StatusOK, first.status)
+	require.Equal(t, newest[:3], rowIDs(first.body))
+	require.Contains(t, first.body, `aria-sort="descending"`)
+	next := href(t, first.body, "next-page")
+	require.Contains(t, next, "state=queued")
+	require.Contains(t, next, "user=ana")
+	second := c.get(next)
+	require.Equal(t, newest[3:], rowIDs(second.body))
+	require.Equal(t, "/ui/tasks?state=queued&user=ana", href(t, second.body, "first-page"))
+
+	sorted := href(t, first.body, "sort-created")
+	require.Equal(t, "/ui/tasks?order=oldest&state=queued&user=ana", sorted)
+	oldest := c.get(sorted)
+	require.Equal(t, anas[:3], rowIDs(oldest.body))
+	require.Contains(t, oldest.body, `aria-sort="ascending"`)
+	require.Contains(t, href(t, oldest.body, "next-page"), "order=oldest")
+	require.Equal(t, anas[3:], rowIDs(c.get(href(t, oldest.body, "next-page")).body))
+	require.Equal(t, "/ui/tasks?state=queued&user=ana", href(t, oldest.body, "sort-created"))
+
+	// A token bound to ana sees her tasks newest first, and no one else's.
+	ana := b.client(t)
+	ana.signIn(anaSecret)
+	require.Equal(t, newest[:3], rowIDs(ana.get("/ui/tasks").body))
+	require.Empty(t, rowIDs(ana.get("/ui/tasks?user=bob").body))
+
+	bad := c.get("/ui/tasks?order=sideways")
+	require.Equal(t, http.StatusBadRequest, bad.status)
+	require.Contains(t, bad.body, "order: want newest or oldest")
+}
+
+// TestSearchByIDOrKey: a task ID or an idempotency key leads to the task;
+// a token for every user names the user for a key; nobody finds a task
+// their token may not see.
+func TestSearchByIDOrKey(t *testing.T) {
+	b := setup(t)
+	mine := b.submit(t, "ana", "order-7", `{"steps": [{"cost": 1}]}`)
+	theirs := b.submit(t, "bob", "order-9", `{"steps": [{"cost": 1}]}`)
+	shared := b.submit(t, "bob", "order-7", `{"steps": [{"cost": 1}]}`)
+	op := b.client(t)
+	op.signIn(operatorSecret)
+
+	res := op.get("/ui/tasks?q=" + mine)
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	require.Equal(t, taskPath(mine), res.header.Get("Location"))
+	res = op.get("/ui/tasks?q=order-9&user=bob")
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	require.Equal(t, taskPath(theirs), res.header.Get("Location"))
+	res = op.get("/ui/tasks?q=order-7")
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, res.body, "name the user to search by idempotency key")
+	res = op.get("/ui/tasks?q=t_00000000000000ff")
+	require.Equal(t, http.StatusNotFound, res.status)
+	require.Contains(t, res.body, `id="search-result">No task that this token may see`)
+	require.Empty(t, rowIDs(res.body))
+	res = op.get("/ui/tasks?q=" + strings.Repeat("k", 129))
+	require.Equal(t, http.StatusBadRequest, res.status)
+
+	// A token bound to ana searches her keys without naming her, and
+	// finds neither bob's key nor bob's task by its ID.
+	ana := b.client(t)
+	ana.signIn(anaSecret)
+	res = ana.get("/ui/tasks?q=order-7")
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	require.Equal(t, taskPath(mine), res.header.Get("Location"))
+	for _, path := range []string{"/ui/tasks?q=order-9", "/ui/tasks?q=order-9&user=bob", "/ui/tasks?q=" + theirs, "/ui/tasks?q=" + shared} {
+		res = ana.get(path)
+		require.Equal(t, http.StatusNotFound, res.status, path)
+		require.Empty(t, rowIDs(res.body), path)
+		require.NotContains(t, res.body, `href="/ui/tasks/`+theirs, path)
+		require.NotContains(t, res.body, `href="/ui/tasks/`+shared, path)
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -96,19 +98,48 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request, req *request) 
 	return nil
 }
 
-// tasksView is the task list's data.
+// tasksView is the task list's data: the filters as the URL gives them,
+// the links that keep them (the first page, the other order), and the
+// search.
 type tasksView struct {
 	State  string
 	User   string
+	Order  string // "newest" or "oldest"
 	States []model.State
 	Tasks  []model.Task
 	Next   string // the next page's URL, "" on the last
 	First  bool
+	// FirstURL is the first page's URL with the same filters; OrderURL the
+	// same list in the other order.
+	FirstURL, OrderURL string
+	Search             string // what was searched for
+	Found              bool   // Tasks are the search's matches
 }
+
+// Orders of the task list.
+const (
+	orderNewest = "newest"
+	orderOldest = "oldest"
+)
+
+// searchBytesMax bounds a search: a task ID or an idempotency key.
+const searchBytesMax = model.KeyLengthMax
+
+// searchUsersMax bounds the users a search by key looks under when it
+// names none: those of a token bound to a few users.
+const searchUsersMax = 16
 
 func (c *Console) tasksPage(w http.ResponseWriter, r *http.Request, req *request) error {
 	q := r.URL.Query()
-	f := TaskFilter{User: q.Get("user"), After: q.Get("after"), Limit: c.pageSize}
+	tv := tasksView{User: q.Get("user"), Order: q.Get("order"), States: model.States(), First: q.Get("after") == ""}
+	switch tv.Order {
+	case "":
+		tv.Order = orderNewest
+	case orderNewest, orderOldest:
+	default:
+		return &model.ValidationError{Field: "order", Problem: "want newest or oldest, got " + strconv.Quote(oneLine(tv.Order))}
+	}
+	f := TaskFilter{User: tv.User, After: q.Get("after"), Limit: c.pageSize, Newest: tv.Order == orderNewest}
 	if s := q.Get("state"); s != "" {
 		state, err := model.ParseState(s)
 		if err != nil {
@@ -116,24 +147,107 @@ func (c *Console) tasksPage(w http.ResponseWriter, r *http.Request, req *request
 		}
 		f.State = state
 	}
+	tv.State = string(f.State)
 	if f.User != "" {
 		if err := model.CheckName("user", f.User); err != nil {
 			return err
 		}
 	}
+	filters := url.Values{}
+	for k, v := range map[string]string{"state": tv.State, "user": tv.User, "order": tv.Order} {
+		if v != "" && (k != "order" || v != orderNewest) {
+			filters.Set(k, v)
+		}
+	}
+	tv.FirstURL = withQuery("/ui/tasks", filters)
+	other := url.Values{}
+	maps.Copy(other, filters)
+	if tv.Order == orderNewest {
+		other.Set("order", orderOldest)
+	} else {
+		other.Del("order")
+	}
+	tv.OrderURL = withQuery("/ui/tasks", other)
+	if search := strings.TrimSpace(q.Get("q")); search != "" {
+		return c.search(w, r, req, tv, search)
+	}
 	page, err := c.backend.List(r.Context(), req.p, f)
 	if err != nil {
 		return err
 	}
-	tv := tasksView{State: string(f.State), User: f.User, States: model.States(), Tasks: page.Tasks, First: f.After == ""}
+	tv.Tasks = page.Tasks
 	if page.Next != "" {
-		next := q
+		next := url.Values{}
+		maps.Copy(next, filters)
 		next.Set("after", page.Next)
-		tv.Next = "/ui/tasks?" + next.Encode()
+		tv.Next = withQuery("/ui/tasks", next)
 	}
 	v := c.view(req, "Tasks")
 	v.Nav, v.Data = "tasks", tv
 	c.render(w, http.StatusOK, "tasks", v)
+	return nil
+}
+
+// withQuery is path with the query q, if any.
+func withQuery(path string, q url.Values) string {
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}
+
+// search finds a task by its ID, and goes to it, or by an idempotency
+// key: under the user the filter names, or else under each user the
+// token acts for (a token for every user must name one, a key being
+// unique per user only, unless what it searched for is shaped as a task
+// ID). One match goes to the task; several (a key used by several users)
+// are listed; none says so.
+func (c *Console) search(w http.ResponseWriter, r *http.Request, req *request, tv tasksView, search string) error {
+	if len(search) > searchBytesMax {
+		return &model.ValidationError{Field: "q", Problem: fmt.Sprintf("a task ID or an idempotency key is at most %d bytes", searchBytesMax)}
+	}
+	tv.Search, tv.Found = search, true
+	var found []model.Task
+	byID := strings.HasPrefix(search, model.TaskIDPrefix)
+	if byID && model.CheckName("q", search) == nil {
+		t, err := c.backend.Task(r.Context(), req.p, search)
+		switch {
+		case err == nil:
+			found = append(found, t)
+		case !errors.Is(err, model.ErrNotFound) && !errors.Is(err, model.ErrInvalidInput):
+			return err
+		}
+	}
+	if len(found) == 0 && (tv.User != "" || !byID || !req.p.AllUsers()) {
+		users := []string{tv.User}
+		if tv.User == "" {
+			if req.p.AllUsers() {
+				return &model.ValidationError{Field: "user", Problem: "name the user to search by idempotency key: a key is unique per user (or search by task ID)"}
+			}
+			users = req.p.Users[:min(len(req.p.Users), searchUsersMax)]
+		}
+		for _, user := range users {
+			t, err := c.backend.TaskByKey(r.Context(), req.p, user, search)
+			switch {
+			case err == nil:
+				found = append(found, t)
+			case !errors.Is(err, model.ErrNotFound) && !errors.Is(err, model.ErrInvalidInput):
+				return err
+			}
+		}
+	}
+	if len(found) == 1 {
+		http.Redirect(w, r, "/ui/tasks/"+found[0].ID, http.StatusSeeOther)
+		return nil
+	}
+	tv.Tasks = found
+	v := c.view(req, "Tasks")
+	v.Nav, v.Data = "tasks", tv
+	status := http.StatusOK
+	if len(found) == 0 {
+		status = http.StatusNotFound
+	}
+	c.render(w, status, "tasks", v)
 	return nil
 }
 
