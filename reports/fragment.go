@@ -48,3 +48,66 @@ func TimelineStyle() template.CSS {
 	}
 	return template.CSS(root + "}\n" + rules + "\n") // the package's own stylesheet
 }
+
+// Chart is one small line chart for another page to embed (ChartFigure):
+// its series share the chart, over the x axis Axis fixes.
+type Chart struct {
+	Title  string
+	Unit   string
+	Series []Series
+	Axis   ChartAxis
+}
+
+// ChartAxis is a chart's x axis: the range From to To (in the series'
+// X unit) drawn from edge to edge, the labels of its two ends, and its
+// title.
+type ChartAxis struct {
+	From, To             int64
+	StartLabel, EndLabel string
+	Title                string
+}
+
+// ChartFigure draws one chart as the HTML report draws its charts: a
+// <figure> holding its inline SVG, legend and caption (the minimum and
+// maximum), for another page (the console's Live page) to embed. id is
+// the figure's element ID, unique within that page. Every text is
+// escaped. It refuses an axis that ends before it starts and a point
+// outside it.
+func ChartFigure(id string, c Chart) (template.HTML, error) {
+	if c.Axis.To <= c.Axis.From {
+		return "", fmt.Errorf("chart figure %q: the axis ends at %d, not after it starts at %d", c.Title, c.Axis.To, c.Axis.From)
+	}
+	for _, s := range c.Series {
+		for _, p := range s.Points {
+			if p.X < c.Axis.From || p.X > c.Axis.To {
+				return "", fmt.Errorf("chart figure %q: series %s has a point at %d outside %d..%d", c.Title, s.Name, p.X, c.Axis.From, c.Axis.To)
+			}
+		}
+	}
+	axis := c.Axis
+	var b bytes.Buffer
+	if err := page.ExecuteTemplate(&b, "chart", layoutChart(id, chartGroup{Title: c.Title, Unit: c.Unit, Series: c.Series, axis: &axis})); err != nil {
+		return "", fmt.Errorf("chart figure: %w", err)
+	}
+	return template.HTML(b.String()), nil // executed by html/template: escaped
+}
+
+// chartStyleFirst and chartStyleLast bound, in page.css, the rules a
+// chart figure needs.
+const (
+	chartStyleFirst = ".charts {"
+	chartStyleLast  = ".chart-foot ul.legend { margin: 0; gap: 2px 10px; }"
+)
+
+// ChartStyle returns the CSS a page embedding ChartFigure needs beside
+// TimelineStyle's: the report's chart rules, from its own stylesheet.
+func ChartStyle() template.CSS {
+	rules := pageStyle
+	if i := strings.Index(rules, chartStyleFirst); i >= 0 {
+		rules = rules[i:]
+	}
+	if i := strings.Index(rules, chartStyleLast); i >= 0 {
+		rules = rules[:i+len(chartStyleLast)]
+	}
+	return template.CSS(rules + "\n") // the package's own stylesheet
+}

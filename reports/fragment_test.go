@@ -15,6 +15,7 @@ func TestTimelineFigure(t *testing.T) {
 	require.NoError(t, err)
 	s := string(html)
 	require.True(t, strings.HasPrefix(strings.TrimSpace(s), `<figure class="timeline live" id="task-timeline"`), s[:min(len(s), 120)])
+	require.Contains(t, s, `<span class="kind live">LIVE</span>`)
 	require.Contains(t, s, `<g class="bar"`)
 	require.Contains(t, s, `data-fence="1"`)
 	require.Contains(t, s, `<g class="mark`)
@@ -33,4 +34,38 @@ func TestTimelineStyle(t *testing.T) {
 	}
 	require.NotContains(t, css, "body {", "only the figure's rules, not the report page's")
 	require.NotContains(t, css, ".charts {")
+}
+
+// A timeline without a Kind carries no FIXTURE or LIVE label.
+func TestTimelineFigureWithoutKind(t *testing.T) {
+	html, err := TimelineFigure("task-timeline", Timeline{Title: "task t1", Unit: "ms", End: 10, Lanes: []string{"w1"}})
+	require.NoError(t, err)
+	s := string(html)
+	require.True(t, strings.HasPrefix(strings.TrimSpace(s), `<figure class="timeline" id="task-timeline">`), s[:min(len(s), 120)])
+	require.NotContains(t, s, `class="kind`)
+}
+
+func TestChartFigure(t *testing.T) {
+	c := Chart{Title: "depth <i>now</i>", Unit: "tasks", Axis: ChartAxis{From: 0, To: 3_600_000, StartLabel: "08:00", EndLabel: "09:00 UTC", Title: "the last hour"},
+		Series: []Series{{Name: "queued", Unit: "tasks", Points: []Point{{X: 60_000, Y: 3}, {X: 3_600_000, Y: 5}}},
+			{Name: "running", Unit: "tasks", Points: []Point{{X: 60_000, Y: 1}, {X: 3_600_000, Y: 2}}}}}
+	html, err := ChartFigure("depth", c)
+	require.NoError(t, err)
+	s := string(html)
+	require.True(t, strings.HasPrefix(strings.TrimSpace(s), `<figure class="chart" id="depth">`), s[:min(len(s), 120)])
+	require.Equal(t, 2, strings.Count(s, "<polyline"))
+	require.Contains(t, s, `points="54.9,64 346,12"`, "the first point a sixtieth of the way along, at 3 of 5")
+	for _, label := range []string{">08:00<", ">09:00 UTC<", ">the last hour<", "depth &lt;i&gt;now&lt;/i&gt;"} {
+		require.Contains(t, s, label)
+	}
+	c.Series[0].Points[0].X = -1
+	_, err = ChartFigure("depth", c)
+	require.ErrorContains(t, err, "outside")
+	c.Axis.To = 0
+	_, err = ChartFigure("depth", c)
+	require.ErrorContains(t, err, "ends")
+	css := string(ChartStyle())
+	require.True(t, strings.HasPrefix(css, ".charts {"), css)
+	require.Contains(t, css, ".chart polyline {")
+	require.NotContains(t, css, "body {")
 }

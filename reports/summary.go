@@ -58,6 +58,9 @@ type chartGroup struct {
 	Title  string
 	Unit   string
 	Series []Series
+	// axis, when set, fixes the x axis (ChartFigure's Chart); otherwise it
+	// spans the points and reads as wall time since the start.
+	axis *ChartAxis
 }
 
 // groupSeries gathers series into charts: series sharing a Chart name go

@@ -716,6 +716,9 @@ func layoutChart(id string, g chartGroup) chartView {
 	if hi <= lo {
 		hi = lo + 1
 	}
+	if a := g.axis; a != nil {
+		xMin, xMax = a.From, a.To
+	}
 	xSpan := float64(xMax - xMin)
 	if xSpan <= 0 {
 		xSpan = 1
@@ -728,8 +731,11 @@ func layoutChart(id string, g chartGroup) chartView {
 		for _, p := range s.Points {
 			pts = append(pts, f(px(p.X))+","+f(py(p.Y)))
 			if len(s.Points) <= chartDotsMax {
-				lv.Dots = append(lv.Dots, dotView{X: f(px(p.X)), Y: f(py(p.Y)),
-					Hover: s.Name + ": " + number(p.Y) + " " + s.Unit + " at " + strconv.FormatInt(p.X, 10) + " ms"})
+				hover := s.Name + ": " + number(p.Y) + " " + s.Unit
+				if g.axis == nil { // a fixed axis's unit is its page's
+					hover += " at " + strconv.FormatInt(p.X, 10) + " ms"
+				}
+				lv.Dots = append(lv.Dots, dotView{X: f(px(p.X)), Y: f(py(p.Y)), Hover: hover})
 			}
 		}
 		lv.Points = strings.Join(pts, " ")
@@ -747,6 +753,9 @@ func layoutChart(id string, g chartGroup) chartView {
 	v.XEnd = tickView{X: f(right), Label: wallTime(xMax, xMax-xMin)}
 	v.XLabelY = f(bottom + 14)
 	v.XTitle = axisTitle{X: f((left + right) / 2), Y: f(bottom + 28), Text: "wall time since start"}
+	if a := g.axis; a != nil {
+		v.XStart.Label, v.XEnd.Label, v.XTitle.Text = a.StartLabel, a.EndLabel, a.Title
+	}
 	if first {
 		v.Caption = "no samples"
 	} else {

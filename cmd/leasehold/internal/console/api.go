@@ -240,6 +240,11 @@ func (b apiBackend) Metrics(ctx context.Context, p Principal) (model.Metrics, er
 	return m, mapped(err)
 }
 
+// QueueMetrics reads the queue's metrics, as the API's Metrics core does.
+func (b apiBackend) QueueMetrics(ctx context.Context) (model.Metrics, error) {
+	return b.q.Metrics(ctx)
+}
+
 // RecentFailures reads the audit trail of the last recentWindow (at most
 // recentPagesMax pages of model.ListLimitMax events, walking to the
 // newest) for tasks that failed or went to review, newest first, and

@@ -102,6 +102,10 @@ type Backend interface {
 	// RemoveSchedule removes a schedule; the tasks it made stay.
 	RemoveSchedule(ctx context.Context, p Principal, id string) error
 	Metrics(ctx context.Context, p Principal) (model.Metrics, error)
+	// QueueMetrics reads the queue's metrics for the console itself, for
+	// no principal: the samples of the Live page's history, which only a
+	// principal that may see Metrics is shown.
+	QueueMetrics(ctx context.Context) (model.Metrics, error)
 	// RecentFailures returns up to limit of the principal's tasks that
 	// most recently failed or went to review, the latest first.
 	RecentFailures(ctx context.Context, p Principal, limit int) ([]model.Task, error)

@@ -51,7 +51,11 @@ type Options struct {
 	Idle, Lifetime time.Duration
 	// PageSize is the tasks listed per page; zero means PageSizeDefault.
 	PageSize int
-	Logger   *slog.Logger // nil: discard
+	// SampleEvery is how often the console samples the queue's metrics
+	// for the Live page's charts of the last hour, on Clock; zero means
+	// DefaultSampleEvery. At least a second.
+	SampleEvery time.Duration
+	Logger      *slog.Logger // nil: discard
 }
 
 // Console is the console's HTTP handler; mount it at Prefix.
@@ -64,9 +68,15 @@ type Console struct {
 	origin   *http.CrossOriginProtection
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
+
+	sampleEvery time.Duration
+	history     *history
+	stop        context.CancelFunc
+	stopped     chan struct{} // closed when the sampling has ended
 }
 
-// New builds a console.
+// New builds a console and starts its sampling of the queue's metrics
+// (Close stops it).
 func New(o Options) (*Console, error) {
 	if o.Backend == nil || o.Clock == nil {
 		return nil, errors.New("console: Options.Backend and Options.Clock are required")
@@ -86,6 +96,12 @@ func New(o Options) (*Console, error) {
 	if o.PageSize == 0 {
 		o.PageSize = PageSizeDefault
 	}
+	if o.SampleEvery == 0 {
+		o.SampleEvery = DefaultSampleEvery
+	}
+	if o.SampleEvery < time.Second || o.SampleEvery > historyWindow {
+		return nil, fmt.Errorf("console: SampleEvery must be between 1s and %s, got %s", historyWindow, o.SampleEvery)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -100,7 +116,22 @@ func New(o Options) (*Console, error) {
 		c.refuse(w, r, nil, http.StatusForbidden, "This request came from another origin and was refused; nothing was changed.")
 	}))
 	c.routes()
+	c.sampleEvery = o.SampleEvery
+	c.history = newHistory(min(samplesMax, int(historyWindow/o.SampleEvery)+1))
+	ctx, stop := context.WithCancel(context.Background())
+	c.stop, c.stopped = stop, make(chan struct{})
+	go func() {
+		defer close(c.stopped)
+		c.sampleLoop(ctx)
+	}()
 	return c, nil
+}
+
+// Close stops the console's sampling of the queue's metrics and waits
+// for it to end. The pages still answer, with the history taken so far.
+func (c *Console) Close() {
+	c.stop()
+	<-c.stopped
 }
 
 // ServeHTTP serves the console: security headers on every answer, then the

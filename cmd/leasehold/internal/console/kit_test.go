@@ -88,6 +88,7 @@ func setup(t testing.TB, edit ...func(*Options)) *bundle {
 	}
 	c, err := New(o)
 	require.NoError(t, err)
+	t.Cleanup(c.Close)
 	ui = c
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)

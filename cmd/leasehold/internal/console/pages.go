@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/reports"
@@ -515,6 +516,11 @@ type liveView struct {
 	Depth    []depthRow
 	Oldest   string
 	Failures []model.Task
+	// Charts are the last hour's depth by state and throughput, from the
+	// console's samples; Samples how many there are, SampleEvery how often.
+	Charts      []template.HTML
+	Samples     int
+	SampleEvery time.Duration
 }
 
 type depthRow struct {
@@ -531,9 +537,15 @@ func (c *Console) livePage(w http.ResponseWriter, r *http.Request, req *request)
 	if err != nil {
 		return err
 	}
-	lv := liveView{Oldest: roundDuration(m.OldestQueuedAge).String(), Failures: failures}
+	lv := liveView{Oldest: roundDuration(m.OldestQueuedAge).String(), Failures: failures, SampleEvery: c.sampleEvery}
 	for _, s := range model.States() {
 		lv.Depth = append(lv.Depth, depthRow{State: s, Count: m.Depth[s]})
+	}
+	now := c.clock.Now()
+	samples := c.history.since(now.Add(-historyWindow))
+	lv.Samples = len(samples)
+	if lv.Charts, err = historyCharts(samples, now); err != nil {
+		return err
 	}
 	v := c.view(req, "Live")
 	v.Nav, v.Data = "live", lv

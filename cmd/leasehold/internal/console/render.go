@@ -154,8 +154,8 @@ func (c *Console) render(w http.ResponseWriter, status int, page string, v *view
 	_, _ = w.Write(b.Bytes())
 }
 
-// style serves the console's stylesheet: its own rules, then the report's
-// timeline rules.
+// style serves the console's stylesheet: the report's timeline and chart
+// rules, then its own.
 func (c *Console) style(w http.ResponseWriter, _ *http.Request) {
 	own, err := files.ReadFile("templates/style.css")
 	if err != nil {
@@ -165,5 +165,6 @@ func (c *Console) style(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/css; charset=utf-8")
 	w.Header().Set("Cache-Control", "max-age=300")
 	_, _ = w.Write([]byte(reports.TimelineStyle()))
+	_, _ = w.Write([]byte(reports.ChartStyle()))
 	_, _ = w.Write(own)
 }
