@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -23,7 +24,22 @@ import (
 )
 
 // browserTimeout bounds the whole browser test.
-const browserTimeout = 60 * time.Second
+const browserTimeout = 90 * time.Second
+
+// update asks the browser test to rewrite the screenshots of the console
+// committed under docs/console/: go test -run TestConsoleInBrowser
+// ./cmd/leasehold/internal/console -update
+var update = flag.Bool("update", false, "rewrite the console's screenshots under docs/console/")
+
+// docsDir is where -update writes the screenshots, from this package.
+var docsDir = filepath.Join("..", "..", "..", "..", "docs", "console")
+
+// narrowWidth is a phone's width: no page may be wider.
+const narrowWidth = 375
+
+// historyMinutes is how much history the browser test's console samples
+// before the Live page is drawn.
+const historyMinutes = 45
 
 // screenshotsEnv, when set, asks the browser test to save a screenshot of
 // each page: into the directory it names when that is an absolute path,
@@ -150,6 +166,27 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.q.SetUserLimit(context.Background(), model.UserLimit{User: "bob", RunningMax: 2, DepthMax: model.Inherit}, "operator"))
 
+	// Three quarters of an hour of work, sampled by the console each
+	// minute: cy's tasks arrive, are claimed and mostly complete.
+	waitSample(t, b.console)
+	for minute := range historyMinutes {
+		for i := range minute%5 + 1 {
+			b.submit(t, "cy", fmt.Sprintf("h%d-%d", minute, i), `{"steps": [{"cost": 1}]}`)
+		}
+		claimed, err := b.q.Claim(context.Background(), model.ClaimRequest{Worker: "w-history", Max: 2 + minute%3, Lease: 10 * time.Minute})
+		require.NoError(t, err)
+		for i, c := range claimed {
+			if (minute+i)%9 == 0 {
+				_, err = b.q.Fail(context.Background(), c.Claim, model.Failure{Class: model.Permanent, Message: "declined"})
+			} else {
+				err = b.q.Complete(context.Background(), c.Claim)
+			}
+			require.NoError(t, err)
+		}
+		b.clock.Advance(time.Minute)
+		waitSample(t, b.console)
+	}
+
 	shots := screenshotDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
 	t.Cleanup(cancel)
@@ -180,16 +217,31 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.NoError(t, err, selector)
 		return n
 	}
+	// shot saves a screenshot of the page: the whole page into the
+	// directory screenshotsEnv names, or, with -update, the window's view
+	// (the files stay small) under docs/console/.
 	shot := func(name string) {
 		t.Helper()
 		if shots == "" {
 			return
 		}
-		png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+		var png []byte
+		var err error
+		if *update {
+			png, err = chromedp.Run(tab, chromedp.CaptureScreenshot())
+		} else {
+			png, err = chromedp.Run(tab, chromedp.FullScreenshot(100))
+		}
 		require.NoError(t, err)
 		path := filepath.Join(shots, name+".png")
 		require.NoError(t, os.WriteFile(path, png, 0o644))
-		t.Logf("screenshot: %s", path)
+		t.Logf("screenshot: %s (%d bytes)", path, len(png))
+	}
+	widest := func() int {
+		t.Helper()
+		n, err := chromedp.Run(tab, chromedp.Evaluate[int]("document.documentElement.scrollWidth"))
+		require.NoError(t, err)
+		return n
 	}
 	signIn := func(secret, name string) {
 		t.Helper()
@@ -301,9 +353,59 @@ func TestConsoleInBrowser(t *testing.T) {
 		if page == "live" {
 			require.Equal(t, 1, count(fmt.Sprintf(`.failures a[href="/ui/tasks/%s"]`, review)), "the dead-lettered task is a recent failure")
 			require.Equal(t, "1", text(`.stat[data-state="needs_review"] .num`))
+			require.Equal(t, 2, count("#history figure.chart svg.chart-svg"), "depth and throughput, drawn by the server")
+			require.Equal(t, 4, count("#depth-chart polyline"), "a line per active state")
+			require.Equal(t, 2, count("#throughput-chart polyline"))
+			require.Contains(t, text("#history-note"), fmt.Sprintf("%d samples", historyMinutes+1))
 		}
 		shot(page)
 	}
+
+	// The task list, newest first, and the search by key: a token for
+	// every user names the user.
+	run(chromedp.Navigate(b.srv.URL+"/ui/tasks"), chromedp.WaitVisible(chromedp.ID("#search")))
+	require.Equal(t, "Created ↓", text("#sort-created"))
+	shot("tasks-operator")
+	run(chromedp.SendKeys(chromedp.ID("#search"), "gated"), chromedp.SendKeys(chromedp.ID("#filter-user"), "ana"),
+		chromedp.Click(chromedp.ID("#filter")), chromedp.WaitVisible(chromedp.ID("#task-state")))
+	at, err = chromedp.Run(tab, chromedp.Location())
+	require.NoError(t, err)
+	require.Equal(t, b.srv.URL+"/ui/tasks/"+gated, at)
+
+	// A running task's page shows its lease and last heartbeat.
+	urgent, err := b.q.Submit(context.Background(), model.SubmitRequest{User: "cy", Key: "running", Payload: `{"steps": [{"cost": 1}]}`,
+		CostBudget: 10, StepsMax: 2, Priority: model.PriorityMax})
+	require.NoError(t, err)
+	running := urgent.TaskID
+	claimed, err := b.q.Claim(context.Background(), model.ClaimRequest{Worker: "w9", Max: 1, Lease: 30 * time.Second})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.Equal(t, running, claimed[0].Claim.TaskID)
+	b.clock.Advance(3 * time.Second)
+	_, err = b.q.Heartbeat(context.Background(), claimed[0].Claim, 30*time.Second)
+	require.NoError(t, err)
+	b.clock.Advance(time.Second)
+	run(chromedp.Navigate(b.srv.URL+"/ui/tasks/"+running), chromedp.WaitVisible(chromedp.ID("#task-lease")))
+	require.Contains(t, text("#task-lease"), "held by w9 under fence 1")
+	require.Contains(t, text("#task-lease"), "(in 29s)")
+	require.Contains(t, text("#task-heartbeat"), "(1s ago)")
+	shot("task-running")
+
+	// On a phone's width no page is wider than the screen: tables scroll
+	// inside their own box, forms and figures fit.
+	run(chromedp.EmulateViewport(narrowWidth, 800))
+	for _, path := range []string{"/ui/tasks", "/ui/tasks/" + gated, "/ui/tasks/" + running, "/ui/tasks/" + review,
+		"/ui/inspect", "/ui/live", "/ui/schedules", "/ui/limits", "/ui/submit"} {
+		run(chromedp.Navigate(b.srv.URL+path), chromedp.WaitVisible(chromedp.CSS("h1")))
+		require.LessOrEqual(t, widest(), narrowWidth, "%s is wider than %d px", path, narrowWidth)
+		switch path {
+		case "/ui/tasks":
+			shot("tasks-narrow")
+		case "/ui/live":
+			shot("live-narrow")
+		}
+	}
+	run(chromedp.EmulateViewport(1280, 900), chromedp.Navigate(b.srv.URL+"/ui/limits"), chromedp.WaitVisible(chromedp.ID("#limits-form")))
 
 	// The operator edits a limit on the page: the attempts before review,
 	// through the same core as PUT /v1/limits, recorded under its name.
@@ -338,9 +440,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 }
 
-// screenshotDir is where screenshotsEnv asks for the screenshots, "" for
-// none.
+// screenshotDir is where the screenshots go: docs/console/ with -update,
+// else where screenshotsEnv asks for them, "" for none.
 func screenshotDir(t *testing.T) string {
+	if *update {
+		return docsDir
+	}
 	dir := os.Getenv(screenshotsEnv)
 	if dir == "" {
 		return ""
