@@ -39,14 +39,20 @@ const (
 // alike.
 func TimelineStyle() template.CSS {
 	root, _, _ := strings.Cut(pageStyle, "}")
+	return template.CSS(root + "}\n" + styleRules(timelineStyleFirst, timelineStyleLast)) // the package's own stylesheet
+}
+
+// styleRules returns the rules of the report's stylesheet from the one
+// starting with first to the one last, a line.
+func styleRules(first, last string) string {
 	rules := pageStyle
-	if i := strings.Index(rules, timelineStyleFirst); i >= 0 {
+	if i := strings.Index(rules, first); i >= 0 {
 		rules = rules[i:]
 	}
-	if i := strings.Index(rules, timelineStyleLast); i >= 0 {
-		rules = rules[:i+len(timelineStyleLast)]
+	if i := strings.Index(rules, last); i >= 0 {
+		rules = rules[:i+len(last)]
 	}
-	return template.CSS(root + "}\n" + rules + "\n") // the package's own stylesheet
+	return rules + "\n"
 }
 
 // Chart is one small line chart for another page to embed (ChartFigure):
@@ -102,12 +108,5 @@ const (
 // ChartStyle returns the CSS a page embedding ChartFigure needs beside
 // TimelineStyle's: the report's chart rules, from its own stylesheet.
 func ChartStyle() template.CSS {
-	rules := pageStyle
-	if i := strings.Index(rules, chartStyleFirst); i >= 0 {
-		rules = rules[i:]
-	}
-	if i := strings.Index(rules, chartStyleLast); i >= 0 {
-		rules = rules[:i+len(chartStyleLast)]
-	}
-	return template.CSS(rules + "\n") // the package's own stylesheet
+	return template.CSS(styleRules(chartStyleFirst, chartStyleLast)) // the package's own stylesheet
 }

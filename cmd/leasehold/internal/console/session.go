@@ -151,34 +151,27 @@ func (s *sessions) revoke(id string) {
 	delete(s.byKey, key)
 }
 
-// setFlash and takeFlash keep a one-time message in a session.
-func (s *sessions) setFlash(ses *session, msg string) {
+// setFlash and takeFlash keep a one-time message in a session;
+// setRefusal and takeRefusal a one-time refusal, for the page an action
+// that was refused redirects to.
+func (s *sessions) setFlash(ses *session, msg string)   { s.set(&ses.flash, msg) }
+func (s *sessions) takeFlash(ses *session) string       { return s.take(&ses.flash) }
+func (s *sessions) setRefusal(ses *session, msg string) { s.set(&ses.refusal, msg) }
+func (s *sessions) takeRefusal(ses *session) string     { return s.take(&ses.refusal) }
+
+// set and take write and read-and-clear one of a session's one-time
+// messages under the lock.
+func (s *sessions) set(field *string, msg string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ses.flash = msg
+	*field = msg
 }
 
-func (s *sessions) takeFlash(ses *session) string {
+func (s *sessions) take(field *string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	msg := ses.flash
-	ses.flash = ""
-	return msg
-}
-
-// setRefusal and takeRefusal keep a one-time refusal in a session, for
-// the page an action that was refused redirects to.
-func (s *sessions) setRefusal(ses *session, msg string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ses.refusal = msg
-}
-
-func (s *sessions) takeRefusal(ses *session) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	msg := ses.refusal
-	ses.refusal = ""
+	msg := *field
+	*field = ""
 	return msg
 }
 
