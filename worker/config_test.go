@@ -23,7 +23,6 @@ func TestConfigRequiresItsParts(t *testing.T) {
 	}{
 		{"queue", func(c *worker.Config) { c.Queue = nil }},
 		{"handler", func(c *worker.Config) { c.Handler = nil }},
-		{"service", func(c *worker.Config) { c.Service = nil }},
 		{"clock", func(c *worker.Config) { c.Clock = nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -31,12 +30,73 @@ func TestConfigRequiresItsParts(t *testing.T) {
 			tc.edit(&cfg)
 			w, err := worker.New(cfg)
 			require.Nil(t, w)
-			require.ErrorContains(t, err, "Queue, Handler, Service and Clock are required")
+			require.ErrorContains(t, err, "Queue, Handler and Clock are required")
 		})
 	}
 	w, err := worker.New(full)
 	require.NoError(t, err)
 	require.Equal(t, "w1", w.ID())
+}
+
+// A Service is required only by a handler that says its plans may declare
+// ledgered effects (the synthetic handler does); a HandlerFunc, or a
+// planned handler that says nothing, needs none, and neither does New nor
+// NewRunner ask for one.
+func TestServiceRequiredOnlyForLedgeredEffects(t *testing.T) {
+	b := setup(t)
+	cfg := worker.Config{ID: "w1", Queue: b.q, Handler: worker.Synthetic{}, Clock: b.clock}
+	_, err := worker.New(cfg)
+	require.EqualError(t, err, "worker: the handler (worker.Synthetic) may declare ledgered effects, so a Service is required to apply them")
+	_, err = worker.NewRunner(cfg, worker.RunOptions{})
+	require.EqualError(t, err, "worker: the handler (worker.Synthetic) may declare ledgered effects, so a Service is required to apply them")
+
+	for _, h := range []worker.Handler{
+		worker.HandlerFunc(func(context.Context, model.Task, string) (string, error) { return "", nil }),
+		plannedHandler{},
+	} {
+		cfg.Handler = h
+		_, err := worker.New(cfg)
+		require.NoError(t, err, "%T", h)
+		_, err = worker.NewRunner(cfg, worker.RunOptions{})
+		require.NoError(t, err, "%T", h)
+	}
+}
+
+// plannedHandler plans what its payload names: "effect" plans one step
+// with a ledgered effect, anything else one plain step. It does not say
+// whether it makes effects.
+type plannedHandler struct{}
+
+func (plannedHandler) Plan(task model.Task) ([]worker.StepSpec, error) {
+	if task.Payload == `{"effect":true}` {
+		return []worker.StepSpec{{Cost: 1, Effect: "charge"}}, nil
+	}
+	return []worker.StepSpec{{Cost: 1}}, nil
+}
+
+func (plannedHandler) Run(context.Context, model.Task, int, worker.StepSpec) (string, error) {
+	return "", nil
+}
+
+// A planned step that declares a ledgered effect on a worker without a
+// Service fails its task permanently before anything runs, naming the
+// step but not the effect; a plain plan of the same handler completes.
+func TestEffectWithoutAServiceFailsPermanently(t *testing.T) {
+	b := setup(t)
+	effect := b.submit(`{"effect":true}`, 10, 5)
+	plain := b.submit(`{"plain":true}`, 10, 5)
+	w, err := worker.New(worker.Config{ID: "w1", Queue: b.q, Handler: plannedHandler{}, Clock: b.clock, Concurrency: 2,
+		Lease: testLease, Heartbeat: testHeartbeat})
+	require.NoError(t, err)
+	b.run(w, stepsMax)
+
+	task := b.task(effect)
+	require.Equal(t, model.Failed, task.State)
+	require.Equal(t, model.PermanentError, task.Reason)
+	require.Equal(t, "step 0 declares a ledgered effect, but worker w1 has no Service", task.LastError)
+	require.Zero(t, task.StepsUsed)
+	require.Empty(t, b.eventsOf(effect, model.EventEffectIntent))
+	require.Equal(t, model.Completed, b.task(plain).State)
 }
 
 // requireField asserts err is a *model.ValidationError naming field.

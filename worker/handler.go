@@ -19,23 +19,86 @@ import (
 // check the budget and route gates and effects.
 type StepSpec struct {
 	Cost     int64
-	Effect   string        // non-empty: the step makes this customer-visible call
-	Approval string        // non-empty: the step is an approval gate
-	Duration time.Duration // how long the step's own work takes
+	Effect   string // non-empty: the step makes this customer-visible call, through the effects ledger
+	Approval string // non-empty: the step is an approval gate
+	// Duration is how long the step's run takes at the least: its executor
+	// waits it out (with heartbeats going on, the run's context cancelled
+	// as for any run) before calling Run. It is the synthetic handler's way
+	// to say how long a step takes (duration_ms), which makes a synthetic
+	// step a handler that takes that long, on the same path as any other;
+	// a handler of your own leaves it zero and takes as long as its Run
+	// does.
+	Duration time.Duration
+	// Timeout, when positive, bounds the step's run: once it has passed,
+	// the run's context is cancelled with ErrStepTimeout and the step
+	// fails as a transient failure. Zero takes the worker's
+	// Config.StepTimeout.
+	Timeout time.Duration
 	// Data is the handler's own description of the step, handed back to
 	// Run unchanged; the slot never reads it.
 	Data any
 }
 
-// Handler knows a kind of task: its steps and how to run each one.
+// Handler knows a kind of task: its steps and how to run each one. This
+// is the planned form, for work with costs, approval gates and ledgered
+// effects; HandlerFunc is the simple form, one function run as one step.
+//
+// Run runs through the worker's Executor while the worker keeps
+// heartbeating: in a live Runner, in a goroutine of its own, however long
+// it takes. Its context is cancelled, with a cause context.Cause reads
+// (ErrCancelRequested, ErrLeaseLost, ErrShutdown, ErrStepTimeout), when
+// the task's cancellation is requested, the claim is lost, the worker's
+// shutdown grace ends or the step's timeout passes; Run should then stop
+// and return. The context is the handler's alone: the worker's queue
+// writes never use it. A result that arrives after the claim was lost is
+// dropped and logged, never written.
 type Handler interface {
 	// Plan returns the task's steps. It is called once per claim. An error
 	// fails the task permanently.
 	Plan(task model.Task) ([]StepSpec, error)
 	// Run performs step index's own work (not its effect call) and returns
-	// the checkpoint to save with it; step is what Plan returned for that
-	// index in this claim. Errors are classified with Classify.
+	// the checkpoint to save with it (at most model.CheckpointMax bytes);
+	// step is what Plan returned for that index in this claim. Errors are
+	// classified with Classify.
 	Run(ctx context.Context, task model.Task, index int, step StepSpec) (checkpoint string, err error)
+}
+
+// Effectful is a Handler that says whether its plans may declare ledgered
+// effects (StepSpec.Effect). Only such a handler needs a Service: New and
+// NewRunner refuse a worker whose handler says it may and that has none.
+// A handler that does not implement it is taken to declare none; should
+// a plan declare one all the same on a worker without a Service, the task
+// fails permanently before any of its steps runs.
+type Effectful interface {
+	MakesEffects() bool
+}
+
+// HandlerFunc is the simple form of a handler: one function of the task,
+// run as the task's one step, through the same executor, heartbeats and
+// cancellation as a planned Handler's steps (budget, step limit,
+// deadline and cancellation are checked before it runs; it costs
+// nothing).
+//
+// opID is the step's operation ID (model.OperationID(task.ID, 0)), the
+// same on every attempt: give it as the idempotency key to any external
+// service the function calls. Such a call is the function's own, outside
+// the effects ledger: the worker records no intent or receipt for it and
+// never reconciles it, so it is applied once only if the service
+// deduplicates by that key (a service that does not may apply it once
+// per attempt). For an effect the ledger should guard, write a planned
+// Handler whose step declares StepSpec.Effect, and give the worker a
+// Service.
+//
+// The string returned is saved as the step's checkpoint (at most
+// model.CheckpointMax bytes). A HandlerFunc needs no Service.
+type HandlerFunc func(ctx context.Context, task model.Task, opID string) (string, error)
+
+// Plan returns the one step.
+func (f HandlerFunc) Plan(model.Task) ([]StepSpec, error) { return []StepSpec{{}}, nil }
+
+// Run calls f with the step's operation ID.
+func (f HandlerFunc) Run(ctx context.Context, task model.Task, index int, _ StepSpec) (string, error) {
+	return f(ctx, task, model.OperationID(task.ID, index))
 }
 
 // Handler error classes: wrap a step's error with one of these so Classify
@@ -57,7 +120,7 @@ func Classify(err error) model.FailureClass {
 const (
 	SyntheticStepsMax    = 256        // steps a payload may declare
 	SyntheticTimesMax    = 10_000     // a step's times
-	SyntheticDurationMax = 86_400_000 // a step's duration_ms: a day
+	SyntheticDurationMax = 86_400_000 // a step's duration_ms and timeout_ms: a day
 	SyntheticNameMax     = 64         // bytes of an effect name
 )
 
@@ -69,6 +132,7 @@ type SyntheticStep struct {
 	Fail       string `json:"fail"`
 	Times      int    `json:"times"`
 	DurationMs int64  `json:"duration_ms"`
+	TimeoutMs  int64  `json:"timeout_ms"`
 }
 
 // Synthetic runs what a task's payload describes:
@@ -81,8 +145,15 @@ type SyntheticStep struct {
 // while the task has failed fewer than times attempts over its whole life,
 // model.Task.AttemptsFailed, which an operator's requeue does not reset, so
 // a requeued task goes on from where it was; or permanent); duration_ms is
-// how long the step takes.
+// how long the step takes: the step is a handler that takes that long
+// (StepSpec.Duration), in real time in a live worker and in simulated
+// time in the simulator, heartbeated and cancellable like any other;
+// timeout_ms is the step's timeout (StepSpec.Timeout).
 type Synthetic struct{}
+
+// MakesEffects reports that a synthetic plan may declare ledgered effects:
+// a worker running it needs a Service.
+func (Synthetic) MakesEffects() bool { return true }
 
 // ValidateSynthetic checks a payload the way the synthetic handler will
 // plan it, so a queue can refuse at intake what would fail on the first
@@ -126,7 +197,7 @@ func ParseSynthetic(payload string) ([]SyntheticStep, error) {
 }
 
 // syntheticFields are a step's fields, in the order they are checked.
-var syntheticFields = []string{"approval", "cost", "duration_ms", "effect", "fail", "times"}
+var syntheticFields = []string{"approval", "cost", "duration_ms", "effect", "fail", "times", "timeout_ms"}
 
 func parseSyntheticStep(i int, raw json.RawMessage) (SyntheticStep, error) {
 	var s SyntheticStep
@@ -157,6 +228,9 @@ func parseSyntheticStep(i int, raw json.RawMessage) (SyntheticStep, error) {
 	if s.DurationMs, err = integer("duration_ms", SyntheticDurationMax); err != nil {
 		return s, err
 	}
+	if s.TimeoutMs, err = integer("timeout_ms", SyntheticDurationMax); err != nil {
+		return s, err
+	}
 	times, err := integer("times", SyntheticTimesMax)
 	if err != nil {
 		return s, err
@@ -173,8 +247,8 @@ func parseSyntheticStep(i int, raw json.RawMessage) (SyntheticStep, error) {
 		`must be "transient" or "permanent"`); err != nil {
 		return s, err
 	}
-	if s.Approval != "" && (s.Effect != "" || s.Fail != "" || s.Cost != 0 || s.DurationMs != 0 || s.Times != 0) {
-		return s, syntheticInvalid(at, "an approval gate does nothing else (no cost, effect, fail, times or duration_ms)")
+	if s.Approval != "" && (s.Effect != "" || s.Fail != "" || s.Cost != 0 || s.DurationMs != 0 || s.Times != 0 || s.TimeoutMs != 0) {
+		return s, syntheticInvalid(at, "an approval gate does nothing else (no cost, effect, fail, times, duration_ms or timeout_ms)")
 	}
 	return s, nil
 }
@@ -281,7 +355,7 @@ func (Synthetic) Plan(task model.Task) ([]StepSpec, error) {
 	out := make([]StepSpec, len(steps))
 	for i, s := range steps {
 		out[i] = StepSpec{Cost: s.Cost, Effect: s.Effect, Approval: s.Approval,
-			Duration: time.Duration(s.DurationMs) * time.Millisecond, Data: s}
+			Duration: time.Duration(s.DurationMs) * time.Millisecond, Timeout: time.Duration(s.TimeoutMs) * time.Millisecond, Data: s}
 	}
 	return out, nil
 }

@@ -180,7 +180,7 @@ func TestUnparsablePayloadFailsPermanently(t *testing.T) {
 	task := b.task(id)
 	require.Equal(t, model.Failed, task.State)
 	require.Equal(t, model.PermanentError, task.Reason)
-	require.Equal(t, "synthetic payload: steps[1].colour: unknown field (allowed: approval, cost, duration_ms, effect, fail, times)", task.LastError)
+	require.Equal(t, "synthetic payload: steps[1].colour: unknown field (allowed: approval, cost, duration_ms, effect, fail, times, timeout_ms)", task.LastError)
 	require.Zero(t, task.StepsUsed)
 	require.Zero(t, task.CostUsed)
 	require.Zero(t, task.AttemptsCharged)

@@ -110,6 +110,9 @@ func NewRunner(cfg Config, opts RunOptions) (*Runner, error) {
 		exposure: map[*Slot]int64{}, hbFailing: map[*Slot]bool{}, held: map[string]model.Claim{},
 		wake: make(chan struct{}, 1)}
 	r.claimer.cfg = r.cfg
+	if r.cfg.Executor == nil {
+		r.cfg.Executor = Goroutines{}
+	}
 	return r, nil
 }
 
@@ -227,9 +230,10 @@ func (r *Runner) report(rep Report) {
 	}
 }
 
-// sleep waits for d on the runner's clock, or until stop closes; it
-// reports whether it slept the whole time.
-func (r *Runner) sleep(d time.Duration, stop <-chan struct{}) bool {
+// sleep waits for d on the runner's clock, or until stop or ended (a
+// run's end; nil never) closes; it reports whether it slept the whole
+// time.
+func (r *Runner) sleep(d time.Duration, stop, ended <-chan struct{}) bool {
 	if d <= 0 {
 		return true
 	}
@@ -239,6 +243,8 @@ func (r *Runner) sleep(d time.Duration, stop <-chan struct{}) bool {
 	case <-timer.Chan():
 		return true
 	case <-stop:
+		return false
+	case <-ended:
 		return false
 	}
 }
@@ -326,6 +332,7 @@ func (r *Runner) slotLoop(work <-chan model.Claimed, drain, abandon <-chan struc
 				s.refill = func() (model.ClaimRequest, bool) { return r.refillRequest(s) }
 			}
 			r.drive(s, drain, abandon)
+			r.awaitLingering(s, abandon)
 			if len(s.refilled) == 0 {
 				r.track(s, false)
 				break
@@ -406,16 +413,35 @@ func (r *Runner) track(s *Slot, holding bool) {
 	}
 }
 
+// awaitLingering waits, before the slot takes other work, for the handler
+// of a run its claim left behind to return (its context is cancelled), so
+// that no more handlers run than the worker has slots; abandon ends the
+// wait.
+func (r *Runner) awaitLingering(s *Slot, abandon <-chan struct{}) {
+	run := s.Lingering()
+	if run == nil {
+		return
+	}
+	r.cfg.Logger.Info("waiting for the handler of a claim that ended", "worker", r.cfg.ID, "task_id", s.claim.TaskID,
+		"attempt", s.claim.Attempt, "fence", s.claim.Fence, "step", run.Index)
+	select {
+	case <-run.Done():
+	case <-abandon:
+	}
+}
+
 // drive steps one claim until it is over, sleeping until the slot is next
-// ready; when drain closes it asks the slot to finish its effect in flight
-// and give the claim back, and when abandon closes (the grace is over) it
-// stops at once, leaving the claim.
+// ready or its step's run ends; when drain closes it asks the slot to
+// finish its run and effect in flight and give the claim back, and when
+// abandon closes (the grace is over) it stops at once, leaving the claim
+// and cancelling its run with ErrShutdown.
 func (r *Runner) drive(s *Slot, drain, abandon <-chan struct{}) {
 	ctx := context.Background()
 	wake := drain
 	for !s.Done() {
 		select {
 		case <-abandon:
+			s.abandon()
 			return
 		default:
 		}
@@ -428,7 +454,11 @@ func (r *Runner) drive(s *Slot, drain, abandon <-chan struct{}) {
 		default:
 		}
 		if wait := s.ReadyAt().Sub(r.cfg.Clock.Now()); wait > 0 {
-			r.sleep(wait, wake)
+			var ended <-chan struct{}
+			if run := s.Running(); run != nil {
+				ended = run.Done()
+			}
+			r.sleep(wait, wake, ended)
 			continue
 		}
 		rep := s.Step(ctx)
@@ -446,7 +476,7 @@ func (r *Runner) drive(s *Slot, drain, abandon <-chan struct{}) {
 // housekeep runs the reaper and the scheduler until stop closes.
 func (r *Runner) housekeep(stop <-chan struct{}) {
 	ctx := context.Background()
-	for r.sleep(r.opts.HousekeepingEvery, stop) {
+	for r.sleep(r.opts.HousekeepingEvery, stop, nil) {
 		if res, err := r.opts.Housekeeper.Reap(ctx); err != nil {
 			r.cfg.Logger.Warn("reap failed", "worker", r.cfg.ID, "error", err.Error())
 		} else if res.Expired+res.Deadlines > 0 {

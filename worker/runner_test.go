@@ -327,6 +327,17 @@ func (lr *liveRunner) stop(t *testing.T) {
 	require.Empty(t, lr.r.Claims(), "a stopped runner holds nothing")
 }
 
+// drain cancels the runner's context and drives the clock until Run has
+// returned, for runners whose runs under way must end before they can
+// release (a shutdown lets them, within the grace); then it checks what
+// stop does.
+func (l *live) drain(lr *liveRunner, ticksMax int) {
+	l.b.t.Helper()
+	lr.cancel()
+	l.drive(ticksMax, nil, lr.returned)
+	lr.stop(l.b.t)
+}
+
 // returned reports whether Run has returned (without waiting).
 func (lr *liveRunner) returned() bool {
 	select {
@@ -486,9 +497,9 @@ func TestRunnerRunsTasksConcurrently(t *testing.T) {
 }
 
 // Shutdown: Run returns only after the effect in flight is finished
-// (intent, call, receipt, step) and then released; a claim waiting out a
-// step's duration is released at once; released tasks are queued again
-// without an attempt charged.
+// (intent, call, receipt, step) and then released, and after the run under
+// way (a 5s step's) has ended and its step is committed, within the grace;
+// released tasks are queued again without an attempt charged.
 func TestRunnerShutdownFinishesTheEffectInFlightThenReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t)
@@ -499,7 +510,10 @@ func TestRunnerShutdownFinishesTheEffectInFlightThenReleases(t *testing.T) {
 			Payload: `{"steps":[{"cost":1,"duration_ms":5000},{"cost":1}]}`})
 		gate := make(chan struct{})
 		svc := newLiveService(worker.Fenced, gate)
-		lr := l.start("w1", svc, func(c *worker.Config, _ *worker.RunOptions) { c.Concurrency = 2 })
+		lr := l.start("w1", svc, func(c *worker.Config, o *worker.RunOptions) {
+			c.Concurrency = 2
+			o.ShutdownGrace = 10 * time.Second
+		})
 
 		synctest.Wait()
 		require.Equal(t, 1, svc.waiting(), "the effect's call is in flight")
@@ -512,13 +526,16 @@ func TestRunnerShutdownFinishesTheEffectInFlightThenReleases(t *testing.T) {
 		synctest.Wait()
 		require.False(t, lr.returned(), "Run waits for the effect in flight")
 		require.Equal(t, model.Running, b.task(effect).State)
-		require.Equal(t, model.Queued, b.task(slow).State, "the claim waiting out its step was released at once")
-		require.Equal(t, []model.Claim{{TaskID: effect, Fence: 1, Owner: "w1", Attempt: 1, LeaseUntil: epoch.Add(testLease)}},
-			lr.r.Claims())
+		require.Equal(t, model.Running, b.task(slow).State, "the run under way goes on")
+		require.Len(t, lr.r.Claims(), 2)
 
 		close(gate)
 		synctest.Wait()
-		require.True(t, lr.returned(), "Run returns once the effect is finished and released")
+		require.False(t, lr.returned(), "Run waits for the run under way")
+		require.Equal(t, model.Queued, b.task(effect).State, "the effect was finished and its claim released")
+		require.Equal(t, epoch, b.clock.Now())
+		l.drive(60, nil, lr.returned)
+		require.Equal(t, epoch.Add(5*time.Second), b.clock.Now(), "Run returned once the 5s run had ended")
 		lr.stop(t)
 
 		task := b.task(effect)
@@ -536,9 +553,8 @@ func TestRunnerShutdownFinishesTheEffectInFlightThenReleases(t *testing.T) {
 
 		slowTask := b.task(slow)
 		require.Zero(t, slowTask.AttemptsCharged)
-		require.Zero(t, slowTask.StepsUsed, "the step under way was not charged")
-		require.Equal(t, []model.EventKind{model.EventSubmitted, model.EventClaimed, model.EventReleased}, b.kinds(slow))
-		require.Equal(t, epoch, b.clock.Now(), "none of this needed the clock to move")
+		require.Equal(t, 1, slowTask.StepsUsed, "the run under way was committed, and nothing after it")
+		require.Equal(t, []model.EventKind{model.EventSubmitted, model.EventClaimed, model.EventStep, model.EventReleased}, b.kinds(slow))
 		l.checkReports()
 
 		// The next runner resumes both from their checkpoints and never
@@ -698,9 +714,13 @@ func TestTwoRunnersNeverHoldTheSameTask(t *testing.T) {
 		l.drive(20, each, func() bool { return !b.clock.Now().Before(epoch.Add(time.Second)) })
 		released := w1.r.Claims()
 		require.NotEmpty(t, released, "w1 holds work when stopped")
-		w1.stop(t)
+		l.drain(w1, 20)
 		for _, c := range released {
-			require.Equal(t, model.Queued, b.task(c.TaskID).State, "w1 released %s", c.TaskID)
+			var fences []int64
+			for _, e := range b.eventsOf(c.TaskID, model.EventReleased) {
+				fences = append(fences, e.Fence)
+			}
+			require.Equal(t, []int64{c.Fence}, fences, "w1 released %s", c.TaskID)
 		}
 		runners = []*liveRunner{w2}
 		claimAfter := func(c model.Claim) (model.Event, bool) {

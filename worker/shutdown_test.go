@@ -204,18 +204,22 @@ func TestRunnerDrainReportsAClaimDroppedAtItsLease(t *testing.T) {
 	})
 }
 
-// A drain that releases every claim within the grace returns nil, as
-// before.
+// A drain that releases every claim within the grace returns nil: the run
+// under way (1s, under the default grace of the 2s lease) ends, its step
+// is committed, and the claim is released.
 func TestRunnerDrainWithinTheGraceReturnsNil(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t)
 		l := newLive(b)
-		id := b.submit(`{"steps":[{"cost":1,"duration_ms":60000}]}`, 10, 5)
+		id := b.submit(`{"steps":[{"cost":1,"duration_ms":1000},{"cost":1}]}`, 10, 5)
 		lr := l.start("w1", newLiveService(worker.Dedup, nil))
 		l.drive(20, nil, func() bool { return len(lr.r.Claims()) == 1 })
-		lr.stop(t)
+		l.drain(lr, 20)
 		require.Empty(t, lr.r.Left())
-		require.Equal(t, model.Queued, b.task(id).State)
+		task := b.task(id)
+		require.Equal(t, model.Queued, task.State)
+		require.Equal(t, 1, task.StepsUsed)
+		require.Zero(t, task.AttemptsCharged)
 	})
 }
 

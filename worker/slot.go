@@ -16,7 +16,7 @@ type phase int
 
 const (
 	phaseNext      phase = iota // decide what step index needs
-	phaseWork                   // the step's own work (after its duration)
+	phaseWork                   // the step's run is under way (the handler's own work)
 	phaseIntent                 // record intent for the step's effect
 	phaseCall                   // check the lease locally before calling
 	phaseSend                   // call the service
@@ -42,8 +42,20 @@ type Slot struct {
 	task  model.Task // as claimed, with StepsUsed, CostUsed and CancelRequested kept current
 	plan  []StepSpec
 
-	phase      phase
-	workStart  time.Time // when the current step's work began
+	phase phase
+	// run is the current step's run while phase is work; runCause is why
+	// the slot cancelled it (nil while it has not); runFresh says the run
+	// started in the Step under way; runTimeout is when the step's timeout
+	// passes (zero: none); pollAt is when the executor asked to be looked
+	// in on again (zero: no time of its own).
+	run        *Run
+	runCause   error
+	runFresh   bool
+	runTimeout time.Time
+	pollAt     time.Time
+	// lost is a run the slot left behind when its claim ended under it:
+	// cancelled, its result to be dropped when it ends.
+	lost       *Run
 	checkpoint string
 	opID       string
 	result     string
@@ -95,6 +107,15 @@ func newSlot(cfg *Config, c model.Claimed, now time.Time) *Slot {
 		return s
 	}
 	s.plan = plan
+	if cfg.Service == nil {
+		for i, step := range plan {
+			if step.Effect != "" {
+				s.fail(model.Failure{Class: model.Permanent, Reason: model.PermanentError,
+					Message: fmt.Sprintf("step %d declares a ledgered effect, but worker %s has no Service", i, cfg.ID)})
+				break
+			}
+		}
+	}
 	return s
 }
 
@@ -129,16 +150,27 @@ func (s *Slot) leave(why string) {
 func (s *Slot) Phase() string { return s.phase.String() }
 
 // ReadyAt returns when the slot next has something to do: at once unless
-// it is backing off or waiting out a step's duration (heartbeats go on
-// meanwhile; a shutdown or an observed cancellation ends the wait), and
-// never later than the end of its lease, when it drops the claim.
+// it is backing off or its step's run is under way. While a run is under
+// way the slot has something to do at its next heartbeat, when the step's
+// timeout passes, and when its executor asked to look in again (a run
+// that has ended is looked at once); a run's end wakes a live slot
+// through the run's Done channel. It is never later than the end of the
+// lease, when the slot drops the claim.
 func (s *Slot) ReadyAt() time.Time {
 	at := s.retryAt
-	if s.phase == phaseWork && !s.draining && !s.task.CancelRequested {
-		at = s.workStart.Add(s.plan[s.task.StepsUsed].Duration)
-		if s.heartbeatDue.Before(at) {
-			at = s.heartbeatDue
+	if s.phase == phaseWork && s.run != nil && !s.run.Ended() {
+		at = time.Time{}
+		earlier := func(t time.Time) {
+			if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+				at = t
+			}
 		}
+		if s.heartbeats() {
+			earlier(s.heartbeatDue)
+		}
+		earlier(s.runTimeout)
+		earlier(s.pollAt)
+		earlier(s.leaseUntil)
 		if at.Before(s.retryAt) {
 			at = s.retryAt
 		}
@@ -147,6 +179,32 @@ func (s *Slot) ReadyAt() time.Time {
 		at = s.leaseUntil
 	}
 	return at
+}
+
+// Running returns the current step's run while it has not ended, or nil:
+// a live driver waits on its Done channel as well as on ReadyAt.
+func (s *Slot) Running() *Run {
+	if s.phase == phaseWork && s.run != nil && !s.run.Ended() {
+		return s.run
+	}
+	return nil
+}
+
+// Lingering returns the run the slot left behind when its claim ended
+// under it, while that run has not ended (its handler has not returned
+// yet), or nil.
+func (s *Slot) Lingering() *Run {
+	if s.lost != nil && !s.lost.Ended() {
+		return s.lost
+	}
+	return nil
+}
+
+// heartbeats reports whether the slot heartbeats when one is due: always
+// (the broken variant no-heartbeat-during-run stops while a run is under
+// way).
+func (s *Slot) heartbeats() bool {
+	return broken.Pick(broken.NoHeartbeatDuringRun, true, s.run == nil)
 }
 
 // drain asks the slot to finish any effect in flight and give the claim
@@ -162,7 +220,7 @@ func (s *Slot) report(action Action) Report {
 	return Report{Worker: s.cfg.ID, Action: action, TaskID: s.claim.TaskID, Attempt: s.claim.Attempt, Fence: s.claim.Fence}
 }
 
-func (s *Slot) log(level slog.Level, msg string, r Report) {
+func (s *Slot) log(level slog.Level, msg string, r Report, extra ...any) {
 	if !s.cfg.Logger.Enabled(context.Background(), level) {
 		return // nothing to build the attributes for
 	}
@@ -183,14 +241,30 @@ func (s *Slot) log(level slog.Level, msg string, r Report) {
 	if r.Err != nil {
 		attrs = append(attrs, "error", r.Err.Error())
 	}
-	s.cfg.Logger.Log(context.Background(), level, msg, attrs...)
+	s.cfg.Logger.Log(context.Background(), level, msg, append(attrs, extra...)...)
 }
 
 // Step performs the slot's next action: at most one queue transaction and
 // at most one external call. A claim whose lease has run out by the
 // slot's own clock is dropped before anything else, heartbeat included:
 // the queue would refuse every write under it, and the reaper owns it now.
+// A claim that ends while its step's run is under way leaves the run
+// behind, its context cancelled with ErrLeaseLost and its result to be
+// dropped. ctx is for the queue's writes and the service's calls; a run's
+// handler has a context of its own.
 func (s *Slot) Step(ctx context.Context) Report {
+	phase := s.phase
+	r := s.step(ctx)
+	if s.phase == phaseDone && s.run != nil {
+		s.loseRun(ErrLeaseLost)
+	}
+	if r.Action != ActionIdle {
+		r.Phase = phase.String()
+	}
+	return r
+}
+
+func (s *Slot) step(ctx context.Context) Report {
 	now := s.cfg.Clock.Now()
 	if s.phase == phaseDone {
 		return s.report(ActionIdle)
@@ -203,17 +277,18 @@ func (s *Slot) Step(ctx context.Context) Report {
 		r.Wait = s.retryAt.Sub(now)
 		return r
 	}
-	if !now.Before(s.heartbeatDue) {
+	if s.heartbeats() && !now.Before(s.heartbeatDue) {
 		return s.heartbeat(ctx, now)
 	}
 	// An observed cancellation stops a step that has made no call yet (its
-	// work under way, its intent not recorded) before its next expensive
-	// operation; an effect whose intent is recorded is finished first, as
-	// on shutdown.
-	if s.task.CancelRequested && (s.phase == phaseWork || s.phase == phaseIntent) {
+	// run cancelled and waited for by work, its intent not recorded) before
+	// its next expensive operation; an effect whose intent is recorded is
+	// finished first, as on shutdown. A shutdown lets a run under way end
+	// (the live runner's grace bounds it) and starts nothing new.
+	if s.task.CancelRequested && s.phase == phaseIntent {
 		s.phase = phaseNext
 	}
-	if s.draining && (s.phase == phaseNext || s.phase == phaseWork || s.phase == phaseIntent) {
+	if s.draining && (s.phase == phaseNext || s.phase == phaseIntent) {
 		s.phase = phaseRelease
 	}
 	switch s.phase {
@@ -267,30 +342,139 @@ func (s *Slot) next(ctx context.Context, now time.Time) Report {
 	case s.plan[index].Approval != "":
 		return s.pause(ctx, now)
 	}
-	s.phase, s.workStart = phaseWork, now
+	s.startRun(now)
 	return s.work(ctx, now)
 }
 
-// work runs the step's own work once its duration has passed.
+// startRun hands the step's run to the executor: the handler's Run with a
+// context of its own, under the step's timeout.
+func (s *Slot) startRun(now time.Time) {
+	index, spec, task, handler := s.task.StepsUsed, s.plan[s.task.StepsUsed], s.task, s.cfg.Handler
+	run := newRun(task, index, spec, s.cfg.Clock,
+		func(ctx context.Context) (string, error) { return handler.Run(ctx, task, index, spec) }, s.dropLog(index))
+	s.run, s.runCause, s.runFresh, s.pollAt, s.runTimeout = run, nil, true, time.Time{}, time.Time{}
+	if timeout := s.timeoutOf(spec); timeout > 0 {
+		s.runTimeout = now.Add(timeout)
+	}
+	s.phase = phaseWork
+	s.cfg.Executor.Start(run)
+}
+
+// timeoutOf returns the timeout of a step: its own, or the worker's.
+func (s *Slot) timeoutOf(spec StepSpec) time.Duration {
+	if spec.Timeout > 0 {
+		return spec.Timeout
+	}
+	return s.cfg.StepTimeout
+}
+
+// dropLog returns what logs a result of step index's run that ended after
+// the claim was lost (from whatever goroutine ends the run).
+func (s *Slot) dropLog(index int) func(cause, err error) {
+	cfg, claim := s.cfg, s.claim
+	return func(cause, err error) {
+		attrs := []any{"worker", cfg.ID, "task_id", claim.TaskID, "attempt", claim.Attempt, "attempt_id", claim.AttemptID(),
+			"fence", claim.Fence, "step", index, "cause", cause.Error()}
+		if err != nil {
+			attrs = append(attrs, "error", err.Error())
+		}
+		cfg.Logger.Warn("run result dropped, not written: the claim ended while it ran", attrs...)
+	}
+}
+
+// work watches the step's run: it cancels the run when the task's
+// cancellation has been seen or the step's timeout has passed, looks in
+// on it through the executor, and once it has ended goes on with what it
+// returned.
 func (s *Slot) work(ctx context.Context, now time.Time) Report {
-	spec := s.plan[s.task.StepsUsed]
-	if end := s.workStart.Add(spec.Duration); now.Before(end) {
+	run, fresh := s.run, s.runFresh
+	s.runFresh = false
+	if !run.Ended() {
+		switch {
+		case s.task.CancelRequested:
+			s.cancelRun(ErrCancelRequested, now)
+		case !s.runTimeout.IsZero() && !now.Before(s.runTimeout):
+			s.cancelRun(ErrStepTimeout, now)
+		}
+		s.pollAt = s.cfg.Executor.Poll(run)
+	}
+	if !run.Ended() {
 		r := s.report(ActionWait)
-		r.Wait = end.Sub(now)
+		if fresh {
+			r.Action, r.Outcome = ActionRun, fmt.Sprintf("step %d started", run.Index)
+		}
+		if wait := s.ReadyAt().Sub(now); wait > 0 {
+			r.Wait = wait
+		}
 		return r
 	}
-	checkpoint, err := s.cfg.Handler.Run(ctx, s.task, s.task.StepsUsed, spec)
-	if err != nil {
+	return s.runEnded(ctx, now)
+}
+
+// cancelRun cancels the run under way with cause (the first cause stays)
+// and looks in on it at once: a run whose context is done may end now.
+func (s *Slot) cancelRun(cause error, now time.Time) {
+	if s.run == nil || s.runCause != nil {
+		return
+	}
+	s.runCause, s.pollAt = cause, now
+	s.run.cancel(cause)
+	s.log(slog.LevelInfo, "run cancelled", s.report(ActionRun), "step", s.run.Index, "cause", cause.Error())
+}
+
+// loseRun leaves the run under way behind because the claim ended (cause):
+// its context is cancelled and its result will be dropped.
+func (s *Slot) loseRun(cause error) {
+	if s.runCause == nil {
+		s.runCause = cause
+	}
+	s.run.lose(cause)
+	s.lost, s.run = s.run, nil
+}
+
+// abandon leaves the claim's run behind at the end of the live runner's
+// shutdown grace: its context is cancelled with ErrShutdown.
+func (s *Slot) abandon() {
+	if s.run != nil {
+		s.loseRun(ErrShutdown)
+	}
+}
+
+// runEnded goes on from an ended run: a cancellation seen meanwhile wins
+// (the run's work is not charged), a timeout fails the step as transient,
+// an error fails it as Classify says, and otherwise its checkpoint is kept
+// and the step's effect or its commit follows. While shutting down, an
+// effect not yet begun is not started.
+func (s *Slot) runEnded(ctx context.Context, now time.Time) Report {
+	run, cause := s.run, s.runCause
+	checkpoint, err := run.Result()
+	s.run, s.runCause, s.pollAt, s.runTimeout = nil, nil, time.Time{}, time.Time{}
+	switch {
+	case s.task.CancelRequested:
+		s.phase = phaseNext
+		return s.next(ctx, now)
+	case errors.Is(cause, ErrStepTimeout):
+		s.fail(model.Failure{Class: model.Transient, Message: fmt.Sprintf("step %d timed out after %s", run.Index, s.timeoutOf(run.Step))})
+		return s.failTask(ctx, now)
+	case err != nil:
 		s.fail(model.Failure{Class: Classify(err), Message: err.Error()})
+		return s.failTask(ctx, now)
+	case len(checkpoint) > model.CheckpointMax:
+		s.fail(model.Failure{Class: model.Permanent, Reason: model.PermanentError,
+			Message: fmt.Sprintf("step %d returned a checkpoint of %d bytes (limit %d)", run.Index, len(checkpoint), model.CheckpointMax)})
 		return s.failTask(ctx, now)
 	}
 	s.checkpoint = checkpoint
-	if spec.Effect != "" {
-		s.phase = phaseIntent
-		return s.intent(ctx, now)
+	switch {
+	case run.Step.Effect == "":
+		s.phase = phaseCommit
+		return s.commit(ctx, now)
+	case s.draining:
+		s.phase = phaseRelease
+		return s.release(ctx, now)
 	}
-	s.phase = phaseCommit
-	return s.commit(ctx, now)
+	s.phase = phaseIntent
+	return s.intent(ctx, now)
 }
 
 // outcome routes a queue error: nil means carry on. A stale claim is
@@ -362,6 +546,17 @@ func (s *Slot) heartbeat(ctx context.Context, now time.Time) Report {
 	if broken.Pick(broken.WorkerIgnoresCancel, res.CancelRequested, false) && !s.task.CancelRequested {
 		s.task.CancelRequested = true
 		r.Outcome = "cancellation requested"
+	}
+	if s.run != nil {
+		ran := time.Duration(0)
+		if began := s.run.Began(); !began.IsZero() {
+			ran = now.Sub(began)
+		}
+		s.log(slog.LevelInfo, "heartbeat", r, "step", s.run.Index, "run_ms", ran.Milliseconds(),
+			"lease_until_ms", res.LeaseUntil.UnixMilli())
+	}
+	if s.task.CancelRequested {
+		s.cancelRun(ErrCancelRequested, now)
 	}
 	return r
 }

@@ -24,15 +24,25 @@ const (
 	ConcurrencyMax = 64
 )
 
-// Config configures a Worker. ID, Queue, Handler, Service and Clock are
-// required; zero durations take the defaults shown.
+// Config configures a Worker. ID, Queue, Handler and Clock are required;
+// Service is required when the handler may declare ledgered effects (see
+// Effectful); zero durations take the defaults shown.
 type Config struct {
 	ID      string
 	Queue   Queue
 	Handler Handler
+	// Service applies the effects that planned steps declare
+	// (StepSpec.Effect), through the effects ledger. A handler that
+	// declares none (a HandlerFunc, say) needs none.
 	Service Service
 	Clock   clockwork.Clock
 	Logger  *slog.Logger // nil: discard
+	// Executor runs the handler's steps (see Executor). Nil: Inline for a
+	// stepped Worker (New), Goroutines for a live Runner (NewRunner).
+	Executor Executor
+	// StepTimeout bounds the run of every step whose StepSpec sets no
+	// Timeout of its own (see ErrStepTimeout). Zero: no bound.
+	StepTimeout time.Duration
 
 	Concurrency int           // tasks held at once (default 1, at most ConcurrencyMax)
 	ClaimBatch  int           // tasks asked for per claim (default Concurrency)
@@ -52,8 +62,14 @@ type Config struct {
 
 // withDefaults fills zero fields and validates the rest.
 func (c Config) withDefaults() (Config, error) {
-	if c.Queue == nil || c.Handler == nil || c.Service == nil || c.Clock == nil {
-		return c, errors.New("worker: Queue, Handler, Service and Clock are required")
+	if c.Queue == nil || c.Handler == nil || c.Clock == nil {
+		return c, errors.New("worker: Queue, Handler and Clock are required")
+	}
+	if e, ok := c.Handler.(Effectful); ok && e.MakesEffects() && c.Service == nil {
+		return c, fmt.Errorf("worker: the handler (%T) may declare ledgered effects, so a Service is required to apply them", c.Handler)
+	}
+	if c.StepTimeout < 0 {
+		return c, &model.ValidationError{Field: "step_timeout", Problem: fmt.Sprintf("must not be negative, got %s", c.StepTimeout)}
 	}
 	if err := model.CheckName("id", c.ID); err != nil {
 		return c, fmt.Errorf("worker: %w", err)
@@ -112,6 +128,7 @@ type Action string
 const (
 	ActionIdle       Action = "idle"
 	ActionWait       Action = "wait"
+	ActionRun        Action = "run" // a step's run started and has not ended yet
 	ActionClaim      Action = Action(model.WriteClaim)
 	ActionHeartbeat  Action = Action(model.WriteHeartbeat)
 	ActionIntent     Action = Action(model.WriteIntent)
@@ -130,8 +147,11 @@ const (
 // Report says what one Step did. Its String form is deterministic and
 // holds no wall-clock time, so simulator traces can be fingerprinted.
 type Report struct {
-	Worker  string
-	Action  Action
+	Worker string
+	Action Action
+	// Phase is the phase the slot was in when the step began (see
+	// Slot.Phase); empty for the claimer's and an idle worker's steps.
+	Phase   string
 	TaskID  string
 	Attempt int
 	Fence   int64
@@ -204,6 +224,9 @@ func New(cfg Config) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Executor == nil {
+		cfg.Executor = Inline{}
 	}
 	w := &Worker{cfg: &cfg, slots: make([]*Slot, cfg.Concurrency)}
 	w.claimer.cfg = w.cfg

@@ -53,21 +53,29 @@ func TestShutdownBetweenStepsReleases(t *testing.T) {
 	require.Len(t, b.eventsOf(id, model.EventStep), 3)
 }
 
-// Shutdown in the middle of a long step abandons the step's work without
-// charging it.
-func TestShutdownDuringAStepsDuration(t *testing.T) {
+// Shutdown while a step's run is under way lets the run end, heartbeating
+// meanwhile (the live runner's grace bounds the wait), commits its step
+// and then releases the claim: no further step starts, and no attempt is
+// charged.
+func TestShutdownLetsTheRunUnderWayEnd(t *testing.T) {
 	b := setup(t)
-	id := b.submit(`{"steps":[{"cost":1},{"cost":2,"duration_ms":5000}]}`, 10, 5)
+	id := b.submit(`{"steps":[{"cost":1},{"cost":2,"duration_ms":5000},{"cost":3}]}`, 10, 5)
 	a := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
-	b.stepUntil(a, func(r worker.Report) bool { return r.Action == worker.ActionWait })
+	b.stepUntil(a, is(worker.ActionRun, "step 1 started"))
 	a.Shutdown()
-	r := b.step(a)
-	require.Equal(t, worker.ActionRelease, r.Action, "released without waiting out the step: %s", r)
+	reports := b.run(a, stepsMax)
 	require.True(t, a.Drained())
+	require.Equal(t, epoch.Add(5*time.Second), b.clock.Now(), "the run took its 5s")
+	require.Equal(t, 1, count(reports, is(worker.ActionStep, "step 1 cost 2")), "the run's step is committed")
+	require.Zero(t, count(reports, is(worker.ActionStep, "step 2 cost 3")), "no step after it")
+	require.Equal(t, 1, count(reports, is(worker.ActionRelease, "to queued")))
+	require.Equal(t, 10, count(reports, func(r worker.Report) bool { return r.Action == worker.ActionHeartbeat && r.Accepted }),
+		"heartbeats kept the 2s lease over the 5s run")
 	task := b.task(id)
 	require.Equal(t, model.Queued, task.State)
-	require.Equal(t, 1, task.StepsUsed)
-	require.Equal(t, epoch, b.clock.Now())
+	require.Equal(t, 2, task.StepsUsed)
+	require.Equal(t, int64(3), task.CostUsed)
+	require.Zero(t, task.AttemptsCharged)
 }
 
 // Shutdown after the intent is recorded finishes the effect (call and

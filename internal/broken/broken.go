@@ -79,6 +79,9 @@ const (
 	WriteAtLeaseUntil
 	// ReleaseRecordedAsRetry: a graceful release is recorded as a retry.
 	ReleaseRecordedAsRetry
+	// NoHeartbeatDuringRun: a slot stops heartbeating while its handler's
+	// run is under way, so a run longer than the lease loses its claim.
+	NoHeartbeatDuringRun
 
 	variantEnd // one past the last variant
 )
@@ -109,6 +112,7 @@ var names = [variantEnd]string{
 	RequeueGrantUnbounded:   "requeue-grant-unbounded",
 	WriteAtLeaseUntil:       "write-at-lease-until",
 	ReleaseRecordedAsRetry:  "release-recorded-as-retry",
+	NoHeartbeatDuringRun:    "no-heartbeat-during-run",
 }
 
 // String returns the variant's name.
