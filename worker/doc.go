@@ -8,14 +8,54 @@
 // clock; the live Runner drives the same slots with the real clock, one
 // goroutine per slot.
 //
-// # Usage
+// # Running a worker
 //
-//	w := worker.New(worker.Config{ID: "w1", Queue: q, Handler: worker.Synthetic{}, Service: svc, Clock: clock})
+// A program opens its queue, writes a Handler, and runs a Runner until it
+// is told to stop:
+//
+//  1. Open the queue (queue.Open) with the real clock and randomid.Source
+//     as its ID source.
+//  2. Write the handler. The simple form is a HandlerFunc: one function of
+//     the task, run as its one step, given the step's operation ID to pass
+//     as the idempotency key of any external call it makes itself (such a
+//     call is outside the effects ledger). The planned form is a Handler:
+//     Plan lists the task's steps (costs, approval gates, effects the
+//     ledger guards), Run performs each. Only a handler whose steps declare
+//     ledgered effects (see Effectful) needs a Service.
+//  3. NewRunner with a Config (ID, Queue, Handler, Clock; Lease and
+//     Concurrency as needed) and RunOptions. RunOptions.Housekeeper (the
+//     queue) has the runner also reap expired leases and deadlines and
+//     enqueue due periodic runs; at least one process serving a queue
+//     should run it. RunOptions.ShutdownGrace bounds the drain.
+//  4. Runner.Run with a context the program cancels on SIGTERM: it claims
+//     and runs tasks until then, and then shuts down gracefully, letting
+//     runs under way and effects in flight finish within the grace and
+//     releasing the claims. It returns an error wrapping ErrClaimsLeft if
+//     the grace ran out first.
+//
+// Each step's Run runs through the runner's Executor, in a goroutine of
+// its own, while the slot heartbeats on schedule: a Run may take far
+// longer than the lease. Its context is cancelled, with a cause
+// context.Cause reads, when the task's cancellation is requested
+// (ErrCancelRequested), the claim is lost (ErrLeaseLost), the shutdown
+// grace ends (ErrShutdown) or the step's timeout passes (ErrStepTimeout,
+// a transient failure). What a Run returns after its claim was lost is
+// dropped and logged, never written. See Example for a whole program.
+//
+// # Stepping a worker
+//
+//	w, err := worker.New(worker.Config{ID: "w1", Queue: q, Handler: worker.Synthetic{}, Service: svc, Clock: clock})
 //	for {
 //		r := w.Step(ctx)
 //		if r.Wait > 0 { /* advance or sleep until r.Wait has passed */ }
 //	}
-//	w.Shutdown() // stop claiming; finish effects in flight, release the rest
+//	w.Shutdown() // stop claiming; finish runs and effects in flight, release the rest
+//
+// A stepped Worker runs handlers Inline, inside its Step; the simulator
+// gives it an executor of its own, whose runs begin and end as events of
+// its schedule.
+//
+// # Guarantees
 //
 // Before every step of a task the slot checks requested cancellation, the
 // deadline, the step limit and the cost budget. Customer-visible effects

@@ -121,6 +121,7 @@ type Run struct {
 
 	mu         sync.Mutex
 	began      time.Time
+	endedAt    time.Time
 	calling    bool
 	ended      bool
 	checkpoint string
@@ -225,14 +226,23 @@ func (r *Run) protected() (checkpoint string, err error) {
 // end records the run's outcome and wakes whoever waits on Done; a result
 // that ends after the claim was lost is dropped and logged.
 func (r *Run) end(checkpoint string, err error) {
+	now := r.clock.Now()
 	r.mu.Lock()
-	r.ended, r.checkpoint, r.err = true, checkpoint, err
+	r.ended, r.endedAt, r.checkpoint, r.err = true, now, checkpoint, err
 	lost := r.lost
 	r.mu.Unlock()
 	close(r.done)
 	if lost != nil {
 		r.dropped(lost, err)
 	}
+}
+
+// EndedAt returns when the run ended, by the worker's clock (zero while
+// it has not).
+func (r *Run) EndedAt() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.endedAt
 }
 
 // Done is closed once the run has ended.

@@ -323,27 +323,59 @@ func (s *Slot) step(ctx context.Context) Report {
 // the task ends here.
 func (s *Slot) next(ctx context.Context, now time.Time) Report {
 	index := s.task.StepsUsed
-	switch {
-	case s.task.CancelRequested:
+	switch s.decide(now) {
+	case nextCancel:
 		return s.cancelAck(ctx, now)
-	case s.task.PastDeadline(now):
+	case nextDeadline:
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.DeadlineExceeded, Message: "deadline passed before the next step"})
 		return s.failTask(ctx, now)
-	case index >= len(s.plan):
+	case nextComplete:
 		return s.complete(ctx, now)
-	case s.task.StepsUsed+1 > s.task.StepsMax:
+	case nextStepsOut:
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.StepsExhausted,
 			Message: fmt.Sprintf("step %d would pass the step limit %d", index, s.task.StepsMax)})
 		return s.failTask(ctx, now)
-	case s.task.CostUsed+s.plan[index].Cost > s.task.CostBudget && broken.Pick(broken.NoBudgetCheck, true, false):
+	case nextBudgetOut:
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.BudgetExhausted,
 			Message: fmt.Sprintf("step %d costs %d; %d of %d used", index, s.plan[index].Cost, s.task.CostUsed, s.task.CostBudget)})
 		return s.failTask(ctx, now)
-	case s.plan[index].Approval != "":
+	case nextPause:
 		return s.pause(ctx, now)
 	}
 	s.startRun(now)
 	return s.work(ctx, now)
+}
+
+// What the next step of a task needs, as decide finds it.
+const (
+	nextRun       = iota // start the step's run
+	nextCancel           // acknowledge the cancellation
+	nextDeadline         // fail: the deadline has passed
+	nextComplete         // every step is done
+	nextStepsOut         // fail: the step would pass the step limit
+	nextBudgetOut        // fail: the step would pass the cost budget
+	nextPause            // pause at the step's approval gate
+)
+
+// decide says what the next step needs, checking cancellation, the
+// deadline, the step limit and the budget first.
+func (s *Slot) decide(now time.Time) int {
+	index := s.task.StepsUsed
+	switch {
+	case s.task.CancelRequested:
+		return nextCancel
+	case s.task.PastDeadline(now):
+		return nextDeadline
+	case index >= len(s.plan):
+		return nextComplete
+	case s.task.StepsUsed+1 > s.task.StepsMax:
+		return nextStepsOut
+	case s.task.CostUsed+s.plan[index].Cost > s.task.CostBudget && broken.Pick(broken.NoBudgetCheck, true, false):
+		return nextBudgetOut
+	case s.plan[index].Approval != "":
+		return nextPause
+	}
+	return nextRun
 }
 
 // startRun hands the step's run to the executor: the handler's Run with a
@@ -352,7 +384,9 @@ func (s *Slot) startRun(now time.Time) {
 	index, spec, task, handler := s.task.StepsUsed, s.plan[s.task.StepsUsed], s.task, s.cfg.Handler
 	run := newRun(task, index, spec, s.cfg.Clock,
 		func(ctx context.Context) (string, error) { return handler.Run(ctx, task, index, spec) }, s.dropLog(index))
-	s.run, s.runCause, s.runFresh, s.pollAt, s.runTimeout = run, nil, true, time.Time{}, time.Time{}
+	// pollAt now: the executor is looked in on at once (by work, in this
+	// Step or, for a run started with a commit, the next).
+	s.run, s.runCause, s.runFresh, s.pollAt, s.runTimeout = run, nil, true, now, time.Time{}
 	if timeout := s.timeoutOf(spec); timeout > 0 {
 		s.runTimeout = now.Add(timeout)
 	}
@@ -441,19 +475,21 @@ func (s *Slot) abandon() {
 }
 
 // runEnded goes on from an ended run: a cancellation seen meanwhile wins
-// (the run's work is not charged), a timeout fails the step as transient,
+// (the run's work is not charged), a timeout fails the step as transient
+// (whether the slot cancelled the run for it or the run ended after it
+// had passed, before the slot looked),
 // an error fails it as Classify says, and otherwise its checkpoint is kept
 // and the step's effect or its commit follows. While shutting down, an
 // effect not yet begun is not started.
 func (s *Slot) runEnded(ctx context.Context, now time.Time) Report {
-	run, cause := s.run, s.runCause
+	run, cause, timeout := s.run, s.runCause, s.runTimeout
 	checkpoint, err := run.Result()
 	s.run, s.runCause, s.pollAt, s.runTimeout = nil, nil, time.Time{}, time.Time{}
 	switch {
 	case s.task.CancelRequested:
 		s.phase = phaseNext
 		return s.next(ctx, now)
-	case errors.Is(cause, ErrStepTimeout):
+	case errors.Is(cause, ErrStepTimeout), !timeout.IsZero() && !run.EndedAt().Before(timeout):
 		s.fail(model.Failure{Class: model.Transient, Message: fmt.Sprintf("step %d timed out after %s", run.Index, s.timeoutOf(run.Step))})
 		return s.failTask(ctx, now)
 	case err != nil:
@@ -707,6 +743,13 @@ func (s *Slot) commit(ctx context.Context, now time.Time) Report {
 		r.Outcome += " (replayed)"
 	}
 	s.log(slog.LevelInfo, "step completed", r)
+	// Starting the next step's run writes nothing, so it goes with this
+	// write when nothing else comes first (no shutdown, and next would
+	// start it); the executor looks in on it from the next Step.
+	if !s.draining && s.decide(now) == nextRun {
+		s.startRun(now)
+		s.runFresh = false
+	}
 	return r
 }
 

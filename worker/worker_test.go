@@ -11,9 +11,10 @@ import (
 	"github.com/leasehold/leasehold/worker/workertest"
 )
 
-// Shutdown between steps gives the claim back at once: the task is queued
-// again, no attempt is charged, and the next worker resumes from the
-// checkpoint.
+// Shutdown between steps gives the claim back as soon as the run under
+// way ends (step 1's, started with step 0's commit): its step is
+// committed, no other starts, the task is queued again, no attempt is
+// charged, and the next worker resumes from the checkpoint.
 func TestShutdownBetweenStepsReleases(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":2},{"cost":3}]}`, 10, 5)
@@ -25,13 +26,14 @@ func TestShutdownBetweenStepsReleases(t *testing.T) {
 	reports := b.run(a, stepsMax)
 	require.True(t, a.Drained())
 	require.Equal(t, 1, count(reports, is(worker.ActionRelease, "to queued")))
-	require.Zero(t, count(reports, func(r worker.Report) bool { return r.Action == worker.ActionStep }), "no step after the shutdown")
+	require.Equal(t, 1, count(reports, func(r worker.Report) bool { return r.Action == worker.ActionStep }), "only the run under way's step")
+	require.Equal(t, 1, count(reports, is(worker.ActionStep, "step 1 cost 2")))
 
 	task := b.task(id)
 	require.Equal(t, model.Queued, task.State)
 	require.Zero(t, task.AttemptsCharged, "a graceful release is not charged")
-	require.Equal(t, 1, task.StepsUsed)
-	require.Equal(t, int64(1), task.CostUsed)
+	require.Equal(t, 2, task.StepsUsed)
+	require.Equal(t, int64(3), task.CostUsed)
 	require.Equal(t, b.clock.Now(), task.RunAt, "due again at once")
 	require.Len(t, b.eventsOf(id, model.EventReleased), 1)
 
@@ -61,7 +63,7 @@ func TestShutdownLetsTheRunUnderWayEnd(t *testing.T) {
 	b := setup(t)
 	id := b.submit(`{"steps":[{"cost":1},{"cost":2,"duration_ms":5000},{"cost":3}]}`, 10, 5)
 	a := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
-	b.stepUntil(a, is(worker.ActionRun, "step 1 started"))
+	b.stepUntil(a, is(worker.ActionStep, "step 0 cost 1")) // step 1's run starts with it
 	a.Shutdown()
 	reports := b.run(a, stepsMax)
 	require.True(t, a.Drained())
