@@ -26,6 +26,9 @@ const (
 	// CellFault is a fault kind where it hit: the worker's phase, or the
 	// write or operation it hit, as "crash@send" or "ambiguous_commit@step".
 	CellFault CellKind = "fault"
+	// CellRun is how a step's run (the handler's call) ended: "returned",
+	// "outlived_lease", "cancel_requested", "timeout", "lease_lost".
+	CellRun CellKind = "run"
 )
 
 // Cell is one cell of a coverage map.
@@ -44,6 +47,9 @@ func RefusalCell(class string) Cell { return Cell{Kind: CellRefusal, Name: class
 
 // FaultCell names a fault kind at a phase.
 func FaultCell(fault, phase string) Cell { return Cell{Kind: CellFault, Name: fault + "@" + phase} }
+
+// RunCell names how a step's run ended.
+func RunCell(outcome string) Cell { return Cell{Kind: CellRun, Name: outcome} }
 
 // String renders the cell as "kind name".
 func (c Cell) String() string { return string(c.Kind) + " " + c.Name }
@@ -69,7 +75,7 @@ func ParseCell(s string) (Cell, error) {
 	switch {
 	case !ok || name == "":
 		return Cell{}, fmt.Errorf("coverage cell %q: want \"kind name\"", s)
-	case c.Kind != CellTransition && c.Kind != CellRefusal && c.Kind != CellFault:
+	case c.Kind != CellTransition && c.Kind != CellRefusal && c.Kind != CellFault && c.Kind != CellRun:
 		return Cell{}, fmt.Errorf("coverage cell %q: unknown kind %q", s, kind)
 	}
 	return c, nil
@@ -107,6 +113,15 @@ func faults(pairs ...string) []Cell {
 			panic(fmt.Sprintf("scenarios: fault cell %q is not \"kind@phase\"", p))
 		}
 		out = append(out, FaultCell(kind, phase))
+	}
+	return out
+}
+
+// runs returns the run cells of outcomes.
+func runs(outcomes ...string) []Cell {
+	out := make([]Cell, 0, len(outcomes))
+	for _, o := range outcomes {
+		out = append(out, RunCell(o))
 	}
 	return out
 }

@@ -177,6 +177,7 @@ var registry = map[string]func() Scenario{
 	"deadline":       Deadline,
 	"periodic":       Periodic,
 	"boundaries":     Boundaries,
+	"long-running":   LongRunning,
 }
 
 // cancelPayload is thirty two-second steps: longer than the random part of
@@ -328,7 +329,7 @@ func CrashStorm() Scenario {
 		Name:        "crash-storm",
 		Description: "workers crash and restart often, also right after an external call",
 		Workers:     3, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
-		AttemptsMax: 6, Events: 400,
+		AttemptsMax: 6, Events: 1000,
 		Covers: cells(common(),
 			transitions("running retry queued", "running dead_lettered needs_review", "running lease_expired needs_review",
 				"running uncertain needs_review", "needs_review resolved failed"),
@@ -368,7 +369,7 @@ func Quota() Scenario {
 		Name:        "quota",
 		Description: "per-user running limits (1 and 2) and per-user depth caps under load",
 		Workers:     3, Concurrency: 3, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
-		AttemptsMax: 5, Events: 400,
+		AttemptsMax: 5, Events: 500,
 		Covers: cells(common(),
 			transitions("running retry queued", "running dead_lettered needs_review", "running lease_expired needs_review",
 				"running uncertain needs_review", "needs_review resolved failed"),
@@ -495,6 +496,40 @@ func Boundaries() Scenario {
 				Expect{State: model.Failed, Reason: model.BudgetExhausted}),
 			careless("careless-steps", `{"steps":[{"cost":1},{"cost":1},{"cost":1}]}`, 10, 2,
 				Expect{State: model.Failed, Reason: model.StepsExhausted}),
+		},
+	}
+}
+
+// LongRunning runs handlers whose step runs outlast the lease: the worker
+// heartbeats while each runs, through storage faults that hit those
+// heartbeats; a caller cancels a task mid-run; crashes, stalls and
+// shutdowns land mid-run; and one step outlasts its own timeout on every
+// attempt (a transient failure each time, dead-lettered, resolved by the
+// operator). Runs begin and end as events of the schedule, in simulated
+// time, so everything else lands between them.
+func LongRunning() Scenario {
+	return Scenario{
+		Name: "long-running",
+		Description: "step runs longer than the lease, kept by heartbeats through storage faults; " +
+			"cancellation, crashes, stalls and shutdowns mid-run; a step that outlasts its timeout",
+		Workers: 2, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
+		AttemptsMax: 4, Events: 400,
+		FaultFloors: map[string]int{"storage_down": 15, "storage_fault": 30, "crash": 8, "stall": 8},
+		Covers: cells(common(),
+			transitions("running cancelled cancelled", "running retry queued", "running dead_lettered needs_review",
+				"running lease_expired needs_review", "needs_review resolved failed"),
+			runs("returned", "outlived_lease", "cancel_requested", "timeout", "lease_lost"),
+			faults("crash@work", "stall@work", "shutdown@work", "unavailable@work", "fail_commit@work", "ambiguous_commit@work",
+				"redeliver@heartbeat")),
+		Tasks: []Task{
+			simple("marathon", "ana", `{"steps":[{"cost":1,"duration_ms":5000},{"cost":1,"duration_ms":3000}]}`, 0),
+			simple("publish", "bo", `{"steps":[{"cost":1,"duration_ms":3000},{"cost":2,"effect":"publish"},{"cost":1,"duration_ms":2500}]}`, 1),
+			simple("relay", "cy", `{"steps":[{"cost":1,"duration_ms":4500}]}`, 0),
+			{Name: "cancel-mid-run", EffectStep: -1, Request: request("dee", "cancel-mid-run", `{"steps":[{"cost":1,"duration_ms":30000}]}`, 10, 5),
+				Script: []Act{Submit, CancelRunning},
+				Expect: Expect{State: model.Cancelled, Reason: model.CancelledByCaller, CancelledBy: "dee"}},
+			{Name: "overdue", EffectStep: -1, Request: request("eve", "overdue", `{"steps":[{"cost":1,"duration_ms":4000,"timeout_ms":3000},{"cost":1}]}`, 50, 10),
+				Script: []Act{Submit}, Expect: Expect{State: model.Failed, Reason: model.OperatorResolved}},
 		},
 	}
 }

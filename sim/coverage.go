@@ -272,8 +272,14 @@ func FaultKinds() []string {
 	return out
 }
 
-// PhaseIdle is the phase of a worker that holds no claim.
-const PhaseIdle = "idle"
+// PhaseIdle is the phase of a worker that holds no claim. PhaseRun is the
+// slot phase while a step's run is under way (worker.Slot.Phase "work"):
+// a storage fault that hits a heartbeat made then is recorded at it as
+// well as at the heartbeat.
+const (
+	PhaseIdle = "idle"
+	PhaseRun  = "work"
+)
 
 // Operations of the world that a storage fault can hit, as fault cells
 // name them (a worker's step is named by its action).
@@ -291,7 +297,7 @@ const (
 func Phases() []string {
 	out := []string{"next", "work", "intent", "call", "send", "reconcile", "receipt", "commit", "uncertain", "fail",
 		"release", "done", PhaseIdle}
-	for _, a := range []worker.Action{worker.ActionClaim, worker.ActionHeartbeat, worker.ActionIntent, worker.ActionCheckLease,
+	for _, a := range []worker.Action{worker.ActionClaim, worker.ActionRun, worker.ActionHeartbeat, worker.ActionIntent, worker.ActionCheckLease,
 		worker.ActionCall, worker.ActionReconcile, worker.ActionReceipt, worker.ActionStep, worker.ActionPause,
 		worker.ActionComplete, worker.ActionFail, worker.ActionCancel, worker.ActionRelease} {
 		out = append(out, string(a))
@@ -321,6 +327,8 @@ func KnownCell(cell scenarios.Cell) bool {
 	case scenarios.CellFault:
 		kind, phase, _ := strings.Cut(cell.Name, "@")
 		return slices.Contains(FaultKinds(), kind) && slices.Contains(Phases(), phase)
+	case scenarios.CellRun:
+		return slices.Contains(RunOutcomes(), cell.Name)
 	}
 	return false
 }

@@ -16,6 +16,8 @@ type EventKind string
 // of the scenario by index.
 const (
 	EvStep           EventKind = "step"             // a worker takes one Step
+	EvRunStart       EventKind = "run_start"        // the oldest step run not begun (of a running worker) begins: simulated time runs from here
+	EvRunEnd         EventKind = "run_end"          // the oldest step run that may end (of a running worker) ends: its handler returns
 	EvAdvance        EventKind = "advance"          // the fake clock moves on
 	EvReap           EventKind = "reap"             // the reaper runs
 	EvTick           EventKind = "tick"             // the schedulers enqueue due periodic runs
@@ -161,7 +163,7 @@ func ParseEvent(s string) (Event, error) {
 		}
 	case k == EvLimit:
 		e.Name, err = oneOf(s, arg, LimitNames())
-	case k == EvReap || k == EvTick || k == EvLoseResponse || k == EvCareless || k == EvLimitsRestore:
+	case k == EvReap || k == EvTick || k == EvLoseResponse || k == EvCareless || k == EvLimitsRestore || k == EvRunStart || k == EvRunEnd:
 		if arg != "" {
 			err = fmt.Errorf("event %q takes no argument", s)
 		}

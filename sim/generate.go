@@ -92,9 +92,10 @@ func MixFor(sc scenarios.Scenario, seed uint64) FaultMix {
 }
 
 // Generate builds a seed's schedule: the scenario's submits early, then
-// worker steps, clock advances, reaper runs, scripted caller actions and
-// periodic ticks from the scheduler stream, with faults inserted from the
-// faults stream according to mix.
+// worker steps, the beginnings and ends of the workers' step runs, clock
+// advances, reaper runs, scripted caller actions and periodic ticks from
+// the scheduler stream, with faults inserted from the faults stream
+// according to mix.
 func Generate(sc scenarios.Scenario, seed uint64, mix FaultMix) []Event {
 	sched, faultRng := source(seed, streamScheduler), source(seed, streamFaults)
 	var events []Event
@@ -104,8 +105,12 @@ func Generate(sc scenarios.Scenario, seed uint64, mix FaultMix) []Event {
 		events = append(events, drawFault(sc, mix, faultRng)...)
 		r := sched.IntN(1000)
 		switch {
-		case r < 610:
+		case r < 330:
 			events = append(events, Event{Kind: EvStep, Worker: sched.IntN(sc.Workers)})
+		case r < 470:
+			events = append(events, Event{Kind: EvRunStart})
+		case r < 610:
+			events = append(events, Event{Kind: EvRunEnd})
 		case r < 760:
 			events = append(events, Event{Kind: EvAdvance, Delay: advances[sched.IntN(len(advances))]})
 		case r < 800:

@@ -72,8 +72,9 @@ func (w *World) scriptStalled(i int) bool {
 }
 
 // liveness heals the faults and runs the world in rounds (workers step
-// until idle, callers act, the operator recovers parked tasks, the reaper
-// runs, the clock moves to the next wake-up) until every
+// until idle, their step runs beginning and ending as soon as they may,
+// callers act, the operator recovers parked tasks, the reaper runs, the
+// clock moves to the next wake-up) until every
 // task settles or a bound is reached. It returns the rounds run, a
 // liveness failure, or a safety violation.
 func (w *World) liveness(tr *tracer) (int, string, *model.Violation) {
@@ -91,8 +92,16 @@ func (w *World) liveness(tr *tracer) (int, string, *model.Violation) {
 			for n := 0; n < stepsPerRoundMax; n++ {
 				r := sw.w.Step(w.ctx)
 				if r.Action == worker.ActionIdle || r.Action == worker.ActionWait {
+					if w.settleRuns(i, round, tr) > 0 {
+						continue // a run ended: its slot has something to do
+					}
 					if r.Wait > 0 && (wake == 0 || r.Wait < wake) {
 						wake = r.Wait
+					}
+					if sw.exec != nil {
+						if due := sw.exec.nextDue(w.clock.Now()); !due.IsZero() && (wake == 0 || due.Sub(w.clock.Now()) < wake) {
+							wake = due.Sub(w.clock.Now())
+						}
 					}
 					break
 				}

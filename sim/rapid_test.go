@@ -19,9 +19,13 @@ import (
 func drawEvent(sc scenarios.Scenario) *rapid.Generator[Event] {
 	return rapid.Custom(func(t *rapid.T) Event {
 		w := rapid.IntRange(0, sc.Workers-1)
-		switch rapid.IntRange(0, 19).Draw(t, "kind") {
+		switch rapid.IntRange(0, 21).Draw(t, "kind") {
 		case 0, 1, 2, 3, 4, 5:
 			return Event{Kind: EvStep, Worker: w.Draw(t, "worker")}
+		case 20:
+			return Event{Kind: EvRunStart}
+		case 21:
+			return Event{Kind: EvRunEnd}
 		case 6, 7:
 			ms := rapid.SampledFrom([]int{10, 100, 500, int(sc.Lease.Milliseconds()) + 100}).Draw(t, "ms")
 			return Event{Kind: EvAdvance, Delay: time.Duration(ms) * time.Millisecond}

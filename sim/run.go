@@ -225,9 +225,11 @@ func (w *World) play(events []Event, tr *tracer, cfg Config, res *Result) bool {
 }
 
 // timelineFault adds e to the timeline, when the run records one, if e is
-// a fault: any event but a step, an advance, a reap, a tick or a script.
+// a fault: any event but a step, a run's start or end, an advance, a reap,
+// a tick or a script.
 func (w *World) timelineFault(e Event) {
-	if !w.recordTimeline || e.Kind == EvStep || e.Kind == EvAdvance || e.Kind == EvReap || e.Kind == EvTick || e.Kind == EvScript {
+	if !w.recordTimeline || e.Kind == EvStep || e.Kind == EvRunStart || e.Kind == EvRunEnd || e.Kind == EvAdvance ||
+		e.Kind == EvReap || e.Kind == EvTick || e.Kind == EvScript {
 		return
 	}
 	entry := TimelineEntry{Kind: TimelineFault, Detail: e.String(), Event: e.Kind}

@@ -176,10 +176,12 @@ func TestFaultFloorsNameRates(t *testing.T) {
 // The careless client leaves a task whose caller waits to cancel it under
 // a worker's claim and crash that worker to the workers. Run by the
 // client, the task's thirty long steps went by in a few bursts of writes
-// and it completed before its caller ever found a worker holding it; these
-// boundaries seeds all ended that way.
+// and it completed before its caller ever found a worker holding it
+// (boundaries seeds 903, 2843, 4425, 5169, 5962 and 8734 ended that way
+// before schedules had run events); in these seeds the client claims the
+// task while its caller still waits, and the story is told all the same.
 func TestCarelessLeavesCancelThenCrashToWorkers(t *testing.T) {
-	for _, seed := range []uint64{903, 2843, 4425, 5169, 5962, 8734} {
+	for _, seed := range []uint64{4, 8, 9, 10, 13, 14} {
 		r := Run(Config{Scenario: scenarios.Boundaries(), Seed: seed, Trace: true})
 		require.True(t, r.Pass, "seed %d: %s", seed, r.Summary())
 		trace := strings.Join(r.Trace, "\n")

@@ -31,6 +31,7 @@ type simWorker struct {
 	proc    *faults.Process
 	queue   *faults.Queue
 	w       *worker.Worker // nil while crashed or shut down
+	exec    *runExecutor   // w's executor: its step runs (nil with w)
 	crashAt bool           // crash right after the next external call
 	// draining: the worker was told to shut down and is releasing its
 	// claims; stopped: it drained and exited (a restart starts it again).
@@ -87,6 +88,13 @@ type World struct {
 	// operation of the world).
 	cover recorder
 	where string
+	// runsStarted counts the step runs the workers' slots have started,
+	// for the order the schedule's run events take them in.
+	runsStarted int64
+	// duringRun names where else the current event's storage faults hit:
+	// "work" when it is a heartbeat of a slot whose step's run is under
+	// way.
+	duringRun string
 	// careless is the careless client (see carelessClient).
 	careless carelessClient
 	// base is the scenario's limits as set up; limitsMoved says the
@@ -201,8 +209,9 @@ func (w *World) newWorker(i int, sw *simWorker) (*worker.Worker, error) {
 	if w.q.ref != nil {
 		q = watcher{l: w.q, inner: sw.queue}
 	}
+	sw.exec = &runExecutor{started: &w.runsStarted}
 	return worker.New(worker.Config{ID: workerName(i), Queue: q, Handler: worker.Synthetic{}, Service: w.svc,
-		Clock: w.clock, Concurrency: w.sc.Concurrency, Lease: w.sc.Lease, Heartbeat: w.sc.Heartbeat,
+		Executor: sw.exec, Clock: w.clock, Concurrency: w.sc.Concurrency, Lease: w.sc.Lease, Heartbeat: w.sc.Heartbeat,
 		PollMin: 50 * time.Millisecond, PollMax: 500 * time.Millisecond,
 		StorageBackoffMin: 50 * time.Millisecond, StorageBackoffMax: time.Second})
 }
@@ -216,6 +225,10 @@ func (w *World) apply(e Event) string {
 	switch e.Kind {
 	case EvStep:
 		return w.step(e.Worker)
+	case EvRunStart:
+		return w.runStart()
+	case EvRunEnd:
+		return w.runEnd()
 	case EvAdvance:
 		w.clock.Advance(e.Delay)
 		return "ok"
@@ -286,6 +299,9 @@ func (w *World) step(i int) string {
 	}
 	r := sw.w.Step(w.ctx)
 	w.where = string(r.Action)
+	if r.Action == worker.ActionHeartbeat && r.Phase == PhaseRun {
+		w.duringRun = PhaseRun
+	}
 	w.observe(i, r)
 	out := r.String()
 	if r.Called && sw.crashAt {
@@ -330,7 +346,7 @@ func (w *World) crash(i int) string {
 	if err := sw.proc.Crash(); err != nil {
 		return "no-op: " + err.Error()
 	}
-	sw.w, sw.draining = nil, false
+	sw.w, sw.exec, sw.draining = nil, nil, false
 	return "crashed"
 }
 

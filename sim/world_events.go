@@ -26,9 +26,10 @@ const probePayload = `{"steps":[{"cost":1}]}`
 // carelessClient is a caller that claims tasks and writes to the queue
 // under its real claims without any of the worker's pre-checks (budget,
 // step limit, lease, deadline): the queue's own refusals are what stop
-// it. It runs only plain tasks (no effect, gate or failure, which need
-// the handler) whose callers wait on no worker's claim; any other task
-// it claims it releases at once.
+// it. It runs only plain tasks (no effect, gate, failure or timeout,
+// which need the handler, and no step whose run outlasts the lease, which
+// needs heartbeats) whose callers wait on no worker's claim; any other
+// task it claims it releases at once.
 type carelessClient struct {
 	held   bool
 	claim  model.Claim
@@ -45,15 +46,19 @@ func (w *World) applyCovered(e Event) string {
 	if e.Kind == EvStep {
 		dupBefore = w.workers[e.Worker].queue.Counts()
 	}
-	w.where = whereOf(e)
+	w.where, w.duringRun = whereOf(e), ""
 	out := w.applyEvent(e)
 	storageAfter := w.storage.Counts()
+	where := []string{w.where}
+	if w.duringRun != "" {
+		where = append(where, w.duringRun)
+	}
 	if n := storageAfter.Unavailable - storageBefore.Unavailable; n > 0 {
-		w.cover.fault(FaultUnavailable, w.where)
+		w.cover.fault(FaultUnavailable, where...)
 	}
 	for _, f := range faults.StorageFaults() {
 		if storageAfter.Fired(f) > storageBefore.Fired(f) {
-			w.cover.fault(string(f), w.where)
+			w.cover.fault(string(f), where...)
 		}
 	}
 	if w.svc.Counts().LostResponse > serviceBefore.LostResponse {
@@ -193,7 +198,7 @@ func (w *World) shutdown(i int) string {
 // exited ends a drained worker's process; a restart starts a new one.
 func (w *World) exited(i int) string {
 	sw := w.workers[i]
-	sw.w, sw.stopped, sw.draining = nil, true, false
+	sw.w, sw.exec, sw.stopped, sw.draining = nil, nil, true, false
 	return "drained and exited"
 }
 
@@ -315,7 +320,8 @@ func (w *World) carelessClaim() string {
 	plan, err := worker.ParseSynthetic(cl.Task.Payload)
 	plain := err == nil
 	for _, s := range plan {
-		plain = plain && s.Effect == "" && s.Approval == "" && s.Fail == ""
+		plain = plain && s.Effect == "" && s.Approval == "" && s.Fail == "" && s.TimeoutMs == 0 &&
+			time.Duration(s.DurationMs)*time.Millisecond <= w.sc.Lease
 	}
 	if !plain {
 		return fmt.Sprintf("claimed %s/%d, not a plain task: %s", cl.Claim.TaskID, cl.Claim.Fence, w.release(carelessActor, cl.Claim))
