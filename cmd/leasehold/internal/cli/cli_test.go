@@ -32,6 +32,7 @@ import (
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/randomid"
 )
 
 // cliTimeout bounds one in-process command: a command that should have
@@ -179,7 +180,7 @@ func (f *fixture) statusJSON(id string) map[string]any {
 func (f *fixture) withQueue(fn func(ctx context.Context, q *queue.Queue)) {
 	f.t.Helper()
 	ctx := context.Background()
-	q, err := queue.Open(ctx, queue.Options{Path: f.db, Clock: clockwork.NewFakeClockAt(time.Now()), IDs: randomIDs{}})
+	q, err := queue.Open(ctx, queue.Options{Path: f.db, Clock: clockwork.NewFakeClockAt(time.Now()), IDs: randomid.Source{}})
 	require.NoError(f.t, err)
 	defer func() { require.NoError(f.t, q.Close()) }()
 	fn(ctx, q)

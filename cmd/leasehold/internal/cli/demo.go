@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/randomid"
 )
 
 func init() {
@@ -50,7 +51,7 @@ func runDemo(e *env, args []string) int {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail(e, "demo", err)
 	}
-	res := liverun.Run(e.ctx, liverun.Config{Dir: dir, DB: db, Self: self, Stdout: e.stdout, IDs: randomIDs{},
+	res := liverun.Run(e.ctx, liverun.Config{Dir: dir, DB: db, Self: self, Stdout: e.stdout, IDs: randomid.Source{},
 		Commit: buildVersion().Commit, Machine: liverun.Machine()})
 	path := filepath.Join(dir, "result.json")
 	if err := res.Write(path); err != nil {

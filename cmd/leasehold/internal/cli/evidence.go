@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/randomid"
 	"github.com/leasehold/leasehold/reports"
 	"github.com/leasehold/leasehold/scenarios"
 	"github.com/leasehold/leasehold/sim"
@@ -145,7 +146,7 @@ func buildFacts() (evidence.Facts, error) {
 		return evidence.Facts{}, err
 	}
 	defer os.RemoveAll(dir)
-	q, err := queue.Open(context.Background(), queue.Options{Path: filepath.Join(dir, "q.db"), Clock: clockwork.NewRealClock(), IDs: randomIDs{}})
+	q, err := queue.Open(context.Background(), queue.Options{Path: filepath.Join(dir, "q.db"), Clock: clockwork.NewRealClock(), IDs: randomid.Source{}})
 	if err != nil {
 		return evidence.Facts{}, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,21 +19,9 @@ import (
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/randomid"
 	"github.com/leasehold/leasehold/worker"
 )
-
-// randomIDs hands out IDs from the operating system's randomness, so that
-// processes sharing a database never collide.
-type randomIDs struct{}
-
-// NewID returns prefix and 16 random hex digits.
-func (randomIDs) NewID(prefix string) string {
-	var b [8]byte
-	if _, err := crand.Read(b[:]); err != nil {
-		panic("leasehold: no randomness for IDs: " + err.Error())
-	}
-	return prefix + hex.EncodeToString(b[:])
-}
 
 // jitter returns a random source for backoff jitter, seeded from the
 // operating system.
@@ -168,7 +155,7 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 		if err != nil {
 			return nil, err
 		}
-		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
 			Migrate: mode, BusyTimeout: busy, ValidatePayload: worker.ValidateSynthetic})
 		return q, explainOpen(loc.String(), err)
 	}
@@ -182,7 +169,7 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 	if err := checkWritable(*c.db); err != nil {
 		return nil, err
 	}
-	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
 		Synchronous: sync, Migrate: mode, BusyTimeout: busy, ValidatePayload: worker.ValidateSynthetic})
 	return q, explainOpen(*c.db, err)
 }
@@ -200,7 +187,7 @@ func openReader(ctx context.Context, c common) (*queue.Queue, error) {
 		if err != nil {
 			return nil, err
 		}
-		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
 			BusyTimeout: busy, ReadOnly: true})
 		return q, explainOpen(loc.String(), err)
 	}
@@ -214,7 +201,7 @@ func openReader(ctx context.Context, c common) (*queue.Queue, error) {
 	if _, err := os.Stat(*c.db); err != nil {
 		return nil, fmt.Errorf("database %s: %w", *c.db, err)
 	}
-	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}, Rand: jitter(),
+	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
 		BusyTimeout: busy, ReadOnly: true})
 	return q, explainOpen(*c.db, err)
 }

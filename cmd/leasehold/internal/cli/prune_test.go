@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/randomid"
 )
 
 // settleInThePast runs, on a fake clock two days back, a task of key to
@@ -25,7 +26,7 @@ import (
 func settleInThePast(t *testing.T, db, key string, effect bool) string {
 	t.Helper()
 	ctx := context.Background()
-	q, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewFakeClockAt(time.Now().Add(-48 * time.Hour)), IDs: randomIDs{}})
+	q, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewFakeClockAt(time.Now().Add(-48 * time.Hour)), IDs: randomid.Source{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()
 	res, err := q.Submit(ctx, model.SubmitRequest{User: "ana", Key: key, Payload: onePayload, CostBudget: 10, StepsMax: 5, Priority: 100})
@@ -212,7 +213,7 @@ func TestRunbookRetention(t *testing.T) {
 	ctx := context.Background()
 	db := filepath.Join(t.TempDir(), "leasehold.db")
 	clock := clockwork.NewFakeClockAt(time.Now().Add(-40 * 24 * time.Hour))
-	q, err := queue.Open(ctx, queue.Options{Path: db, Clock: clock, IDs: randomIDs{}})
+	q, err := queue.Open(ctx, queue.Options{Path: db, Clock: clock, IDs: randomid.Source{}})
 	require.NoError(t, err)
 	submit := func(key string) string {
 		res, err := q.Submit(ctx, model.SubmitRequest{User: "ana", Key: key, Payload: onePayload, CostBudget: 10, StepsMax: 5})

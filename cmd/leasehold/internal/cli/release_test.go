@@ -32,6 +32,7 @@ import (
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/randomid"
 	"github.com/leasehold/leasehold/reports"
 )
 
@@ -544,7 +545,7 @@ func TestAuditFilters(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := clockwork.NewFakeClockAt(t0)
-	q, err := queue.Open(ctx, queue.Options{Path: f.db, Clock: clock, IDs: randomIDs{}})
+	q, err := queue.Open(ctx, queue.Options{Path: f.db, Clock: clock, IDs: randomid.Source{}})
 	require.NoError(t, err)
 	submit := func(user, key string) string {
 		res, err := q.Submit(model.WithScope(ctx, model.ScopeSubmit), model.SubmitRequest{User: user, Key: key,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/randomid"
 )
 
 // runbookBlocks reads docs/RUNBOOK.md and returns its commands by block
@@ -111,7 +112,7 @@ func newSituation(t *testing.T) *situation {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "leasehold.db")
 	clock := clockwork.NewFakeClockAt(time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Millisecond))
-	q, err := queue.Open(context.Background(), queue.Options{Path: db, Clock: clock, IDs: randomIDs{}})
+	q, err := queue.Open(context.Background(), queue.Options{Path: db, Clock: clock, IDs: randomid.Source{}})
 	require.NoError(t, err)
 	t.Cleanup(func() { q.Close() })
 	return &situation{t: t, db: db, q: q, clock: clock, vars: map[string]string{"DB": db, "ACTOR": "ops-oncall"}}
@@ -135,7 +136,7 @@ func (s *situation) claim(lease time.Duration) model.Claim {
 
 // now returns a queue on the real present, to check outcomes.
 func (s *situation) now() *queue.Queue {
-	q, err := queue.Open(context.Background(), queue.Options{Path: s.db, Clock: clockwork.NewFakeClockAt(time.Now().Add(time.Second)), IDs: randomIDs{}})
+	q, err := queue.Open(context.Background(), queue.Options{Path: s.db, Clock: clockwork.NewFakeClockAt(time.Now().Add(time.Second)), IDs: randomid.Source{}})
 	require.NoError(s.t, err)
 	s.t.Cleanup(func() { q.Close() })
 	return q
@@ -396,10 +397,10 @@ func TestRunbookSnapshotRestoreUpgrade(t *testing.T) {
 	runbook(t, blocks, "snapshot", vars, exitOK)
 	outs = runbook(t, blocks, "restore", vars, exitOK)
 	require.Contains(t, outs[3], `"kind":"restored"`)
-	live, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewFakeClockAt(time.Now()), IDs: randomIDs{}})
+	live, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewFakeClockAt(time.Now()), IDs: randomid.Source{}})
 	require.NoError(t, err)
 	defer live.Close()
-	restored, err := queue.Open(ctx, queue.Options{Path: vars["RESTORED"], Clock: clockwork.NewFakeClockAt(time.Now()), IDs: randomIDs{}})
+	restored, err := queue.Open(ctx, queue.Options{Path: vars["RESTORED"], Clock: clockwork.NewFakeClockAt(time.Now()), IDs: randomid.Source{}})
 	require.NoError(t, err)
 	defer restored.Close()
 	want, err := live.List(ctx, model.ListFilter{Limit: model.ListLimitMax})

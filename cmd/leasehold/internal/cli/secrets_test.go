@@ -38,6 +38,7 @@ import (
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/randomid"
 	"github.com/leasehold/leasehold/reports"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -217,7 +218,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		clock := clockwork.NewFakeClockAt(start)
-		q, err := queue.Open(ctx, queue.Options{Path: f.db, Clock: clock, IDs: randomIDs{}})
+		q, err := queue.Open(ctx, queue.Options{Path: f.db, Clock: clock, IDs: randomid.Source{}})
 		require.NoError(t, err)
 		defer func() { require.NoError(t, q.Close()) }()
 		r, err := worker.NewRunner(worker.Config{ID: "w2", Queue: q, Handler: worker.Synthetic{}, Service: svc, Clock: clock,
@@ -350,7 +351,7 @@ func serveWithSecrets(t *testing.T, db string, out *captured, secret string) {
 	tokens, err := httpapi.LoadTokens("", false)
 	require.NoError(t, err)
 	require.Len(t, tokens, 2)
-	q, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}})
+	q, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()
 	logs := &syncBuffer{}
@@ -433,7 +434,7 @@ func serveWithSecrets(t *testing.T, db string, out *captured, secret string) {
 func renderReport(t *testing.T, db string, out *captured) {
 	t.Helper()
 	ctx := context.Background()
-	q, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewRealClock(), IDs: randomIDs{}})
+	q, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()
 	tasks, err := q.List(ctx, model.ListFilter{Limit: model.ListLimitMax})
