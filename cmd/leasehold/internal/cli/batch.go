@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
@@ -112,8 +111,6 @@ func submitBatch(e *env, c common, name string) int {
 	if err != nil {
 		return fail(e, "submit", err)
 	}
-	_, statErr := os.Stat(*c.db)
-	fresh := errors.Is(statErr, os.ErrNotExist) && !c.onPostgres()
 	for i, req := range reqs {
 		n, err := model.Normalize(req)
 		if err == nil {
@@ -121,9 +118,6 @@ func submitBatch(e *env, c common, name string) int {
 		}
 		if err == nil {
 			err = checkIntakePayload(n.Payload)
-		}
-		if err == nil && fresh {
-			err = n.CheckTimely(time.Now())
 		}
 		if err != nil {
 			return fail(e, "submit", fmt.Errorf("--batch: %s line %d: %w", name, lines[i], err))
@@ -133,7 +127,7 @@ func submitBatch(e *env, c common, name string) int {
 	if progress {
 		fmt.Fprintf(e.stderr, "submitting %d requests from %s in one transaction...\n", len(reqs), name)
 	}
-	q, err := openQueue(e.ctx, c, queue.MigrateNew)
+	q, err := openExisting(e.ctx, c)
 	if err != nil {
 		return fail(e, "submit", err)
 	}

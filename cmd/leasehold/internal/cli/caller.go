@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
@@ -76,10 +75,10 @@ func runSubmit(e *env, args []string) int {
 	if req.Deadline, err = parseTime("deadline", *deadline); err != nil {
 		return fail(e, "submit", err)
 	}
-	if err := checkSubmit(c, req); err != nil {
+	if err := checkSubmit(req); err != nil {
 		return fail(e, "submit", err)
 	}
-	q, err := openQueue(e.ctx, c, queue.MigrateNew)
+	q, err := openExisting(e.ctx, c)
 	if err != nil {
 		return fail(e, "submit", err)
 	}
@@ -116,20 +115,15 @@ func batchOnly(fs *flag.FlagSet) error {
 	return nil
 }
 
-// checkSubmit validates a submit before anything is opened (and created):
-// the queue's own checks too, the reserved key and, where no database
-// exists yet (so this cannot be a replay, which is exempt), a deadline
-// already passed.
-func checkSubmit(c common, req model.SubmitRequest) error {
+// checkSubmit validates a submit before anything is opened: the queue's
+// own checks too, and the reserved key.
+func checkSubmit(req model.SubmitRequest) error {
 	n, err := model.Normalize(req)
 	if err == nil {
 		err = model.CheckCallerKey(n.Key)
 	}
 	if err == nil {
 		err = checkIntakePayload(n.Payload)
-	}
-	if _, statErr := os.Stat(*c.db); err == nil && !c.onPostgres() && errors.Is(statErr, os.ErrNotExist) {
-		err = n.CheckTimely(time.Now())
 	}
 	return err
 }

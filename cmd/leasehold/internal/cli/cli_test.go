@@ -133,8 +133,27 @@ type fixture struct {
 	db  string
 }
 
-// newFixture returns a fixture whose database does not exist yet.
+// newFixture returns a fixture with a new, empty database, made as a Go
+// program makes one (queue.Open); migrate is the command line's way, and
+// its tests make theirs with it.
 func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := newMissing(t)
+	makeDB(t, f.db)
+	return f
+}
+
+// makeDB makes a new, empty database at path as a Go program does
+// (queue.Open); migrate is the command line's way.
+func makeDB(t *testing.T, path string) {
+	t.Helper()
+	q, err := queue.Open(context.Background(), queue.Options{Path: path, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}})
+	require.NoError(t, err)
+	require.NoError(t, q.Close())
+}
+
+// newMissing returns a fixture whose database does not exist yet.
+func newMissing(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	return &fixture{t: t, dir: dir, db: filepath.Join(dir, "leasehold.db")}
@@ -577,7 +596,7 @@ func TestBadInputExitsTwoAndWritesNothing(t *testing.T) {
 			require.Equal(t, before, snapshot(t, f.dir), "bad input changed the database's files")
 
 			// Where no database exists, nothing is created.
-			empty := newFixture(t)
+			empty := newMissing(t)
 			r = empty.lh(c.words, args...)
 			require.NotEqual(t, exitOK, r.code, "%s", r)
 			require.Empty(t, snapshot(t, empty.dir), "bad input created files: %s", r)
@@ -585,8 +604,8 @@ func TestBadInputExitsTwoAndWritesNothing(t *testing.T) {
 	}
 }
 
-// The commands that create a database refuse bad input with 2 before they
-// create it, just as they would against an existing one.
+// The commands that write refuse bad input with 2 where there is no
+// database, naming the input (checked first), and create nothing.
 func TestBadInputToACreatingCommandCreatesNoDatabase(t *testing.T) {
 	t.Parallel()
 	for _, c := range badInputs() {
@@ -594,7 +613,7 @@ func TestBadInputToACreatingCommandCreatesNoDatabase(t *testing.T) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
-			f := newFixture(t)
+			f := newMissing(t)
 			args := make([]string, len(c.args))
 			for i, a := range c.args {
 				args[i] = strings.ReplaceAll(a, "TASK", "t_00")
@@ -684,9 +703,9 @@ func TestFailedOperationsExitOne(t *testing.T) {
 	require.Empty(t, w["approved_by"])
 
 	// A command that needs an existing database refuses a missing one with
-	// 1 and does not create it.
-	missing := newFixture(t)
-	requireFailed(t, missing.do("status", queued), "leasehold.db")
+	// 2 and does not create it.
+	missing := newMissing(t)
+	requireUsage(t, missing.do("status", queued), "no database at", "leasehold.db", "leasehold migrate")
 	require.Empty(t, snapshot(t, missing.dir))
 }
 
@@ -1320,7 +1339,7 @@ func TestHelpOnEveryCommandAndSubcommand(t *testing.T) {
 // rule, the value as typed (its characters kept), the positional argument
 // by its name; never the flag package's or Go's.
 func TestUsageErrorsSayWhatWasWrong(t *testing.T) {
-	f := newFixture(t)
+	f := newMissing(t)
 	submit := func(extra ...string) []string {
 		return append([]string{"submit", "--db", f.db, "--user", "ana", "--key", "k1", "--payload", onePayload,
 			"--cost-budget", "5", "--steps-max", "2"}, extra...)
@@ -1362,6 +1381,48 @@ func TestUsageErrorsSayWhatWasWrong(t *testing.T) {
 	require.NoFileExists(t, f.db, "nothing was created")
 }
 
+// TestAMistypedDatabaseIsNeverCreated: a command that finds no database
+// at --db (or LEASEHOLD_DB) says so, exits 2 and creates nothing; only
+// migrate makes a new database, saying that it did.
+func TestAMistypedDatabaseIsNeverCreated(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	t.Setenv("LEASEHOLD_DATA_DIR", dir)
+	typo := filepath.Join(dir, "typo.db")
+	batch := filepath.Join(t.TempDir(), "batch.jsonl")
+	require.NoError(t, os.WriteFile(batch, []byte(`{"user":"ana","key":"b1","payload":{"steps":[]},"cost_budget":5,"steps_max":1}`+"\n"), 0o600))
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("ops operate ops-secret-0123456789 *\n"), 0o600))
+	for _, args := range [][]string{
+		{"submit", "--user", "ana", "--key", "k1", "--payload", onePayload, "--cost-budget", "5", "--steps-max", "2"},
+		{"submit", "--batch", batch},
+		{"worker", "--id", "w1"},
+		{"serve", "--addr", "127.0.0.1:0", "--tokens", tokens},
+		{"status", unknownTask},
+		{"list"},
+		{"cancel", unknownTask, "--actor", "ops"},
+		{"limits", "--depth-max", "5", "--actor", "ops"},
+		{"schedule", "add", "--user", "ana", "--payload", onePayload, "--cost-budget", "5", "--steps-max", "2",
+			"--origin", "+1h", "--period", "1h", "--actor", "ops"},
+		{"reap"},
+	} {
+		requireUsage(t, lh(t, append(args, "--db", typo)...), "no database at "+typo, "leasehold migrate --db "+typo)
+		require.NoFileExists(t, typo, "%v created the database", args)
+		t.Setenv("LEASEHOLD_DB", typo)
+		requireUsage(t, lh(t, args...), "no database at "+typo)
+		require.NoFileExists(t, typo, "%v created the database named by LEASEHOLD_DB", args)
+		t.Setenv("LEASEHOLD_DB", "")
+	}
+	require.Empty(t, snapshot(t, dir), "nothing was created")
+
+	r := lh(t, "migrate", "--db", typo, "--actor", "ops")
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "created "+typo+" at schema version")
+	require.FileExists(t, typo)
+	requireOK(t, lh(t, "submit", "--db", typo, "--user", "ana", "--key", "k1", "--payload", onePayload,
+		"--cost-budget", "5", "--steps-max", "2"))
+}
+
 // Without --db a command uses LEASEHOLD_DB, as DESIGN.md says.
 func TestDatabaseFromTheEnvironment(t *testing.T) {
 	f := newFixture(t)
@@ -1371,5 +1432,5 @@ func TestDatabaseFromTheEnvironment(t *testing.T) {
 	requireOK(t, r)
 	require.Contains(t, r.stdout, "task "+id)
 	r = lh(t, "status", id, "--db", filepath.Join(f.dir, "other.db"))
-	requireFailed(t, r, "other.db")
+	requireUsage(t, r, "no database at", "other.db")
 }

@@ -198,12 +198,53 @@ func openReader(ctx context.Context, c common) (*queue.Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(*c.db); err != nil {
-		return nil, fmt.Errorf("database %s: %w", *c.db, err)
+	if err := checkDBExists(*c.db); err != nil {
+		return nil, err
 	}
 	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
 		BusyTimeout: busy, ReadOnly: true})
 	return q, explainOpen(*c.db, err)
+}
+
+// errNoDatabase: --db names no database. Only migrate makes one, so that a
+// mistyped path is refused rather than taken for a new, empty queue.
+var errNoDatabase = errors.New("no database")
+
+// noDatabase is the refusal of a command whose --db names no database
+// (where, as it may be printed): bad usage, saying how to make one.
+func noDatabase(where string) error {
+	if loc, err := queue.ParseLocation(where); err == nil && loc.Kind == queue.StorePostgres {
+		return usageError{fmt.Sprintf("%v: %s has no leasehold schema: check --db (or LEASEHOLD_DB); leasehold migrate makes it",
+			errNoDatabase, where)}
+	}
+	return usageError{fmt.Sprintf("%v at %s: check --db (or LEASEHOLD_DB); leasehold migrate --db %s makes a new one",
+		errNoDatabase, where, where)}
+}
+
+// checkDBExists refuses a SQLite path where there is no database: no
+// file, or an empty one.
+func checkDBExists(path string) error {
+	none, err := noFile(path)
+	if err != nil {
+		return fmt.Errorf("database %s: %w", path, err)
+	}
+	if none {
+		return noDatabase(path)
+	}
+	return nil
+}
+
+// noFile reports whether a SQLite path holds no database yet: no file, or
+// an empty one.
+func noFile(path string) (bool, error) {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return st.Size() == 0, nil
 }
 
 // errReadOnly: the database (or its directory, where SQLite keeps its
@@ -242,13 +283,14 @@ func explainOpen(path string, err error) error {
 		return fmt.Errorf("%w: %s", errReadOnly, path)
 	case errors.Is(err, queue.ErrSchemaOutdated):
 		return fmt.Errorf("%w; run leasehold migrate --db %s", err, path)
+	case errors.Is(err, queue.ErrNoSchema):
+		return noDatabase(path)
 	}
 	return err
 }
 
 // checkIntakePayload refuses, as the queue opened by openQueue would, a
-// payload the synthetic handler could not run; commands that may create
-// the database call it before opening anything.
+// payload the synthetic handler could not run, before anything is opened.
 func checkIntakePayload(payload string) error {
 	if err := worker.ValidateSynthetic(payload); err != nil {
 		return queue.PayloadError(err)
@@ -256,25 +298,18 @@ func checkIntakePayload(payload string) error {
 	return nil
 }
 
-// openExisting opens a database that must already exist (every command but
-// those that create one).
+// openExisting opens for writing a database that must already exist:
+// every command that writes but migrate, the one command that makes a
+// database. The schema must be there and current: it is looked at
+// read-only first (a SQLite file that is missing, or a database without
+// the leasehold schema, is refused as no database), so that a mistyped
+// --db never becomes a new, empty queue.
 func openExisting(ctx context.Context, c common) (*queue.Queue, error) {
-	if c.onPostgres() {
-		// The schema must be there and current: looked at read-only first,
-		// so that no command but migrate (or one that submits) creates it.
-		q, err := openReader(ctx, c)
-		if err != nil {
-			return nil, err
-		}
-		q.Close()
-		return openQueue(ctx, c, queue.MigrateNew)
-	}
-	if err := checkDBPath(*c.db); err != nil {
+	q, err := openReader(ctx, c)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(*c.db); err != nil {
-		return nil, fmt.Errorf("database %s: %w", *c.db, err)
-	}
+	q.Close()
 	return openQueue(ctx, c, queue.MigrateNew)
 }
 

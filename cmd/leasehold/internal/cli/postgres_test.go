@@ -41,7 +41,12 @@ func TestPostgresCommands(t *testing.T) {
 
 	r := lh(t, "list", "--db", db)
 	requireNoSecret(t, r)
-	require.Equal(t, exitFail, r.code, "an empty schema is no queue yet: %s", r)
+	requireUsage(t, r, "has no leasehold schema", "leasehold migrate makes it")
+
+	r = lh(t, "submit", "--db", db, "--user", "ana", "--key", "k1", "--payload", `{"steps":[{"cost":1}]}`,
+		"--cost-budget", "5", "--steps-max", "3")
+	requireNoSecret(t, r)
+	requireUsage(t, r, "has no leasehold schema") // only migrate makes the schema
 
 	r = lh(t, "migrate", "--db", db, "--dry-run")
 	requireNoSecret(t, r)

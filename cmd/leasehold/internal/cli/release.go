@@ -17,7 +17,7 @@ import (
 func init() {
 	register("snapshot", "consistent copies of a live database: snapshot create --out FILE | snapshot verify FILE", runSnapshot)
 	register("restore", "restore a verified snapshot to a new database file: restore FILE --to PATH", runRestore)
-	register("migrate", "show and apply pending schema migrations, taking a verified snapshot first: migrate [--dry-run]", runMigrate)
+	register("migrate", "apply pending schema migrations after a verified snapshot, or make the database where there is none (the one command that does): migrate [--dry-run]", runMigrate)
 }
 
 // allowedRoot is the directory snapshot, restore and migrate may read and
@@ -204,7 +204,7 @@ func runRestore(e *env, args []string) int {
 		return fail(e, "restore", err)
 	}
 	// Record the restore in the restored database's own audit trail.
-	q, err := openQueue(e.ctx, commonFor(target), queue.MigrateNew)
+	q, err := openExisting(e.ctx, commonFor(target))
 	if err == nil {
 		err = q.RecordOperatorEvent(e.ctx, model.EventRestored, *actor,
 			fmt.Sprintf("restored from snapshot sha256 %s (%d tasks)", v.Manifest.SHA256, v.Manifest.Tasks))
@@ -239,6 +239,11 @@ func runMigrate(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "migrate", err)
 	}
+	if none, err := noFile(db); err != nil {
+		return fail(e, "migrate", err)
+	} else if none {
+		return createDatabase(e, c.withDB(db), *dryRun)
+	}
 	rec, err := migratePlan(e, c, db, db, *dryRun)
 	if err != nil {
 		return fail(e, "migrate", err)
@@ -249,6 +254,40 @@ func runMigrate(e *env, args []string) int {
 		}
 	}
 	return migrateDone(e, c, rec, fmt.Sprintf("verified snapshot %s\nmigrated %s to schema version %d", rec.Snapshot, db, rec.MigratedTo))
+}
+
+// createDatabase is migrate where --db names no database yet (no file,
+// or an empty one): it makes the
+// database at this build's schema (there is nothing to snapshot), and
+// says so, so that a mistyped path is seen for the new file it is.
+// Every other command refuses a missing database (openExisting).
+func createDatabase(e *env, c common, dryRun bool) int {
+	db := *c.db
+	all, err := queue.Migrations()
+	if err != nil {
+		return fail(e, "migrate", err)
+	}
+	rec := migrateRecord{Database: db, Pending: []pendingMigration{}, DryRun: dryRun, Created: !dryRun}
+	for _, m := range all {
+		rec.Pending = append(rec.Pending, pendingMigration{Name: m.Name, SHA256: m.Checksum})
+		rec.Build = m.Version
+	}
+	if !*c.json {
+		fmt.Fprintf(e.stdout, "database %s: none yet (migrate makes it); this build: schema version %d\n", db, rec.Build)
+	}
+	if !dryRun {
+		q, err := openQueue(e.ctx, c, queue.MigrateNew)
+		if err != nil {
+			return fail(e, "migrate", err)
+		}
+		err = q.RecordOperatorEvent(e.ctx, model.EventMigrated, *c.actor, fmt.Sprintf("new database at schema %d", rec.Build))
+		q.Close()
+		if err != nil {
+			return fail(e, "migrate", err)
+		}
+		rec.MigratedTo = rec.Build
+	}
+	return migrateDone(e, c, rec, fmt.Sprintf("created %s at schema version %d", db, rec.MigratedTo))
 }
 
 // migrateFile checks migrate's flags for a SQLite file before anything is
@@ -375,6 +414,7 @@ type migrateRecord struct {
 	DryRun     bool               `json:"dry_run"`
 	Snapshot   string             `json:"snapshot,omitempty"`    // the verified pre-migration snapshot
 	MigratedTo int                `json:"migrated_to,omitempty"` // the schema version after, when it migrated
+	Created    bool               `json:"created,omitempty"`     // there was no database: migrate made it
 }
 
 // pendingMigration is one migration the database has not applied.

@@ -45,6 +45,7 @@ func dataFixture(t *testing.T) (*fixture, []string) {
 	require.NoError(t, err)
 	t.Setenv("LEASEHOLD_DATA_DIR", dir)
 	f := &fixture{t: t, dir: dir, db: filepath.Join(dir, "leasehold.db")}
+	requireOK(t, f.do("migrate", "--actor", "ops")) // the command line's way to make a database
 	queued := f.submit("ana", "k1", onePayload)
 	cancelled := f.submit("ana", "k2", onePayload)
 	requireOK(t, f.do("cancel", cancelled, "--actor", "ops"))
@@ -239,6 +240,7 @@ func TestReleaseCommandsRefuseUnsafePaths(t *testing.T) {
 	elsewhere, err := filepath.EvalSymlinks(t.TempDir())
 	require.NoError(t, err)
 	outsideDB := filepath.Join(elsewhere, "other.db")
+	makeDB(t, outsideDB)
 	requireOK(t, lh(t, "submit", "--db", outsideDB, "--user", "ana", "--key", "k1", "--payload", onePayload,
 		"--cost-budget", "10", "--steps-max", "5"))
 	outsideSnap := filepath.Join(elsewhere, "snap.db")
@@ -653,9 +655,9 @@ func TestAuditFilters(t *testing.T) {
 			require.Equal(t, before, snapshot(t, f.dir))
 		})
 	}
-	// A missing database is a failed operation, and is not created.
-	missing := newFixture(t)
-	requireFailed(t, missing.do("audit"), "leasehold.db")
+	// A missing database is bad usage, and is not created.
+	missing := newMissing(t)
+	requireUsage(t, missing.do("audit"), "no database at", "leasehold.db")
 	require.Empty(t, snapshot(t, missing.dir))
 }
 

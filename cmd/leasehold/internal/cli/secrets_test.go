@@ -139,6 +139,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// Tasks with the secret in their payload, driven to every state an
 	// operator acts on. Each urgent one is driven before the next is
 	// submitted, so each claim takes the task just submitted.
+	cli(exitOK, db("migrate", "--actor", "ops")...)
 	secret := strings.TrimSpace(cli(exitOK, db("submit", "--user", "ana", "--key", "k-secret", "--payload", secretPayload,
 		"--cost-budget", "20", "--steps-max", "5")...).stdout)
 	cli(exitOK, db("submit", "--json", "--user", "ana", "--key", "k-secret", "--payload", secretPayload,

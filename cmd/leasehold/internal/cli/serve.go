@@ -33,7 +33,7 @@ func runServe(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "serve", badUsage("%v", err))
 	}
-	q, err := openQueue(e.ctx, c, queue.MigrateNew)
+	q, err := openExisting(e.ctx, c)
 	if err != nil {
 		return fail(e, "serve", err)
 	}

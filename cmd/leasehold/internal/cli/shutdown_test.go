@@ -42,6 +42,7 @@ func TestLeaseholdProcess(t *testing.T) {
 func TestWorkerStopOnALockedDatabaseEndsWithinTheGrace(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "q.db")
+	makeDB(t, db)
 	r := lh(t, "submit", "--db", db, "--user", "ana", "--key", "long-1", "--payload",
 		`{"steps":[{"cost":1,"duration_ms":600000}]}`, "--cost-budget", "5", "--steps-max", "2")
 	require.Equal(t, exitOK, r.code, "%s", r)

@@ -159,7 +159,7 @@ func TestListPages(t *testing.T) {
 // error names the line, never the secret.
 func TestServeStrictTokens(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := newMissing(t)
 	tokens := filepath.Join(f.dir, "tokens")
 	const secret = "strict-secret-0123456789"
 	require.NoError(t, os.WriteFile(tokens, []byte("# tokens\nana submit "+secret+"\n"), 0o600))

@@ -13,7 +13,6 @@ import (
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
 	"github.com/leasehold/leasehold/model"
-	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/leasehold/leasehold/worker/workertest"
 )
@@ -47,7 +46,7 @@ func runWorker(e *env, args []string) int {
 	if err := checkWorkerFlags(cfg, *shutdownGrace); err != nil {
 		return fail(e, "worker", err)
 	}
-	q, err := openQueue(e.ctx, c, queue.MigrateNew)
+	q, err := openExisting(e.ctx, c)
 	if err != nil {
 		return fail(e, "worker", err)
 	}
