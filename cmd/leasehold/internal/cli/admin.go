@@ -247,13 +247,13 @@ func runSchedule(e *env, args []string) int {
 
 // scheduleAdd adds a schedule: schedule add --user U --payload P ... --period D.
 func scheduleAdd(e *env, fs *flag.FlagSet, c common, args []string) int {
-	user := fs.String("user", "", "user the runs belong to")
-	payload := fs.String("payload", "", "each run's payload: JSON, or @FILE")
-	costBudget := fs.Int64("cost-budget", 0, "each run's cost budget")
-	stepsMax := fs.Int("steps-max", 0, "each run's step limit")
+	user := fs.String("user", "", "user the runs belong to; required")
+	payload := fs.String("payload", "", "each run's payload: JSON, or @FILE; required")
+	costBudget := fs.Int64("cost-budget", 0, "each run's cost budget; required")
+	stepsMax := fs.Int("steps-max", 0, "each run's step limit; required")
 	priority := fs.Int("priority", 0, "each run's priority")
-	origin := fs.String("origin", "", "when run 0 is due: RFC 3339 or +DURATION")
-	period := fs.Duration("period", 0, "time between runs (run k is due at origin + k*period)")
+	origin := fs.String("origin", "", "when run 0 is due: RFC 3339 or +DURATION; required")
+	period := fs.Duration("period", 0, fmt.Sprintf("time between runs, %s to %s (run k is due at origin + k*period); required", model.PeriodMin, model.PeriodMax))
 	if err := parse(fs, args); err != nil {
 		return fail(e, "schedule", err)
 	}

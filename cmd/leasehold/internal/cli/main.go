@@ -203,7 +203,7 @@ type subcommand struct{ name, summary string }
 // subcommands are the words of the commands that take several.
 var subcommands = map[string][]subcommand{
 	"schedule": {
-		{"add", "add a schedule: run k is due at --origin + k*--period"},
+		{"add", "add a schedule: --user U --payload JSON --cost-budget N --steps-max N --origin T --period D; run k is due at origin + k*period"},
 		{"list", "list the schedules"},
 		{"run", "enqueue the runs due now (workers do this on their own)"},
 		{"remove", "remove a schedule: schedule remove SCHEDULE"},
