@@ -6,10 +6,22 @@
 // *Error carrying the HTTP status, the API's error code and the field it
 // names, and matches this package's sentinels under errors.Is:
 //
-//	c, err := client.New("http://127.0.0.1:8080", secret)
-//	res, err := c.Submit(ctx, model.SubmitRequest{User: "ana", Key: "k1", Payload: `{"steps":[]}`, CostBudget: 10, StepsMax: 5})
-//	if errors.Is(err, client.ErrConflict) { ... } // the key was used with another request
-//	t, err := c.WaitTask(ctx, res.TaskID, t.LastEventSeq, 30*time.Second)
+//	c, err := client.New("http://127.0.0.1:8080", os.Getenv("LEASEHOLD_TOKEN"))
+//	if err != nil {
+//		return err
+//	}
+//	res, err := c.Submit(ctx, model.SubmitRequest{User: "alice", Key: "invoice-42", Payload: `{"steps":[]}`, CostBudget: 10, StepsMax: 5})
+//	if errors.Is(err, client.ErrConflict) {
+//		return fmt.Errorf("invoice-42 was submitted with another request: %w", err)
+//	}
+//	if err != nil {
+//		return err
+//	}
+//	t, err := c.Task(ctx, res.TaskID)
+//	if err != nil {
+//		return err
+//	}
+//	t, err = c.WaitTask(ctx, res.TaskID, t.LastEventSeq, 30*time.Second) // at its next event, or after 30 s
 //
 // # Usage
 //

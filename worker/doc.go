@@ -45,11 +45,20 @@
 // # Stepping a worker
 //
 //	w, err := worker.New(worker.Config{ID: "w1", Queue: q, Handler: worker.Synthetic{}, Service: svc, Clock: clock})
-//	for {
-//		r := w.Step(ctx)
-//		if r.Wait > 0 { /* advance or sleep until r.Wait has passed */ }
+//	if err != nil {
+//		return err
+//	}
+//	for ctx.Err() == nil {
+//		if r := w.Step(ctx); r.Wait > 0 {
+//			clock.Sleep(r.Wait) // a simulator advances its fake clock instead
+//		}
 //	}
 //	w.Shutdown() // stop claiming; finish runs and effects in flight, release the rest
+//	for !w.Drained() {
+//		if r := w.Step(context.WithoutCancel(ctx)); r.Wait > 0 {
+//			clock.Sleep(r.Wait)
+//		}
+//	}
 //
 // A stepped Worker runs handlers Inline, inside its Step; the simulator
 // gives it an executor of its own, whose runs begin and end as events of

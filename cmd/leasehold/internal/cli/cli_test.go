@@ -1173,7 +1173,7 @@ func TestHelpPrintsEveryFlagAndExitsZero(t *testing.T) {
 		r := lh(t, args...)
 		requireOK(t, r)
 		require.Contains(t, r.stdout, "usage: leasehold "+strings.Join(args[:len(args)-1], " ")+" [flags]", args)
-		require.Contains(t, r.stdout, "-db string", args)
+		require.Contains(t, r.stdout, "-db path\n", args)
 		require.Empty(t, r.stderr, args)
 	}
 	r := lh(t, "submit", "--help")
@@ -1333,6 +1333,58 @@ func TestHelpOnEveryCommandAndSubcommand(t *testing.T) {
 	require.NotContains(t, r.stdout, "(default -2)")
 	require.Contains(t, r.stdout, fmt.Sprintf("a new database has %d", model.DefaultLimits.DepthMax))
 	require.Empty(t, snapshot(t, dir), "asking for help created nothing")
+}
+
+// commandWords is every command, and every subcommand of those that take
+// one, as the words that run it.
+func commandWords() [][]string {
+	var all [][]string
+	for name := range commands {
+		all = append(all, []string{name})
+		for _, sub := range subcommands[name] {
+			all = append(all, []string{name, sub.name})
+		}
+	}
+	return all
+}
+
+// TestHelpCommandIsTheCommandsHelp: leasehold help COMMAND [SUBCOMMAND]
+// prints what COMMAND [SUBCOMMAND] --help prints (it printed the general
+// help), and help of an unknown command is refused.
+func TestHelpCommandIsTheCommandsHelp(t *testing.T) {
+	for _, words := range commandWords() {
+		want := lh(t, append(words, "--help")...)
+		requireOK(t, want)
+		got := lh(t, append([]string{"help"}, words...)...)
+		requireOK(t, got)
+		require.Equal(t, want.stdout, got.stdout, "help %s", strings.Join(words, " "))
+	}
+	requireUsage(t, lh(t, "help", "bogus"), `unknown command "bogus"`)
+	r := lh(t, "help")
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "leasehold help COMMAND")
+}
+
+// TestDBFlagHelpStatesItsDefaultOnce: --db's help states its default in
+// words, once, and never the value LEASEHOLD_DB holds (a password in
+// it was printed as the flag's default).
+func TestDBFlagHelpStatesItsDefaultOnce(t *testing.T) {
+	t.Setenv("LEASEHOLD_DB", "postgres://ops:SECRETPW@db.example:5432/leasehold")
+	n := 0
+	for _, words := range commandWords() {
+		r := lh(t, append(words, "--help")...)
+		requireOK(t, r)
+		require.NotContains(t, r.stdout, "SECRETPW", "%v", words)
+		_, db, ok := strings.Cut(r.stdout, "\n  -db ")
+		if !ok || words[0] == "sim" { // sim's --db is the PostgreSQL server of its worlds
+			continue
+		}
+		db, _, _ = strings.Cut(db, "\n  -")
+		require.Equal(t, 1, strings.Count(db, "default"), "%v: %q", words, db)
+		require.Contains(t, db, "(default: $LEASEHOLD_DB, or leasehold.db when it is not set)", "%v", words)
+		n++
+	}
+	require.Greater(t, n, 20, "the commands that take --db")
 }
 
 // Bad usage is told in the binary's words: the flag with its dashes, the

@@ -51,6 +51,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/doctest"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
@@ -607,7 +608,7 @@ func TestDocExamplesRun(t *testing.T) {
 				}
 				require.Equal(t, 0, r.code, "%s: %s\n%s", b, cmd, r)
 			})
-		case b.lang == "go":
+		case b.lang == "go": // TestDocGoBlocksCompile
 		case strings.HasPrefix(b.lines[0], "# NAME"): // the tokens file, served above
 		case strings.HasPrefix(b.lines[0], `{"error"`):
 			a.checkErrorExample(b)
@@ -639,12 +640,36 @@ func TestDocExamplesRun(t *testing.T) {
 					rs.subs[1] = strings.TrimSpace(r.stdout)
 				}
 			})
-		case b.lang == "go":
+		case b.lang == "go": // TestDocGoBlocksCompile
 		default:
 			t.Errorf("%s: a code block this test does not run or check:\n%s", b, strings.Join(b.lines, "\n"))
 		}
 	}
 	require.NotEqual(t, "TASK_ID", rs.subs[1], "README submits a task")
+}
+
+// docGoCopies names, for each document, the Go file holding the compiled
+// copy of its Go blocks.
+var docGoCopies = map[string]string{
+	"README.md":   "queue/example_test.go",
+	"docs/API.md": "client/example_test.go",
+}
+
+// TestDocGoBlocksCompile: every Go block of README and docs/API.md is a
+// copy of code in a test file of the package it uses (an example that
+// runs, for the queue), which compiles.
+func TestDocGoBlocksCompile(t *testing.T) {
+	for doc, copyFile := range docGoCopies {
+		n := 0
+		for _, b := range markdownBlocks(t, doc) {
+			if b.lang != "go" {
+				continue
+			}
+			doctest.RequireIn(t, b.lines, filepath.Join(repoRoot, copyFile))
+			n++
+		}
+		require.Positive(t, n, "%s has a Go example", doc)
+	}
 }
 
 // TestDocMakeTargetsExist: README's make commands name targets the

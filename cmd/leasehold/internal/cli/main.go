@@ -55,6 +55,12 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 }
 
 func run(e *env, args []string) int {
+	if len(args) == 2 && args[0] == "help" {
+		// help COMMAND is COMMAND --help (help schedule add: schedule add --help).
+		args = []string{args[1], "--help"}
+	} else if len(args) > 2 && args[0] == "help" {
+		args = append(args[1:], "--help")
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(e.stdout)
 		if len(args) == 0 {
@@ -76,7 +82,7 @@ func run(e *env, args []string) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: leasehold COMMAND [flags]")
+	fmt.Fprintln(w, "usage: leasehold COMMAND [flags]   (leasehold help COMMAND, or COMMAND --help, lists its flags)")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)

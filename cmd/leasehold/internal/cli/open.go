@@ -44,7 +44,7 @@ type common struct {
 
 func commonFlags(fs *flag.FlagSet, actor bool) common {
 	c := common{
-		db:          fs.String("db", defaultDB(), dbUsage),
+		db:          dbFlagVar(fs),
 		json:        fs.Bool("json", false, "print records as JSON"),
 		synchronous: fs.String("synchronous", queue.SynchronousFull, "SQLite synchronous setting: FULL, or NORMAL (can lose the last commits on power loss)"),
 		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long to wait for another process's lock before reporting storage busy (SQLite's busy_timeout, PostgreSQL's lock_timeout)"),
@@ -55,8 +55,36 @@ func commonFlags(fs *flag.FlagSet, actor bool) common {
 	return c
 }
 
-// dbUsage is the --db flag's help.
-const dbUsage = "database file (SQLite) or postgres:// URL (PostgreSQL) (default: $LEASEHOLD_DB, or leasehold.db when it is not set)"
+// dbUsage is the --db flag's help; it states the default in words.
+const dbUsage = "the database: a SQLite file `path`, or a postgres:// URL (default: $LEASEHOLD_DB, or leasehold.db when it is not set)"
+
+// dbFlag is --db's value. Its String is empty until the flag is given, so
+// that the flag package prints no default of its own beside the one
+// dbUsage states (which, taken from LEASEHOLD_DB, could hold a password).
+type dbFlag struct {
+	value *string
+	set   bool
+}
+
+func (d *dbFlag) String() string {
+	if d == nil || d.value == nil || !d.set {
+		return ""
+	}
+	return *d.value
+}
+
+func (d *dbFlag) Set(s string) error {
+	*d.value, d.set = s, true
+	return nil
+}
+
+// dbFlagVar defines --db on fs and returns its value, defaultDB() until
+// the flag is given.
+func dbFlagVar(fs *flag.FlagSet) *string {
+	v := defaultDB()
+	fs.Var(&dbFlag{value: &v}, "db", dbUsage)
+	return &v
+}
 
 // location names the store --db (or LEASEHOLD_DB) is in. A value that names
 // none is bad usage, worded without any password it holds.

@@ -118,7 +118,7 @@ func runSnapshot(e *env, args []string) int {
 		// Not commonFlags: the snapshot is read through a connection of its
 		// own (queue.CreateSnapshot), which --busy-timeout and --synchronous
 		// could not reach, so they are not offered.
-		dbFlag := fs.String("db", defaultDB(), dbUsage)
+		dbFlag := dbFlagVar(fs)
 		asJSON := fs.Bool("json", false, "print the manifest as JSON")
 		out := fs.String("out", "", "the snapshot file to write (its manifest goes to FILE.manifest.json)")
 		if err := parse(fs, args); err != nil {
