@@ -41,6 +41,10 @@ var (
 	// ErrEffectReceipted: the operation already has a receipt; it must never
 	// be called again.
 	ErrEffectReceipted = errors.New("effect already receipted")
+	// ErrBadIDSource: the IDSource the queue was given handed out a task ID
+	// that breaks TaskIDRule; nothing was written. It is the embedding
+	// program's mistake, not the caller's.
+	ErrBadIDSource = errors.New("the ID source handed out an ID that breaks the rule")
 )
 
 // ValidationError names the field that failed validation and what was wrong

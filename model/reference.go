@@ -95,11 +95,17 @@ func (r *Reference) Submit(_ context.Context, req SubmitRequest) (SubmitResult, 
 }
 
 func (r *Reference) submit(n Normalized, actor string) (SubmitResult, error) {
-	if id, hash, ok := r.keyHolder(n.User, n.Key); ok {
+	return r.submitAs(n, actor, "")
+}
+
+// submitAs is submit with the new task's ID drawn already (SubmitMany), or
+// drawn here when id is "".
+func (r *Reference) submitAs(n Normalized, actor, id string) (SubmitResult, error) {
+	if held, hash, ok := r.keyHolder(n.User, n.Key); ok {
 		if hash == n.Hash {
-			return SubmitResult{TaskID: id, Replay: true}, nil
+			return SubmitResult{TaskID: held, Replay: true}, nil
 		}
-		return SubmitResult{}, fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, id, ErrIdempotencyConflict)
+		return SubmitResult{}, fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, held, ErrIdempotencyConflict)
 	}
 	now := r.now()
 	if err := n.CheckTimely(now); err != nil {
@@ -108,13 +114,19 @@ func (r *Reference) submit(n Normalized, actor string) (SubmitResult, error) {
 	if err := r.admit(n.User); err != nil {
 		return SubmitResult{}, err
 	}
+	if id == "" {
+		id = NewIDFor(r.ids, TaskIDPrefix, TaskKey(n.User, n.Key))
+		if err := CheckNewTaskID(id); err != nil {
+			return SubmitResult{}, err
+		}
+	}
 	r.seq++
 	runAt := n.RunAt
 	if runAt.IsZero() {
 		runAt = now
 	}
 	t := &Task{
-		ID: NewIDFor(r.ids, TaskIDPrefix, TaskKey(n.User, n.Key)), Seq: r.seq, User: n.User, Key: n.Key,
+		ID: id, Seq: r.seq, User: n.User, Key: n.Key,
 		RequestHash: n.Hash, Payload: n.Payload, State: Queued, Priority: n.Priority,
 		RunAt: runAt, Deadline: n.Deadline, AttemptsMax: r.limits.AttemptsMax,
 		QueuedAt: now, CostBudget: n.CostBudget, StepsMax: n.StepsMax,

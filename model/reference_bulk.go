@@ -68,9 +68,24 @@ func (r *Reference) SubmitMany(_ context.Context, reqs []SubmitRequest) ([]Submi
 	if err := r.checkBatch(ns); err != nil {
 		return nil, err
 	}
+	// The new tasks' IDs, drawn in the batch's order and checked before
+	// anything is applied.
+	ids := make([]string, len(ns))
+	drawn := map[string]bool{}
+	for i, n := range ns {
+		key := TaskKey(n.User, n.Key)
+		if _, _, ok := r.keyHolder(n.User, n.Key); ok || drawn[key] {
+			continue
+		}
+		drawn[key] = true
+		ids[i] = NewIDFor(r.ids, TaskIDPrefix, key)
+		if err := CheckNewTaskID(ids[i]); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]SubmitResult, len(ns))
 	for i, n := range ns {
-		res, err := r.submit(n, n.User)
+		res, err := r.submitAs(n, n.User, ids[i])
 		if err != nil {
 			// checkBatch admitted every request: a refusal here is a bug.
 			panic(fmt.Sprintf("model: batch item %d refused after its check: %v", i, err))

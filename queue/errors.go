@@ -21,6 +21,7 @@ var (
 	ErrStepConflict        = model.ErrStepConflict
 	ErrDeadlineExceeded    = model.ErrDeadlineExceeded
 	ErrEffectReceipted     = model.ErrEffectReceipted
+	ErrBadIDSource         = model.ErrBadIDSource
 
 	// ErrSchemaTooNew: the database was written by a newer build; this one
 	// refuses to touch it.

@@ -104,6 +104,7 @@ var refusals = []error{
 	model.ErrNotFound, model.ErrStaleClaim, model.ErrInvalidInput, model.ErrIdempotencyConflict,
 	model.ErrQueueFull, model.ErrInvalidTransition, model.ErrVersionMismatch, model.ErrBudgetExhausted,
 	model.ErrStepsExhausted, model.ErrStepConflict, model.ErrDeadlineExceeded, model.ErrEffectReceipted,
+	model.ErrBadIDSource,
 }
 
 func isRefusal(err error) bool {

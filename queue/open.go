@@ -405,16 +405,24 @@ func (q *Queue) Image(ctx context.Context) ([]byte, error) {
 func (q *Queue) now() time.Time { return model.Truncate(q.clock.Now()) }
 
 // newID returns the ID for key: derived from it when the source derives
-// IDs from keys (the simulator's), fresh otherwise.
-func (q *Queue) newID(prefix, key string) string {
+// IDs from keys (the simulator's), fresh otherwise. A task ID that breaks
+// model.TaskIDRule is refused (model.ErrBadIDSource) before it is stored.
+func (q *Queue) newID(prefix, key string) (string, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	var id string
 	if len(q.spareIDs) > 0 {
-		id := prefix + q.spareIDs[0]
+		id = prefix + q.spareIDs[0]
 		q.spareIDs = q.spareIDs[1:]
-		return id
+	} else {
+		id = model.NewIDFor(q.ids, prefix, key)
 	}
-	return model.NewIDFor(q.ids, prefix, key)
+	if prefix == model.TaskIDPrefix {
+		if err := model.CheckNewTaskID(id); err != nil {
+			return "", err
+		}
+	}
+	return id, nil
 }
 
 // unusedID gives back id, which newID drew with prefix for a write that

@@ -370,7 +370,10 @@ func (pgBackend) completeAndClaim(q *Queue, f fusedGroup) ([]model.Task, bool, e
 // statement may insert it; one it did not insert is given back
 // (Queue.unusedID).
 func (b pgBackend) submitOne(q *Queue, s *submission, now time.Time) (submitOutcome, bool, error) {
-	id := q.newID(model.TaskIDPrefix, model.TaskKey(s.n.User, s.n.Key))
+	id, err := q.newID(model.TaskIDPrefix, model.TaskKey(s.n.User, s.n.Key))
+	if err != nil {
+		return submitOutcome{}, false, err
+	}
 	out, unknown, err := b.submitOneAs(q, s, id, now)
 	if unknown || (err == nil && out.kind == "inserted") {
 		return out, unknown, err

@@ -31,7 +31,11 @@ func (q *Queue) AddSchedule(ctx context.Context, spec model.ScheduleSpec, actor 
 		if count >= model.SchedulesMax {
 			return fmt.Errorf("%d schedules (limit %d): %w", count, model.SchedulesMax, model.ErrQueueFull)
 		}
-		s = model.Schedule{ID: q.newID(model.ScheduleIDPrefix, model.ScheduleKey(spec)), ScheduleSpec: spec, LastRun: -1, CreatedAt: t.now}
+		id, err := q.newID(model.ScheduleIDPrefix, model.ScheduleKey(spec))
+		if err != nil {
+			return err
+		}
+		s = model.Schedule{ID: id, ScheduleSpec: spec, LastRun: -1, CreatedAt: t.now}
 		if err := t.execOne("schedule_insert", sql.Named("id", s.ID), sql.Named("user", s.User),
 			sql.Named("payload", s.Payload), sql.Named("cost_budget", s.CostBudget),
 			sql.Named("steps_max", s.StepsMax), sql.Named("priority", s.Priority),

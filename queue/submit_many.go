@@ -267,7 +267,10 @@ func (t *txn) planBatch(ns []model.Normalized, found map[string]stored, adm admi
 		if err := t.admitNew(n, adm, limits); err != nil {
 			return nil, newTasks{}, &model.BatchItemError{Index: i, Err: err}
 		}
-		row, event := t.newRow(n)
+		row, event, err := t.newRow(n)
+		if err != nil {
+			return nil, newTasks{}, err
+		}
 		fresh.rows, fresh.events = append(fresh.rows, row), append(fresh.events, event)
 		out[i], earlier[key] = model.SubmitResult{TaskID: row.ID}, i
 		adm.depths[n.User].active++
@@ -294,20 +297,23 @@ func (t *txn) admitNew(n model.Normalized, adm admission, limits model.Limits) e
 
 // newRow draws a new task's ID and returns its row and its submitted
 // event's, as insertTask would write them.
-func (t *txn) newRow(n model.Normalized) (batchRow, submittedEvent) {
+func (t *txn) newRow(n model.Normalized) (batchRow, submittedEvent, error) {
 	runAt := n.RunAt
 	if runAt.IsZero() {
 		runAt = t.now
 	}
 	t.madeReady(runAt)
 	actor := submitter(t.ctx, n.User)
-	id := t.q.newID(model.TaskIDPrefix, model.TaskKey(n.User, n.Key))
+	id, err := t.q.newID(model.TaskIDPrefix, model.TaskKey(n.User, n.Key))
+	if err != nil {
+		return batchRow{}, submittedEvent{}, err
+	}
 	return batchRow{
 		ID: id, User: n.User, Key: n.Key,
 		Hash: n.Hash, Payload: n.Payload, Priority: n.Priority, RunAt: model.Millis(runAt),
 		Deadline: model.Millis(n.Deadline), CostBudget: n.CostBudget, StepsMax: n.StepsMax,
 		ScheduleID: n.ScheduleID, ScheduleRun: n.ScheduleRun,
-	}, submittedEvent{ID: id, Actor: actor}
+	}, submittedEvent{ID: id, Actor: actor}, nil
 }
 
 // newTasks are a batch's new tasks and their submitted events, in the
@@ -359,7 +365,10 @@ func (t *txn) insertTask(n model.Normalized, actor string, limits model.Limits) 
 	if runAt.IsZero() {
 		runAt = t.now
 	}
-	id := t.q.newID(model.TaskIDPrefix, model.TaskKey(n.User, n.Key))
+	id, err := t.q.newID(model.TaskIDPrefix, model.TaskKey(n.User, n.Key))
+	if err != nil {
+		return model.SubmitResult{}, err
+	}
 	if err := t.execOne("task_insert",
 		sql.Named("id", id), sql.Named("user", n.User), sql.Named("key", n.Key),
 		sql.Named("hash", n.Hash), sql.Named("payload", n.Payload), sql.Named("priority", n.Priority),

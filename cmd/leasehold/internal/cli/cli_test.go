@@ -348,7 +348,7 @@ func badInputs() []badCase {
 		{"status missing task", w("status"), nil, []string{"argument"}, false},
 		{"status two tasks", w("status"), []string{"TASK", "TASK"}, []string{"argument"}, false},
 		{"status bad task ID", w("status"), []string{"nope"}, []string{"task", "nope"}, false},
-		{"status task ID not hex", w("status"), []string{"t_XYZ"}, []string{"task", "t_XYZ"}, false},
+		{"status task ID with a dot", w("status"), []string{"t_X.Z"}, []string{"task", "t_X.Z"}, false},
 		{"status bad json value", w("status"), []string{"TASK", "--json=maybe"}, []string{"json"}, false},
 		{"status flag-like task after --", w("status"), []string{"--", "-x"}, []string{"task", `"-x"`}, false},
 		{"status flag after -- is an argument", w("status"), []string{"--", "TASK", "--json"}, []string{"argument"}, false},
@@ -395,7 +395,7 @@ func badInputs() []badCase {
 		{"resolve missing as", w("resolve"), []string{"TASK"}, []string{"--as"}, false},
 		{"resolve as not terminal", w("resolve"), []string{"TASK", "--as", "running"}, []string{"--as", "running"}, false},
 		{"resolve as unknown state", w("resolve"), []string{"TASK", "--as", "done"}, []string{"--as", "done"}, false},
-		{"resolve bad task ID", w("resolve"), []string{"t_1g", "--as", "failed"}, []string{"task"}, false},
+		{"resolve bad task ID", w("resolve"), []string{"t_1.g", "--as", "failed"}, []string{"task"}, false},
 		{"resolve bad actor", w("resolve"), []string{"TASK", "--as", "failed", "--actor", "a b"}, []string{"actor"}, false},
 		// settle
 		{"settle unknown flag", w("settle"), []string{"TASK.s0", "--applied", "--bogus"}, []string{"bogus"}, false},
@@ -403,7 +403,7 @@ func badInputs() []badCase {
 		{"settle neither", w("settle"), []string{"TASK.s0"}, []string{"--applied", "--not-applied"}, false},
 		{"settle both", w("settle"), []string{"TASK.s0", "--applied", "--not-applied"}, []string{"--applied", "--not-applied"}, false},
 		{"settle bad operation", w("settle"), []string{"nope", "--applied"}, []string{"operation", "nope"}, false},
-		{"settle operation of a bad task ID", w("settle"), []string{"t_zz.s1", "--applied"}, []string{"operation", "t_zz.s1"}, false},
+		{"settle operation of a bad task ID", w("settle"), []string{"t_z_z.s1", "--applied"}, []string{"operation", "t_z_z.s1"}, false},
 		{"settle bad actor", w("settle"), []string{"TASK.s0", "--applied", "--actor", "a b"}, []string{"actor"}, false},
 		{"settle step not a number", w("settle"), []string{"TASK.sXYZ", "--applied", "--actor", "ops"}, []string{"operation", ".sXYZ"}, false},
 		{"settle negative step", w("settle"), []string{"TASK.s-1", "--applied", "--actor", "ops"}, []string{"operation", ".s-1"}, false},
@@ -1485,4 +1485,41 @@ func TestDatabaseFromTheEnvironment(t *testing.T) {
 	require.Contains(t, r.stdout, "task "+id)
 	r = lh(t, "status", id, "--db", filepath.Join(f.dir, "other.db"))
 	requireUsage(t, r, "no database at", "other.db")
+}
+
+// uuidIDs hands out UUID-shaped task IDs, as a Go program's own IDSource
+// might.
+type uuidIDs struct{ n int }
+
+func (u *uuidIDs) NewID(prefix string) string {
+	u.n++
+	return fmt.Sprintf("%s550e8400-e29b-41d4-a716-%012x", prefix, u.n)
+}
+
+// TestCommandsTakeTheQueuesTaskIDs: a task a Go program submitted with an
+// ID source of its own (UUID-shaped IDs) is named to status, events,
+// cancel and audit as the queue stored it; the command line's rule is
+// the queue's (model.TaskIDRule), and what breaks it is refused saying
+// the rule. status refused such IDs ("t_ followed by hex digits").
+func TestCommandsTakeTheQueuesTaskIDs(t *testing.T) {
+	t.Parallel()
+	f := newMissing(t)
+	ctx := context.Background()
+	q, err := queue.Open(ctx, queue.Options{Path: f.db, Clock: clockwork.NewRealClock(), IDs: &uuidIDs{}})
+	require.NoError(t, err)
+	res, err := q.Submit(ctx, model.SubmitRequest{User: "ana", Key: "k1", Payload: onePayload, CostBudget: 5, StepsMax: 2})
+	require.NoError(t, err)
+	require.NoError(t, q.Close())
+	id := res.TaskID
+	require.Equal(t, "t_550e8400-e29b-41d4-a716-000000000001", id)
+
+	r := f.do("status", id)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "task "+id)
+	requireOK(t, f.do("events", id))
+	requireOK(t, f.do("audit", "--task", id))
+	r = f.do("cancel", id, "--actor", "ops")
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "cancelled")
+	requireUsage(t, f.do("status", "t_a.b"), "not a task ID ("+model.TaskIDRule+")")
 }

@@ -57,6 +57,8 @@ func classify(err error) (int, string) {
 		return http.StatusTooManyRequests, "queue_full"
 	case errors.Is(err, errTooManyStreams):
 		return http.StatusTooManyRequests, "too_many_streams"
+	case errors.Is(err, model.ErrBadIDSource):
+		return http.StatusInternalServerError, "internal"
 	}
 	return http.StatusServiceUnavailable, "unavailable"
 }

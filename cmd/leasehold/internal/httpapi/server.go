@@ -161,6 +161,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		body.Field = refusedField(err, r)
 	}
 	switch status {
+	case http.StatusInternalServerError:
+		s.log.Error("request failed: the server is misconfigured", "method", r.Method, "path", r.URL.Path, "error", body.Error)
+		body.Error = "the server is misconfigured (see its log); nothing was written"
 	case http.StatusServiceUnavailable:
 		s.log.Warn("request failed in storage", "method", r.Method, "path", r.URL.Path, "error", body.Error)
 		body.Error = "storage unavailable; retry later"
