@@ -266,14 +266,32 @@ func (c *Client) Limits(ctx context.Context) (LimitsView, error) {
 	return v, err
 }
 
-// SetLimits replaces the queue-wide limits.
+// UpdateLimits changes the queue-wide limits ch names, leaving the others
+// as they are, and returns the limits after the change.
+func (c *Client) UpdateLimits(ctx context.Context, ch LimitsChange) (LimitsView, error) {
+	var v LimitsView
+	_, err := c.do(ctx, http.MethodPut, "/v1/limits", nil, ch, &v)
+	return v, err
+}
+
+// SetLimits sets every queue-wide limit to l's (a field left zero is set
+// to zero, and refused where zero is out of its range); UpdateLimits
+// changes only the limits it names.
 func (c *Client) SetLimits(ctx context.Context, l Limits) (LimitsView, error) {
 	var v LimitsView
 	_, err := c.do(ctx, http.MethodPut, "/v1/limits", nil, l, &v)
 	return v, err
 }
 
-// SetUserLimit sets one user's override (model.Inherit for either field
+// UpdateUserLimit changes the limits ch names of user's override; the
+// other keeps its value (or inherits).
+func (c *Client) UpdateUserLimit(ctx context.Context, user string, ch UserLimitChange) (LimitsView, error) {
+	var v LimitsView
+	_, err := c.do(ctx, http.MethodPut, "/v1/limits/users/"+url.PathEscape(user), nil, ch, &v)
+	return v, err
+}
+
+// SetUserLimit sets both of one user's limits (model.Inherit for either
 // inherits the queue-wide limit).
 func (c *Client) SetUserLimit(ctx context.Context, u UserLimit) (LimitsView, error) {
 	var v LimitsView

@@ -175,6 +175,30 @@ type UserLimit struct {
 	DepthMax   int    `json:"depth_max"`
 }
 
+// LimitsChange names the queue-wide limits to change (UpdateLimits): each
+// field set replaces its limit; a nil field leaves its limit as it is.
+type LimitsChange struct {
+	DepthMax       *int   `json:"depth_max,omitempty"`
+	UserDepthMax   *int   `json:"user_depth_max,omitempty"`
+	UserRunningMax *int   `json:"user_running_max,omitempty"`
+	AttemptsMax    *int   `json:"attempts_max,omitempty"`
+	GrantCostMax   *int64 `json:"grant_cost_max,omitempty"`
+	GrantStepsMax  *int   `json:"grant_steps_max,omitempty"`
+	ClaimBatchMax  *int   `json:"claim_batch_max,omitempty"`
+}
+
+// UserLimitChange names a user's limits to change (UpdateUserLimit); a
+// nil field keeps the user's override (or inherits). model.Inherit (-1)
+// inherits the queue-wide limit, 0 is unlimited.
+type UserLimitChange struct {
+	RunningMax *int `json:"running_max,omitempty"`
+	DepthMax   *int `json:"depth_max,omitempty"`
+}
+
+// Value returns a pointer to v, for the fields of LimitsChange and
+// UserLimitChange: client.LimitsChange{DepthMax: client.Value(2)}.
+func Value[T any](v T) *T { return &v }
+
 // LimitsView is the queue-wide limits and every user's override.
 type LimitsView struct {
 	Limits Limits      `json:"limits"`

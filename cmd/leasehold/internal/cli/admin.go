@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register("limits", "show or set limits: limits [--user U --running-max N --depth-max N] [--depth-max N ...]", runLimits)
+	register("limits", "show or change limits (only those named change): limits [--user U --running-max N --depth-max N] [--depth-max N ...]", runLimits)
 	register("schedule", "periodic schedules: schedule add|list|run|remove", runSchedule)
 	register("version", "print the module version, commit and build settings", runVersion)
 	register("reap", "run the reaper once: requeue expired leases, fail passed deadlines", runReap)
@@ -80,8 +80,8 @@ func printMetrics(e *env, m model.Metrics) {
 }
 
 // limitsFlags is what limits's flags ask for; given names the flags set,
-// since a limit flag not given leaves its limit (no sentinel value stands
-// for "not given").
+// since a limit flag not given leaves its limit as it is (no sentinel
+// value stands for "not given").
 type limitsFlags struct {
 	user                                      *string
 	runningMax, depthMax, userDepthMax        *int
@@ -138,41 +138,38 @@ func (lf *limitsFlags) changing() bool {
 	return false
 }
 
-// userLimit is the user's limit (from users, or inheriting both) with the
-// flags given applied.
-func (lf *limitsFlags) userLimit(users []model.UserLimit) model.UserLimit {
-	u := model.UserLimit{User: *lf.user, RunningMax: model.Inherit, DepthMax: model.Inherit}
-	for _, existing := range users {
-		if existing.User == *lf.user {
-			u = existing
-		}
-	}
+// userChange is the change to the user's limits the flags given make.
+func (lf *limitsFlags) userChange() model.UserLimitChange {
+	var c model.UserLimitChange
 	if lf.given["running-max"] {
-		u.RunningMax = *lf.runningMax
+		c.RunningMax = lf.runningMax
 	}
 	if lf.given["depth-max"] {
-		u.DepthMax = *lf.depthMax
+		c.DepthMax = lf.depthMax
 	}
-	return u
+	return c
 }
 
-// limits is l with the flags given applied.
-func (lf *limitsFlags) limits(l model.Limits) model.Limits {
+// change is the change to the queue-wide limits the flags given make
+// (without --user, --running-max and --depth-max are the per-user default
+// and the overall cap).
+func (lf *limitsFlags) change() model.LimitsChange {
+	var c model.LimitsChange
 	for _, a := range []struct {
 		flag string
-		v    int
-		dst  *int
-	}{{"running-max", *lf.runningMax, &l.UserRunningMax}, {"depth-max", *lf.depthMax, &l.DepthMax},
-		{"user-depth-max", *lf.userDepthMax, &l.UserDepthMax}, {"attempts-max", *lf.attemptsMax, &l.AttemptsMax},
-		{"grant-steps-max", *lf.grantStepsMax, &l.GrantStepsMax}, {"claim-batch-max", *lf.claimBatchMax, &l.ClaimBatchMax}} {
+		v    *int
+		dst  **int
+	}{{"running-max", lf.runningMax, &c.UserRunningMax}, {"depth-max", lf.depthMax, &c.DepthMax},
+		{"user-depth-max", lf.userDepthMax, &c.UserDepthMax}, {"attempts-max", lf.attemptsMax, &c.AttemptsMax},
+		{"grant-steps-max", lf.grantStepsMax, &c.GrantStepsMax}, {"claim-batch-max", lf.claimBatchMax, &c.ClaimBatchMax}} {
 		if lf.given[a.flag] {
 			*a.dst = a.v
 		}
 	}
 	if lf.given["grant-cost-max"] {
-		l.GrantCostMax = *lf.grantCostMax
+		c.GrantCostMax = lf.grantCostMax
 	}
-	return l
+	return c
 }
 
 func runLimits(e *env, args []string) int {
@@ -200,11 +197,11 @@ func runLimits(e *env, args []string) int {
 		if err != nil {
 			return err
 		}
-		switch {
+		switch { // a change names some limits: the others stay as they are
 		case *lf.user != "" && changing: // a bare --user only shows
-			err = q.SetUserLimit(e.ctx, lf.userLimit(users), *c.actor)
+			err = q.SetUserLimit(e.ctx, lf.userChange().Apply(model.UserLimitOf(users, *lf.user)), *c.actor)
 		case changing:
-			err = q.SetLimits(e.ctx, lf.limits(limits), *c.actor)
+			err = q.SetLimits(e.ctx, lf.change().Apply(limits), *c.actor)
 		}
 		if err != nil {
 			return err

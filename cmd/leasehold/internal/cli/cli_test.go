@@ -1057,11 +1057,15 @@ func TestLimitsSetAndShow(t *testing.T) {
 	out = show("--user", "ana", "--running-max", "2", "--actor", "ops")
 	require.Equal(t, []any{map[string]any{"user": "ana", "running_max": float64(2), "depth_max": float64(-1)}}, out["users"])
 	require.Equal(t, float64(50), out["limits"].(map[string]any)["depth_max"], "a user's limit leaves the defaults alone")
+	out = show("--user", "ana", "--depth-max", "3", "--actor", "ops")
+	require.Equal(t, []any{map[string]any{"user": "ana", "running_max": float64(2), "depth_max": float64(3)}}, out["users"],
+		"a user's limit not named keeps its value")
+	require.Equal(t, float64(5), show()["limits"].(map[string]any)["attempts_max"])
 
 	r := f.do("limits")
 	requireOK(t, r)
 	require.Contains(t, r.stdout, "depth_max=50 ")
-	require.Contains(t, r.stdout, "user ana running_max=2 depth_max=-1")
+	require.Contains(t, r.stdout, "user ana running_max=2 depth_max=3")
 }
 
 // schedule add prints the new schedule's ID, list shows it (snake_case,

@@ -351,6 +351,41 @@ func (s *Server) SetLimits(ctx context.Context, p Principal, l model.Limits) err
 	return s.q.SetLimits(ctx, l, p.Name)
 }
 
+// UpdateLimits changes the queue-wide limits c names, leaving the others
+// as they are: only a token for every user may. A change naming no limit
+// is refused. (The limits are read and written in two steps: of two
+// changes made at the same moment, the later one's write carries the
+// limits it read.)
+func (s *Server) UpdateLimits(ctx context.Context, p Principal, c model.LimitsChange) error {
+	if _, err := authorize(ctx, p, operateScope); err != nil {
+		return err
+	}
+	if c.Empty() {
+		return &model.ValidationError{Field: "body", Problem: "name at least one limit to change"}
+	}
+	limits, _, err := s.q.Limits(ctx)
+	if err != nil {
+		return err
+	}
+	return s.SetLimits(ctx, p, c.Apply(limits))
+}
+
+// UpdateUserLimit changes the limits c names of a user the principal acts
+// for; a limit c leaves nil keeps the user's override (or inherits).
+func (s *Server) UpdateUserLimit(ctx context.Context, p Principal, user string, c model.UserLimitChange) error {
+	if _, err := authorize(ctx, p, operateScope); err != nil {
+		return err
+	}
+	if c.Empty() {
+		return &model.ValidationError{Field: "body", Problem: "name running_max or depth_max (-1 inherits the queue-wide limit)"}
+	}
+	_, users, err := s.q.Limits(ctx)
+	if err != nil {
+		return err
+	}
+	return s.SetUserLimit(ctx, p, c.Apply(model.UserLimitOf(users, user)))
+}
+
 // SetUserLimit sets the limits of a user the principal acts for.
 func (s *Server) SetUserLimit(ctx context.Context, p Principal, u model.UserLimit) error {
 	ctx, err := authorize(ctx, p, operateScope)

@@ -379,35 +379,28 @@ func (s *Server) getLimits(w http.ResponseWriter, r *http.Request, p Principal) 
 	return nil
 }
 
-// setLimits replaces the queue-wide limits (PUT /v1/limits).
+// setLimits changes the queue-wide limits the body names (PUT
+// /v1/limits); the others stay as they are.
 func (s *Server) setLimits(w http.ResponseWriter, r *http.Request, p Principal) error {
-	var l view.Limits
-	if err := decode(r, &l, limitsRanges); err != nil {
+	var c view.LimitsChange
+	if err := decode(r, &c, limitsRanges); err != nil {
 		return err
 	}
-	if err := s.SetLimits(r.Context(), p, model.Limits(l)); err != nil {
+	if err := s.UpdateLimits(r.Context(), p, model.LimitsChange(c)); err != nil {
 		return err
 	}
 	return s.getLimits(w, r, p)
 }
 
-// setUserLimit sets one user's limits (PUT /v1/limits/users/{user}).
+// setUserLimit changes the limits of one user the body names (PUT
+// /v1/limits/users/{user}); the other keeps the user's override (or
+// inherits).
 func (s *Server) setUserLimit(w http.ResponseWriter, r *http.Request, p Principal) error {
-	var b struct {
-		RunningMax *int `json:"running_max"`
-		DepthMax   *int `json:"depth_max"`
-	}
-	if err := decode(r, &b, userLimitRanges); err != nil {
+	var c view.UserLimitChange
+	if err := decode(r, &c, userLimitRanges); err != nil {
 		return err
 	}
-	u := model.UserLimit{User: r.PathValue("user"), RunningMax: model.Inherit, DepthMax: model.Inherit}
-	if b.RunningMax != nil {
-		u.RunningMax = *b.RunningMax
-	}
-	if b.DepthMax != nil {
-		u.DepthMax = *b.DepthMax
-	}
-	if err := s.SetUserLimit(r.Context(), p, u); err != nil {
+	if err := s.UpdateUserLimit(r.Context(), p, r.PathValue("user"), model.UserLimitChange(c)); err != nil {
 		return err
 	}
 	return s.getLimits(w, r, p)

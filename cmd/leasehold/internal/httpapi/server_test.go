@@ -627,14 +627,19 @@ func TestServeOperator(t *testing.T) {
 	a.refused(t, http.MethodPost, settle, secretOperate, `{"applied": false}`, http.StatusConflict, "op")
 	require.Equal(t, "olga", a.event(t, uncertain, model.EventEffectSettled).Actor)
 
-	// Limits: GET, a PUT that leaves a limit out is refused naming it, a
-	// full PUT replaces them.
+	// Limits: GET; a PUT changes the limits it names and leaves the others
+	// (one naming none, or an unknown field, is refused); a full PUT sets
+	// them all.
 	limits := a.call(t, http.MethodGet, "/v1/limits", secretOperate, "", http.StatusOK)
 	require.Equal(t, []any{}, limits["users"])
 	l := limits["limits"].(map[string]any)
 	require.EqualValues(t, model.DefaultLimits.GrantCostMax, l["grant_cost_max"])
-	a.refused(t, http.MethodPut, "/v1/limits", secretOperate, `{"depth_max": 5}`, http.StatusBadRequest, "attempts_max")
 	a.refused(t, http.MethodPut, "/v1/limits", secretOperate, `{"DepthMax": 5}`, http.StatusBadRequest, "body")
+	a.refused(t, http.MethodPut, "/v1/limits", secretOperate, `{}`, http.StatusBadRequest, "body")
+	a.refused(t, http.MethodPut, "/v1/limits", secretOperate, `{"depth_max": 5, "attempts_max": 0}`, http.StatusBadRequest, "attempts_max")
+	limits = a.call(t, http.MethodPut, "/v1/limits", secretOperate, `{"depth_max": 5}`, http.StatusOK)
+	l["depth_max"] = 5.0
+	require.Equal(t, l, limits["limits"], "only depth_max changed")
 	l["grant_cost_max"], l["grant_steps_max"] = 20.0, 2.0
 	put, err := json.Marshal(l)
 	require.NoError(t, err)
@@ -674,6 +679,10 @@ func TestServeOperator(t *testing.T) {
 	out = a.call(t, http.MethodPut, "/v1/limits/users/carol", secretOperate, `{"running_max": 2}`, http.StatusOK)
 	require.Equal(t, []any{map[string]any{"user": "carol", "running_max": float64(2), "depth_max": float64(model.Inherit)}}, out["users"])
 	a.refused(t, http.MethodPut, "/v1/limits/users/carol", secretOperate, `{"running_max": -2}`, http.StatusBadRequest, "running_max")
+	a.refused(t, http.MethodPut, "/v1/limits/users/carol", secretOperate, `{}`, http.StatusBadRequest, "body")
+	out = a.call(t, http.MethodPut, "/v1/limits/users/carol", secretOperate, `{"depth_max": 3}`, http.StatusOK)
+	require.Equal(t, []any{map[string]any{"user": "carol", "running_max": float64(2), "depth_max": float64(3)}}, out["users"],
+		"a user's limit not named keeps its value")
 	a.refused(t, http.MethodPut, "/v1/limits/users/car%20ol", secretOperate, `{"depth_max": 1}`, http.StatusBadRequest, "user")
 
 	// Schedules: add, list, remove, remove again.
@@ -718,7 +727,7 @@ func TestServeOperator(t *testing.T) {
 			kinds[e.Kind]++
 		}
 	}
-	require.Equal(t, map[model.EventKind]int{model.EventLimitsSet: 2, model.EventScheduleAdded: 1, model.EventScheduleRemoved: 1}, kinds)
+	require.Equal(t, map[model.EventKind]int{model.EventLimitsSet: 4, model.EventScheduleAdded: 1, model.EventScheduleRemoved: 1}, kinds)
 
 	a.requireNoSecrets(t)
 }

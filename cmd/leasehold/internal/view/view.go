@@ -112,6 +112,25 @@ type Limits struct {
 	ClaimBatchMax  int   `json:"claim_batch_max"`
 }
 
+// LimitsChange is model.LimitsChange on the wire (PUT /v1/limits): the
+// limits named, each replacing its limit; the others stay as they are.
+type LimitsChange struct {
+	DepthMax       *int   `json:"depth_max,omitempty"`
+	UserDepthMax   *int   `json:"user_depth_max,omitempty"`
+	UserRunningMax *int   `json:"user_running_max,omitempty"`
+	AttemptsMax    *int   `json:"attempts_max,omitempty"`
+	GrantCostMax   *int64 `json:"grant_cost_max,omitempty"`
+	GrantStepsMax  *int   `json:"grant_steps_max,omitempty"`
+	ClaimBatchMax  *int   `json:"claim_batch_max,omitempty"`
+}
+
+// UserLimitChange is model.UserLimitChange on the wire (PUT
+// /v1/limits/users/{user}).
+type UserLimitChange struct {
+	RunningMax *int `json:"running_max,omitempty"`
+	DepthMax   *int `json:"depth_max,omitempty"`
+}
+
 // UserLimit is model.UserLimit on the wire.
 type UserLimit struct {
 	User       string `json:"user"`
