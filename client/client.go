@@ -117,7 +117,7 @@ func errorOf(resp *http.Response) error {
 		Field string `json:"field"`
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, errorBytesMax))
-	e := &Error{Status: resp.StatusCode}
+	e := &Error{Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header)}
 	if json.Unmarshal(raw, &body) == nil {
 		e.Code, e.Field, e.Message = body.Code, body.Field, body.Error
 	} else {

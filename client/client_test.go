@@ -158,3 +158,33 @@ func TestRejectSendsTheVersion(t *testing.T) {
 	require.ErrorIs(t, err, ErrConflict)
 	require.NotErrorIs(t, err, ErrNotFound)
 }
+
+// TestRetryAfter: a 429's Retry-After, as seconds or as an HTTP date
+// against the response's own Date (the package reads no clock), becomes
+// Error.RetryAfter; what cannot be read, or is out of bounds, is 0.
+func TestRetryAfter(t *testing.T) {
+	date := "Sun, 06 Nov 1994 08:49:37 GMT"
+	for _, c := range []struct {
+		retry, date string
+		want        time.Duration
+	}{
+		{"5", "", 5 * time.Second},
+		{"0", "", 0},
+		{"Sun, 06 Nov 1994 08:50:07 GMT", date, 30 * time.Second},
+		{"Sun, 06 Nov 1994 08:50:07 GMT", "", 0},
+		{"Sun, 06 Nov 1994 08:49:07 GMT", date, 0},
+		{"-1", "", 0},
+		{"86401", "", 0},
+		{"soon", "", 0},
+		{"", "", 0},
+	} {
+		h := http.Header{}
+		if c.retry != "" {
+			h.Set("Retry-After", c.retry)
+		}
+		if c.date != "" {
+			h.Set("Date", c.date)
+		}
+		require.Equal(t, c.want, retryAfter(h), "Retry-After %q, Date %q", c.retry, c.date)
+	}
+}

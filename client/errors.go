@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // Sentinel errors, matched by an *Error under errors.Is according to its
@@ -33,10 +36,11 @@ var (
 	// ErrTooLarge: the request body is over the server's limit (413).
 	ErrTooLarge = errors.New("request too large")
 	// ErrQueueFull: a depth cap refused the submit (429, code
-	// queue_full).
+	// queue_full); Error.RetryAfter says when to try again.
 	ErrQueueFull = errors.New("queue full")
 	// ErrTooManyStreams: the token has as many event streams open as the
-	// server allows (429, code too_many_streams).
+	// server allows (429, code too_many_streams); Error.RetryAfter says
+	// when to try again.
 	ErrTooManyStreams = errors.New("too many streams")
 	// ErrUnavailable: storage failed or the request timed out (503); the
 	// call may be retried.
@@ -53,6 +57,10 @@ type Error struct {
 	Code    string // the API's error code: bad_input, not_found, version_mismatch, ...
 	Field   string // the field or path value the refusal is about, if any
 	Message string // the server's one-line message
+	// RetryAfter is how long the server asks the caller to wait before
+	// trying again (its Retry-After header, on a 429: ErrQueueFull,
+	// ErrTooManyStreams); 0 when it names no time.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -63,7 +71,45 @@ func (e *Error) Error() string {
 	if e.Message != "" {
 		msg += ": " + e.Message
 	}
+	if e.RetryAfter > 0 {
+		msg += fmt.Sprintf(" (retry after %s)", e.RetryAfter)
+	}
 	return msg
+}
+
+// retryAfterMax bounds the wait a Retry-After header may ask for.
+const retryAfterMax = 24 * time.Hour
+
+// retryAfter reads a response's Retry-After header: a count of seconds,
+// or an HTTP date taken against the response's own Date header (the
+// package reads no clock). 0 when there is none, it cannot be read, or
+// it asks for more than retryAfterMax.
+func retryAfter(h http.Header) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 || n > int64(retryAfterMax/time.Second) {
+			return 0
+		}
+		d = time.Duration(n) * time.Second
+	} else {
+		at, err := http.ParseTime(v)
+		if err != nil {
+			return 0
+		}
+		now, err := http.ParseTime(h.Get("Date"))
+		if err != nil {
+			return 0
+		}
+		d = at.Sub(now)
+	}
+	if d < 0 || d > retryAfterMax {
+		return 0
+	}
+	return d
 }
 
 // codes maps the API's error codes to the sentinels.

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -20,6 +21,12 @@ var (
 	errMethodNotAllowed = errors.New("method not allowed")
 	errNoRoute          = errors.New("no such route")
 )
+
+// RetryAfter is how long a 429 asks its caller to wait before trying
+// again, in its Retry-After header (whole seconds). Neither cap behind a
+// 429 frees room at a time the server can name: a depth cap as workers
+// finish tasks, the event stream cap as the token's streams close.
+const RetryAfter = 5 * time.Second
 
 // apiError is the JSON body of every refusal.
 type apiError struct {

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -169,6 +170,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		body.Error = "storage unavailable; retry later"
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leasehold"`)
+	case http.StatusTooManyRequests:
+		// A depth cap or the stream cap: room comes back by itself. The
+		// schedules' cap does not (only removing one makes room), so a
+		// refused schedule is told no time.
+		if r.URL.Path != "/v1/schedules" {
+			w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+		}
 	}
 	writeJSON(w, status, body)
 }

@@ -277,6 +277,11 @@ func TestEventStream(t *testing.T) {
 		a.openStream(t, secretAnaOps, nil, "")
 	}
 	a.refused(t, http.MethodGet, "/v1/events", secretAnaOps, "", http.StatusTooManyRequests, "")
+	_, header, _ := a.do(t, http.MethodGet, "/v1/events", secretAnaOps, "")
+	require.Equal(t, "5", header.Get("Retry-After"), "a 429 says when to try again")
+	_, err = a.clientFor(t, secretAnaOps).Follow(ctx, 0, func(client.Event) error { return nil })
+	requireRefusal(t, err, client.ErrTooManyStreams, "")
+	require.Equal(t, RetryAfter, err.(*client.Error).RetryAfter)
 	other := a.openStream(t, secretBen, nil, "?after="+strconv.FormatInt(all[len(all)-1].Seq+100, 10))
 
 	// Refusals name the parameter.
