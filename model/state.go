@@ -1,6 +1,9 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // State is the lifecycle state of a task. The SQLite schema repeats the
 // list in a CHECK constraint; a test proves the two agree.
@@ -57,7 +60,11 @@ func (s State) String() string { return string(s) }
 func ParseState(name string) (State, error) {
 	s := State(name)
 	if !s.Valid() {
-		return "", fmt.Errorf("unknown state %q (want one of %v)", name, States())
+		names := make([]string, 0, len(States()))
+		for _, st := range States() {
+			names = append(names, string(st))
+		}
+		return "", fmt.Errorf("unknown state %q: want %s", name, strings.Join(names, ", "))
 	}
 	return s, nil
 }

@@ -376,6 +376,7 @@ func badInputs() []badCase {
 		// reject
 		{"reject unknown flag", w("reject"), []string{"TASK", "--version", "1", "--bogus"}, []string{"bogus"}, false},
 		{"reject missing task", w("reject"), []string{"--version", "1"}, []string{"argument"}, false},
+		{"reject missing version", w("reject"), []string{"TASK"}, []string{"--version: required"}, false},
 		{"reject negative version", w("reject"), []string{"TASK", "--version", "-3"}, []string{"--version"}, false},
 		{"reject version not a number", w("reject"), []string{"TASK", "--version", "v1"}, []string{"version"}, false},
 		{"reject bad task ID", w("reject"), []string{"T_00", "--version", "1"}, []string{"task"}, false},
@@ -680,7 +681,6 @@ func TestFailedOperationsExitOne(t *testing.T) {
 		{"reject with an outdated version", []string{"reject", waiting, "--version", strconv.FormatInt(version-1, 10), "--actor", "boss"}, []string{"version"}},
 		{"reject with a later version", []string{"reject", waiting, "--version", strconv.FormatInt(version+1, 10), "--actor", "boss"}, []string{"version"}},
 		{"reject of a queued task", []string{"reject", queued, "--version", "0", "--actor", "boss"}, []string{queued}},
-		{"reject of a queued task without a version", []string{"reject", queued, "--actor", "boss"}, []string{queued}},
 		{"resolve of a task not in needs_review", []string{"resolve", queued, "--as", "failed", "--actor", "ops"}, []string{queued, "queued"}},
 		{"requeue of a task not in needs_review", []string{"requeue", waiting, "--grant-cost", "1", "--grant-steps", "1", "--actor", "ops"}, []string{waiting}},
 		{"settle of an unknown operation", []string{"settle", unknown + ".s0", "--applied", "--actor", "ops"}, []string{unknown + ".s0", "not found"}},
@@ -983,14 +983,12 @@ func TestApproveAndReject(t *testing.T) {
 	require.Equal(t, "approval_rejected", rec["reason"])
 	require.Equal(t, "boss", rec["cancelled_by"])
 
-	// Without --version, reject refuses the task at the version it waits
-	// at now, as DESIGN.md's `reject TASK` states.
+	// Without --version, reject is refused as approve is (the API
+	// requires the version too): TestRejectNeedsTheVersionAsApproveDoes.
 	g := newFixture(t)
-	third, thirdVersion := g.toApproval("k3")
-	r = g.do("reject", third, "--actor", "boss")
-	requireOK(t, r)
-	require.Equal(t, fmt.Sprintf("task %s rejected by boss at version %d\n", third, thirdVersion), r.stdout)
-	require.Equal(t, "cancelled", g.statusJSON(third)["state"])
+	third, _ := g.toApproval("k3")
+	requireUsage(t, g.do("reject", third, "--actor", "boss"), "--version: required")
+	require.Equal(t, "waiting_for_approval", g.statusJSON(third)["state"])
 }
 
 // An uncertain effect parks its task in needs_review: inspect shows the
@@ -1425,6 +1423,10 @@ func TestUsageErrorsSayWhatWasWrong(t *testing.T) {
 		{[]string{"list", "extra"}, `unexpected argument "extra" (leasehold list takes flags only)`},
 		{[]string{"approve", "t_ab", "--version", "-3", "--db", f.db}, "--version: must be 0 or more, got -3"},
 		{[]string{"approve", "t_ab", "--db", f.db}, "--version: required"},
+		{[]string{"reject", "t_ab", "--db", f.db}, "--version: required (the version status shows for the gate)"},
+		{[]string{"resolve", "t_ab", "--as", "maybe", "--db", f.db}, `--as: must be completed, failed or cancelled, got "maybe"`},
+		{[]string{"resolve", "t_ab", "--as", "running", "--db", f.db}, `--as: must be completed, failed or cancelled, got "running"`},
+		{[]string{"resolve", "t_ab", "--db", f.db}, "--as: required: completed, failed or cancelled"},
 		{[]string{"requeue", "t_ab", "--grant-cost", "-1", "--grant-steps", "0", "--db", f.db}, "--grant-cost: must be 0 or more, got -1"},
 		{[]string{"requeue", "t_ab", "--grant-cost", "1", "--db", f.db}, "--grant-cost and --grant-steps: both required"},
 	} {
@@ -1526,4 +1528,39 @@ func TestCommandsTakeTheQueuesTaskIDs(t *testing.T) {
 	requireOK(t, r)
 	require.Contains(t, r.stdout, "cancelled")
 	requireUsage(t, f.do("status", "t_a.b"), "not a task ID ("+model.TaskIDRule+")")
+}
+
+// TestResolveAsIsOneSentence: resolve --as names what it takes and what it
+// got, in one sentence, as the queue and the API word it (it quoted the
+// state parser's error and its Go list of every state inside).
+func TestResolveAsIsOneSentence(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id, _ := f.toReview("k-review")
+	r := f.do("resolve", id, "--as", "maybe", "--actor", "ops")
+	require.Equal(t, exitUsage, r.code)
+	require.Equal(t, "leasehold resolve: --as: must be completed, failed or cancelled, got \"maybe\"\n", r.stderr)
+	f.withQueue(func(ctx context.Context, q *queue.Queue) {
+		err := q.Resolve(ctx, id, model.State("maybe"), "ops")
+		require.EqualError(t, err, `as: must be completed, failed or cancelled, got "maybe"`, "the queue's words, which the API answers")
+	})
+}
+
+// TestRejectNeedsTheVersionAsApproveDoes: reject, like approve and like
+// POST .../reject, names the version the gate recorded; without it the
+// command refuses (it used to reject at whatever version the task waited
+// at, while the API required one).
+func TestRejectNeedsTheVersionAsApproveDoes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id, version := f.toApproval("k-gate")
+	for _, name := range []string{"approve", "reject"} {
+		requireUsage(t, f.do(name, id, "--actor", "boss"), "--version: required")
+		r := f.do(name, "--help")
+		require.Contains(t, r.stdout, "leasehold "+name+" TASK [flags]")
+		require.Regexp(t, `-version int\n\s+the version recorded when the task paused \(status shows it\); required`, r.stdout)
+	}
+	require.Equal(t, "waiting_for_approval", f.statusJSON(id)["state"], "a refused reject changes nothing")
+	requireOK(t, f.do("reject", id, "--version", strconv.FormatInt(version, 10), "--actor", "boss"))
+	require.Equal(t, "cancelled", f.statusJSON(id)["state"])
 }

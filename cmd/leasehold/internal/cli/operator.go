@@ -14,7 +14,7 @@ import (
 
 func init() {
 	register("approve", "approve a task waiting at its gate: approve TASK --version V", runApprove)
-	register("reject", "reject a task waiting at its gate: reject TASK [--version V]", runReject)
+	register("reject", "reject a task waiting at its gate: reject TASK --version V", runReject)
 	register("requeue", "requeue a task from needs_review with a bounded grant: requeue TASK --grant-cost N --grant-steps N", runRequeue)
 	register("resolve", "settle a task in needs_review: resolve TASK --as completed|failed|cancelled", runResolve)
 	register("settle", "record what the provider says of an uncertain effect: settle OP --applied|--not-applied", runSettle)
@@ -55,7 +55,7 @@ func runWith(e *env, name, path string, q *queue.Queue, err error, fn func(q *qu
 }
 
 func runApprove(e *env, args []string) int {
-	return runGate(e, "approve", args, true, func(q *queue.Queue, id string, version int64, actor string) error {
+	return runGate(e, "approve", args, func(q *queue.Queue, id string, version int64, actor string) error {
 		if err := q.Approve(e.ctx, id, version, actor); err != nil {
 			return err
 		}
@@ -64,18 +64,11 @@ func runApprove(e *env, args []string) int {
 	})
 }
 
-// runReject rejects at the version given, or, without --version, at the
-// version the task is waiting at now: refusing work needs no proof that the
-// rejecter saw the latest gate, so the command reads it in the same call.
+// runReject rejects at the version given, as approve approves: the version
+// the gate recorded, which shows that the rejecter saw this gate and not
+// an earlier one the task has since passed (the API requires it too).
 func runReject(e *env, args []string) int {
-	return runGate(e, "reject", args, false, func(q *queue.Queue, id string, version int64, actor string) error {
-		if version < 0 {
-			t, err := q.Task(e.ctx, id)
-			if err != nil {
-				return err
-			}
-			version = t.ApprovalVersion // a task not waiting is refused by Reject itself
-		}
+	return runGate(e, "reject", args, func(q *queue.Queue, id string, version int64, actor string) error {
 		if err := q.Reject(e.ctx, id, version, actor); err != nil {
 			return err
 		}
@@ -85,23 +78,17 @@ func runReject(e *env, args []string) int {
 }
 
 // runGate parses an approve or a reject, which both name the task and the
-// version recorded when it paused, and hands them to decide. A version not
-// given (allowed only where versionRequired is false) reaches decide as -1.
-func runGate(e *env, name string, args []string, versionRequired bool, decide func(q *queue.Queue, id string, version int64, actor string) error) int {
+// version recorded when it paused (required: a stale one is refused), and
+// hands them to decide.
+func runGate(e *env, name string, args []string, decide func(q *queue.Queue, id string, version int64, actor string) error) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	c := commonFlags(fs, true)
-	usage := "the version recorded when the task paused (status shows it); required"
-	if !versionRequired {
-		usage = "the version recorded when the task paused (status shows it); without it, the version the task waits at now"
-	}
-	version := fs.Int64("version", 0, usage)
+	version := fs.Int64("version", 0, "the version recorded when the task paused (status shows it); required")
 	id, err := taskArg(fs, args)
 	switch {
 	case err != nil:
-	case !given(fs, "version") && versionRequired:
-		err = badUsage("--version: required (the version status shows for the gate)")
 	case !given(fs, "version"):
-		*version = -1
+		err = badUsage("--version: required (the version status shows for the gate)")
 	case *version < 0:
 		err = badUsage("--version: must be 0 or more, got %d", *version)
 	}
@@ -149,20 +136,18 @@ func runRequeue(e *env, args []string) int {
 func runResolve(e *env, args []string) int {
 	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
 	c := commonFlags(fs, true)
-	as := fs.String("as", "", "completed, failed or cancelled")
+	as := fs.String("as", "", "the state to settle it in: completed, failed or cancelled; required")
 	id, err := taskArg(fs, args)
 	if err == nil {
 		err = model.CheckName("actor", *c.actor)
 	}
-	var to model.State
-	if err == nil {
-		to, err = model.ParseState(*as)
-		if err == nil && !to.Terminal() {
-			err = fmt.Errorf("%q is not terminal", *as)
-		}
-		if err != nil {
-			err = badUsage("--as: must be completed, failed or cancelled (%v)", err)
-		}
+	to := model.State(*as)
+	switch {
+	case err != nil:
+	case *as == "":
+		err = badUsage("--as: required: completed, failed or cancelled")
+	case !to.Terminal():
+		err = badUsage("--as: must be completed, failed or cancelled, got %s", view.Quote(*as, 64))
 	}
 	if err != nil {
 		return fail(e, "resolve", err)
