@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -49,10 +50,18 @@ func (l Location) String() string {
 // postgresql:// URL is a PostgreSQL database, anything else without a
 // scheme is a SQLite path. A URL that cannot be used is refused with an
 // ErrBadLocation error naming what was wrong, with the password redacted
-// (url.Parse's own error would quote the URL whole).
+// (url.Parse's own error would quote the URL whole). A PostgreSQL
+// key=value connection string (host=... password=...) is refused too,
+// naming its keys and none of its values: the store takes the URL form
+// only, which has one way to hide its password everywhere it is printed,
+// and such a string taken for a file path was echoed, password included.
 func ParseLocation(s string) (Location, error) {
 	if strings.TrimSpace(s) == "" {
 		return Location{}, fmt.Errorf("--db is empty: give a file path or a postgres:// URL: %w", ErrBadLocation)
+	}
+	if keys := keywordSettings(s); len(keys) > 0 {
+		return Location{}, fmt.Errorf("--db is a PostgreSQL key=value connection string (%s=...): give it as a URL, "+
+			"postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=...: %w", strings.Join(keys, "=..., "), ErrBadLocation)
 	}
 	scheme, _, isURL := strings.Cut(s, "://")
 	if !isURL {
@@ -71,6 +80,27 @@ func ParseLocation(s string) (Location, error) {
 		return Location{}, fmt.Errorf("%s: %w", scrubPasswords(msg, s), ErrBadLocation)
 	}
 	return Location{Kind: StorePostgres, URL: s}, nil
+}
+
+// keywordSetting matches a setting of a libpq key=value connection string:
+// one of its connection keywords at the start or after white space, then
+// "=" (white space around it allowed).
+var keywordSetting = regexp.MustCompile(`(?:^|\s)(host|hostaddr|port|dbname|user|password|passfile|sslmode|sslcert|sslkey|` +
+	`sslrootcert|sslpassword|sslnegotiation|application_name|connect_timeout|options|target_session_attrs|service|` +
+	`servicefile|channel_binding|gssencmode|requiressl|keepalives|client_encoding)\s*=`)
+
+// keywordSettings returns the keywords of s, in order, when s is a libpq
+// key=value connection string (it has no :// and at least one of its
+// keywords); nil otherwise.
+func keywordSettings(s string) []string {
+	if strings.Contains(s, "://") {
+		return nil
+	}
+	var keys []string
+	for _, m := range keywordSetting.FindAllStringSubmatch(s, -1) {
+		keys = append(keys, m[1])
+	}
+	return keys
 }
 
 // checkPostgresURL reports, in words of its own, what keeps s from being a
@@ -190,8 +220,13 @@ func RedactURL(s string) string {
 }
 
 // redactPasswordSetting hides the value of every password= setting in s
-// (a URL query's, or a key=value connection string's).
+// (a URL query's, or a key=value connection string's). A connection
+// string, whose value may be quoted and hold spaces, is hidden whole but
+// for its keywords.
 func redactPasswordSetting(s string) string {
+	if keys := keywordSettings(s); len(keys) > 0 {
+		return strings.Join(keys, "="+redacted+" ") + "=" + redacted
+	}
 	lower := strings.ToLower(s)
 	var out strings.Builder
 	for i := 0; i < len(s); {

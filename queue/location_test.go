@@ -56,6 +56,10 @@ func TestParseLocationRefusesWithoutThePassword(t *testing.T) {
 		{"postgres://app:" + secret + "@db/queue?sslmode=sometimes", "sslmode"},
 		{"postgres://app:" + secret + "@db/queue?connect_timeout=" + secret, "connection setting is not valid"},
 		{"postgres://app:%zz" + secret + "@db/queue", "not a valid URL"},
+		{"host=127.0.0.1 port=1 password=" + secret, "key=value connection string (host=..., port=..., password=...)"},
+		{"password='" + secret + " x' host=db", "key=value connection string (password=..., host=...)"},
+		{"host=db password = " + secret, "key=value connection string (host=..., password=...)"},
+		{"dbname=queue user=app", "give it as a URL"},
 	} {
 		_, err := ParseLocation(tc.in)
 		require.Error(t, err, tc.in)
@@ -77,12 +81,16 @@ func TestRedactURL(t *testing.T) {
 		"postgres://u:p@ss@h/d":                     "postgres://u:xxxxx@h/d",
 		"postgres://u:@h/d":                         "postgres://u:xxxxx@h/d",
 		"postgres://h/d?sslmode=disable&password=p": "postgres://h/d?sslmode=disable&password=xxxxx",
-		"host=h user=u password=p dbname=d":         "host=h user=u password=xxxxx dbname=d",
-		"host=h mypassword=p":                       "host=h mypassword=p",
+		"host=h user=u password=p dbname=d":         "host=xxxxx user=xxxxx password=xxxxx dbname=xxxxx",
+		"host=h mypassword=p":                       "host=xxxxx",
+		"password='top secret' host=h":              "password=xxxxx host=xxxxx",
+		"host=h password = top\\'secret":            "host=xxxxx password=xxxxx",
+		"/var/lib/q.db":                             "/var/lib/q.db",
 	} {
 		require.Equal(t, want, RedactURL(in), in)
 	}
-	for _, in := range []string{"postgres://u:topsecret@h/d", "postgres://u:top/secret@h:5x/d?password=topsecret"} {
+	for _, in := range []string{"postgres://u:topsecret@h/d", "postgres://u:top/secret@h:5x/d?password=topsecret",
+		"host=h password='top secret'", "host=h password = topsecret", "  password=topsecret"} {
 		require.False(t, strings.Contains(RedactURL(in), "secret"), in)
 	}
 }

@@ -96,14 +96,16 @@ func (c common) location() (queue.Location, error) {
 	return loc, nil
 }
 
-// onPostgres reports whether --db names a PostgreSQL database.
+// onPostgres reports whether --db names a PostgreSQL database (false for
+// a value that names no store: location refuses it).
 func (c common) onPostgres() bool {
 	loc, err := queue.ParseLocation(*c.db)
 	return err == nil && loc.Kind == queue.StorePostgres
 }
 
 // printableDB is --db as it may be printed or logged: a URL's password
-// replaced by xxxxx.
+// replaced by xxxxx (and a key=value string, which location refuses,
+// hidden but for its keywords).
 func printableDB(db string) string { return queue.RedactURL(db) }
 
 // defaultDB is the database a command uses without --db: LEASEHOLD_DB, or

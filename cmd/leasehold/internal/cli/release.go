@@ -124,7 +124,7 @@ func runSnapshot(e *env, args []string) int {
 		if err := parse(fs, args); err != nil {
 			return fail(e, "snapshot", err)
 		}
-		if err := refusePostgres("snapshot", *dbFlag); err != nil {
+		if err := refusePostgres("snapshot", "db", *dbFlag); err != nil {
 			return fail(e, "snapshot", err)
 		}
 		db, err := safePath("db", *dbFlag)
@@ -185,7 +185,7 @@ func runRestore(e *env, args []string) int {
 	if err := parseWithArgs(fs, args, 1); err != nil {
 		return fail(e, "restore", err)
 	}
-	if err := refusePostgres("restore", *to); err != nil {
+	if err := refusePostgres("restore", "to", *to); err != nil {
 		return fail(e, "restore", err)
 	}
 	file, err := safePath("SNAPSHOT", fs.Arg(0))
@@ -230,6 +230,9 @@ func runMigrate(e *env, args []string) int {
 	dryRun := fs.Bool("dry-run", false, "show the plan and change nothing")
 	snapshots := fs.String("snapshot-dir", "", "where the pre-migration snapshot goes (default: snapshots next to the database)")
 	if err := parse(fs, args); err != nil {
+		return fail(e, "migrate", err)
+	}
+	if _, err := c.location(); err != nil {
 		return fail(e, "migrate", err)
 	}
 	if c.onPostgres() {
@@ -317,10 +320,20 @@ func migrateFile(c common, dryRun bool, snapshots string) (db, dir string, err e
 }
 
 // refusePostgres refuses a command that works on SQLite files only when
-// db names a PostgreSQL database, naming PostgreSQL's own tools.
-func refusePostgres(command, db string) error {
+// its flag's value db names a PostgreSQL database, naming PostgreSQL's
+// own tools, and a value that names no store (worded without any password
+// it holds) before anything prints it as a path. An empty value is left
+// to the path's own check.
+func refusePostgres(command, flagName, db string) error {
+	if strings.TrimSpace(db) == "" {
+		return nil
+	}
 	loc, err := queue.ParseLocation(db)
-	if err != nil || loc.Kind != queue.StorePostgres {
+	if err != nil {
+		msg := strings.TrimSuffix(err.Error(), ": "+queue.ErrBadLocation.Error())
+		return badUsage("--%s%s", flagName, strings.TrimPrefix(msg, "--db"))
+	}
+	if loc.Kind != queue.StorePostgres {
 		return nil
 	}
 	return badUsage("%s is a PostgreSQL database, which %s does not take: back it up with pg_dump and restore it with pg_restore", loc, command)
