@@ -298,6 +298,9 @@ func (r *Reference) settle(t *Task, to State, reason Reason, kind EventKind, act
 	if to == Queued {
 		t.QueuedAt = now
 	}
+	if to == Completed { // a completed task keeps no last error
+		t.LastError = ""
+	}
 	r.emit(Event{TaskID: t.ID, Kind: kind, Attempt: t.Attempt, Fence: t.Version,
 		From: from, To: to, Reason: reason, Actor: actor, Detail: detail})
 }

@@ -100,6 +100,39 @@ func TestFusedGroupMatchesTheUsualWay(t *testing.T) {
 	})
 }
 
+// A fused group's completions clear their tasks' last errors, as the
+// usual way's do (migration 0021).
+func TestFusedGroupClearsLastErrors(t *testing.T) {
+	fusedStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
+		g := open(t)
+		var ids []string
+		for i := range 3 {
+			id, c := g.running(func(r *model.SubmitRequest) { r.User = fmt.Sprintf("u%d", i) })
+			_, err := g.q.Fail(g.ctx, c, model.Failure{Class: model.Transient, Message: "connection reset"})
+			require.NoError(t, err)
+			ids = append(ids, id)
+		}
+		g.advance(time.Hour) // past every backoff
+		claimed := g.claimN("w1", 3)
+		require.Len(t, claimed, 3)
+		out := make([][]model.Claimed, len(claimed))
+		var ops []func() error
+		for i, c := range claimed {
+			require.Equal(t, "connection reset", c.Task.LastError)
+			ops = append(ops, g.completeAndClaimOp(c.Claim, model.ClaimRequest{Worker: "w1", Max: 1, Lease: testLease}, "slots", &out[i]))
+		}
+		for _, err := range g.inGroup(nil, ops...) {
+			require.NoError(t, err)
+		}
+		require.EqualValues(t, 1, g.q.stats.fused.Load(), "the group was one statement")
+		for _, id := range ids {
+			task := g.task(id)
+			require.Equal(t, model.Completed, task.State)
+			require.Empty(t, task.LastError, "task %s", id)
+		}
+	})
+}
+
 // A fused group with a stale completion writes nothing in its statement
 // and runs the usual way, where the stale member is refused (its event
 // kept) and the others complete and claim.

@@ -44,6 +44,7 @@ var pinnedPostgresMigrations = map[string]string{
 	"0017_claim_reads_its_users.sql":        "f451a9118f4beab72978974d7def6227308a799f070b255014537e1155ed5539",
 	"0019_column_rules_as_domains.sql":      "724905e31b17295d6bc8787609af284e07988f419b44ff25b9c3805a9256b3ff",
 	"0020_active_count_by_index.sql":        "132a8ea2f426c96f0845f59c4d9715353a009006df7f575da0253df772512bde",
+	"0021_completion_clears_last_error.sql": "ebd26403b4a920b14d780534ce8ed3694af7d0c7a0e91051a467a5b5b6b48d40",
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {

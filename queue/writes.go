@@ -58,8 +58,11 @@ func (t *txn) fenced(c model.Claim, write model.Write, checkDeadline bool) (mode
 
 // settle moves task (as loaded, with any of the settle columns already
 // changed by the caller) to state to, ending its claim if it was running,
-// and records the event.
+// and records the event. A completed task keeps no last error.
 func (t *txn) settle(task model.Task, to model.State, reason model.Reason, kind model.EventKind, actor, detail string) error {
+	if to == model.Completed {
+		task.LastError = ""
+	}
 	if err := t.execOne("settle",
 		sql.Named("id", task.ID), sql.Named("from_state", string(task.State)), sql.Named("version", task.Version),
 		sql.Named("to_state", string(to)), sql.Named("reason", string(reason)),

@@ -82,6 +82,7 @@ var cases = []struct {
 	{"CancelWaiting", testCancelWaiting},
 	{"CancelRefused", testCancelRefused},
 	{"TransientRetriesThenDeadLetter", testTransientRetries},
+	{"CompletionClearsLastError", testCompletionClearsLastError},
 	{"PermanentFailure", testPermanentFailure},
 	{"UncertainFailure", testUncertainFailure},
 	{"Release", testRelease},

@@ -237,3 +237,49 @@ func testReapCancelRequested(s *suite) {
 	require.Zero(t, task.AttemptsCharged)
 	require.Equal(t, model.EventLeaseExpired, s.lastEvent(id).Kind)
 }
+
+// testCompletionClearsLastError: a task that failed transiently keeps the
+// failure's message while it is queued, running or in review, and loses
+// it when it completes, by Complete, by CompleteAndClaim (where the store
+// has it) or by an operator's resolve as completed; a resolve as failed
+// keeps it.
+func testCompletionClearsLastError(s *suite) {
+	t := s.t
+	failOnce := func() (string, model.Claim) {
+		t.Helper()
+		id, c := s.running()
+		to, err := s.store.Fail(s.ctx, c, model.Failure{Class: model.Transient, Message: "connection reset"})
+		require.NoError(t, err)
+		require.Equal(t, model.Queued, to)
+		s.advance(s.task(id).RunAt.Sub(s.now()))
+		again := s.claim("w1")
+		require.Equal(t, id, again.Claim.TaskID)
+		require.Equal(t, "connection reset", s.task(id).LastError, "a running task keeps its last failure")
+		return id, again.Claim
+	}
+	id, c := failOnce()
+	require.NoError(t, s.store.Complete(s.ctx, c))
+	require.Equal(t, model.Completed, s.task(id).State)
+	require.Empty(t, s.task(id).LastError, "Complete clears it")
+
+	if cc, ok := s.store.(completeClaimer); ok {
+		id, c := failOnce()
+		_, err := cc.CompleteAndClaim(s.ctx, c, model.ClaimRequest{Worker: "w1", Max: 1, Lease: lease})
+		require.NoError(t, err)
+		require.Equal(t, model.Completed, s.task(id).State)
+		require.Empty(t, s.task(id).LastError, "CompleteAndClaim clears it")
+	}
+
+	for _, as := range []model.State{model.Completed, model.Failed} {
+		id, c := s.running()
+		to, err := s.store.Fail(s.ctx, c, model.Failure{Class: model.Uncertain, OpID: model.OperationID(id, 0), Message: "lost response"})
+		require.NoError(t, err)
+		require.Equal(t, model.NeedsReview, to)
+		require.NoError(t, s.store.Resolve(s.ctx, id, as, "ops"))
+		want := "lost response"
+		if as == model.Completed {
+			want = ""
+		}
+		require.Equal(t, want, s.task(id).LastError, "resolved as %s", as)
+	}
+}

@@ -226,7 +226,7 @@ WHERE id = :id AND version = :fence AND state = 'running' AND {broken:write-afte
   AND steps_used = :index;
 
 -- name: complete_fenced
-UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = :now
+UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, last_error = '', updated_at = :now
 WHERE id = :id AND version = :fence AND state = 'running'
   AND lease_until {broken:write-at-lease-until|>|>=} :now;
 
@@ -239,7 +239,7 @@ WHERE id = :id AND version = :fence AND state = 'running'
 -- index (COALESCE): the planner, taking an unanalysed table's index of
 -- running tasks for tiny, read every entry of it, dead ones included (731
 -- entries and 64 heap blocks for a group of ten, against 18 and 2 by id).
-UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = c.now
+UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, last_error = '', updated_at = c.now
 FROM (SELECT e ->> 0 AS id, (e ->> 1)::bigint AS fence, (e ->> 2)::bigint AS now
       FROM jsonb_array_elements(:claims::jsonb) AS e) AS c
 WHERE tasks.id = ANY(ARRAY(SELECT e ->> 0 FROM jsonb_array_elements(:claims::jsonb) AS e))

@@ -193,7 +193,7 @@ WHERE id = :id AND version = :fence AND state = 'running' AND {broken:write-afte
 -- name: complete_fenced
 -- Complete's fenced write: what settle does for running -> completed, under
 -- the checks fenced makes (fence current, running, lease unexpired).
-UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = :now
+UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, last_error = '', updated_at = :now
 WHERE id = :id AND version = :fence AND state = 'running'
   AND lease_until {broken:write-at-lease-until|>|>=} :now;
 
@@ -202,7 +202,7 @@ WHERE id = :id AND version = :fence AND state = 'running'
 -- batch.go): :claims is a JSON array of [id, fence, now], one a claim, no
 -- id twice. It returns the ids it completed; a claim it did not match is
 -- left to Complete's own path, which says why.
-UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, updated_at = c.now
+UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, last_error = '', updated_at = c.now
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS fence, value ->> 2 AS now FROM jsonb_each(:claims)) AS c
 WHERE tasks.id = c.id AND tasks.version = c.fence AND tasks.state = 'running'
   AND tasks.lease_until {broken:write-at-lease-until|>|>=} c.now
