@@ -58,7 +58,7 @@ type Task struct {
 	Owner           string      `json:"owner"`
 	LeaseUntil      Time        `json:"lease_until"`
 	HeartbeatAt     Time        `json:"heartbeat_at"`
-	CancelRequested bool        `json:"cancel_requested"`
+	CancelRequested bool        `json:"cancel_requested"` // a cancellation waits for the task to stop; false once it has ended
 	CancelledBy     string      `json:"cancelled_by"`
 	ApprovedBy      string      `json:"approved_by"`
 	ApprovalGate    string      `json:"approval_gate"`

@@ -1564,3 +1564,39 @@ func TestRejectNeedsTheVersionAsApproveDoes(t *testing.T) {
 	requireOK(t, f.do("reject", id, "--version", strconv.FormatInt(version, 10), "--actor", "boss"))
 	require.Equal(t, "cancelled", f.statusJSON(id)["state"])
 }
+
+// TestCancelledTaskNoLongerReadsRequested: a running task whose
+// cancellation was requested reads "requested", and once its worker has
+// stopped it reads "cancelled by", in status's text and record (it kept
+// "cancel requested=true" and cancel_requested true); a task that
+// completed before its worker saw the request says so.
+func TestCancelledTaskNoLongerReadsRequested(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	cancelled := f.submit("ana", "k1", onePayload, "--priority", "100")
+	var c model.Claim
+	f.withQueue(func(ctx context.Context, q *queue.Queue) { c = f.claim(ctx, q, cancelled) })
+	requireOK(t, f.do("cancel", cancelled, "--actor", "bob"))
+	r := f.do("status", cancelled)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "  cancel    requested by bob; the task stops before its next step\n")
+	require.Equal(t, true, f.statusJSON(cancelled)["cancel_requested"])
+	f.withQueue(func(ctx context.Context, q *queue.Queue) { require.NoError(t, q.AcknowledgeCancel(ctx, c)) })
+	r = f.do("status", cancelled)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "  cancel    cancelled by bob\n")
+	require.NotContains(t, r.stdout, "requested")
+	rec := f.statusJSON(cancelled)
+	require.Equal(t, "cancelled", rec["state"])
+	require.Equal(t, false, rec["cancel_requested"], "nothing waits to be cancelled")
+	require.Equal(t, "bob", rec["cancelled_by"])
+
+	completed := f.submit("ana", "k2", onePayload, "--priority", "100")
+	f.withQueue(func(ctx context.Context, q *queue.Queue) { c = f.claim(ctx, q, completed) })
+	requireOK(t, f.do("cancel", completed, "--actor", "bob"))
+	f.withQueue(func(ctx context.Context, q *queue.Queue) { require.NoError(t, q.Complete(ctx, c)) })
+	r = f.do("status", completed)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "  cancel    requested by bob; the task completed first\n")
+	require.Equal(t, false, f.statusJSON(completed)["cancel_requested"])
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -42,8 +43,8 @@ func printStatus(w io.Writer, t model.Task) {
 	if t.Owner != "" {
 		fmt.Fprintf(w, "  claim     held by %s until %s (last heartbeat %s)\n", t.Owner, stamp(t.LeaseUntil), stamp(t.HeartbeatAt))
 	}
-	if t.CancelRequested || t.CancelledBy != "" {
-		fmt.Fprintf(w, "  cancel    requested=%t by %s\n", t.CancelRequested, t.CancelledBy)
+	if note := view.CancelNote(t); note != "" {
+		fmt.Fprintf(w, "  cancel    %s\n", note)
 	}
 	if t.State == model.WaitingForApproval {
 		fmt.Fprintf(w, "  approval  waiting at gate %s; approve naming version %d\n", t.ApprovalGate, t.ApprovalVersion)

@@ -524,12 +524,18 @@ func TestServeCancelApproveReject(t *testing.T) {
 
 	// Cancel a running task: the request is recorded, the state stays.
 	running := a.submit(t, "carol", "c2", urgent)
-	a.claim(t, running)
+	rc := a.claim(t, running)
 	out = a.call(t, http.MethodPost, "/v1/tasks/"+running+"/cancel", secretOperate, "", http.StatusOK)
 	require.Equal(t, "running", out["state"])
 	require.Equal(t, true, out["cancel_requested"])
 	require.Equal(t, "olga", out["cancelled_by"])
 	require.Equal(t, "olga", a.event(t, running, model.EventCancelRequested).Actor)
+	// Once its worker has stopped it, nothing waits to be cancelled.
+	require.NoError(t, a.q.AcknowledgeCancel(ctx, rc))
+	out = a.task(t, running)
+	require.Equal(t, "cancelled", out["state"])
+	require.Equal(t, false, out["cancel_requested"])
+	require.Equal(t, "olga", out["cancelled_by"])
 
 	// 409 for a completed task; 404 for an unknown one.
 	done := a.submit(t, "carol", "c3", urgent)

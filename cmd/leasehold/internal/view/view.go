@@ -6,6 +6,7 @@ package view
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/leasehold/leasehold/model"
@@ -54,16 +55,40 @@ func RFC3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// TaskOf is t's record.
+// TaskOf is t's record. cancel_requested says a cancellation waits to be
+// seen by the task's worker: a task that has ended (cancelled, or
+// completed or failed before its worker saw the request) waits for
+// nothing, and its cancelled_by and reason say what happened.
 func TaskOf(t model.Task) Task {
 	return Task{ID: t.ID, User: t.User, Key: t.Key, State: string(t.State), Reason: string(t.Reason),
 		Version: t.Version, Attempt: t.Attempt, AttemptsCharged: t.AttemptsCharged, AttemptsMax: t.AttemptsMax,
 		AttemptsFailed: t.AttemptsFailed, CostUsed: t.CostUsed, CostBudget: t.CostBudget, StepsUsed: t.StepsUsed, StepsMax: t.StepsMax,
 		Priority: t.Priority, Owner: t.Owner, LeaseUntil: RFC3339(t.LeaseUntil), HeartbeatAt: RFC3339(t.HeartbeatAt),
-		CancelRequested: t.CancelRequested, CancelledBy: t.CancelledBy, ApprovedBy: t.ApprovedBy,
+		CancelRequested: CancelPending(t), CancelledBy: t.CancelledBy, ApprovedBy: t.ApprovedBy,
 		ApprovalGate: t.ApprovalGate, ApprovalVersion: t.ApprovalVersion, ScheduleID: t.ScheduleID,
 		ScheduleRun: t.ScheduleRun, LastError: t.LastError, RunAt: RFC3339(t.RunAt), Deadline: RFC3339(t.Deadline),
 		CreatedAt: RFC3339(t.CreatedAt), UpdatedAt: RFC3339(t.UpdatedAt)}
+}
+
+// CancelPending reports whether a cancellation of t waits to be seen by
+// its worker: requested, and the task not ended.
+func CancelPending(t model.Task) bool { return t.CancelRequested && !t.State.Terminal() }
+
+// CancelNote is what a task's status says of its cancellation, "" when
+// there is none: who cancelled it; or who asked, and that the task has
+// yet to stop, or ended otherwise first.
+func CancelNote(t model.Task) string {
+	switch {
+	case t.State == model.Cancelled && t.CancelledBy != "":
+		return "cancelled by " + t.CancelledBy
+	case t.State == model.Cancelled:
+		return ""
+	case CancelPending(t):
+		return fmt.Sprintf("requested by %s; the task stops before its next step", t.CancelledBy)
+	case t.CancelRequested:
+		return fmt.Sprintf("requested by %s; the task %s first", t.CancelledBy, t.State)
+	}
+	return ""
 }
 
 // Event is an audit event on the wire.
