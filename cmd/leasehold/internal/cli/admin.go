@@ -51,7 +51,7 @@ func printMetrics(e *env, m model.Metrics) {
 	for _, s := range model.States() {
 		fmt.Fprintf(e.stdout, "  %-21s %d\n", s, m.Depth[s])
 	}
-	fmt.Fprintf(e.stdout, "oldest due queued task: %s\n", m.OldestQueuedAge.Round(time.Millisecond))
+	fmt.Fprintf(e.stdout, "oldest due queued task: %s\n", view.Duration(m.OldestQueuedAge))
 	fmt.Fprintf(e.stdout, "submitted %d, completed %d, failed %d, cancelled %d, reviews %d, pruned %d\n",
 		m.Submitted, m.Completions, m.Failures, m.Cancellations, m.Reviews, m.Pruned)
 	fmt.Fprintf(e.stdout, "retries %d, lease expiries %d, stale writes refused %d, budget exhaustions %d\n",
@@ -64,15 +64,15 @@ func printMetrics(e *env, m model.Metrics) {
 		if h.h.Count > 0 {
 			mean = h.h.SumMs / h.h.Count
 		}
-		fmt.Fprintf(e.stdout, "%s: %d observations, mean %dms; ", h.name, h.h.Count, mean)
+		fmt.Fprintf(e.stdout, "%s: %d observations, mean %s; ", h.name, h.h.Count, view.DurationMs(mean))
 		for i, n := range h.h.Counts {
 			if n == 0 {
 				continue
 			}
 			if i < len(model.HistogramBounds) {
-				fmt.Fprintf(e.stdout, "<=%dms:%d ", model.HistogramBounds[i], n)
+				fmt.Fprintf(e.stdout, "<=%s:%d ", view.DurationMs(model.HistogramBounds[i]), n)
 			} else {
-				fmt.Fprintf(e.stdout, ">%dms:%d ", model.HistogramBounds[len(model.HistogramBounds)-1], n)
+				fmt.Fprintf(e.stdout, ">%s:%d ", view.DurationMs(model.HistogramBounds[len(model.HistogramBounds)-1]), n)
 			}
 		}
 		fmt.Fprintln(e.stdout)

@@ -1600,3 +1600,31 @@ func TestCancelledTaskNoLongerReadsRequested(t *testing.T) {
 	require.Contains(t, r.stdout, "  cancel    requested by bob; the task completed first\n")
 	require.Equal(t, false, f.statusJSON(completed)["cancel_requested"])
 }
+
+// TestInspectPrintsDurationsAsPeopleReadThem: inspect's text says
+// queued_for=17m55s where it said queued_for=1075041ms; its --json keeps
+// milliseconds.
+func TestInspectPrintsDurationsAsPeopleReadThem(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	then := time.Now().Add(-(17*time.Minute + 55*time.Second))
+	q, err := queue.Open(ctx, queue.Options{Path: f.db, Clock: clockwork.NewFakeClockAt(then), IDs: randomid.Source{}})
+	require.NoError(t, err)
+	id, err := q.Submit(ctx, model.SubmitRequest{User: "ana", Key: "k1", Payload: onePayload, CostBudget: 5, StepsMax: 2})
+	require.NoError(t, err)
+	require.NoError(t, q.Close())
+
+	r := f.do("inspect")
+	requireOK(t, r)
+	require.Regexp(t, `(?m)^`+id.TaskID+` queued .* queued_for=17m5[5-9]s$`, r.stdout, "a few seconds may pass")
+	require.NotContains(t, r.stdout, "ms")
+	r = f.do("inspect", "--json")
+	requireOK(t, r)
+	var out []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out))
+	require.Len(t, out, 1)
+	ms := out[0]["queued_for_ms"].(float64)
+	require.GreaterOrEqual(t, ms, float64(1_075_000))
+	require.Less(t, ms, float64(1_080_000))
+}

@@ -255,10 +255,10 @@ func runInspect(e *env, args []string) int {
 				fmt.Fprintf(e.stdout, " reason=%s", t.Reason)
 			}
 			if t.Owner != "" {
-				fmt.Fprintf(e.stdout, " owner=%s last_heartbeat=%dms_ago lease_expired=%t", t.Owner, in.HeartbeatAgeMs, in.LeaseExpired)
+				fmt.Fprintf(e.stdout, " owner=%s last_heartbeat=%s_ago lease_expired=%t", t.Owner, view.DurationMs(in.HeartbeatAgeMs), in.LeaseExpired)
 			}
 			if in.QueuedForMs > 0 {
-				fmt.Fprintf(e.stdout, " queued_for=%dms", in.QueuedForMs)
+				fmt.Fprintf(e.stdout, " queued_for=%s", view.DurationMs(in.QueuedForMs))
 			}
 			if len(in.Unreceipted) > 0 {
 				fmt.Fprintf(e.stdout, " effects_without_receipt=%s", strings.Join(in.Unreceipted, ","))

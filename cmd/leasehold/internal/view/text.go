@@ -40,3 +40,19 @@ func TruncateRunes(s string, n int) string {
 	}
 	return s
 }
+
+// Duration is d as people read it: milliseconds below a second ("850ms"),
+// tenths of a second below a minute ("12.3s"), whole seconds above
+// ("17m55s", "2h5m0s"). Records (--json, the API) keep milliseconds.
+func Duration(d time.Duration) string {
+	switch {
+	case d < time.Second && d > -time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute && d > -time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// DurationMs is Duration of a count of milliseconds.
+func DurationMs(ms int64) string { return Duration(time.Duration(ms) * time.Millisecond) }
