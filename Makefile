@@ -13,17 +13,26 @@ help: ## List the targets
 
 # test ends with the concurrent parts under the race detector: the worker
 # and its live runner, the fault injectors, the HTTP server, and the claim
-# races.
+# races. Each phase prints its command, then how long it took; without
+# LEASEHOLD_TEST_POSTGRES the PostgreSQL suites skip, and the last line
+# says so and names the command that runs them.
 .PHONY: test
-test: ## Run the whole test suite (what CI runs)
-	$(GO) vet ./...
-	$(GO) vet -tags leasehold_broken ./...
-	$(GO) test -count=1 -timeout 15m ./...
-	$(GO) test -count=1 -timeout 10m -tags leasehold_broken -run 'Broken|Shrink|NoVariant' ./sim
-	$(GO) test -count=1 -timeout 5m -tags leasehold_broken -run 'ChaosBroken|SimBroken' ./cmd/leasehold/internal/cli
-	$(GO) test -run '^$$' -fuzz '^FuzzHandlers$$' -fuzztime 15s ./cmd/leasehold/internal/httpapi
-	$(GO) test -count=1 -race -timeout 10m ./worker ./faults/...
-	$(GO) test -count=1 -race -timeout 10m -run 'TestServe|TestTwoProcess|TestConcurrent' ./cmd/leasehold/internal/httpapi ./queue
+test: ## Run the whole test suite (what CI runs; the PostgreSQL suites need LEASEHOLD_TEST_POSTGRES, or make test-postgres)
+	@set -e; total=$$SECONDS; \
+	phase() { local name=$$1 start=$$SECONDS code=0; shift; printf '%q ' "$$@"; echo; "$$@" || code=$$?; \
+	  echo "make test: $$name: $$((SECONDS - start))s$$([ $$code = 0 ] || echo ", exit $$code")"; return $$code; }; \
+	phase vet $(GO) vet ./...; \
+	phase "vet (broken variants)" $(GO) vet -tags leasehold_broken ./...; \
+	phase tests $(GO) test -count=1 -timeout 15m ./...; \
+	phase "broken variants (sim)" $(GO) test -count=1 -timeout 10m -tags leasehold_broken -run 'Broken|Shrink|NoVariant' ./sim; \
+	phase "broken variants (cli)" $(GO) test -count=1 -timeout 5m -tags leasehold_broken -run 'ChaosBroken|SimBroken' ./cmd/leasehold/internal/cli; \
+	phase fuzz $(GO) test -run '^$$' -fuzz '^FuzzHandlers$$' -fuzztime 15s ./cmd/leasehold/internal/httpapi; \
+	phase "race (worker, faults)" $(GO) test -count=1 -race -timeout 10m ./worker ./faults/...; \
+	phase "race (server, queue)" $(GO) test -count=1 -race -timeout 10m -run 'TestServe|TestTwoProcess|TestConcurrent' ./cmd/leasehold/internal/httpapi ./queue; \
+	echo "make test: passed in $$((SECONDS - total))s"; \
+	if [ -z "$$LEASEHOLD_TEST_POSTGRES" ]; then \
+	  echo "make test: the PostgreSQL suites were skipped (LEASEHOLD_TEST_POSTGRES is not set): make test-postgres runs them"; \
+	fi
 
 # The PostgreSQL suites run inside make test whenever LEASEHOLD_TEST_POSTGRES
 # names a server (.ci/run sets it); test-postgres finds or starts one with

@@ -691,6 +691,50 @@ func TestDocMakeTargetsExist(t *testing.T) {
 	require.Positive(t, n)
 }
 
+// pgSkipped is the line make test ends with when the PostgreSQL suites
+// did not run.
+const pgSkipped = "make test: the PostgreSQL suites were skipped (LEASEHOLD_TEST_POSTGRES is not set): make test-postgres runs them"
+
+// TestMakeTestSaysWhatItSkipped: make test times each phase, and without
+// LEASEHOLD_TEST_POSTGRES ends saying the PostgreSQL suites were skipped
+// and what runs them (they skipped silently); README says the same. The
+// recipe runs with GO a script that records its arguments, so no test
+// runs twice.
+func TestMakeTestSaysWhatItSkipped(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "go")
+	log := filepath.Join(dir, "calls")
+	require.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\necho \"$*\" >> "+log+"\n"), 0o755))
+	run := func(pg string) []string {
+		t.Helper()
+		cmd := exec.Command("make", "-s", "-C", repoRoot, "test", "GO="+fake)
+		cmd.Env = append(os.Environ(), "LEASEHOLD_TEST_POSTGRES="+pg, "MAKEFLAGS=")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.Split(strings.TrimSpace(string(out)), "\n")
+	}
+	lines := run("")
+	require.Equal(t, pgSkipped, lines[len(lines)-1])
+	phases := 0
+	for _, line := range lines {
+		if regexp.MustCompile(`^make test: [^:]+: \d+s$`).MatchString(line) {
+			phases++
+		}
+	}
+	calls := strings.Split(strings.TrimSpace(readFile(t, log)), "\n")
+	require.Equal(t, len(calls), phases, "a time for each phase:\n%s", strings.Join(lines, "\n"))
+	require.GreaterOrEqual(t, phases, 8)
+	require.Regexp(t, `^make test: passed in \d+s$`, lines[len(lines)-2])
+
+	lines = run("postgres://postgres@127.0.0.1:5432/postgres")
+	require.NotContains(t, strings.Join(lines, "\n"), "skipped")
+
+	readme := readFile(t, filepath.Join(repoRoot, "README.md"))
+	for _, want := range []string{"LEASEHOLD_TEST_POSTGRES", "make test-postgres", "skipped", "each phase's time"} {
+		require.Contains(t, readme, want)
+	}
+}
+
 // checkErrorExample checks docs/API.md's error body against the server's
 // answer to the same mistake: a submit with cost_budget 0.
 func (a *apiDoc) checkErrorExample(b docBlock) {
