@@ -66,7 +66,7 @@ type Normalized struct {
 // a replay is recognised whenever it arrives; time-relative checks (a
 // deadline already passed) belong to CheckTimely.
 func Normalize(r SubmitRequest) (Normalized, error) {
-	if err := checkName("user", r.User, UserLengthMax, isUserByte); err != nil {
+	if err := CheckName("user", r.User); err != nil {
 		return Normalized{}, err
 	}
 	if err := checkName("key", r.Key, KeyLengthMax, isKeyByte); err != nil {
@@ -154,8 +154,22 @@ func isKeyByte(c byte) bool {
 }
 
 // CheckName validates a user, actor or worker name: 1 to 64 bytes of
-// letters, digits and ._-@ . The error names field.
-func CheckName(field, value string) error { return checkName(field, value, UserLengthMax, isUserByte) }
+// letters, digits and ._-@, and neither "." nor "..", which are path
+// segments of their own (a URL holding a user's name would name another
+// resource: /v1/limits/users/.. is /v1/limits). The error names field.
+func CheckName(field, value string) error {
+	if err := checkName(field, value, UserLengthMax, isUserByte); err != nil {
+		return err
+	}
+	if IsDotSegment(value) {
+		return invalid(field, "%q is a path segment of its own (. and .. are not names)", value)
+	}
+	return nil
+}
+
+// IsDotSegment reports whether s is "." or "..": a path segment that
+// names the segment itself or its parent, never a resource of its own.
+func IsDotSegment(s string) bool { return s == "." || s == ".." }
 
 func normalizePayload(p string) (string, error) {
 	if p == "" {

@@ -74,6 +74,8 @@ func TestNormalizeRefusesEachField(t *testing.T) {
 		{"user", func(r *SubmitRequest) { r.User = "" }},
 		{"user", func(r *SubmitRequest) { r.User = strings.Repeat("u", UserLengthMax+1) }},
 		{"user", func(r *SubmitRequest) { r.User = "a:b" }},
+		{"user", func(r *SubmitRequest) { r.User = "." }},
+		{"user", func(r *SubmitRequest) { r.User = ".." }},
 		{"key", func(r *SubmitRequest) { r.Key = "" }},
 		{"key", func(r *SubmitRequest) { r.Key = strings.Repeat("k", KeyLengthMax+1) }},
 		{"key", func(r *SubmitRequest) { r.Key = "a@b" }},
@@ -272,5 +274,26 @@ func TestRefusalsStateWhatWasWrongExactly(t *testing.T) {
 		r.RunAt = at
 		_, err := Normalize(r)
 		require.NoError(t, err, "%s", at)
+	}
+}
+
+// TestCheckNameRefusesDotSegments: "." and ".." are refused wherever a
+// name is checked (users, actors, workers), with the field named; names
+// that merely hold dots are not.
+func TestCheckNameRefusesDotSegments(t *testing.T) {
+	for _, name := range []string{".", ".."} {
+		for _, field := range []string{"user", "actor", "worker"} {
+			err := CheckName(field, name)
+			var ve *ValidationError
+			require.ErrorAs(t, err, &ve, "%s %q", field, name)
+			require.Equal(t, field, ve.Field)
+			require.Contains(t, ve.Problem, "path segment")
+		}
+		_, err := Normalize(SubmitRequest{User: name, Key: "k", Payload: "{}", CostBudget: 1, StepsMax: 1})
+		require.ErrorIs(t, err, ErrInvalidInput)
+		require.Equal(t, "user: \""+name+"\" is a path segment of its own (. and .. are not names)", err.Error())
+	}
+	for _, name := range []string{"...", ".a", "a.", "a..b", "a.b"} {
+		require.NoError(t, CheckName("user", name))
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -337,12 +338,29 @@ func (s *Server) Handler() http.Handler {
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.noRoute(m, w, r) })
 	timed := http.TimeoutHandler(m, s.timeouts.Request, `{"error":"request timed out","code":"timeout"}`)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := dotSegment(r); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 		if longLived(r) {
 			m.ServeHTTP(w, r)
 			return
 		}
 		timed.ServeHTTP(timeoutJSON{w}, r)
 	})
+}
+
+// dotSegment refuses a path with a segment "." or ".." (percent-encoded
+// or not), which names no resource of its own: the mux would redirect
+// /v1/limits/users/.. to /v1/limits, a request for another resource, and
+// a path value such as a user's name may never be one (model.CheckName).
+func dotSegment(r *http.Request) error {
+	for _, segment := range strings.Split(r.URL.EscapedPath(), "/") {
+		if name, err := url.PathUnescape(segment); err == nil && model.IsDotSegment(name) {
+			return &model.ValidationError{Field: "path", Problem: "a segment . or .. names no resource"}
+		}
+	}
+	return nil
 }
 
 // timeoutJSON labels the request timeout's 503 as the JSON it is:
