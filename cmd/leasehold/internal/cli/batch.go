@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
+	"github.com/leasehold/leasehold/internal/jsonkeys"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -80,6 +81,10 @@ func parseBatchLine(text []byte) (model.SubmitRequest, error) {
 	}
 	if dec.More() {
 		return model.SubmitRequest{}, badUsage("more than one JSON value")
+	}
+	var dup *jsonkeys.DuplicateError
+	if errors.As(jsonkeys.Check(text), &dup) {
+		return model.SubmitRequest{}, badUsage("%v", dup)
 	}
 	req := model.SubmitRequest{User: b.User, Key: b.Key, Payload: string(b.Payload), CostBudget: b.CostBudget,
 		StepsMax: b.StepsMax, Priority: b.Priority}

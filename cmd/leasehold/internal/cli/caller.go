@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
+	"github.com/leasehold/leasehold/internal/jsonkeys"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -20,11 +21,13 @@ func init() {
 	register("cancel", "cancel a task (a running one stops before its next step): cancel TASK", runCancel)
 }
 
-// readPayload reads --payload: JSON, or @FILE.
+// readPayload reads --payload: JSON, or @FILE. A key repeated in one
+// object is refused here, naming its path (the payload's other rules are
+// the queue's).
 func readPayload(p string) (string, error) {
 	file, ok := strings.CutPrefix(p, "@")
 	if !ok {
-		return p, nil
+		return p, checkKeys("--payload", []byte(p))
 	}
 	if file == "" {
 		return "", badUsage("--payload: @ needs a file name")
@@ -40,7 +43,19 @@ func readPayload(p string) (string, error) {
 	if err != nil {
 		return "", badUsage("--payload: %v", err)
 	}
-	return string(b), nil
+	return string(b), checkKeys("--payload", b)
+}
+
+// checkKeys refuses, as bad usage naming where it came from, a JSON
+// document with a key repeated in one object (jsonkeys), naming the key's
+// path and never a value. A malformed document passes: its refusal is the
+// reader's.
+func checkKeys(where string, doc []byte) error {
+	var dup *jsonkeys.DuplicateError
+	if errors.As(jsonkeys.Check(doc), &dup) {
+		return badUsage("%s: %v", where, dup)
+	}
+	return nil
 }
 
 func runSubmit(e *env, args []string) int {

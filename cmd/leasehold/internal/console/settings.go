@@ -278,6 +278,9 @@ func (c *Console) addSchedule(w http.ResponseWriter, r *http.Request, req *reque
 // spec reads the form; the queue checks the task fields as a submit's.
 func (f scheduleForm) spec() (model.ScheduleSpec, error) {
 	s := model.ScheduleSpec{User: f.User, Payload: f.Payload}
+	if err := repeatedKey("payload", []byte(f.Payload)); err != nil {
+		return s, err
+	}
 	var err error
 	if s.CostBudget, err = parseInt64("cost_budget", f.CostBudget); err != nil {
 		return s, err

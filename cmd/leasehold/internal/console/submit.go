@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/jsonkeys"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -89,6 +90,9 @@ func (c *Console) submit(w http.ResponseWriter, r *http.Request, req *request) e
 // further, as the API does.
 func (f submitForm) request() (model.SubmitRequest, error) {
 	req := model.SubmitRequest{User: strings.TrimSpace(f.User), Key: strings.TrimSpace(f.Key), Payload: f.Payload}
+	if err := repeatedKey("payload", []byte(f.Payload)); err != nil {
+		return req, err
+	}
 	var err error
 	if req.CostBudget, err = parseInt64("cost_budget", f.CostBudget); err != nil {
 		return req, err
@@ -176,6 +180,9 @@ func parseBulk(text string) ([]model.SubmitRequest, []int, error) {
 		if err := dec.Decode(&b); err != nil || dec.More() {
 			return nil, nil, &model.ValidationError{Field: "batch", Problem: fmt.Sprintf("line %d is not one JSON object of submit fields", n)}
 		}
+		if err := repeatedKey("batch", line); err != nil {
+			return nil, nil, fmt.Errorf("line %d: %w", n, err)
+		}
 		req := model.SubmitRequest{User: b.User, Key: b.Key, Payload: string(b.Payload), CostBudget: b.CostBudget, StepsMax: b.StepsMax, Priority: b.Priority}
 		var err error
 		if req.RunAt, err = parseTime("run_at", b.RunAt); err == nil {
@@ -232,6 +239,17 @@ func forUsers(p Principal, reqs []model.SubmitRequest, lines []int) error {
 		if model.CheckName("user", r.User) == nil && !p.ActsFor(r.User) {
 			return fmt.Errorf("line %d: token %s does not act for user %s (nothing in the batch was submitted): %w", lines[i], p.Name, r.User, ErrForbidden)
 		}
+	}
+	return nil
+}
+
+// repeatedKey refuses a JSON document entered in field with a key
+// repeated in one object (jsonkeys), naming the key's path and never a
+// value. A malformed document passes: its refusal is the queue's.
+func repeatedKey(field string, doc []byte) error {
+	var dup *jsonkeys.DuplicateError
+	if errors.As(jsonkeys.Check(doc), &dup) {
+		return &model.ValidationError{Field: field, Problem: dup.Error()}
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
+	"github.com/leasehold/leasehold/internal/jsonkeys"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -61,13 +62,28 @@ func decode(r *http.Request, v any, rs ranges) error { return decodeFrom(r.Body,
 func decodeBytes(b []byte, v any, rs ranges) error { return decodeFrom(bytes.NewReader(b), v, rs) }
 
 func decodeFrom(body io.Reader, v any, rs ranges) error {
-	dec := json.NewDecoder(body)
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return bodyError(err, rs)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return bodyError(err, rs)
 	}
 	if dec.More() {
 		return &model.ValidationError{Field: "body", Problem: "trailing data after the JSON object"}
+	}
+	return repeatedKey(raw)
+}
+
+// repeatedKey refuses a body with a key repeated in one object, at any
+// depth (a proxy in front may read the first where the decoder keeps the
+// last), naming the key's path.
+func repeatedKey(raw []byte) error {
+	var dup *jsonkeys.DuplicateError
+	if err := jsonkeys.Check(raw); errors.As(err, &dup) {
+		return &model.ValidationError{Field: dup.Path, Problem: "appears twice in one object"}
 	}
 	return nil
 }
