@@ -87,14 +87,23 @@ func writable(path string) bool {
 
 // CreateSnapshot writes a consistent copy of the database at src to out
 // (VACUUM INTO: a single read transaction, so workers may go on writing),
-// then its manifest. out must not exist. now stamps the manifest. A
-// database at a schema version newer than this build's is refused.
+// then its manifest. Neither out nor its manifest may exist: a snapshot
+// never overwrites, and never writes through a symbolic link. The copy is
+// made in a directory of its own beside out (created for this process
+// alone, so no one can put a link where SQLite writes by name); then the
+// manifest and out are created with O_CREATE|O_EXCL, which fails on
+// anything already there, a link (dangling or not) included, and the
+// copy is renamed over the empty out (a rename replaces the name, never
+// what a link there would point to). now stamps the manifest. A database
+// at a schema version newer than this build's is refused.
 func CreateSnapshot(ctx context.Context, src, out string, now time.Time) (Manifest, error) {
 	if err := sqliteFile("snapshot", src); err != nil {
 		return Manifest{}, err
 	}
-	if _, err := os.Stat(out); err == nil {
-		return Manifest{}, &model.ValidationError{Field: "out", Problem: fmt.Sprintf("%s exists; a snapshot never overwrites", out)}
+	for _, p := range []string{out, ManifestPath(out)} {
+		if _, err := os.Lstat(p); err == nil {
+			return Manifest{}, neverOverwrites(p)
+		}
 	}
 	if _, err := os.Stat(src); err != nil {
 		return Manifest{}, fmt.Errorf("snapshot: %w", err)
@@ -109,12 +118,20 @@ func CreateSnapshot(ctx context.Context, src, out string, now time.Time) (Manife
 	if _, _, err := planFile(ctx, db); err != nil {
 		return Manifest{}, fmt.Errorf("snapshot %s: %w", src, err)
 	}
-	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", out); err != nil {
+	work, err := os.MkdirTemp(filepath.Dir(out), ".leasehold-snapshot-")
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: %w", err)
+	}
+	defer os.RemoveAll(work)
+	copied := filepath.Join(work, "snapshot.db")
+	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", copied); err != nil {
 		return Manifest{}, fmt.Errorf("snapshot: copy %s: %w", src, err)
 	}
-	m, err := describe(ctx, out)
+	if err := syncFile(copied); err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: %w", err)
+	}
+	m, err := describe(ctx, copied)
 	if err != nil {
-		os.Remove(out)
 		return Manifest{}, err
 	}
 	m.Source, m.CreatedAt = src, now.UTC().Format(time.RFC3339Nano)
@@ -122,11 +139,90 @@ func CreateSnapshot(ctx context.Context, src, out string, now time.Time) (Manife
 	if err != nil {
 		return Manifest{}, err
 	}
-	if err := os.WriteFile(ManifestPath(out), append(b, '\n'), 0o644); err != nil {
-		os.Remove(out)
-		return Manifest{}, fmt.Errorf("snapshot: write manifest: %w", err)
+	if err := publishSnapshot(copied, out, append(b, '\n')); err != nil {
+		return Manifest{}, err
 	}
 	return m, nil
+}
+
+// neverOverwrites refuses path, which exists (as a file, a directory or a
+// symbolic link).
+func neverOverwrites(path string) error {
+	return &model.ValidationError{Field: "out", Problem: fmt.Sprintf("%s exists; a snapshot never overwrites", path)}
+}
+
+// createExclusive creates path for writing, failing if anything is there
+// (O_EXCL: a symbolic link too, whatever it points to).
+func createExclusive(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return nil, neverOverwrites(path)
+	}
+	return f, err
+}
+
+// publishSnapshot puts the finished copy at out and manifest beside it:
+// the manifest and out created exclusively, the copy renamed over the
+// empty out, the directory synced. On a failure it removes what it
+// created.
+func publishSnapshot(copied, out string, manifest []byte) (err error) {
+	var created []string
+	defer func() {
+		if err != nil {
+			for _, p := range created {
+				os.Remove(p)
+			}
+		}
+	}()
+	mf, err := createExclusive(ManifestPath(out))
+	if err != nil {
+		return fmt.Errorf("snapshot: write manifest: %w", err)
+	}
+	created = append(created, ManifestPath(out))
+	_, err = mf.Write(manifest)
+	if err == nil {
+		err = mf.Sync()
+	}
+	if cerr := mf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot: write manifest: %w", err)
+	}
+	claim, err := createExclusive(out)
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	created = append(created, out)
+	if err := claim.Close(); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if err := os.Rename(copied, out); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	return syncDir(filepath.Dir(out))
+}
+
+// syncFile flushes the file at path to the disk.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// syncDir flushes a directory's entries (a file created or renamed in
+// it) to the disk.
+func syncDir(dir string) error {
+	if err := syncFile(dir); err != nil {
+		return fmt.Errorf("snapshot: sync %s: %w", dir, err)
+	}
+	return nil
 }
 
 // describe reads what a manifest records from a snapshot file.

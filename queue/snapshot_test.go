@@ -650,3 +650,49 @@ func TestRestore(t *testing.T) {
 	claimed := restored.claim("w2")
 	require.Equal(t, model.Running, restored.state(claimed.Claim.TaskID))
 }
+
+// A snapshot and its manifest are created exclusively: a name taken by a
+// symbolic link (to a file outside, or dangling) or a file, before the
+// copy or while it was being made, is refused; the link's target keeps
+// its bytes; nothing is left behind (no manifest without its snapshot, no
+// work directory).
+func TestCreateSnapshotNeverWritesThroughALink(t *testing.T) {
+	b := snapshotSource(t)
+	dir, outside := t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "victim.txt")
+	require.NoError(t, os.WriteFile(victim, []byte("an operator's file"), 0o644))
+	out := filepath.Join(dir, "snap.db")
+	for _, target := range []string{victim, filepath.Join(outside, "none")} {
+		for _, name := range []string{ManifestPath(out), out} {
+			require.NoError(t, os.Symlink(target, name))
+			_, err := CreateSnapshot(b.ctx, b.path, out, b.clock.Now())
+			requireRefused(t, err, model.ErrInvalidInput, name+" exists; a snapshot never overwrites")
+			// The same link made after the first look, as the copy ends.
+			copied := filepath.Join(t.TempDir(), "copy.db")
+			require.NoError(t, os.WriteFile(copied, []byte("a finished copy"), 0o644))
+			err = publishSnapshot(copied, out, []byte("{}\n"))
+			requireRefused(t, err, model.ErrInvalidInput, name+" exists; a snapshot never overwrites")
+			require.NoError(t, os.Remove(name))
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			require.Empty(t, entries, "nothing left beside the snapshot's name")
+		}
+	}
+	got, err := os.ReadFile(victim)
+	require.NoError(t, err)
+	require.Equal(t, "an operator's file", string(got))
+
+	m, err := CreateSnapshot(b.ctx, b.path, out, b.clock.Now())
+	require.NoError(t, err)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		require.True(t, e.Type().IsRegular(), e.Name())
+		names = append(names, e.Name())
+	}
+	require.ElementsMatch(t, []string{"snap.db", "snap.db.manifest.json"}, names, "no work directory is left")
+	v, err := VerifySnapshot(b.ctx, out)
+	require.NoError(t, err)
+	require.Equal(t, m, v.Manifest)
+}

@@ -3,7 +3,6 @@ package chaos
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -19,10 +18,7 @@ func writePage(path string, r *run) error {
 	if err := reports.HTML(&b, pageReport(r)); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return reports.WriteFile(path, b.Bytes())
 }
 
 // pageReport is the run as a report: its checks, one outcome per lane and

@@ -43,7 +43,7 @@ func (p *proc) args() []string {
 
 // start starts the worker, appending its output to its log.
 func (p *proc) start() error {
-	log, err := os.OpenFile(filepath.Join(p.lane.dir, p.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	log, err := os.OpenFile(filepath.Join(p.lane.dir, p.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o644) // a link there is refused, not written through
 	if err != nil {
 		return fmt.Errorf("start worker %s: %w", p.name, err)
 	}

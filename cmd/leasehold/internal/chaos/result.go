@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/leasehold/leasehold/reports"
 )
 
 // ResultKind labels every chaos result: live, never fixture.
@@ -167,8 +169,5 @@ func writeResult(path string, r Result) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return reports.WriteFile(path, append(b, '\n'))
 }

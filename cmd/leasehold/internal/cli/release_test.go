@@ -255,6 +255,14 @@ func TestReleaseCommandsRefuseUnsafePaths(t *testing.T) {
 	require.NoError(t, os.Symlink(snap, filepath.Join(f.dir, "snap-link.db")))
 	require.NoError(t, os.Symlink(elsewhere, filepath.Join(f.dir, "elsewhere")))
 	require.NoError(t, os.WriteFile(filepath.Join(f.dir, "orphan.db-wal"), []byte("a WAL left behind"), 0o644))
+	// Manifests in the way of a new snapshot: a link to an operator's file
+	// outside (which snapshot create once overwrote), a dangling link, a
+	// file.
+	victim := filepath.Join(elsewhere, "victim.txt")
+	require.NoError(t, os.WriteFile(victim, []byte("an operator's file outside"), 0o644))
+	require.NoError(t, os.Symlink(victim, queue.ManifestPath(filepath.Join(f.dir, "m-link.db"))))
+	require.NoError(t, os.Symlink(filepath.Join(elsewhere, "none.json"), queue.ManifestPath(filepath.Join(f.dir, "m-dangling.db"))))
+	require.NoError(t, os.WriteFile(queue.ManifestPath(filepath.Join(f.dir, "m-file.db")), []byte("{}"), 0o644))
 	create := func(out string) []string { return []string{"snapshot", "create", "--db", f.db, "--out", out} }
 
 	cases := []struct {
@@ -275,6 +283,9 @@ func TestReleaseCommandsRefuseUnsafePaths(t *testing.T) {
 		{"out that is the last snapshot", create(snap), []string{"out", "exists"}},
 		{"out a dangling link", create(filepath.Join(f.dir, "link.db")), []string{"--out", "symbolic link"}},
 		{"out a link to elsewhere", create(filepath.Join(f.dir, "link-out.db")), []string{"--out", "symbolic link"}},
+		{"out whose manifest is a link to a file outside", create(filepath.Join(f.dir, "m-link.db")), []string{"out", "m-link.db.manifest.json exists"}},
+		{"out whose manifest is a dangling link", create(filepath.Join(f.dir, "m-dangling.db")), []string{"out", "m-dangling.db.manifest.json exists"}},
+		{"out whose manifest exists", create(filepath.Join(f.dir, "m-file.db")), []string{"out", "m-file.db.manifest.json exists"}},
 		{"out in a missing directory", create(filepath.Join(f.dir, "no", "s.db")), []string{"--out", "directory"}},
 		{"out empty", create(""), []string{"--out", "path required"}},
 		{"out missing", []string{"snapshot", "create", "--db", f.db}, []string{"--out", "path required"}},
@@ -775,6 +786,36 @@ func TestSimReport(t *testing.T) {
 		require.Contains(t, string(md), fmt.Sprintf("%d: `%s`", fp.Seed, fp.Fingerprint[:12]))
 		require.Contains(t, string(page), fmt.Sprintf(`<code title="%s">`, fp.Fingerprint))
 	}
+}
+
+// A report file that is a symbolic link (here to a file outside) is
+// replaced by the new report, never written through: the file outside
+// keeps its bytes, and no temporary file is left beside the reports.
+func TestSimReportReplacesALinkNotItsTarget(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LEASEHOLD_DATA_DIR", dir)
+	out := filepath.Join(dir, "reports")
+	require.NoError(t, os.MkdirAll(out, 0o755))
+	victim := filepath.Join(t.TempDir(), "victim.html")
+	require.NoError(t, os.WriteFile(victim, []byte("an operator's page"), 0o600))
+	for _, name := range []string{"index.html", "report.json", "report.md"} {
+		require.NoError(t, os.Symlink(victim, filepath.Join(out, name)))
+	}
+	requireOK(t, lh(t, "sim", "--scenario", "late-result", "--seed", "4", "--seeds", "1", "--parallel", "1", "--report", out))
+	b, err := os.ReadFile(victim)
+	require.NoError(t, err)
+	require.Equal(t, "an operator's page", string(b), "the link's target is untouched")
+	entries, err := os.ReadDir(out)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		require.True(t, e.Type().IsRegular(), "%s is a file of its own now", e.Name())
+	}
+	require.ElementsMatch(t, []string{"index.html", "report.json", "report.md"}, names, "no temporary file is left")
+	info, err := os.Stat(filepath.Join(out, "index.html"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o644), info.Mode().Perm())
 }
 
 // sim --json prints one record a seed and a summary record, which

@@ -512,7 +512,7 @@ func writeTimeline(path string, r sim.Result) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	return reports.WriteFile(path, b)
 }
 
 // simChildGrace is how long an interrupted sweep waits for its processes

@@ -27,7 +27,7 @@ func writeReport(dir, name string, r reports.Report) error {
 		if err := f.render(&b, r); err != nil {
 			return fmt.Errorf("render %s: %w", f.name, err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, f.name), b.Bytes(), 0o644); err != nil {
+		if err := reports.WriteFile(filepath.Join(dir, f.name), b.Bytes()); err != nil {
 			return err
 		}
 	}

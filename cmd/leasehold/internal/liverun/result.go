@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/reports"
 )
 
 // Kind labels every Result: its figures are live measurements.
@@ -215,8 +216,8 @@ func (r Result) Write(path string) error {
 	if err != nil {
 		return fmt.Errorf("encode the live result: %w", err)
 	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("write the live result: %w", err)
+	if err := reports.WriteFile(path, b); err != nil {
+		return fmt.Errorf("the live result: %w", err)
 	}
 	return nil
 }

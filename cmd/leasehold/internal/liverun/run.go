@@ -157,7 +157,7 @@ func (r *run) startWorker(name string, env ...string) error {
 // startProc starts this binary with args and env added to the run's
 // environment, its output appended to NAME.log in the run's directory.
 func (r *run) startProc(name string, args, env []string) (*proc, error) {
-	log, err := os.OpenFile(filepath.Join(r.cfg.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	log, err := os.OpenFile(filepath.Join(r.cfg.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o644) // a link there is refused, not written through
 	if err != nil {
 		return nil, fmt.Errorf("%s's log: %w", name, err)
 	}
