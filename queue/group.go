@@ -388,6 +388,7 @@ func (q *Queue) runGroup(members []*member) {
 		return
 	}
 	q.stats.add(len(live))
+	q.truncateLogAfterDiskFull()
 	if q.runFused(live) || q.runSubmitFused(live) {
 		return
 	}

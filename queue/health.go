@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -66,12 +67,21 @@ type health struct {
 	failMu   sync.Mutex
 	failures uint64 // writes of this queue that failed in storage
 	lastFail error  // the latest of them
+
+	// diskFull is set when a write fails with a full disk (the low-space
+	// mode), and cleared once the log is truncated and the disk has room
+	// (truncateLogAfterDiskFull).
+	diskFull atomic.Bool
 }
 
 // noteFailure counts err if it is a storage failure.
 func (h *health) noteFailure(err error) {
-	if ClassOf(err) == "" {
+	class := ClassOf(err)
+	if class == "" {
 		return
+	}
+	if class == ClassDiskFull {
+		h.diskFull.Store(true)
 	}
 	h.failMu.Lock()
 	defer h.failMu.Unlock()
@@ -93,7 +103,10 @@ func (h *health) failure() (uint64, error) {
 //
 // The probe is a committed write of a value that changes every time (a
 // counter in settings: a statement that changes no bytes writes nothing
-// and proves nothing). It runs at most once per healthProbeInterval of the
+// and proves nothing). Like every write after one that failed with a full
+// disk, it first checkpoints a SQLite file's log with TRUNCATE
+// (truncateLogAfterDiskFull), which is what gives a freed disk its room
+// back. It runs at most once per healthProbeInterval of the
 // queue's clock; checks in between, and checks made while a probe runs,
 // share its outcome. A failed probe's error keeps its storage class (see
 // ClassOf).

@@ -310,7 +310,7 @@ func livePragmas(t *testing.T, b *bundle, count int) [][]string {
 		require.NoError(t, err)
 		defer conn.Close()
 		var lines []string
-		for _, name := range []string{"busy_timeout", "journal_mode", "synchronous", "foreign_keys", "temp_store"} {
+		for _, name := range []string{"busy_timeout", "journal_mode", "journal_size_limit", "synchronous", "foreign_keys", "temp_store"} {
 			var value string
 			require.NoError(t, conn.QueryRowContext(b.ctx, "PRAGMA "+name).Scan(&value))
 			lines = append(lines, name+"="+value)
@@ -322,19 +322,19 @@ func livePragmas(t *testing.T, b *bundle, count int) [][]string {
 
 func TestFilePragmas(t *testing.T) {
 	b := setupFile(t)
-	require.Equal(t, []string{"busy_timeout(5000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(1)", "temp_store(MEMORY)"}, b.q.Pragmas())
+	require.Equal(t, []string{"busy_timeout(5000)", "journal_mode(WAL)", "journal_size_limit(4194304)", "synchronous(FULL)", "foreign_keys(1)", "temp_store(MEMORY)"}, b.q.Pragmas())
 	// Every pooled connection has them (synchronous FULL is 2).
 	for _, conn := range livePragmas(t, b, 4) {
-		require.Equal(t, []string{"busy_timeout=5000", "journal_mode=wal", "synchronous=2", "foreign_keys=1", "temp_store=2"}, conn)
+		require.Equal(t, []string{"busy_timeout=5000", "journal_mode=wal", "journal_size_limit=4194304", "synchronous=2", "foreign_keys=1", "temp_store=2"}, conn)
 	}
 
 	normal := setupFile(t, func(o *Options) { o.Synchronous = SynchronousNormal })
-	require.Equal(t, []string{"busy_timeout(5000)", "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(1)", "temp_store(MEMORY)"}, normal.q.Pragmas())
-	require.Equal(t, [][]string{{"busy_timeout=5000", "journal_mode=wal", "synchronous=1", "foreign_keys=1", "temp_store=2"}}, livePragmas(t, normal, 1))
+	require.Equal(t, []string{"busy_timeout(5000)", "journal_mode(WAL)", "journal_size_limit(4194304)", "synchronous(NORMAL)", "foreign_keys(1)", "temp_store(MEMORY)"}, normal.q.Pragmas())
+	require.Equal(t, [][]string{{"busy_timeout=5000", "journal_mode=wal", "journal_size_limit=4194304", "synchronous=1", "foreign_keys=1", "temp_store=2"}}, livePragmas(t, normal, 1))
 
 	m := setup(t)
 	require.Equal(t, []string{"busy_timeout(5000)", "synchronous(FULL)", "foreign_keys(1)", "temp_store(MEMORY)"}, m.q.Pragmas())
-	require.Equal(t, [][]string{{"busy_timeout=5000", "journal_mode=memory", "synchronous=2", "foreign_keys=1", "temp_store=2"}}, livePragmas(t, m, 1))
+	require.Equal(t, [][]string{{"busy_timeout=5000", "journal_mode=memory", "journal_size_limit=-1", "synchronous=2", "foreign_keys=1", "temp_store=2"}}, livePragmas(t, m, 1))
 }
 
 // requireField requires a validation error naming field.

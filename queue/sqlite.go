@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"modernc.org/sqlite"
@@ -173,6 +174,15 @@ func readOnlyDSN(o Options, immutable bool) (string, []string, error) {
 	return (&url.URL{Scheme: "file", Path: abs}).String() + "?" + v.Encode(), pragmas, nil
 }
 
+// JournalSizeLimit is the journal_size_limit of a file database: when its
+// log (the -wal file) starts again from its beginning after a checkpoint,
+// a log larger than this is truncated to it. The auto-checkpoint runs at
+// 1,000 pages (about 3.9 MiB of log at 4 KiB a page), so a log only
+// passes the limit when checkpoints could not keep up (a long reader, a
+// full disk's failed writes) and then gives the room back instead of
+// keeping it for good.
+const JournalSizeLimit = 4 << 20
+
 // buildDSN is the DSN of a writer: the PRAGMAs, busy_timeout first, and
 // _txlock=immediate.
 func buildDSN(o Options) (string, []string, error) {
@@ -200,7 +210,7 @@ func buildDSN(o Options) (string, []string, error) {
 	// journal_mode(WAL) can lose a race on a new file: see openAttempts.
 	pragmas := []string{fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds())}
 	if o.Path != Memory {
-		pragmas = append(pragmas, "journal_mode(WAL)")
+		pragmas = append(pragmas, "journal_mode(WAL)", fmt.Sprintf("journal_size_limit(%d)", JournalSizeLimit))
 	}
 	// temp_store(MEMORY) keeps statement journals in memory: each write of
 	// a group commit runs in a savepoint, whose journal (the pages the
@@ -366,4 +376,43 @@ func sqliteTake(t *txn, taken []model.Task, owner string, leaseUntil, now int64)
 		return fmt.Errorf("queue: claim: update: affected %d rows, expected %d", n, len(taken))
 	}
 	return nil
+}
+
+// DiskRoomMin is how much room a file database's file system must have
+// for the queue to leave its low-space mode, which a write that fails
+// with a full disk puts it in: four times JournalSizeLimit, a log's
+// largest size between checkpoints with room to spare.
+const DiskRoomMin = 4 * JournalSizeLimit
+
+// truncateLogAfterDiskFull runs before a group's transaction while the
+// queue is in its low-space mode (since a write of this queue failed with
+// a full disk, until the file system has DiskRoomMin free): on a SQLite
+// file it checkpoints the log with TRUNCATE (wal_truncate), which copies
+// the log's pages into the database and empties the -wal file. Without
+// it a disk that was full and has room again fills up anew: the
+// auto-checkpoint waits for 1,000 pages of log, which a small disk may
+// never hold, and until a checkpoint runs the log only grows, until the
+// checkpoint itself has no room left to copy it. In the mode every write
+// is preceded by the checkpoint (a slower write, and a log one group
+// long); a checkpoint that fails (no room yet for the pages it copies) is
+// simply tried again before the next write, or by the next health probe.
+// In memory, and on PostgreSQL, there is no log to truncate.
+func (q *Queue) truncateLogAfterDiskFull() {
+	if !q.health.diskFull.Load() {
+		return
+	}
+	if _, ok := q.store.(sqliteBackend); !ok || q.url == Memory {
+		q.health.diskFull.Store(false)
+		return
+	}
+	var busy, frames, copied int64
+	// The checkpoint is the queue's, not one caller's: no caller's
+	// cancellation may end it.
+	if err := q.readRow(context.Background(), "wal_truncate").Scan(&busy, &frames, &copied); err != nil {
+		return
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(q.url), &fs); err == nil && fs.Bavail*uint64(fs.Bsize) >= DiskRoomMin {
+		q.health.diskFull.Store(false)
+	}
 }

@@ -398,6 +398,13 @@ FROM events WHERE seq > :after ORDER BY seq LIMIT :limit;
 INSERT INTO settings (key, value) VALUES ('health_probe', 1)
 ON CONFLICT (key) DO UPDATE SET value = value + 1;
 
+-- name: wal_truncate
+-- After a write failed with a full disk (queue/sqlite.go,
+-- truncateLogAfterDiskFull): copy the log into the database and empty the
+-- -wal file. Returns busy (1 if a reader or writer kept it from
+-- finishing), the log's frames and the frames copied.
+PRAGMA wal_checkpoint(TRUNCATE);
+
 -- The audit trail filtered by task, actor and time (at in [since, until)),
 -- in seq order. Audit picks one form by the filter, each able to use an
 -- index of migration 0003, 0008 or 0001 and none sorting in a temporary B-tree
