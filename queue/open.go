@@ -62,6 +62,12 @@ type Options struct {
 	// MaxConns bounds the pool of a file database (default 4). An
 	// in-memory database always uses one connection.
 	MaxConns int
+	// IdleInTransactionTimeout is, on PostgreSQL, how long a session of the
+	// store may sit idle inside a transaction before the server ends it
+	// (idle_in_transaction_session_timeout): zero means
+	// PostgresIdleInTransactionTimeout (5 s), NoIdleInTransactionTimeout
+	// turns it off; the URL's own setting wins. See pgsession.go.
+	IdleInTransactionTimeout time.Duration
 	// Driver replaces the SQLite driver, for fault injection; it must open
 	// modernc.org/sqlite connections underneath.
 	Driver  driver.Driver
@@ -146,6 +152,8 @@ type Queue struct {
 	local   localWakes // Wake's channels on SQLite, woken by this process's commits
 
 	prunes pruneCursor // where PruneDue's next pass starts (prune.go)
+
+	session pgSession // PostgreSQL's session settings (pgsession.go); zero on SQLite
 }
 
 // Open opens (creating if needed) the database at o.Path and checks its
@@ -167,6 +175,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	}
 	q := &Queue{db: db, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), url: o.Path,
 		pragmas: settings, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
+	q.session = pgSessionFor(b, o)
 	_, q.fuse = b.(fuser)
 	q.fuse = q.fuse && !o.Unfused
 	if q.backoff == (model.Backoff{}) {

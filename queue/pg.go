@@ -103,10 +103,13 @@ func PostgresMigrations() ([]Migration, error) {
 // pgConnsDefault is the pool size when Options.MaxConns is not set.
 const pgConnsDefault = 8
 
-// connect opens a pool on the URL in o.Path. The settings it reports are
+// connect opens a pool on the URL in o.Path, every connection with the
+// store's session settings (pgsession.go). The settings it reports are
 // for evidence and hold no password. Options.Driver, when set, must open
-// pgx connections from the URL (a fault injector wrapping
-// stdlib.GetDefaultDriver()).
+// pgx connections through stdlib's default driver (a fault injector
+// wrapping stdlib.GetDefaultDriver()): it is given the name of the whole
+// configuration registered with stdlib, so that its connections carry
+// the same settings and dialer.
 func (pgBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, error) {
 	loc, err := ParseLocation(o.Path)
 	if err != nil {
@@ -119,6 +122,11 @@ func (pgBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, err
 	if err != nil {
 		return nil, nil, &model.ValidationError{Field: "db", Problem: scrubPasswords("the URL "+loc.String()+" is not valid", loc.URL)}
 	}
+	session, err := pgSessionOf(cfg.RuntimeParams, o.IdleInTransactionTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	session.apply(cfg)
 	if lt, ok := pgLockTimeout(o.BusyTimeout); ok {
 		if _, set := cfg.RuntimeParams["lock_timeout"]; !set { // the URL's own setting wins
 			cfg.RuntimeParams["lock_timeout"] = lt
@@ -131,7 +139,7 @@ func (pgBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, err
 	}
 	var db *sql.DB
 	if o.Driver != nil {
-		db = sql.OpenDB(urlConnector{url: loc.URL, drv: o.Driver})
+		db = sql.OpenDB(newConfigConnector(cfg, o.Driver))
 	} else {
 		db = sql.OpenDB(stdlib.GetConnector(*cfg))
 	}
@@ -145,7 +153,8 @@ func (pgBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, err
 		db.Close()
 		return nil, nil, fmt.Errorf("queue: connect to %s: %w", loc.String(), scrubbed(err, loc.URL))
 	}
-	settings := []string{"server=" + loc.String(), "isolation=read committed", fmt.Sprintf("max_conns=%d", conns)}
+	settings := append([]string{"server=" + loc.String(), "isolation=read committed", fmt.Sprintf("max_conns=%d", conns)},
+		session.settings()...)
 	if lt := cfg.RuntimeParams["lock_timeout"]; lt != "" {
 		settings = append(settings, "lock_timeout="+lt)
 	}
@@ -169,15 +178,6 @@ func pgLockTimeout(busy time.Duration) (string, bool) {
 	}
 	return "", false
 }
-
-// urlConnector opens connections to url through drv.
-type urlConnector struct {
-	url string
-	drv driver.Driver
-}
-
-func (c urlConnector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.url) }
-func (c urlConnector) Driver() driver.Driver                        { return c.drv }
 
 // scrubbedError is an error whose message has a password removed; it
 // unwraps to the original, so its class is still read.
@@ -269,8 +269,11 @@ func classOfSQLState(code string) StorageClass {
 		return ClassCantOpen
 	}
 	switch {
-	case strings.HasPrefix(code, "08"), code == "57P01", code == "57P02", code == "57P03":
-		return ClassConnection // connection exceptions, server shutting down or starting
+	case strings.HasPrefix(code, "08"), code == "57P01", code == "57P02", code == "57P03", code == "25P03":
+		// connection exceptions, server shutting down or starting, and a
+		// session the server ended for idling inside a transaction
+		// (idle_in_transaction_session_timeout: its client went quiet)
+		return ClassConnection
 	case strings.HasPrefix(code, "53"):
 		return ClassNoMemory // insufficient resources
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"time"
 
@@ -42,14 +41,10 @@ const (
 	WakeRetryMax = 30 * time.Second
 )
 
-// wakeConnectTimeout bounds one attempt to open the listening connection,
-// and wakeKeepAlive how soon a link that went silent (a cut cable, a
-// partition) is found dead: the kernel probes an idle connection after
-// Idle, every Interval, Count times.
-var (
-	wakeConnectTimeout = 10 * time.Second
-	wakeKeepAlive      = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 5 * time.Second, Count: 3}
-)
+// wakeConnectTimeout bounds one attempt to open the listening connection.
+// How soon a link that went silent (a cut cable, a partition) is found
+// dead is the store's keepalive, as for every connection (pgsession.go).
+var wakeConnectTimeout = 10 * time.Second
 
 // readyNotifier is a store that can wake idle workers elsewhere.
 type readyNotifier interface {
@@ -243,8 +238,7 @@ func (q *Queue) openListener(ctx context.Context) (*pgx.Conn, string, error) {
 	}
 	cfg.ConnectTimeout = wakeConnectTimeout
 	cfg.RuntimeParams["application_name"] = wakeApplicationName(cfg.RuntimeParams["search_path"])
-	dialer := &net.Dialer{KeepAliveConfig: wakeKeepAlive}
-	cfg.DialFunc = dialer.DialContext
+	q.session.apply(cfg)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("queue: wake listener: connect to %s: %w", q.path, err)

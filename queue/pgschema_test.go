@@ -129,11 +129,16 @@ type pgFixture struct {
 }
 
 // freshPostgres returns a fixture on a new, migrated PostgreSQL schema.
+// Its queue runs without the idle-in-transaction timeout: the tests hold
+// transactions open on its pool (a user's row held while other writes
+// run) for as long as their work takes, which on a busy machine may pass
+// the timeout, and their outcome must not depend on the machine's speed.
 func freshPostgres(t *testing.T) *pgFixture {
 	t.Helper()
 	url := pgtest.Fresh(t, migratePostgresURL)
 	ctx := context.Background()
-	q, err := Open(ctx, Options{Path: url, Clock: clockwork.NewFakeClockAt(time.UnixMilli(1000)), IDs: model.NewSeededIDs(1)})
+	q, err := Open(ctx, Options{Path: url, Clock: clockwork.NewFakeClockAt(time.UnixMilli(1000)), IDs: model.NewSeededIDs(1),
+		IdleInTransactionTimeout: NoIdleInTransactionTimeout})
 	require.NoError(t, err)
 	t.Cleanup(func() { q.Close() })
 	return &pgFixture{t: t, ctx: ctx, url: url, q: q, db: q.db}

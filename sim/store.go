@@ -138,9 +138,12 @@ func (s Store) open(ctx context.Context, clock clockwork.Clock, seed uint64) (op
 	}
 	storage := faults.NewPostgresStorage(stdlib.GetDefaultDriver(), clock)
 	// Unfused: the injector's BEGIN and COMMIT faults land where they land
-	// on SQLite (see queue.Options.Unfused).
+	// on SQLite (see queue.Options.Unfused). No idle-in-transaction
+	// timeout: a world's transaction idle past it while the process is
+	// descheduled would be ended by the server, and the trace would then
+	// depend on the machine's speed.
 	q, err := queue.Open(ctx, queue.Options{Path: ws.url, Clock: clock, IDs: ids, Rand: rand,
-		Driver: storage, MaxConns: storeConnsMax, Unfused: true})
+		Driver: storage, MaxConns: storeConnsMax, Unfused: true, IdleInTransactionTimeout: queue.NoIdleInTransactionTimeout})
 	if err != nil {
 		s.pg.give(ws)
 		return opened{}, fmt.Errorf("sim: open queue on schema %s: %w", ws.name, err)

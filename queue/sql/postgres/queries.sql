@@ -454,6 +454,16 @@ FROM events
 WHERE seq > :after AND seq <= (SELECT last_value FROM events_seq)
 ORDER BY seq LIMIT :limit;
 
+-- name: session_settings
+-- The settings of the session it runs on, as the server reports them
+-- (Queue.SessionSettings); one it does not know (idle_session_timeout
+-- before PostgreSQL 14) is empty.
+SELECT s.name, COALESCE(current_setting(s.name, true), '')
+FROM unnest(ARRAY['idle_in_transaction_session_timeout', 'tcp_keepalives_idle', 'tcp_keepalives_interval',
+                  'tcp_keepalives_count', 'tcp_user_timeout', 'lock_timeout', 'statement_timeout',
+                  'idle_session_timeout']) WITH ORDINALITY AS s(name, n)
+ORDER BY s.n;
+
 -- name: health
 -- The health probe: a write that commits.
 INSERT INTO settings (key, value) VALUES ('health_probe', 1)

@@ -398,6 +398,15 @@ FROM events WHERE seq > :after ORDER BY seq LIMIT :limit;
 INSERT INTO settings (key, value) VALUES ('health_probe', 1)
 ON CONFLICT (key) DO UPDATE SET value = value + 1;
 
+-- name: session_settings
+-- The PRAGMAs of the connection it runs on (Queue.SessionSettings).
+SELECT 'busy_timeout', CAST(timeout AS TEXT) FROM pragma_busy_timeout
+UNION ALL SELECT 'journal_mode', journal_mode FROM pragma_journal_mode
+UNION ALL SELECT 'journal_size_limit', CAST(journal_size_limit AS TEXT) FROM pragma_journal_size_limit
+UNION ALL SELECT 'synchronous', CAST(synchronous AS TEXT) FROM pragma_synchronous
+UNION ALL SELECT 'foreign_keys', CAST(foreign_keys AS TEXT) FROM pragma_foreign_keys
+UNION ALL SELECT 'temp_store', CAST(temp_store AS TEXT) FROM pragma_temp_store;
+
 -- name: wal_truncate
 -- After a write failed with a full disk (queue/sqlite.go,
 -- truncateLogAfterDiskFull): copy the log into the database and empty the

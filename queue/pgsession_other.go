@@ -1,0 +1,14 @@
+//go:build !linux
+
+package queue
+
+import (
+	"syscall"
+	"time"
+)
+
+// userTimeoutControl sets nothing where TCP_USER_TIMEOUT is Linux's alone:
+// the keepalive (and the server's tcp_user_timeout) still apply.
+func userTimeoutControl(time.Duration) func(network, address string, c syscall.RawConn) error {
+	return nil
+}
