@@ -299,18 +299,27 @@ SELECT e.op_id, e.task_id, e.step, e.intent_fence, e.intent_at, e.receipt_fence,
 FROM effects e JOIN tasks t ON t.id = e.task_id ORDER BY t.seq, e.step;
 
 -- name: reap_deadlines
+-- The reaper's statements lock the tasks they return, skipping any row
+-- another session holds (SKIP LOCKED): a session cut off inside a
+-- transaction (a partitioned worker) holds its tasks' rows until the
+-- server ends it (idle_in_transaction_session_timeout), and a reaper that
+-- waited for them would hold up every write grouped with it. A task
+-- skipped is reaped by a later pass.
 SELECT {task_columns} FROM tasks
 WHERE deadline != 0 AND state IN ('queued', 'running', 'waiting_for_approval') AND deadline < :now
-ORDER BY seq LIMIT :limit;
+ORDER BY seq LIMIT :limit
+FOR UPDATE SKIP LOCKED;
 
 -- name: reap_any
 SELECT EXISTS (SELECT 1 FROM tasks WHERE deadline != 0 AND state IN ('queued', 'running', 'waiting_for_approval') AND deadline < :now)
     OR EXISTS (SELECT 1 FROM tasks WHERE state = 'running' AND lease_until <= :now);
 
 -- name: reap_leases
+-- As reap_deadlines: rows another session holds are skipped.
 SELECT {task_columns} FROM tasks
 WHERE state = 'running' AND lease_until <= :now
-ORDER BY seq LIMIT :limit;
+ORDER BY seq LIMIT :limit
+FOR UPDATE SKIP LOCKED;
 
 -- name: list_all
 SELECT {task_columns} FROM tasks ORDER BY seq LIMIT :limit;
