@@ -92,7 +92,10 @@ func TestPostgresPartitionFencesTheCutOffWorker(t *testing.T) {
 	h1 := newHost(t, dbURL, clock, 1)
 	h2 := newHost(t, dbURL, clock, 2)
 	svc := workertest.NewService(worker.Dedup, clock)
-	const lease, heartbeat = 3 * time.Second, time.Second
+	// Leases in the fake clock's time: at least the queue's LeaseMin (its
+	// idle-in-transaction timeout plus its TCP user timeout), as a live
+	// worker's must be.
+	const lease, heartbeat = 30 * time.Second, 10 * time.Second
 
 	res, err := operator.Submit(context.Background(), model.SubmitRequest{User: "ana", Key: "partition",
 		Payload: `{"steps":[{"cost":1,"effect":"charge"},{"cost":1}]}`, CostBudget: 10, StepsMax: 5})
@@ -231,4 +234,38 @@ func countEvents(events []model.Event, kind model.EventKind) int {
 		}
 	}
 	return n
+}
+
+// TestPostgresRunnerRefusesALeaseUnderTheMinimum: a live worker over
+// PostgreSQL refuses a lease shorter than its queue's LeaseMin (the
+// idle-in-transaction timeout plus the TCP user timeout: 25 s by
+// default), naming the lease; the minimum itself is accepted, and a
+// queue with shorter settings in its URL allows a shorter lease.
+func TestPostgresRunnerRefusesALeaseUnderTheMinimum(t *testing.T) {
+	dbURL := pgtest.Fresh(t, migratePostgres)
+	clock := clockwork.NewFakeClockAt(epoch)
+	q := openPostgres(t, dbURL, clock, 1)
+	require.Equal(t, 25*time.Second, q.LeaseMin())
+	cfg := worker.Config{ID: "w1", Queue: q, Handler: worker.Synthetic{}, Service: workertest.NewService(worker.Dedup, clock),
+		Clock: clock, Lease: 24 * time.Second}
+	_, err := worker.NewRunner(cfg, worker.RunOptions{})
+	require.ErrorIs(t, err, model.ErrInvalidInput)
+	var ve *model.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "lease", ve.Field)
+	require.Contains(t, ve.Problem, "24s is shorter than the queue's minimum lease 25s")
+	cfg.Lease = 25 * time.Second
+	_, err = worker.NewRunner(cfg, worker.RunOptions{})
+	require.NoError(t, err)
+
+	// A wrapper that hides the queue: the housekeeper (the queue) states it.
+	cfg.Lease, cfg.Queue = 24*time.Second, struct{ worker.Queue }{q}
+	_, err = worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q})
+	require.ErrorIs(t, err, model.ErrInvalidInput)
+
+	short := openPostgres(t, dbURL+"&idle_in_transaction_session_timeout=500&tcp_user_timeout=1000", clock, 2)
+	require.Equal(t, 1500*time.Millisecond, short.LeaseMin())
+	cfg.Queue, cfg.Lease = short, 2*time.Second
+	_, err = worker.NewRunner(cfg, worker.RunOptions{})
+	require.NoError(t, err)
 }

@@ -106,6 +106,11 @@ func NewRunner(cfg Config, opts RunOptions) (*Runner, error) {
 	if opts.ShutdownGrace < 0 {
 		return nil, &model.ValidationError{Field: "shutdown_grace", Problem: "must not be negative"}
 	}
+	if min := leaseMinOf(cfg.Queue, opts.Housekeeper, opts.Waker); cfg.Lease < min {
+		return nil, &model.ValidationError{Field: "lease", Problem: fmt.Sprintf("%s is shorter than the queue's minimum lease %s "+
+			"(its idle-in-transaction timeout plus its TCP user timeout: how long a worker cut off inside a transaction "+
+			"can hold up others' writes; see RUNBOOK.md, A partitioned worker)", cfg.Lease, min)}
+	}
 	r := &Runner{cfg: &cfg, opts: opts, idle: cfg.Concurrency,
 		exposure: map[*Slot]int64{}, hbFailing: map[*Slot]bool{}, held: map[string]model.Claim{},
 		wake: make(chan struct{}, 1)}
@@ -114,6 +119,27 @@ func NewRunner(cfg Config, opts RunOptions) (*Runner, error) {
 		r.cfg.Executor = Goroutines{}
 	}
 	return r, nil
+}
+
+// LeaseMinimum is a queue that states the shortest lease its live
+// workers may take (*queue.Queue does: on PostgreSQL, the time a session
+// cut off inside a transaction can hold locks other workers' writes wait
+// for, which their leases must outlast).
+type LeaseMinimum interface {
+	LeaseMin() time.Duration
+}
+
+// leaseMinOf is the longest minimum lease any of the runner's queues
+// states: the worker's Queue, or the Housekeeper or Waker when the Queue
+// is a wrapper that hides it.
+func leaseMinOf(queues ...any) time.Duration {
+	var min time.Duration
+	for _, q := range queues {
+		if m, ok := q.(LeaseMinimum); ok {
+			min = max(min, m.LeaseMin())
+		}
+	}
+	return min
 }
 
 // Claims returns the claims held now, in no particular order.

@@ -35,8 +35,34 @@ const (
 // returns the URL of it: serverURL naming the database, with the schema
 // as its search_path.
 func FreshPostgres(ctx context.Context, serverURL string) (string, error) {
-	return freshSchema(ctx, serverURL, DemoDatabase, DemoSchema)
+	fresh, err := freshSchema(ctx, serverURL, DemoDatabase, DemoSchema)
+	if err != nil {
+		return "", err
+	}
+	return withDemoSession(fresh)
 }
+
+// withDemoSession returns dbURL with demoSession's settings.
+func withDemoSession(dbURL string) (string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", fmt.Errorf("the demo schema's URL is not valid") // freshSchema made it; never reached
+	}
+	v := u.Query()
+	for name, value := range demoSession {
+		v.Set(name, value)
+	}
+	u.RawQuery = v.Encode()
+	return u.String(), nil
+}
+
+// demoSession are session settings of the live run's connections on
+// PostgreSQL, given in its URL (a URL's own settings win over the store's
+// defaults): the portfolio's leases are 2 s, under the store's default
+// minimum lease of 25 s (its idle-in-transaction timeout plus its TCP
+// user timeout), which its workers would refuse. Over loopback, 0.5 s and
+// 1 s make a minimum of 1.5 s.
+var demoSession = map[string]string{"idle_in_transaction_session_timeout": "500", "tcp_user_timeout": "1000"}
 
 // freshSchema drops and creates schema in database (created if missing)
 // on the server serverURL reaches and returns its URL.

@@ -5,11 +5,16 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/scenarios"
 )
 
 // The run on PostgreSQL gets a schema made afresh: what an earlier run
@@ -43,6 +48,15 @@ func TestPostgresDemoSchemaIsFreshEachTime(t *testing.T) {
 	var n int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = $1", schema).Scan(&n))
 	require.Zero(t, n, "the earlier run's table is gone")
+
+	// The run's URL lets its workers take the portfolio's lease.
+	demo, err := withDemoSession(url)
+	require.NoError(t, err)
+	q, err := queue.Open(ctx, queue.Options{Path: demo, Clock: clockwork.NewRealClock(), IDs: model.NewSeededIDs(1)})
+	require.NoError(t, err)
+	require.Equal(t, 1500*time.Millisecond, q.LeaseMin())
+	require.LessOrEqual(t, q.LeaseMin(), scenarios.Portfolio().Lease)
+	require.NoError(t, q.Close())
 
 	_, err = FreshPostgres(ctx, "/tmp/leasehold.db")
 	require.ErrorContains(t, err, "not a postgres:// URL")
