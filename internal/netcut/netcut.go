@@ -11,6 +11,12 @@
 // server late, after whatever the server did meanwhile. A connection
 // opened during the cut is accepted, and its first bytes are held too.
 //
+// A cut can also wait for a moment the bytes mark (CutAt): the first chunk
+// one way that a test's function recognises is held, and the link is cut
+// from there. Cutting as the server's answer to a statement inside a
+// transaction comes back, say, leaves the server's session idle in that
+// transaction, holding its locks, and the client waiting for the answer.
+//
 // # Usage
 //
 //	p, err := netcut.Listen("127.0.0.1:5432") // the server's address
@@ -19,6 +25,9 @@
 //	p.Cut()
 //	<-p.Held()  // a client sent something that the cut holds
 //	p.Restore()
+//
+//	p.CutAt(netcut.ToClient, func(chunk []byte) bool { ... })
+//	<-p.Held()  // the chunk recognised is held; the link is cut
 package netcut
 
 import (
@@ -42,7 +51,22 @@ type Proxy struct {
 	closed   bool
 	held     chan struct{} // a pipe holds bytes at a cut (capacity 1)
 	wg       sync.WaitGroup
+	// at, armed by CutAt, cuts the link at the first chunk crossing it in
+	// direction atDir that it recognises; nil once it has.
+	at    func([]byte) bool
+	atDir Direction
 }
+
+// Direction is the way bytes cross the link.
+type Direction int
+
+// The directions.
+const (
+	// ToServer is from the client that dialed Addr to the target.
+	ToServer Direction = iota
+	// ToClient is from the target back to the client.
+	ToClient
+)
 
 // Listen starts a proxy on a free port of 127.0.0.1 for target (host:port).
 func Listen(target string) (*Proxy, error) {
@@ -79,6 +103,17 @@ func (p *Proxy) Restore() {
 		close(p.restored)
 		p.restored = nil
 	}
+}
+
+// CutAt arms a cut at a moment the bytes mark: the first chunk (what one
+// read of a connection returned) crossing the link in direction dir for
+// which match returns true is held, and the link is cut from then on, as
+// by Cut, until Restore. match sees each chunk once, from the proxy's
+// goroutines, while the link is up. A later CutAt replaces an armed one.
+func (p *Proxy) CutAt(dir Direction, match func(chunk []byte) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.at, p.atDir = match, dir
 }
 
 // Held receives when bytes reach a cut link (at most one signal waits):
@@ -147,20 +182,22 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.untrack(server)
 	done := make(chan struct{}, 2)
-	go func() { p.pipe(server, client); done <- struct{}{} }()
-	go func() { p.pipe(client, server); done <- struct{}{} }()
+	go func() { p.pipe(server, client, ToServer); done <- struct{}{} }()
+	go func() { p.pipe(client, server, ToClient); done <- struct{}{} }()
 	<-done // one side ended: end both
 	client.Close()
 	server.Close()
 	<-done
 }
 
-// pipe copies from src to dst, holding each chunk while the link is cut.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies from src to dst, the link's direction dir, holding each
+// chunk while the link is cut (and cutting it at a chunk CutAt armed).
+func (p *Proxy) pipe(dst, src net.Conn, dir Direction) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			p.cutAt(dir, buf[:n])
 			p.gate()
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -176,6 +213,18 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// cutAt cuts the link if a cut is armed for dir and chunk matches it.
+func (p *Proxy) cutAt(dir Direction, chunk []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.at == nil || p.atDir != dir || p.cut || !p.at(chunk) {
+		return
+	}
+	p.at = nil
+	p.cut = true
+	p.restored = make(chan struct{})
 }
 
 // gate waits while the link is cut, saying so on held.

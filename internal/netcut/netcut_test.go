@@ -101,3 +101,44 @@ func TestCutHoldsAndRestoreDelivers(t *testing.T) {
 	second.Close()
 	c.Close()
 }
+
+// TestCutAtHoldsTheChunkItRecognises: a cut armed for the server's answers
+// lets every other chunk through, holds the one it recognises (the client
+// does not get it) and everything after it in both directions, until
+// Restore delivers them in order.
+func TestCutAtHoldsTheChunkItRecognises(t *testing.T) {
+	target, got := echoServer(t)
+	p, err := Listen(target)
+	require.NoError(t, err)
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	r := bufio.NewReader(c)
+	p.CutAt(ToClient, func(chunk []byte) bool { return string(chunk) == "mark\n" })
+
+	for _, line := range []string{"one\n", "mark\n"} {
+		_, err = c.Write([]byte(line))
+		require.NoError(t, err)
+		require.Equal(t, line, within(t, got, "the server reading "+line), "a chunk to the server passes, even the mark")
+	}
+	reply, err := r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "one\n", reply, "the answer before the mark passes")
+	within(t, p.Held(), "the proxy holding the server's answer it recognised")
+	_, err = c.Write([]byte("after\n"))
+	require.NoError(t, err)
+	within(t, p.Held(), "the proxy holding the client's next line")
+	select {
+	case line := <-got:
+		t.Fatalf("the server read %q across the cut", line)
+	default:
+	}
+
+	p.Restore()
+	for _, want := range []string{"mark\n", "after\n"} {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, want, line, "delivered in order once restored")
+	}
+	require.Equal(t, "after\n", within(t, got, "the server reading the line held"))
+}
