@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Response bounds: a body larger than these is refused as malformed.
@@ -111,11 +112,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 // errorOf reads a refusal's JSON body into an *Error; a body that is not
 // the API's error object still gives the status.
 func errorOf(resp *http.Response) error {
-	var body struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-		Field string `json:"field"`
-	}
+	var body wire.Error
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, errorBytesMax))
 	e := &Error{Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header)}
 	if json.Unmarshal(raw, &body) == nil {
@@ -134,7 +131,7 @@ func taskPath(id string, rest ...string) string {
 // key returns the original task's ID with Replay set.
 func (c *Client) Submit(ctx context.Context, req model.SubmitRequest) (SubmitResult, error) {
 	var res SubmitResult
-	_, err := c.do(ctx, http.MethodPost, "/v1/tasks", nil, submitBodyOf(req), &res)
+	_, err := c.do(ctx, http.MethodPost, "/v1/tasks", nil, wire.SubmitRequestOf(req), &res)
 	return res, err
 }
 
@@ -142,15 +139,8 @@ func (c *Client) Submit(ctx context.Context, req model.SubmitRequest) (SubmitRes
 // new or a replay) or none. A refused item is named by its index in the
 // error's Field ("tasks[3].payload").
 func (c *Client) SubmitMany(ctx context.Context, reqs []model.SubmitRequest) ([]SubmitResult, error) {
-	body := struct {
-		Tasks []submitBody `json:"tasks"`
-	}{Tasks: make([]submitBody, 0, len(reqs))}
-	for _, r := range reqs {
-		body.Tasks = append(body.Tasks, submitBodyOf(r))
-	}
-	var res struct {
-		Results []SubmitResult `json:"results"`
-	}
+	body := wire.BatchRequest{Tasks: wire.All(reqs, wire.SubmitRequestOf)}
+	var res wire.BatchResult
 	_, err := c.do(ctx, http.MethodPost, "/v1/tasks/batch", nil, body, &res)
 	return res.Results, err
 }
@@ -309,11 +299,8 @@ func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
 
 // AddSchedule adds a periodic task.
 func (c *Client) AddSchedule(ctx context.Context, s ScheduleSpec) (Schedule, error) {
-	body := map[string]any{"user": s.User, "payload": json.RawMessage(s.Payload), "cost_budget": s.CostBudget,
-		"steps_max": s.StepsMax, "priority": s.Priority, "period_ms": s.Period.Milliseconds()}
-	if !s.Origin.IsZero() {
-		body["origin"] = s.Origin.UTC().Format(time.RFC3339Nano)
-	}
+	body := wire.ScheduleRequest{User: s.User, Payload: json.RawMessage(s.Payload), CostBudget: s.CostBudget,
+		StepsMax: s.StepsMax, Priority: s.Priority, Origin: wire.TimeOf(s.Origin).String(), PeriodMs: s.Period.Milliseconds()}
 	var out Schedule
 	_, err := c.do(ctx, http.MethodPost, "/v1/schedules", nil, body, &out)
 	return out, err

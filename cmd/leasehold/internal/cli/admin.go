@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func init() {
@@ -210,7 +211,7 @@ func runLimits(e *env, args []string) int {
 			return err
 		}
 		if *c.json {
-			return printJSON(e.stdout, view.LimitsOf(limits, users))
+			return printJSON(e.stdout, wire.LimitsViewOf(limits, users))
 		}
 		printLimits(e.stdout, limits, users)
 		return nil
@@ -291,11 +292,11 @@ func scheduleList(e *env, fs *flag.FlagSet, c common, args []string) int {
 			return err
 		}
 		if *c.json {
-			return printJSON(e.stdout, view.All(schedules, view.ScheduleOf))
+			return printJSON(e.stdout, wire.All(schedules, wire.ScheduleOf))
 		}
 		for _, s := range schedules {
 			fmt.Fprintf(e.stdout, "%s user=%s origin=%s period=%s last_run=%d next_due=%s\n", s.ID, s.User,
-				view.RFC3339(s.Origin), s.Period, s.LastRun, view.RFC3339(s.Origin.Add(time.Duration(s.LastRun+1)*s.Period)))
+				wire.TimeOf(s.Origin), s.Period, s.LastRun, wire.TimeOf(s.Origin.Add(time.Duration(s.LastRun+1)*s.Period)))
 		}
 		return nil
 	})

@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"flag"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func init() {
@@ -57,7 +57,7 @@ func runAudit(e *env, args []string) int {
 		if *format == "jsonl" || *c.json {
 			w := bufio.NewWriter(e.stdout)
 			for _, ev := range events {
-				if err := printJSON(w, view.EventOf(ev)); err != nil {
+				if err := printJSON(w, wire.EventOf(ev, "")); err != nil {
 					return err
 				}
 			}

@@ -9,28 +9,15 @@ import (
 	"io"
 	"os"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/internal/jsonkeys"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // batchStdin is what `submit --batch -` reads (a variable so tests can
 // feed it).
 var batchStdin io.Reader = os.Stdin
-
-// batchLine is one line of a `submit --batch` file: the fields of the
-// HTTP API's submit body.
-type batchLine struct {
-	User       string          `json:"user"`
-	Key        string          `json:"key"`
-	Payload    json.RawMessage `json:"payload"`
-	CostBudget int64           `json:"cost_budget"`
-	StepsMax   int             `json:"steps_max"`
-	Priority   int             `json:"priority"`
-	RunAt      string          `json:"run_at"`
-	Deadline   string          `json:"deadline"`
-}
 
 // batchLineBytesMax bounds one line: the largest payload, escaped at
 // worst, and the other fields.
@@ -75,7 +62,7 @@ func readBatch(name string, r io.Reader) ([]model.SubmitRequest, []int, error) {
 func parseBatchLine(text []byte) (model.SubmitRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(text))
 	dec.DisallowUnknownFields()
-	var b batchLine
+	var b wire.SubmitRequest // a line is the HTTP API's submit body
 	if err := dec.Decode(&b); err != nil {
 		return model.SubmitRequest{}, badUsage("not a JSON object of the submit fields: %v", err)
 	}
@@ -86,13 +73,8 @@ func parseBatchLine(text []byte) (model.SubmitRequest, error) {
 	if errors.As(jsonkeys.Check(text), &dup) {
 		return model.SubmitRequest{}, badUsage("%v", dup)
 	}
-	req := model.SubmitRequest{User: b.User, Key: b.Key, Payload: string(b.Payload), CostBudget: b.CostBudget,
-		StepsMax: b.StepsMax, Priority: b.Priority}
-	var err error
-	if req.RunAt, err = view.ParseTime("run_at", b.RunAt); err != nil {
-		return model.SubmitRequest{}, err
-	}
-	if req.Deadline, err = view.ParseTime("deadline", b.Deadline); err != nil {
+	req, err := b.Model()
+	if err != nil {
 		return model.SubmitRequest{}, err
 	}
 	return req, nil
@@ -151,7 +133,7 @@ func submitBatch(e *env, c common, name string) int {
 			replays++
 		}
 		if *c.json {
-			printJSON(e.stdout, map[string]any{"task_id": r.TaskID, "replay": r.Replay})
+			printJSON(e.stdout, wire.SubmitResultOf(r))
 			continue
 		}
 		fmt.Fprintln(e.stdout, r.TaskID)

@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/internal/jsonkeys"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func init() {
@@ -103,7 +103,7 @@ func runSubmit(e *env, args []string) int {
 		return fail(e, "submit", err)
 	}
 	if *c.json {
-		printJSON(e.stdout, map[string]any{"task_id": res.TaskID, "replay": res.Replay})
+		printJSON(e.stdout, wire.SubmitResultOf(res))
 		return exitOK
 	}
 	if res.Replay {
@@ -190,7 +190,7 @@ func runStatus(e *env, args []string) int {
 			return err
 		}
 		if *c.json {
-			err = printJSON(e.stdout, view.TaskOf(t))
+			err = printJSON(e.stdout, wire.TaskOf(t))
 		} else {
 			printStatus(e.stdout, t)
 		}
@@ -242,7 +242,7 @@ func runList(e *env, args []string) int {
 			next = strconv.FormatInt(page.Next, 10)
 		}
 		if *c.json {
-			return printJSON(e.stdout, map[string]any{"tasks": view.All(page.Tasks, view.TaskOf), "next": next})
+			return printJSON(e.stdout, wire.TaskPage{Tasks: wire.All(page.Tasks, wire.TaskOf), Next: next})
 		}
 		printTable(e.stdout, page.Tasks)
 		if next != "" {
@@ -268,7 +268,7 @@ func runCancel(e *env, args []string) int {
 			return err
 		}
 		if *c.json {
-			return printJSON(e.stdout, view.TaskOf(t))
+			return printJSON(e.stdout, wire.TaskOf(t))
 		}
 		if t.State == model.Running {
 			fmt.Fprintf(e.stdout, "task %s: cancellation requested by %s; its worker stops before the next step\n", t.ID, t.CancelledBy)

@@ -33,6 +33,7 @@ import (
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // cliTimeout bounds one in-process command: a command that should have
@@ -1002,10 +1003,10 @@ func TestReviewSettleRequeueResolve(t *testing.T) {
 
 	r := f.do("inspect", "--json")
 	requireOK(t, r)
-	var found []view.Inspection
+	var found []wire.Inspection
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &found), r.stdout)
 	require.Len(t, found, 2)
-	byID := map[string]view.Inspection{}
+	byID := map[string]wire.Inspection{}
 	for _, in := range found {
 		byID[in.Task.ID] = in
 	}

@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -148,7 +147,7 @@ func parseWithArgs(fs *flag.FlagSet, args []string, n int) error {
 	}
 	if len(positional) != n && !(n == optionalArg && len(positional) <= 1) {
 		if n == 0 {
-			return badUsage("unexpected argument %s (leasehold %s takes flags only)", view.Quote(positional[0], 64), fs.Name())
+			return badUsage("unexpected argument %s (leasehold %s takes flags only)", model.Quote(positional[0], 64), fs.Name())
 		}
 		name := positionals[fs.Name()]
 		if name == "" {
@@ -336,7 +335,7 @@ func flagError(fs *flag.FlagSet, err error) error {
 	}
 	value, name, reason := m[1], m[2], m[3]
 	if unquoted, err := strconv.Unquote(value); err == nil {
-		value = view.Quote(unquoted, 64)
+		value = model.Quote(unquoted, 64)
 	}
 	var want string
 	if f := fs.Lookup(name); f != nil {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
@@ -351,13 +350,13 @@ func parseTime(field, s string) (time.Time, error) {
 	if rest, ok := strings.CutPrefix(s, "+"); ok {
 		d, err := time.ParseDuration(rest)
 		if err != nil || d < 0 {
-			return time.Time{}, badUsage("--%s: %s is not +DURATION (like +30s)", field, view.Quote(s, 64))
+			return time.Time{}, badUsage("--%s: %s is not +DURATION (like +30s)", field, model.Quote(s, 64))
 		}
 		return time.Now().Add(d), nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, badUsage("--%s: %s is not an RFC 3339 time or +DURATION", field, view.Quote(s, 64))
+		return time.Time{}, badUsage("--%s: %s is not an RFC 3339 time or +DURATION", field, model.Quote(s, 64))
 	}
 	if t.IsZero() { // the zero time is out of range, not "not set"
 		return time.Time{}, badUsage("--%s", model.CheckTimeRange(field, t))

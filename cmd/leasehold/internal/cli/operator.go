@@ -7,9 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func init() {
@@ -147,7 +149,7 @@ func runResolve(e *env, args []string) int {
 	case *as == "":
 		err = badUsage("--as: required: completed, failed or cancelled")
 	case !to.Terminal():
-		err = badUsage("--as: must be completed, failed or cancelled, got %s", view.Quote(*as, 64))
+		err = badUsage("--as: must be completed, failed or cancelled, got %s", model.Quote(*as, 64))
 	}
 	if err != nil {
 		return fail(e, "resolve", err)
@@ -210,10 +212,13 @@ func runEvents(e *env, args []string) int {
 		return fail(e, "events", badUsage("--after: needs --follow and a sequence number of 0 or more, got %d", *after))
 	}
 	return withReader(e, "events", c, func(q *queue.Queue) error {
+		var user string // the task's, for its events' records
 		if id != "" {
-			if _, err := q.Task(e.ctx, id); err != nil {
+			t, err := q.Task(e.ctx, id)
+			if err != nil {
 				return err
 			}
+			user = t.User
 		}
 		if *followFlag {
 			return followEvents(e, q, id, *after, *c.json)
@@ -223,7 +228,7 @@ func runEvents(e *env, args []string) int {
 			return err
 		}
 		if *c.json {
-			return printJSON(e.stdout, view.All(events, view.EventOf))
+			return printJSON(e.stdout, wire.All(events, func(ev model.Event) wire.Event { return wire.EventOf(ev, user) }))
 		}
 		printEvents(e.stdout, events)
 		return nil
@@ -237,7 +242,7 @@ func runInspect(e *env, args []string) int {
 		return fail(e, "inspect", err)
 	}
 	return withReader(e, "inspect", c, func(q *queue.Queue) error {
-		out, err := view.Inspect(e.ctx, q, time.Now())
+		out, err := httpapi.Inspect(e.ctx, q, time.Now())
 		if err != nil {
 			return err
 		}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -55,7 +54,7 @@ func safePath(field, p string) (string, error) {
 		return "", badUsage("%s: path required", label)
 	}
 	if strings.ContainsAny(p, "\x00?#") {
-		return "", badUsage("%s: %s has characters a database path may not", label, view.Quote(p, 64))
+		return "", badUsage("%s: %s has characters a database path may not", label, model.Quote(p, 64))
 	}
 	root, err := allowedRoot()
 	if err != nil {

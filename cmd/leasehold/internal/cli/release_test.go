@@ -29,11 +29,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
 	"github.com/leasehold/leasehold/reports"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // dataFixture is a fixture whose directory is the allowed directory
@@ -124,14 +124,14 @@ func execSQL(t *testing.T, path string, statements ...string) {
 
 // auditLines runs audit --format jsonl with args against db and decodes
 // every line.
-func auditLines(t *testing.T, db string, args ...string) []view.Event {
+func auditLines(t *testing.T, db string, args ...string) []wire.Event {
 	t.Helper()
 	r := lh(t, append([]string{"audit", "--db", db, "--format", "jsonl"}, args...)...)
 	requireOK(t, r)
-	var out []view.Event
+	var out []wire.Event
 	sc := bufio.NewScanner(strings.NewReader(r.stdout))
 	for sc.Scan() {
-		var e view.Event
+		var e wire.Event
 		dec := json.NewDecoder(strings.NewReader(sc.Text()))
 		dec.DisallowUnknownFields()
 		require.NoError(t, dec.Decode(&e), "one JSON object per line: %q", sc.Text())
@@ -215,7 +215,7 @@ func TestSnapshotCreateVerifyRestore(t *testing.T) {
 	}
 	events := auditLines(t, restored, "--actor", "rita")
 	require.Len(t, events, 1)
-	require.Equal(t, string(model.EventRestored), events[0].Kind)
+	require.Equal(t, model.EventRestored, events[0].Kind)
 	require.Equal(t, model.ScopeOperate, events[0].Scope)
 	require.Contains(t, events[0].Detail, m.SHA256)
 	require.Empty(t, auditLines(t, f.db, "--actor", "rita"), "the live database is not touched")
@@ -484,7 +484,7 @@ func TestMigrate(t *testing.T) {
 	require.Len(t, applied, queue.SchemaVersion())
 	events := auditLines(t, prod, "--actor", "olga")
 	require.Len(t, events, 1)
-	require.Equal(t, string(model.EventMigrated), events[0].Kind)
+	require.Equal(t, model.EventMigrated, events[0].Kind)
 	require.Equal(t, model.ScopeOperate, events[0].Scope)
 	require.Equal(t, "olga", events[0].Actor)
 	require.Contains(t, events[0].Detail, fmt.Sprintf("schema 2 -> %d", queue.SchemaVersion()))
@@ -580,10 +580,10 @@ func TestAuditFilters(t *testing.T) {
 	require.NoError(t, q.Close())
 
 	at := func(h int) string { return t0.Add(time.Duration(h) * time.Hour).Format(time.RFC3339) }
-	kinds := func(events []view.Event) []string {
+	kinds := func(events []wire.Event) []string {
 		var out []string
 		for _, e := range events {
-			out = append(out, e.Kind+" "+e.TaskID+" "+e.Actor+" "+e.Scope+" "+e.At)
+			out = append(out, string(e.Kind)+" "+e.TaskID+" "+e.Actor+" "+e.Scope+" "+e.At.String())
 		}
 		return out
 	}
@@ -713,7 +713,7 @@ func TestCLIRecordsActorAndScope(t *testing.T) {
 		var got []string
 		for _, e := range auditLines(t, f.db, "--actor", actor) {
 			require.Equal(t, actor, e.Actor)
-			got = append(got, e.Kind+" "+e.Scope+" "+e.TaskID)
+			got = append(got, string(e.Kind)+" "+e.Scope+" "+e.TaskID)
 		}
 		require.Equal(t, events, got, "the events of %s", actor)
 	}
@@ -721,7 +721,7 @@ func TestCLIRecordsActorAndScope(t *testing.T) {
 	// Submits carry the submit scope; the claims the tests made through
 	// package queue (as a worker does) carry none.
 	for _, e := range auditLines(t, f.db) {
-		switch model.EventKind(e.Kind) {
+		switch e.Kind {
 		case model.EventSubmitted:
 			require.Equal(t, model.ScopeSubmit, e.Scope, "%+v", e)
 		case model.EventClaimed, model.EventPaused, model.EventEffectIntent, model.EventUncertain:

@@ -35,11 +35,11 @@ import (
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
 	"github.com/leasehold/leasehold/reports"
+	"github.com/leasehold/leasehold/wire"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -458,7 +458,7 @@ func renderReport(t *testing.T, db string, out *captured) {
 			Observed: strings.Join([]string{rec.State, rec.Reason, rec.LastError, rec.CancelledBy, rec.ApprovedBy}, " "), Pass: true})
 	}
 	d.Samples = append(d.Samples, liverun.Sample{AtMs: 0, Metrics: m})
-	r := reports.Report{Title: "secrets", Generated: view.RFC3339(time.Now()), Fixture: reports.Section{Kind: reports.Fixture},
+	r := reports.Report{Title: "secrets", Generated: wire.TimeOf(time.Now()).String(), Fixture: reports.Section{Kind: reports.Fixture},
 		Live: reports.Section{Kind: reports.Live}}
 	evidence.FillLive(&r, d)
 	require.NotEmpty(t, r.Live.Timelines[0].Bars, "the report draws the claims")

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
 )
 
 // sim --json --shrink puts the shrunk schedule into the failed seed's

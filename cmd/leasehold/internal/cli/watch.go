@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // followBatchMax bounds the events one read of a follow prints.
@@ -29,7 +29,7 @@ func watchTask(e *env, q *queue.Queue, t model.Task, last int64, asJSON bool) er
 			return err
 		}
 		if asJSON {
-			if err := printJSON(e.stdout, view.TaskOf(t)); err != nil {
+			if err := printJSON(e.stdout, wire.TaskOf(t)); err != nil {
 				return err
 			}
 			continue
@@ -53,7 +53,7 @@ func followEvents(e *env, q *queue.Queue, id string, after int64, asJSON bool) e
 		}
 		for _, ev := range events {
 			if asJSON {
-				if err := printJSON(e.stdout, view.EventOf(ev.Event)); err != nil {
+				if err := printJSON(e.stdout, wire.EventOf(ev.Event, ev.User)); err != nil {
 					return err
 				}
 			}

@@ -8,13 +8,14 @@ import (
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/reports"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // FillLive fills the report's live section from the demo's result.
 func FillLive(r *reports.Report, d liverun.Result) {
 	r.Live.About = []string{
 		fmt.Sprintf("Live: the %s scenario and the live fault stories over two real worker processes (leasehold worker), one file database, the wall clock, leases of %s; run %s, %.1f s, commit %s.",
-			dash(d.Scenario), d.Settings["lease"], view.RFC3339(d.Started), float64(d.DurationMs)/1000, dash(d.Commit)),
+			dash(d.Scenario), d.Settings["lease"], wire.TimeOf(d.Started), float64(d.DurationMs)/1000, dash(d.Commit)),
 		fmt.Sprintf("Machine: %s, %s/%s, %s CPUs, %s.", d.Machine["hostname"], d.Machine["goos"], d.Machine["goarch"], d.Machine["cpus"], d.Machine["go"]),
 		"Outcomes were observed from outside the workers' memory: task states, audit events and submissions through the queue's Go API on the same database file, effects from the external service's ledger, and storage back-off and local lease expiry from the worker logs' JSON records. Reproduce: make demo.",
 	}

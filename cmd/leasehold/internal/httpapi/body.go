@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/internal/jsonkeys"
 	"github.com/leasehold/leasehold/model"
 )
@@ -112,7 +111,7 @@ func bodyError(err error, rs ranges) error {
 		if unquoted, uerr := strconv.Unquote(name); uerr == nil {
 			name = unquoted
 		}
-		return &model.ValidationError{Field: "body", Problem: "unknown field " + view.Quote(name, 64)}
+		return &model.ValidationError{Field: "body", Problem: "unknown field " + model.Quote(name, 64)}
 	}
 	return &model.ValidationError{Field: "body", Problem: "not a JSON object of this request's fields"}
 }
@@ -140,7 +139,7 @@ func wantedType(e *json.UnmarshalTypeError, rs ranges) string {
 // jsonKind names what the decoder found ("number 1e30", "array", ...).
 func jsonKind(value string) string {
 	if n, ok := strings.CutPrefix(value, "number "); ok {
-		return "the number " + view.TruncateRunes(n, 32)
+		return "the number " + model.TruncateRunes(n, 32)
 	}
 	switch value {
 	case "array", "object", "string", "number":
@@ -148,7 +147,7 @@ func jsonKind(value string) string {
 	case "bool":
 		return "true or false"
 	}
-	return "a JSON " + view.TruncateRunes(value, 16)
+	return "a JSON " + model.TruncateRunes(value, 16)
 }
 
 // checkRange refuses v outside field's range in rs.

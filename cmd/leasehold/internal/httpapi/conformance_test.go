@@ -18,6 +18,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // The conformance check: every request the server tests send through
@@ -94,7 +96,7 @@ func (c *conformance) RoundTrip(req *http.Request) (*http.Response, error) {
 			c.t.Errorf("conformance: %s: a request outside the document was answered: %v", where, ferr)
 		}
 		return c.checkBody(resp, where, func(body []byte) {
-			var e apiError
+			var e wire.Error
 			if json.Unmarshal(body, &e) != nil || e.Error == "" || e.Code == "" {
 				c.t.Errorf("conformance: %s: not a JSON error: %s", where, body)
 			}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // The handler cores: what each route does once its request is read, as
@@ -76,7 +76,7 @@ func forUser(p Principal, field, user string) error {
 type userRefusal struct{ field, token, user string }
 
 func (e *userRefusal) Error() string {
-	return fmt.Sprintf("%s: token %s does not act for user %s", e.field, e.token, view.Quote(e.user, 64))
+	return fmt.Sprintf("%s: token %s does not act for user %s", e.field, e.token, model.Quote(e.user, 64))
 }
 
 func (e *userRefusal) Unwrap() error { return ErrForbidden }
@@ -178,7 +178,7 @@ func (s *Server) List(ctx context.Context, p Principal, f ListFilter) (Page, err
 	if f.After != "" {
 		n, err := strconv.ParseInt(f.After, 10, 64)
 		if err != nil || n < 1 {
-			return Page{}, &model.ValidationError{Field: "after", Problem: fmt.Sprintf("%s is not a cursor a page returned as next", view.Quote(f.After, 32))}
+			return Page{}, &model.ValidationError{Field: "after", Problem: fmt.Sprintf("%s is not a cursor a page returned as next", model.Quote(f.After, 32))}
 		}
 		after = n
 	}
@@ -302,15 +302,15 @@ func (s *Server) SettleEffect(ctx context.Context, p Principal, op string, appli
 }
 
 // Inspect returns the stuck and uncertain tasks of the principal's users.
-func (s *Server) Inspect(ctx context.Context, p Principal) ([]view.Inspection, error) {
+func (s *Server) Inspect(ctx context.Context, p Principal) ([]wire.Inspection, error) {
 	if _, err := authorize(ctx, p, operateScope); err != nil {
 		return nil, err
 	}
-	all, err := view.Inspect(ctx, s.q, s.clock.Now())
+	all, err := Inspect(ctx, s.q, s.clock.Now())
 	if err != nil {
 		return nil, err
 	}
-	out := []view.Inspection{}
+	out := []wire.Inspection{}
 	for _, in := range all {
 		if p.ActsFor(in.Task.User) {
 			out = append(out, in)

@@ -28,13 +28,6 @@ var (
 // finish tasks, the event stream cap as the token's streams close.
 const RetryAfter = 5 * time.Second
 
-// apiError is the JSON body of every refusal.
-type apiError struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-	Field string `json:"field,omitempty"`
-}
-
 // classify maps an error to its HTTP status and the API's error code
 // (docs/API.md lists them).
 func classify(err error) (int, string) {

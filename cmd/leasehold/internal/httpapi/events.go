@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Event stream bounds.
@@ -95,7 +95,7 @@ func streamStart(r *http.Request) (int64, error) {
 	}
 	n, err := strconv.ParseInt(text, 10, 64)
 	if err != nil || n < 0 {
-		return 0, &model.ValidationError{Field: field, Problem: fmt.Sprintf("%s is not an event sequence number", view.Quote(text, 32))}
+		return 0, &model.ValidationError{Field: field, Problem: fmt.Sprintf("%s is not an event sequence number", model.Quote(text, 32))}
 	}
 	return n, nil
 }
@@ -165,7 +165,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, p Principa
 			return nil
 		}
 		for _, e := range events {
-			data, err := json.Marshal(eventView{Event: view.EventOf(e.Event), User: e.User})
+			data, err := json.Marshal(wire.EventOf(e.Event, e.User))
 			if err != nil {
 				return nil
 			}

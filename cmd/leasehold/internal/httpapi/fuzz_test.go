@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -208,7 +209,7 @@ func FuzzHandlers(f *testing.F) {
 			return
 		}
 		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), where)
-		var e apiError
+		var e wire.Error
 		require.NoError(t, json.Unmarshal(answer, &e), where)
 		require.NotEmpty(t, e.Error, where)
 		if resp.StatusCode != http.StatusTooManyRequests {

@@ -9,26 +9,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // The routes' HTTP side: each reads its request, calls its core (core.go)
 // and writes the answer.
-
-// taskView is a task on the wire: the record --json prints, and the
-// sequence number of its latest event (what a long-poll waits past).
-type taskView struct {
-	view.Task
-	LastEventSeq int64 `json:"last_event_seq"`
-}
-
-// eventView is an event on the wire, with its task's user beside the
-// actor.
-type eventView struct {
-	view.Event
-	User string `json:"user"`
-}
 
 // writeTask writes the task id the principal may see, with the sequence
 // number of its latest event. The number is read first: the record is at
@@ -46,44 +32,26 @@ func (s *Server) writeTask(w http.ResponseWriter, r *http.Request, p Principal, 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, taskView{Task: view.TaskOf(t), LastEventSeq: seq})
+	writeJSON(w, http.StatusOK, taskRecord(t, seq))
 	return nil
 }
 
-// submitBody is POST /v1/tasks, and one item of POST /v1/tasks/batch.
-type submitBody struct {
-	User       string          `json:"user"`
-	Key        string          `json:"key"`
-	Payload    json.RawMessage `json:"payload"`
-	CostBudget int64           `json:"cost_budget"`
-	StepsMax   int             `json:"steps_max"`
-	Priority   int             `json:"priority"`
-	RunAt      string          `json:"run_at"`
-	Deadline   string          `json:"deadline"`
-}
-
-func (b submitBody) request() (model.SubmitRequest, error) {
-	req := model.SubmitRequest{User: b.User, Key: b.Key, Payload: string(b.Payload), CostBudget: b.CostBudget,
-		StepsMax: b.StepsMax, Priority: b.Priority}
-	var err error
-	if req.RunAt, err = view.ParseTime("run_at", b.RunAt); err != nil {
-		return req, err
-	}
-	if req.Deadline, err = view.ParseTime("deadline", b.Deadline); err != nil {
-		return req, err
-	}
-	return req, nil
+// taskRecord is t's record with the sequence number of its latest event.
+func taskRecord(t model.Task, lastEventSeq int64) wire.Task {
+	out := wire.TaskOf(t)
+	out.LastEventSeq = lastEventSeq
+	return out
 }
 
 // taskLocation is the URL path of a task.
 func taskLocation(id string) string { return "/v1/tasks/" + url.PathEscape(id) }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, p Principal) error {
-	var b submitBody
+	var b wire.SubmitRequest
 	if err := decode(r, &b, submitRanges); err != nil {
 		return err
 	}
-	req, err := b.request()
+	req, err := b.Model()
 	if err != nil {
 		return err
 	}
@@ -96,7 +64,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, p Principal) err
 		status = http.StatusOK
 	}
 	w.Header().Set("Location", taskLocation(res.TaskID))
-	writeJSON(w, status, map[string]any{"task_id": res.TaskID, "replay": res.Replay})
+	writeJSON(w, status, wire.SubmitResultOf(res))
 	return nil
 }
 
@@ -117,11 +85,11 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request, p Principal
 	}
 	reqs := make([]model.SubmitRequest, len(b.Tasks))
 	for i, raw := range b.Tasks {
-		var item submitBody
+		var item wire.SubmitRequest
 		if err := decodeBytes(raw, &item, submitRanges); err != nil {
 			return &model.BatchItemError{Index: i, Err: err}
 		}
-		req, err := item.request()
+		req, err := item.Model()
 		if err != nil {
 			return &model.BatchItemError{Index: i, Err: err}
 		}
@@ -131,11 +99,7 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request, p Principal
 	if err != nil {
 		return err
 	}
-	out := make([]map[string]any, len(results))
-	for i, res := range results {
-		out[i] = map[string]any{"task_id": res.TaskID, "replay": res.Replay}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+	writeJSON(w, http.StatusOK, wire.BatchResult{Results: wire.All(results, wire.SubmitResultOf)})
 	return nil
 }
 
@@ -158,18 +122,18 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, p Principal, i
 	}
 	wait, err := time.ParseDuration(query.Get("wait"))
 	if err != nil {
-		return &model.ValidationError{Field: "wait", Problem: fmt.Sprintf("%s is not a duration such as 30s", view.Quote(query.Get("wait"), 32))}
+		return &model.ValidationError{Field: "wait", Problem: fmt.Sprintf("%s is not a duration such as 30s", model.Quote(query.Get("wait"), 32))}
 	}
 	after, err := strconv.ParseInt(query.Get("after_seq"), 10, 64)
 	if err != nil {
-		return &model.ValidationError{Field: "after_seq", Problem: fmt.Sprintf("%s is not a whole number", view.Quote(query.Get("after_seq"), 32))}
+		return &model.ValidationError{Field: "after_seq", Problem: fmt.Sprintf("%s is not a whole number", model.Quote(query.Get("after_seq"), 32))}
 	}
 	liftWriteDeadline(w)
 	t, seq, err := s.WaitTask(r.Context(), p, id, after, wait)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, taskView{Task: view.TaskOf(t), LastEventSeq: seq})
+	writeJSON(w, http.StatusOK, taskRecord(t, seq))
 	return nil
 }
 
@@ -184,14 +148,14 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, p Principal) 
 	if query.Has("limit") {
 		n, err := strconv.Atoi(query.Get("limit"))
 		if err != nil || n < 1 || n > model.ListLimitMax {
-			return &model.ValidationError{Field: "limit", Problem: fmt.Sprintf("must be a whole number from 1 to %d, got %s", model.ListLimitMax, view.Quote(query.Get("limit"), 32))}
+			return &model.ValidationError{Field: "limit", Problem: fmt.Sprintf("must be a whole number from 1 to %d, got %s", model.ListLimitMax, model.Quote(query.Get("limit"), 32))}
 		}
 		f.Limit = n
 	}
-	if f.CreatedFrom, err = view.ParseTime("created_from", query.Get("created_from")); err != nil {
+	if f.CreatedFrom, err = wire.ParseTime("created_from", query.Get("created_from")); err != nil {
 		return err
 	}
-	if f.CreatedUntil, err = view.ParseTime("created_until", query.Get("created_until")); err != nil {
+	if f.CreatedUntil, err = wire.ParseTime("created_until", query.Get("created_until")); err != nil {
 		return err
 	}
 	if f.ScheduleID != "" {
@@ -205,8 +169,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, p Principal) 
 	}
 	// Listed tasks carry no last_event_seq: a waiter takes it from GET
 	// /v1/tasks/{id}, which reads it before the record.
-	tasks := view.All(page.Tasks, view.TaskOf)
-	writeJSON(w, http.StatusOK, map[string]any{"tasks": tasks, "next": page.Next})
+	writeJSON(w, http.StatusOK, wire.TaskPage{Tasks: wire.All(page.Tasks, wire.TaskOf), Next: page.Next})
 	return nil
 }
 
@@ -219,7 +182,7 @@ func queryOf(r *http.Request, known ...string) (url.Values, error) {
 	}
 	for name, values := range query {
 		if !slices.Contains(known, name) {
-			return nil, &model.ValidationError{Field: "query", Problem: "unknown parameter " + view.Quote(name, 32)}
+			return nil, &model.ValidationError{Field: "query", Problem: "unknown parameter " + model.Quote(name, 32)}
 		}
 		if len(values) > 1 {
 			return nil, &model.ValidationError{Field: name, Problem: "given more than once"}
@@ -238,11 +201,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request, p Principal)
 	if err != nil {
 		return err
 	}
-	out := make([]eventView, 0, len(events))
-	for _, e := range events {
-		out = append(out, eventView{Event: view.EventOf(e), User: t.User})
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, wire.All(events, func(e model.Event) wire.Event { return wire.EventOf(e, t.User) }))
 	return nil
 }
 
@@ -357,7 +316,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request, p Principal) err
 	if err := s.SettleEffect(r.Context(), p, op, *b.Applied); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"op_id": op, "applied": *b.Applied, "by": p.Name})
+	writeJSON(w, http.StatusOK, wire.Settled{OpID: op, Applied: *b.Applied, By: p.Name})
 	return nil
 }
 
@@ -375,14 +334,14 @@ func (s *Server) getLimits(w http.ResponseWriter, r *http.Request, p Principal) 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, view.LimitsOf(limits, users))
+	writeJSON(w, http.StatusOK, wire.LimitsViewOf(limits, users))
 	return nil
 }
 
 // setLimits changes the queue-wide limits the body names (PUT
 // /v1/limits); the others stay as they are.
 func (s *Server) setLimits(w http.ResponseWriter, r *http.Request, p Principal) error {
-	var c view.LimitsChange
+	var c wire.LimitsChange
 	if err := decode(r, &c, limitsRanges); err != nil {
 		return err
 	}
@@ -396,7 +355,7 @@ func (s *Server) setLimits(w http.ResponseWriter, r *http.Request, p Principal) 
 // /v1/limits/users/{user}); the other keeps the user's override (or
 // inherits).
 func (s *Server) setUserLimit(w http.ResponseWriter, r *http.Request, p Principal) error {
-	var c view.UserLimitChange
+	var c wire.UserLimitChange
 	if err := decode(r, &c, userLimitRanges); err != nil {
 		return err
 	}
@@ -411,20 +370,12 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, p Princip
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, view.All(schedules, view.ScheduleOf))
+	writeJSON(w, http.StatusOK, wire.All(schedules, wire.ScheduleOf))
 	return nil
 }
 
 func (s *Server) addSchedule(w http.ResponseWriter, r *http.Request, p Principal) error {
-	var b struct {
-		User       string          `json:"user"`
-		Payload    json.RawMessage `json:"payload"`
-		CostBudget int64           `json:"cost_budget"`
-		StepsMax   int             `json:"steps_max"`
-		Priority   int             `json:"priority"`
-		Origin     string          `json:"origin"`
-		PeriodMs   int64           `json:"period_ms"`
-	}
+	var b wire.ScheduleRequest
 	if err := decode(r, &b, scheduleRanges); err != nil {
 		return err
 	}
@@ -432,7 +383,7 @@ func (s *Server) addSchedule(w http.ResponseWriter, r *http.Request, p Principal
 	if err := checkRange(scheduleRanges, "period_ms", b.PeriodMs); err != nil {
 		return err
 	}
-	origin, err := view.ParseTime("origin", b.Origin)
+	origin, err := wire.ParseTime("origin", b.Origin)
 	if err != nil {
 		return err
 	}
@@ -442,7 +393,7 @@ func (s *Server) addSchedule(w http.ResponseWriter, r *http.Request, p Principal
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, view.ScheduleOf(sch))
+	writeJSON(w, http.StatusCreated, wire.ScheduleOf(sch))
 	return nil
 }
 

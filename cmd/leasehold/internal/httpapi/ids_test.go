@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // uuidIDs hands out UUID-shaped IDs, as a program mounting the API with
@@ -73,7 +74,7 @@ func TestTaskIDsOfAnyIDSourceAreNamedByTheAPI(t *testing.T) {
 	ids.mu.Unlock()
 	status, _, body = a.do(t, http.MethodPost, "/v1/tasks", secretSubmit, submitJSON(t, "alice", "k2", nil))
 	require.Equal(t, http.StatusInternalServerError, status, "%s", body)
-	var e apiError
+	var e wire.Error
 	require.NoError(t, json.Unmarshal(body, &e))
 	require.Equal(t, "internal", e.Code)
 	require.NotContains(t, e.Error, "task 2", "the bad ID is in the log, not the answer")

@@ -27,9 +27,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Request bounds.
@@ -146,7 +146,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := classify(err)
-	body := apiError{Error: oneLine(err.Error()), Code: code}
+	body := wire.Error{Error: oneLine(err.Error()), Code: code}
 	var v *model.ValidationError
 	var maxBytes *http.MaxBytesError
 	var item *model.BatchItemError
@@ -296,10 +296,10 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 			class = "unknown"
 		}
 		s.log.Warn("health check failed", "class", class, "error", oneLine(err.Error()))
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "class": class})
+		writeJSON(w, http.StatusServiceUnavailable, wire.Health{Status: "unavailable", Class: class})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, wire.Health{Status: "ok"})
 }
 
 // Handler is the routes: the /v1 API, /openapi.json, /metrics and
@@ -402,14 +402,14 @@ func (s *Server) noRoute(m *http.ServeMux, w http.ResponseWriter, r *http.Reques
 		}
 	}
 	if len(allow) == 0 {
-		s.fail(w, r, fmt.Errorf("%s: %w", view.Quote(r.URL.Path, 64), errNoRoute))
+		s.fail(w, r, fmt.Errorf("%s: %w", model.Quote(r.URL.Path, 64), errNoRoute))
 		return
 	}
 	if slices.Contains(allow, http.MethodGet) {
 		allow = append(allow, http.MethodHead)
 	}
 	w.Header().Set("Allow", strings.Join(allow, ", "))
-	s.fail(w, r, fmt.Errorf("%s %s: %w (allowed: %s)", r.Method, view.Quote(r.URL.Path, 64), errMethodNotAllowed, strings.Join(allow, ", ")))
+	s.fail(w, r, fmt.Errorf("%s %s: %w (allowed: %s)", r.Method, model.Quote(r.URL.Path, 64), errMethodNotAllowed, strings.Join(allow, ", ")))
 }
 
 // Serve runs s on ln until ctx is done, then shuts it down gracefully:

@@ -29,6 +29,7 @@ import (
 	"github.com/leasehold/leasehold/faults"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -201,7 +202,7 @@ func (a *api) refused(t *testing.T, method, path, secret, body string, status in
 	got, header, b := a.do(t, method, path, secret, body)
 	require.Equal(t, status, got, "%s %s: %s", method, path, b)
 	require.Equal(t, "application/json", header.Get("Content-Type"), "%s %s", method, path)
-	var e apiError
+	var e wire.Error
 	require.NoError(t, json.Unmarshal(b, &e), "%s %s: %s", method, path, b)
 	require.NotEmpty(t, e.Error, "%s %s", method, path)
 	require.Equal(t, field, e.Field, "%s %s: %s", method, path, b)
@@ -774,7 +775,7 @@ func TestServeAuthentication(t *testing.T) {
 				status, header, b := a.doHeader(t, r.method, r.path, h, r.body)
 				require.Equal(t, http.StatusUnauthorized, status, "%s", b)
 				require.Equal(t, `Bearer realm="leasehold"`, header.Get("WWW-Authenticate"))
-				var e apiError
+				var e wire.Error
 				require.NoError(t, json.Unmarshal(b, &e))
 				require.NotEmpty(t, e.Error)
 			})
@@ -820,7 +821,7 @@ func TestServeAuthentication(t *testing.T) {
 			status, header, b := a.do(t, f.method, f.path, f.secret, f.body)
 			require.Equal(t, http.StatusForbidden, status, "%s", b)
 			require.Empty(t, header.Get("WWW-Authenticate"), "a known token is not asked to authenticate again")
-			var e apiError
+			var e wire.Error
 			require.NoError(t, json.Unmarshal(b, &e))
 			require.Contains(t, e.Error, "lacks the")
 		})

@@ -89,7 +89,7 @@ func TestLongLivedRoutesOutliveTheServersTimeouts(t *testing.T) {
 	require.Equal(t, "event", e.kind)
 	var ev client.Event
 	require.NoError(t, json.Unmarshal([]byte(e.data), &ev))
-	require.Equal(t, string(model.EventCancelled), ev.Kind)
+	require.Equal(t, model.EventCancelled, ev.Kind)
 	require.Equal(t, id, ev.TaskID)
 	require.Equal(t, got.task.LastEventSeq, ev.Seq)
 

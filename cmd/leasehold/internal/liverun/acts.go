@@ -84,7 +84,7 @@ func (r *run) actCancelRunning(t scenarios.Task) error {
 	}
 	r.outcome(StoryCancel, t.Name, "cancelled while running", "cancelled / cancelled_by_caller, by its caller, before its last step",
 		fmt.Sprintf("%s / %s, cancelled_by %s, steps %d of %d run", done.State, done.Reason, done.CancelledBy, done.StepsUsed, steps(t)),
-		done.State == model.Cancelled && done.Reason == string(model.CancelledByCaller) && done.CancelledBy == t.Request.User && done.StepsUsed < steps(t))
+		done.State == model.Cancelled && done.Reason == model.CancelledByCaller && done.CancelledBy == t.Request.User && done.StepsUsed < steps(t))
 	return nil
 }
 
@@ -165,7 +165,7 @@ func (r *run) actApprove(t scenarios.Task) error {
 	}
 	resumedAt := -1
 	for _, ev := range events {
-		if ev.Kind == string(model.EventClaimed) && ev.Fence > w.ApprovalVersion && resumedAt < 0 {
+		if ev.Kind == model.EventClaimed && ev.Fence > w.ApprovalVersion && resumedAt < 0 {
 			resumedAt = ev.Attempt
 		}
 	}

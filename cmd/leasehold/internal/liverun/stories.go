@@ -72,10 +72,10 @@ func (r *run) storyKill() error {
 	}
 	expired, takenBy := false, ""
 	for _, ev := range events {
-		if ev.Kind == string(model.EventLeaseExpired) && ev.Fence == t.Version {
+		if ev.Kind == model.EventLeaseExpired && ev.Fence == t.Version {
 			expired = true
 		}
-		if ev.Kind == string(model.EventClaimed) && ev.Fence > t.Version && takenBy == "" {
+		if ev.Kind == model.EventClaimed && ev.Fence > t.Version && takenBy == "" {
 			takenBy = ev.Actor
 		}
 	}
@@ -163,7 +163,7 @@ func (r *run) storyStop() error {
 		}
 		events, err := r.events("late")
 		for _, ev := range events {
-			if ev.Kind == string(model.EventStaleWrite) && ev.Fence == t.Version && ev.Actor == stopped {
+			if ev.Kind == model.EventStaleWrite && ev.Fence == t.Version && ev.Actor == stopped {
 				late = "refused: " + ev.Detail
 				return true, nil
 			}

@@ -1,45 +1,17 @@
+// Package view is how the command line shows the queue to people and
+// records what the API does not serve: durations as people read them, a
+// task's cancellation note, and the metrics record (metrics --json, the
+// demo's samples). The JSON records the command line shares with the
+// HTTP API are package wire's.
 package view
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/wire"
 )
-
-// ParseTime reads an RFC 3339 time of a request or batch line's field;
-// "" is the zero time (not set).
-func ParseTime(field, s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, &model.ValidationError{Field: field, Problem: fmt.Sprintf("%s is not an RFC 3339 time", Quote(s, 64))}
-	}
-	if t.IsZero() { // the zero time is out of range, not "not set"
-		return time.Time{}, model.CheckTimeRange(field, t)
-	}
-	return t, nil
-}
-
-// Quote quotes s for an error message: printable characters, whatever
-// their script, as themselves; others escaped; at most n characters, the
-// rest elided.
-func Quote(s string, n int) string { return strconv.Quote(TruncateRunes(s, n)) }
-
-// TruncateRunes cuts s to at most n characters, marking a cut with "...".
-func TruncateRunes(s string, n int) string {
-	count := 0
-	for i := range s {
-		if count == n {
-			return s[:i] + "..."
-		}
-		count++
-	}
-	return s
-}
 
 // Duration is d as people read it: milliseconds below a second ("850ms"),
 // tenths of a second below a minute ("12.3s"), whole seconds above
@@ -56,3 +28,20 @@ func Duration(d time.Duration) string {
 
 // DurationMs is Duration of a count of milliseconds.
 func DurationMs(ms int64) string { return Duration(time.Duration(ms) * time.Millisecond) }
+
+// CancelNote is what a task's status says of its cancellation, "" when
+// there is none: who cancelled it; or who asked, and that the task has
+// yet to stop, or ended otherwise first.
+func CancelNote(t model.Task) string {
+	switch {
+	case t.State == model.Cancelled && t.CancelledBy != "":
+		return "cancelled by " + t.CancelledBy
+	case t.State == model.Cancelled:
+		return ""
+	case wire.CancelPending(t):
+		return fmt.Sprintf("requested by %s; the task stops before its next step", t.CancelledBy)
+	case t.CancelRequested:
+		return fmt.Sprintf("requested by %s; the task %s first", t.CancelledBy, t.State)
+	}
+	return ""
+}

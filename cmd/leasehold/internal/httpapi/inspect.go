@@ -1,4 +1,4 @@
-package view
+package httpapi
 
 import (
 	"context"
@@ -8,30 +8,22 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/wire"
 )
 
-// Reader is what the inspect report reads of the queue.
-type Reader interface {
+// InspectReader is what the inspect report reads of the queue
+// (*queue.Queue is one).
+type InspectReader interface {
 	List(ctx context.Context, f model.ListFilter) ([]model.Task, error)
 	Effects(ctx context.Context, taskID string) ([]model.Effect, error)
 }
 
-// Inspection is one task the inspect report shows, with what to do about it.
-type Inspection struct {
-	Task           Task     `json:"task"`
-	LeaseAgeMs     int64    `json:"lease_age_ms,omitempty"`
-	HeartbeatAgeMs int64    `json:"heartbeat_age_ms,omitempty"`
-	LeaseExpired   bool     `json:"lease_expired,omitempty"`
-	Unreceipted    []string `json:"effects_without_receipt,omitempty"`
-	QueuedForMs    int64    `json:"queued_for_ms,omitempty"`
-	Advice         string   `json:"advice"`
-}
-
-// Inspect is the inspect report at now: the running tasks whose lease
-// expired or whose effect is in flight, the parked ones, and the due ones
-// waiting too long, each with advice. Never nil, so it encodes as [].
-func Inspect(ctx context.Context, q Reader, now time.Time) ([]Inspection, error) {
-	out := []Inspection{}
+// Inspect is the inspect report at now (GET /v1/inspect, and leasehold
+// inspect): the running tasks whose lease expired or whose effect is in
+// flight, the parked ones, and the due ones waiting too long, each with
+// advice. Never nil, so it encodes as [].
+func Inspect(ctx context.Context, q InspectReader, now time.Time) ([]wire.Inspection, error) {
+	out := []wire.Inspection{}
 	for _, state := range []model.State{model.Running, model.NeedsReview, model.WaitingForApproval, model.Queued} {
 		tasks, err := q.List(ctx, model.ListFilter{State: state, Limit: model.ListLimitMax})
 		if err != nil {
@@ -55,8 +47,8 @@ const pendingTooLong = 30 * time.Second
 
 // inspectTask decides whether a task needs an operator's eye and what to
 // suggest.
-func inspectTask(ctx context.Context, q Reader, t model.Task, now time.Time) (Inspection, bool, error) {
-	in := Inspection{Task: TaskOf(t)}
+func inspectTask(ctx context.Context, q InspectReader, t model.Task, now time.Time) (wire.Inspection, bool, error) {
+	in := wire.Inspection{Task: wire.TaskOf(t)}
 	effects, err := q.Effects(ctx, t.ID)
 	if err != nil {
 		return in, false, err
