@@ -26,9 +26,9 @@ test: ## Run the whole test suite (what CI runs; the PostgreSQL suites need LEAS
 	phase tests $(GO) test -count=1 -timeout 15m ./...; \
 	phase "broken variants (sim)" $(GO) test -count=1 -timeout 10m -tags leasehold_broken -run 'Broken|Shrink|NoVariant' ./sim; \
 	phase "broken variants (cli)" $(GO) test -count=1 -timeout 5m -tags leasehold_broken -run 'ChaosBroken|SimBroken' ./cmd/leasehold/internal/cli; \
-	phase fuzz $(GO) test -run '^$$' -fuzz '^FuzzHandlers$$' -fuzztime 15s ./cmd/leasehold/internal/httpapi; \
+	phase fuzz $(GO) test -run '^$$' -fuzz '^FuzzHandlers$$' -fuzztime 15s ./httpapi; \
 	phase "race (worker, faults)" $(GO) test -count=1 -race -timeout 10m ./worker ./faults/...; \
-	phase "race (server, queue)" $(GO) test -count=1 -race -timeout 10m -run 'TestServe|TestTwoProcess|TestConcurrent' ./cmd/leasehold/internal/httpapi ./queue; \
+	phase "race (server, queue)" $(GO) test -count=1 -race -timeout 10m -run 'TestServe|TestTwoProcess|TestConcurrent' ./httpapi ./queue; \
 	echo "make test: passed in $$((SECONDS - total))s"; \
 	if [ -z "$$LEASEHOLD_TEST_POSTGRES" ]; then \
 	  echo "make test: the PostgreSQL suites were skipped (LEASEHOLD_TEST_POSTGRES is not set): make test-postgres runs them"; \

@@ -73,6 +73,6 @@ type ScheduleSpec struct {
 	CostBudget int64
 	StepsMax   int
 	Priority   int
-	Origin     time.Time // zero: now
+	Origin     time.Time // the first run (required)
 	Period     time.Duration
 }

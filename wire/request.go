@@ -67,14 +67,14 @@ type BatchResult struct {
 }
 
 // ScheduleRequest is POST /v1/schedules: a periodic task's template, its
-// first run (Origin, RFC 3339; "" for now) and its period.
+// first run (Origin, RFC 3339, required) and its period.
 type ScheduleRequest struct {
 	User       string          `json:"user"`
 	Payload    json.RawMessage `json:"payload"`
 	CostBudget int64           `json:"cost_budget"`
 	StepsMax   int             `json:"steps_max"`
 	Priority   int             `json:"priority"`
-	Origin     string          `json:"origin,omitempty"`
+	Origin     string          `json:"origin"`
 	PeriodMs   int64           `json:"period_ms"`
 }
 

@@ -50,7 +50,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/internal/doctest"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
@@ -558,9 +558,10 @@ func TestDocExamplesRun(t *testing.T) {
 	t.Cleanup(func() { a.prep.Close() })
 	tokens, err := httpapi.LoadTokens(a.tokens, false)
 	require.NoError(t, err)
-	srv, err := newServer(q, tokens, slog.New(slog.NewTextHandler(io.Discard, nil)), clockwork.NewRealClock())
+	srv, err := newServer(httpapi.Options{Queue: q, Tokens: tokens, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
-	a.server = httptest.NewServer(a.wrap(srv.Handler()))
+	t.Cleanup(srv.Close)
+	a.server = httptest.NewServer(a.wrap(srv.mux))
 	t.Cleanup(a.server.Close)
 	// Events enough that "--after 41" and "after_seq=7" are in the past
 	// of a task submitted for their example.

@@ -33,8 +33,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
+	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
@@ -360,9 +360,9 @@ func serveWithSecrets(t *testing.T, db string, out *captured, secret string) {
 	require.NoError(t, err)
 	serveCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() {
-		done <- httpapi.Serve(serveCtx, ln, httpapi.New(q, tokens, slog.New(slog.NewJSONHandler(logs, nil))))
-	}()
+	srv, err := httpapi.New(httpapi.Options{Queue: q, Tokens: tokens, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	require.NoError(t, err)
+	go func() { done <- srv.Serve(serveCtx, ln, nil) }()
 	transport := &http.Transport{}
 	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	base := "http://" + ln.Addr().String()

@@ -8,9 +8,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/console"
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
-	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/console"
+	"github.com/leasehold/leasehold/httpapi"
 )
 
 func init() {
@@ -42,27 +41,48 @@ func runServe(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "serve", err)
 	}
-	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
-	api, err := newServer(q, tokens, logger, clockwork.NewRealClock())
+	// The queue validates payloads (the synthetic handler's, openQueue):
+	// the API adds no check of its own.
+	srv, err := newServer(httpapi.Options{Queue: q, Tokens: tokens, Logger: slog.New(slog.NewJSONHandler(e.stderr, nil)),
+		Clock: clockwork.NewRealClock()})
 	if err != nil {
 		return fail(e, "serve", err)
 	}
-	if err := httpapi.Serve(e.ctx, ln, api); err != nil {
+	defer srv.Close()
+	if err := srv.api.Serve(e.ctx, ln, srv.mux); err != nil {
 		return fail(e, "serve", err)
 	}
 	return exitOK
 }
 
-// newServer is the API's server of q with the console mounted at /ui/
-// over the API's own cores.
-func newServer(q *queue.Queue, tokens []httpapi.Token, logger *slog.Logger, clock clockwork.Clock, opts ...httpapi.Option) (*httpapi.Server, error) {
-	var ui http.Handler = http.NotFoundHandler() // set below, before Serve builds the routes
-	opts = append([]httpapi.Option{httpapi.WithClock(clock), httpapi.WithMount(func(m *http.ServeMux) { m.Handle(console.Prefix, ui) })}, opts...)
-	api := httpapi.New(q, tokens, logger, opts...)
-	c, err := console.New(console.Options{Backend: console.FromAPI(api, q, clock), Clock: clock, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	ui = c
-	return api, nil
+// server is what serve serves: the HTTP API and the console over the
+// API's cores, mounted on one mux as any Go program mounts them.
+type server struct {
+	api *httpapi.Server
+	ui  *console.Console
+	mux *http.ServeMux
 }
+
+// newServer builds serve's server from the API's options.
+func newServer(o httpapi.Options) (server, error) {
+	api, err := httpapi.New(o)
+	if err != nil {
+		return server{}, err
+	}
+	ui, err := console.New(console.Options{Backend: console.FromAPI(api, o.Queue, api.Clock()), Clock: api.Clock(), Logger: o.Logger})
+	if err != nil {
+		return server{}, err
+	}
+	mux := http.NewServeMux()
+	api.Mount(mux)
+	// The console's pages answer within the API's request timeout, as the
+	// API's ordinary routes do.
+	mux.Handle(console.Prefix, http.TimeoutHandler(ui, httpapi.DefaultTimeouts().Request, consoleTimedOut))
+	return server{api: api, ui: ui, mux: mux}, nil
+}
+
+// consoleTimedOut is the console's answer to a request past the timeout.
+const consoleTimedOut = "The console took too long to answer; nothing is known to have changed. Retry later."
+
+// Close stops the console's sampling of the queue's metrics.
+func (s server) Close() { s.ui.Close() }

@@ -3,12 +3,13 @@ package cli
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -32,9 +33,10 @@ func TestServeMountsTheConsole(t *testing.T) {
 	const secret = "approver-secret-0123456789"
 	tokens, err := httpapi.ParseTokens("approver approve "+secret+" *", true)
 	require.NoError(t, err)
-	api, err := newServer(q, tokens, slog.New(slog.DiscardHandler), clock, httpapi.WithAuthDelay(0))
+	served, err := newServer(httpapi.Options{Queue: q, Tokens: tokens, Clock: clock, AuthDelay: -1})
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(served.Close)
+	srv := httptest.NewServer(served.mux)
 	t.Cleanup(srv.Close)
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
@@ -81,4 +83,39 @@ func TestServeMountsTheConsole(t *testing.T) {
 	require.NoError(t, res.Body.Close())
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, string(body), `<span id="who">approver</span>`)
+}
+
+// TestServeClosesTheConsole: when serve ends, so does the console's
+// sampling of the queue's metrics (a goroutine that would otherwise poll
+// a closed queue for as long as the process lives).
+func TestServeClosesTheConsole(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "q.db")
+	makeDB(t, db)
+	tokens := filepath.Join(dir, "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("ops operate,submit serve-secret-0123456789 *\n"), 0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	out := newWatched()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(&env{ctx: ctx, stdout: io.Discard, stderr: out}, []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--tokens", tokens})
+	}()
+	require.True(t, out.waitFor(ctx, `"msg":"serving"`), "serve started: %s", out)
+	require.Equal(t, 1, samplers(), "the console samples while serve runs")
+	cancel()
+	require.Equal(t, exitOK, <-exited, "%s", out)
+	require.Zero(t, samplers(), "the console's sampling ended with serve")
+}
+
+// samplers counts the goroutines running a console's sampling loop.
+func samplers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "console.(*Console).sampleLoop(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }

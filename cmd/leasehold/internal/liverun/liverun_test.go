@@ -6,7 +6,6 @@ package liverun
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -17,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/scenarios"
@@ -177,7 +176,9 @@ func TestCallerTokensBindEachUser(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()
 	served := make(chan error, 1)
-	go func() { served <- httpapi.Serve(ctx, ln, httpapi.New(q, tokens, slog.New(slog.DiscardHandler))) }()
+	srv, err := httpapi.New(httpapi.Options{Queue: q, Tokens: tokens})
+	require.NoError(t, err)
+	go func() { served <- srv.Serve(ctx, ln, nil) }()
 	defer func() {
 		cancel()
 		require.NoError(t, <-served)

@@ -1,11 +1,3 @@
-// Package httpapi is leasehold's HTTP JSON API over one queue: the routes
-// of /v1, bearer tokens bound to users and their scopes, request bodies
-// and their refusals, long-polls and the audit trail as Server-Sent
-// Events, the OpenAPI document, /metrics for Prometheus and /healthz.
-//
-// The handlers' cores (Server.Submit, Server.List, Server.Approve, ...)
-// are plain Go calls taking a Principal, so another face (the console)
-// authorizes exactly as the API does.
 package httpapi
 
 import (
@@ -46,79 +38,152 @@ type Timeouts struct {
 	// Request bounds an ordinary route's handling: past it the caller gets
 	// 503 with code timeout (http.TimeoutHandler).
 	Request time.Duration
-	// ReadHeader, Read, Write and Idle are http.Server's timeouts.
+	// ReadHeader, Read, Write and Idle are http.Server's timeouts, which
+	// Serve sets.
 	ReadHeader, Read, Write, Idle time.Duration
 }
 
-// DefaultTimeouts are the timeouts a server has unless WithTimeouts
-// changes them.
+// DefaultTimeouts are the timeouts a server has where Options.Timeouts
+// leaves a field zero.
 func DefaultTimeouts() Timeouts {
 	return Timeouts{Request: 10 * time.Second, ReadHeader: 5 * time.Second, Read: 15 * time.Second,
 		Write: 20 * time.Second, Idle: 60 * time.Second}
 }
 
+// orDefault is t with each zero field replaced by d's; a negative field
+// is an error naming it.
+func (t Timeouts) orDefault(d Timeouts) (Timeouts, error) {
+	fields := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"Request", &t.Request, d.Request}, {"ReadHeader", &t.ReadHeader, d.ReadHeader}, {"Read", &t.Read, d.Read},
+		{"Write", &t.Write, d.Write}, {"Idle", &t.Idle, d.Idle}}
+	for _, f := range fields {
+		switch {
+		case *f.v < 0:
+			return t, fmt.Errorf("httpapi: Timeouts.%s must not be negative, got %s", f.name, *f.v)
+		case *f.v == 0:
+			*f.v = f.def
+		}
+	}
+	return t, nil
+}
+
+// Options configures New. Queue and Tokens are required; every other
+// field's zero value works.
+type Options struct {
+	// Queue is the queue the API serves.
+	Queue *queue.Queue
+	// Tokens are the bearer tokens it accepts (ParseTokens, LoadTokens),
+	// each bound to its scopes and users. New warns once for each token
+	// whose line names no users.
+	Tokens []Token
+	// ValidatePayload, when set, checks each task the API is asked to
+	// make, after the request's own fields are checked and before the
+	// queue sees it: a submit, each item of a batch (the batch refused,
+	// naming the item), and a schedule's template (a request without a
+	// key). It is given the whole request, payload in canonical form, so
+	// that one function can apply a rule per kind of task. A refusal is a
+	// 400 naming payload, or the path inside it that a
+	// *model.ValidationError names (queue.PayloadError); nothing is
+	// written. Its messages must name fields and rules, never quote a
+	// value. Nil leaves payloads to the queue's own check
+	// (queue.Options.ValidatePayload), which runs in any case.
+	ValidatePayload func(req model.SubmitRequest) error
+	// Logger receives one line per request and the refusals an operator
+	// should see, never a secret or a payload; nil discards them.
+	Logger *slog.Logger
+	// Clock runs waits, pings and the slowing of failed authentication;
+	// nil is the real clock.
+	Clock clockwork.Clock
+	// AuthDelay is the delay of a repeated failed authentication from one
+	// host: zero is AuthDelayDefault, a negative one turns the slowing
+	// off.
+	AuthDelay time.Duration
+	// StreamsPerToken bounds the event streams one token holds open; zero
+	// is StreamsPerTokenDefault.
+	StreamsPerToken int
+	// Timeouts are the server's timeouts; a zero field is
+	// DefaultTimeouts'.
+	Timeouts Timeouts
+}
+
 // Server is the HTTP face of one queue.
 type Server struct {
-	q      *queue.Queue
-	tokens []Token
-	log    *slog.Logger
-	clock  clockwork.Clock
-	gate   *authGate
+	q        *queue.Queue
+	tokens   []Token
+	validate func(model.SubmitRequest) error // nil: none of the API's own
+	log      *slog.Logger
+	clock    clockwork.Clock
+	gate     *authGate
 	// streamsMax bounds the event streams one token holds open.
 	streamsMax int
 	streamsMu  sync.Mutex
 	streams    map[string][]*streamSlot // each token's open streams, oldest first
-	// closing is cancelled when the server begins to shut down: open
-	// long-polls and streams end on it.
-	closing context.Context
-	close   context.CancelFunc
-	// mount, if set, is given the mux to add routes of its own (the
-	// console).
-	mount    func(*http.ServeMux)
+	// closing is cancelled by Close: open long-polls and streams end on
+	// it.
+	closing  context.Context
+	close    context.CancelFunc
 	timeouts Timeouts
+	handler  http.Handler // the routes, built once by New
 }
 
-// Option changes a Server.
-type Option func(*Server)
-
-// WithClock runs waits, pings and the slowing of failed authentication on
-// clock (the real clock by default).
-func WithClock(clock clockwork.Clock) Option { return func(s *Server) { s.clock = clock } }
-
-// WithAuthDelay sets the delay of a repeated failed authentication from
-// one host (AuthDelayDefault by default; 0 disables the slowing).
-func WithAuthDelay(d time.Duration) Option { return func(s *Server) { s.gate.base = d } }
-
-// WithStreamsPerToken bounds the event streams one token holds open
-// (StreamsPerTokenDefault by default).
-func WithStreamsPerToken(n int) Option { return func(s *Server) { s.streamsMax = n } }
-
-// WithTimeouts sets the server's timeouts (DefaultTimeouts by default);
-// each must be positive.
-func WithTimeouts(t Timeouts) Option { return func(s *Server) { s.timeouts = t } }
-
-// WithMount lets mount add routes to the server's mux (the console at
-// /ui/); they get neither the API's authentication nor its error bodies.
-func WithMount(mount func(*http.ServeMux)) Option { return func(s *Server) { s.mount = mount } }
-
-// New returns the server of q for tokens, logging requests (never a
-// secret) to log. It warns once for each token whose line names no users.
-func New(q *queue.Queue, tokens []Token, log *slog.Logger, opts ...Option) *Server {
-	s := &Server{q: q, tokens: tokens, log: log, clock: clockwork.NewRealClock(), gate: &authGate{base: AuthDelayDefault},
-		streamsMax: StreamsPerTokenDefault, streams: map[string][]*streamSlot{}, timeouts: DefaultTimeouts()}
-	s.closing, s.close = context.WithCancel(context.Background())
-	for _, opt := range opts {
-		opt(s)
+// New returns the server of o.Queue for o.Tokens. A missing queue or
+// token, or a negative bound, is an error naming it.
+func New(o Options) (*Server, error) {
+	if o.Queue == nil {
+		return nil, errors.New("httpapi: Options.Queue is required")
 	}
-	s.gate.clock = s.clock
-	for _, t := range tokens {
+	if len(o.Tokens) == 0 {
+		return nil, errors.New("httpapi: Options.Tokens is required: at least one token")
+	}
+	if o.StreamsPerToken < 0 {
+		return nil, fmt.Errorf("httpapi: Options.StreamsPerToken must not be negative, got %d", o.StreamsPerToken)
+	}
+	timeouts, err := o.Timeouts.orDefault(DefaultTimeouts())
+	if err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	switch {
+	case o.AuthDelay == 0:
+		o.AuthDelay = AuthDelayDefault
+	case o.AuthDelay < 0:
+		o.AuthDelay = 0
+	}
+	if o.StreamsPerToken == 0 {
+		o.StreamsPerToken = StreamsPerTokenDefault
+	}
+	s := &Server{q: o.Queue, tokens: slices.Clone(o.Tokens), validate: o.ValidatePayload, log: o.Logger, clock: o.Clock,
+		gate: &authGate{base: o.AuthDelay, clock: o.Clock}, streamsMax: o.StreamsPerToken,
+		streams: map[string][]*streamSlot{}, timeouts: timeouts}
+	s.closing, s.close = context.WithCancel(context.Background())
+	for _, t := range s.tokens {
 		if t.implicit {
-			log.Warn("token names no users: it acts for every user (add a USERS field, or serve --strict-tokens to refuse such lines)",
+			s.log.Warn("token names no users: it acts for every user (add a USERS field, or serve --strict-tokens to refuse such lines)",
 				"token", t.name)
 		}
 	}
-	return s
+	s.handler = s.routes()
+	return s, nil
 }
+
+// Close ends the server's open long-polls (each answers with the task as
+// it is) and event streams (each sends "event: end"), and makes those
+// opened later end at once; the other routes keep answering. Serve calls
+// it when it shuts down; a program running its own http.Server registers
+// it with RegisterOnShutdown, since http.Server.Shutdown waits for open
+// requests.
+func (s *Server) Close() { s.close() }
+
+// Clock is the server's clock (Options.Clock).
+func (s *Server) Clock() clockwork.Clock { return s.clock }
 
 // Authenticate returns the principal of the token whose secret is
 // secret, presented from remoteAddr; ErrUnauthorized if there is none.
@@ -302,11 +367,32 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.Health{Status: "ok"})
 }
 
-// Handler is the routes: the /v1 API, /openapi.json, /metrics and
-// /healthz (and what WithMount adds). Every route but the long-poll and
-// the event stream runs under a request timeout; those two lift the
-// connection's write deadline and end when the server shuts down.
-func (s *Server) Handler() http.Handler {
+// Handler is the API alone: the /v1 routes, /openapi.json, /metrics and
+// /healthz, a JSON 404 or 405 for any other request, and a 400 for a
+// path with a "." or ".." segment. Every route but the long-poll and the
+// event stream runs under the request timeout; those two lift the
+// connection's write deadline and end when the server is closed.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Mount adds the API to mux under its own paths: /v1/, /openapi.json,
+// /metrics and /healthz, each served by Handler; the program's other
+// routes (the console at /ui/, its own pages) stay its own. Like any
+// ServeMux registration, it panics if mux already has a pattern for one
+// of those paths. A ServeMux sends a request whose path has a "." or ".."
+// segment to the cleaned path before any handler sees it; Serve refuses
+// such a path under /v1/ instead.
+func (s *Server) Mount(mux *http.ServeMux) {
+	for _, pattern := range mountPatterns {
+		mux.Handle(pattern, s.handler)
+	}
+}
+
+// mountPatterns are the paths Mount registers.
+var mountPatterns = []string{"/v1/", "/openapi.json", "/metrics", "/healthz"}
+
+// routes builds the API's handler (New calls it once: /metrics registers
+// its collector in a registry of its own).
+func (s *Server) routes() http.Handler {
 	m := http.NewServeMux()
 	m.Handle("POST /v1/tasks", s.route(submitScope, s.submit))
 	m.Handle("GET /v1/tasks", s.route(anyScope, s.listTasks))
@@ -332,9 +418,6 @@ func (s *Server) Handler() http.Handler {
 	reg.MustRegister(&queueCollector{q: s.q, log: s.log})
 	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	m.HandleFunc("GET /healthz", s.healthz)
-	if s.mount != nil {
-		s.mount(m)
-	}
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.noRoute(m, w, r) })
 	timed := http.TimeoutHandler(m, s.timeouts.Request, `{"error":"request timed out","code":"timeout"}`)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -347,6 +430,21 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		timed.ServeHTTP(timeoutJSON{w}, r)
+	})
+}
+
+// refuseDotSegments answers a request under /v1/ whose path has a "." or
+// ".." segment with the API's 400, before h (a ServeMux, which would
+// redirect it to another resource) sees it.
+func (s *Server) refuseDotSegments(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			if err := dotSegment(r); err != nil {
+				s.fail(w, r, err)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 
@@ -412,27 +510,31 @@ func (s *Server) noRoute(m *http.ServeMux, w http.ResponseWriter, r *http.Reques
 	s.fail(w, r, fmt.Errorf("%s %s: %w (allowed: %s)", r.Method, model.Quote(r.URL.Path, 64), errMethodNotAllowed, strings.Join(allow, ", ")))
 }
 
-// Serve runs s on ln until ctx is done, then shuts it down gracefully:
-// open long-polls answer and event streams end at once.
-func Serve(ctx context.Context, ln net.Listener, s *Server) error {
-	t := s.timeouts
-	if t.Request <= 0 || t.ReadHeader <= 0 || t.Read <= 0 || t.Write <= 0 || t.Idle <= 0 {
-		return fmt.Errorf("serve: every timeout must be positive, got %+v", t)
+// Serve runs h on ln with the server's timeouts until ctx is done, then
+// shuts down gracefully: Close ends open long-polls and event streams at
+// once, and the other requests are given up to shutdownGrace to finish.
+// h is the program's handler with the server mounted on it (Mount), or
+// nil for the API alone (Handler); a path under /v1/ with a "." or ".."
+// segment is refused with 400 before h sees it.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	if h == nil {
+		h = s.handler
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
-		WriteTimeout: t.Write, IdleTimeout: t.Idle, MaxHeaderBytes: 16 << 10,
+	t := s.timeouts
+	srv := &http.Server{Handler: s.refuseDotSegments(h), ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
+		WriteTimeout: t.Write, IdleTimeout: t.Idle, MaxHeaderBytes: headerBytesMax,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	srv.RegisterOnShutdown(s.close)
+	srv.RegisterOnShutdown(s.Close)
 	s.log.Info("serving", "addr", ln.Addr().String(), "tokens", len(s.tokens))
 	errs := make(chan error, 1)
 	go func() { errs <- srv.Serve(ln) }()
 	select {
 	case err := <-errs:
-		s.close()
+		s.Close()
 		return err
 	case <-ctx.Done():
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	shutdown, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdown); err != nil {
 		return err
@@ -442,6 +544,15 @@ func Serve(ctx context.Context, ln net.Listener, s *Server) error {
 	}
 	return nil
 }
+
+// Serve's bounds.
+const (
+	// headerBytesMax bounds a request's header.
+	headerBytesMax = 16 << 10
+	// shutdownGrace is how long Serve waits for open requests once its
+	// context is done.
+	shutdownGrace = 10 * time.Second
+)
 
 // pathError is a refused path value, as a validation error of the path
 // value's name with the check's problem.

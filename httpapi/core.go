@@ -90,6 +90,9 @@ func (s *Server) Submit(ctx context.Context, p Principal, req model.SubmitReques
 	if err := forUser(p, "user", req.User); err != nil {
 		return model.SubmitResult{}, err
 	}
+	if err := s.checkRequest(req); err != nil {
+		return model.SubmitResult{}, err
+	}
 	return s.q.Submit(ctx, req)
 }
 
@@ -105,7 +108,47 @@ func (s *Server) SubmitMany(ctx context.Context, p Principal, reqs []model.Submi
 			return nil, err
 		}
 	}
+	for i, r := range reqs {
+		if err := s.checkRequest(r); err != nil {
+			return nil, &model.BatchItemError{Index: i, Err: err}
+		}
+	}
 	return s.q.SubmitMany(ctx, reqs)
+}
+
+// checkRequest runs Options.ValidatePayload, if set, on req once the
+// request's own fields pass the queue's intake rules (the queue checks
+// them again, and refuses first what they refuse).
+func (s *Server) checkRequest(req model.SubmitRequest) error {
+	if s.validate == nil {
+		return nil
+	}
+	n, err := model.Normalize(req)
+	if err != nil {
+		return err
+	}
+	if err := s.validate(n.SubmitRequest); err != nil {
+		return queue.PayloadError(err)
+	}
+	return nil
+}
+
+// checkSchedule runs Options.ValidatePayload, if set, on a schedule's
+// template: the request each of its runs will submit, without its key.
+func (s *Server) checkSchedule(spec model.ScheduleSpec) error {
+	if s.validate == nil {
+		return nil
+	}
+	spec, err := spec.Validate()
+	if err != nil {
+		return err
+	}
+	req := model.SubmitRequest{User: spec.User, Payload: spec.Payload, CostBudget: spec.CostBudget,
+		StepsMax: spec.StepsMax, Priority: spec.Priority}
+	if err := s.validate(req); err != nil {
+		return queue.PayloadError(err)
+	}
+	return nil
 }
 
 // Task returns a task the principal may see.
@@ -423,6 +466,9 @@ func (s *Server) AddSchedule(ctx context.Context, p Principal, spec model.Schedu
 		return model.Schedule{}, err
 	}
 	if err := forUser(p, "user", spec.User); err != nil {
+		return model.Schedule{}, err
+	}
+	if err := s.checkSchedule(spec); err != nil {
 		return model.Schedule{}, err
 	}
 	return s.q.AddSchedule(ctx, spec, p.Name)

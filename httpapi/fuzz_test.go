@@ -96,7 +96,8 @@ func newFuzzWorld(f *testing.F) *fuzzWorld {
 	sch, err := q.AddSchedule(ctx, model.ScheduleSpec{User: "carol", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 1, StepsMax: 1,
 		Origin: apiEpoch.Add(time.Hour), Period: time.Hour}, "olga")
 	require.NoError(f, err)
-	s := New(q, tokens, slog.New(slog.NewJSONHandler(io.Discard, nil)), WithClock(clock), WithAuthDelay(0))
+	s, err := New(Options{Queue: q, Tokens: tokens, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Clock: clock, AuthDelay: -1})
+	require.NoError(f, err)
 	srv := httptest.NewServer(s.Handler())
 	// A long-poll the fuzzer finds waits on the fake clock: whatever waits
 	// on it is run out at once, so every request answers.

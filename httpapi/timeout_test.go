@@ -4,12 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/client"
@@ -32,7 +33,7 @@ import (
 func TestLongLivedRoutesOutliveTheServersTimeouts(t *testing.T) {
 	short := DefaultTimeouts()
 	short.Request, short.Write = 150*time.Millisecond, 200*time.Millisecond
-	a := setupAPIWith(t, []Option{WithTimeouts(short)}, func(o *queue.Options) {
+	a := setupAPIWith(t, func(o *Options) { o.Timeouts = short }, func(o *queue.Options) {
 		o.BusyTimeout = 10 * time.Second // a write waits on the lock far past the request timeout
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a safety net
@@ -102,12 +103,29 @@ func TestLongLivedRoutesOutliveTheServersTimeouts(t *testing.T) {
 	require.Equal(t, "cancelled", a.task(t, id)["state"])
 }
 
-// TestServeRefusesANonPositiveTimeout: a zero timeout (which http.Server
-// would read as none) is refused before anything is served.
-func TestServeRefusesANonPositiveTimeout(t *testing.T) {
-	bad := DefaultTimeouts()
-	bad.Write = 0
-	s := New(nil, nil, slog.New(slog.DiscardHandler), WithTimeouts(bad))
-	err := Serve(context.Background(), nil, s)
-	require.ErrorContains(t, err, "timeout must be positive")
+// TestNewRefusesBadOptions: a negative timeout, a missing queue or no
+// token is refused by New, naming it, before anything is served; a zero
+// timeout (which http.Server would read as none) is the default's.
+func TestNewRefusesBadOptions(t *testing.T) {
+	q, err := queue.Open(context.Background(), queue.Options{Path: filepath.Join(t.TempDir(), "o.db"),
+		Clock: clockwork.NewFakeClockAt(apiEpoch), IDs: model.NewSeededIDs(1)})
+	require.NoError(t, err)
+	defer q.Close()
+	tokens, err := ParseTokens(testTokens, false)
+	require.NoError(t, err)
+	bad := Timeouts{Write: -time.Second}
+	_, err = New(Options{Queue: q, Tokens: tokens, Timeouts: bad})
+	require.ErrorContains(t, err, "Timeouts.Write must not be negative")
+	_, err = New(Options{Tokens: tokens})
+	require.ErrorContains(t, err, "Options.Queue is required")
+	_, err = New(Options{Queue: q})
+	require.ErrorContains(t, err, "Options.Tokens is required")
+	_, err = New(Options{Queue: q, Tokens: tokens, StreamsPerToken: -1})
+	require.ErrorContains(t, err, "StreamsPerToken must not be negative")
+
+	s, err := New(Options{Queue: q, Tokens: tokens, Timeouts: Timeouts{Request: time.Second}})
+	require.NoError(t, err)
+	want := DefaultTimeouts()
+	want.Request = time.Second
+	require.Equal(t, want, s.timeouts)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -18,7 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/worker"
@@ -37,8 +36,8 @@ const (
 )
 
 // bundle is a console over the HTTP API's cores and a real SQLite file,
-// mounted in the API's own handler behind a real HTTP server, as serve
-// mounts it.
+// mounted beside the API on one mux behind a real HTTP server, as serve
+// mounts them.
 type bundle struct {
 	q       *queue.Queue
 	clock   *clockwork.FakeClock
@@ -78,9 +77,8 @@ func setup(t testing.TB, edit ...func(*Options)) *bundle {
 	t.Cleanup(func() { _ = q.Close() })
 	tokens, err := httpapi.ParseTokens(tokenLines, true)
 	require.NoError(t, err)
-	var ui http.Handler
-	api := httpapi.New(q, tokens, slog.New(slog.DiscardHandler), httpapi.WithClock(clock), httpapi.WithAuthDelay(0),
-		httpapi.WithMount(func(m *http.ServeMux) { m.Handle(Prefix, ui) }))
+	api, err := httpapi.New(httpapi.Options{Queue: q, Tokens: tokens, Clock: clock, AuthDelay: -1})
+	require.NoError(t, err)
 	b := &countingBackend{Backend: FromAPI(api, q, clock)}
 	o := Options{Backend: b, Clock: clock, Random: rand.NewChaCha8([32]byte{1}), Idle: 10 * time.Minute, Lifetime: time.Hour, PageSize: 3}
 	for _, e := range edit {
@@ -89,8 +87,10 @@ func setup(t testing.TB, edit ...func(*Options)) *bundle {
 	c, err := New(o)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	ui = c
-	srv := httptest.NewServer(api.Handler())
+	mux := http.NewServeMux()
+	api.Mount(mux)
+	mux.Handle(Prefix, c)
+	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	w, err := worker.New(worker.Config{ID: "w1", Queue: q, Handler: worker.Synthetic{}, Service: &dedupService{results: map[string]string{}}, Clock: clock})
 	require.NoError(t, err)

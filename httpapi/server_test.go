@@ -97,9 +97,10 @@ func setupAPI(t *testing.T, edit ...func(*queue.Options)) *api {
 	return setupAPIWith(t, nil, edit...)
 }
 
-// setupAPIWith is setupAPI with options for the server after the tests'
-// own (the fake clock, no slowing of failed authentication).
-func setupAPIWith(t *testing.T, opts []Option, edit ...func(*queue.Options)) *api {
+// setupAPIWith is setupAPI with server, if not nil, changing the
+// server's options after the tests' own (the fake clock, no slowing of
+// failed authentication).
+func setupAPIWith(t *testing.T, server func(*Options), edit ...func(*queue.Options)) *api {
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "api.db")
@@ -119,8 +120,13 @@ func setupAPIWith(t *testing.T, opts []Option, edit ...func(*queue.Options)) *ap
 	require.NoError(t, err)
 	serveCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	server := New(q, tokens, logger, append([]Option{WithClock(clock), WithAuthDelay(0)}, opts...)...)
-	go func() { done <- Serve(serveCtx, ln, server) }()
+	so := Options{Queue: q, Tokens: tokens, Logger: logger, Clock: clock, AuthDelay: -1}
+	if server != nil {
+		server(&so)
+	}
+	s, err := New(so)
+	require.NoError(t, err)
+	go func() { done <- s.Serve(serveCtx, ln, nil) }()
 	transport := &http.Transport{}
 	a := &api{q: q, path: path, clock: clock, base: "http://" + ln.Addr().String(), logs: logs,
 		client: &http.Client{Transport: &conformance{t: t, next: transport}, Timeout: 60 * time.Second}}

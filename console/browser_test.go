@@ -28,11 +28,11 @@ const browserTimeout = 90 * time.Second
 
 // update asks the browser test to rewrite the screenshots of the console
 // committed under docs/console/: go test -run TestConsoleInBrowser
-// ./cmd/leasehold/internal/console -update
+// ./console -update
 var update = flag.Bool("update", false, "rewrite the console's screenshots under docs/console/")
 
 // docsDir is where -update writes the screenshots, from this package.
-var docsDir = filepath.Join("..", "..", "..", "..", "docs", "console")
+var docsDir = filepath.Join("..", "docs", "console")
 
 // narrowWidth is a phone's width: no page may be wider.
 const narrowWidth = 375
@@ -452,7 +452,7 @@ func screenshotDir(t *testing.T) string {
 	}
 	if !filepath.IsAbs(dir) {
 		var err error
-		dir, err = filepath.Abs(filepath.Join("..", "..", "..", "..", "out", "console-screenshots"))
+		dir, err = filepath.Abs(filepath.Join("..", "out", "console-screenshots"))
 		require.NoError(t, err)
 	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))

@@ -214,7 +214,7 @@ func TestTokenLinesWithoutUsers(t *testing.T) {
 // from one host waits on the server's clock; a valid token from the same
 // host is not slowed; the log names the host, never the secret.
 func TestFailedAuthenticationIsSlowedPerHost(t *testing.T) {
-	a := setupAPIWith(t, []Option{WithAuthDelay(AuthDelayDefault)})
+	a := setupAPIWith(t, func(o *Options) { o.AuthDelay = 0 }) // zero: AuthDelayDefault
 	const guess = "guessed-secret-0123456789"
 	a.refused(t, http.MethodGet, "/v1/tasks", guess, "", http.StatusUnauthorized, "")
 	answered := make(chan int, 1)
