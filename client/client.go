@@ -183,6 +183,9 @@ func (c *Client) List(ctx context.Context, o ListOptions) (TaskPage, error) {
 	if o.Limit != 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
 	}
+	if o.Newest {
+		q.Set("order", "newest")
+	}
 	var page TaskPage
 	_, err := c.do(ctx, http.MethodGet, "/v1/tasks", q, nil, &page)
 	return page, err

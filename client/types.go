@@ -60,6 +60,9 @@ type ListOptions struct {
 	ScheduleID   string
 	Limit        int    // 0: the server's default
 	After        string // the Next of the previous page
+	// Newest lists the newest task first, each page's Next leading to
+	// older tasks.
+	Newest bool
 }
 
 // Value returns a pointer to v, for the fields of LimitsChange and

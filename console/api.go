@@ -3,41 +3,24 @@ package console
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strconv"
 	"time"
-
-	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/model"
-	"github.com/leasehold/leasehold/queue"
 )
 
-// The live view's failures: those of the last recentWindow, from at most
-// recentPagesMax pages of the audit trail.
-const (
-	recentWindow   = time.Hour
-	recentPagesMax = 4
-)
+// recentWindow is how far back the live view's failures go.
+const recentWindow = time.Hour
 
 // FromAPI is the Backend of the HTTP API's server s: every read and action
 // of the console is one of the API's handler cores, with the API's
 // authentication (and its slowing of failed attempts), scopes and user
-// bindings. The console adds no rule of its own.
-// The live view's list of recent failures reads q's audit trail, on
-// clock, and shows only the tasks the API's Task core lets the principal
-// see.
-func FromAPI(s *httpapi.Server, q *queue.Queue, clock clockwork.Clock) Backend {
-	return apiBackend{s: s, q: q, clock: clock}
-}
+// bindings. The console adds no rule of its own and reads nothing but
+// through s.
+func FromAPI(s *httpapi.Server) Backend { return apiBackend{s: s} }
 
-type apiBackend struct {
-	s     *httpapi.Server
-	q     *queue.Queue
-	clock clockwork.Clock
-}
+type apiBackend struct{ s *httpapi.Server }
 
 var _ Backend = apiBackend{}
 
@@ -90,60 +73,17 @@ func (b apiBackend) Task(ctx context.Context, p Principal, id string) (model.Tas
 	return t, mapped(err)
 }
 
-// TaskByKey looks the key up for a user the principal acts for, and
-// returns the task as the API's Task core lets the principal see it.
 func (b apiBackend) TaskByKey(ctx context.Context, p Principal, user, key string) (model.Task, error) {
-	if err := model.CheckName("user", user); err != nil {
-		return model.Task{}, err
-	}
-	if !p.ActsFor(user) {
-		return model.Task{}, fmt.Errorf("a task of user %s under that key: %w", user, model.ErrNotFound)
-	}
-	t, err := b.q.TaskByKey(ctx, user, key)
-	if err != nil {
-		return model.Task{}, err
-	}
-	return b.Task(ctx, p, t.ID)
+	t, err := b.s.TaskByKey(ctx, apiPrincipal(p), user, key)
+	return t, mapped(err)
 }
 
-// List pages through the API's List core, oldest first. The API lists no
-// other way, so the newest first reads the queue's pages directly under
-// the core's rules: the core first checks the principal and the filter
-// (reading one row), then the page holds only the users the principal
-// acts for (its users, or every user for "*"), after the API's cursor.
 func (b apiBackend) List(ctx context.Context, p Principal, f TaskFilter) (TaskPage, error) {
-	core := httpapi.ListFilter{State: f.State, User: f.User, After: f.After, Limit: f.Limit}
-	if f.Newest {
-		core.After, core.Limit = "", 1
-	}
-	page, err := b.s.List(ctx, apiPrincipal(p), core)
+	page, err := b.s.List(ctx, apiPrincipal(p), httpapi.ListFilter{State: f.State, User: f.User, After: f.After, Limit: f.Limit, Newest: f.Newest})
 	if err != nil {
 		return TaskPage{}, mapped(err)
 	}
-	if !f.Newest {
-		return TaskPage{Tasks: page.Tasks, Next: page.Next}, nil
-	}
-	var after int64
-	if f.After != "" {
-		n, err := strconv.ParseInt(f.After, 10, 64)
-		if err != nil || n < 1 {
-			return TaskPage{}, &model.ValidationError{Field: "after", Problem: "not a cursor a page returned as next"}
-		}
-		after = n
-	}
-	var users []string // nil: every user
-	if !p.AllUsers() {
-		users = append([]string{}, p.Users...)
-	}
-	newest, err := b.q.ListPage(ctx, queue.PageFilter{State: f.State, User: f.User, Users: users, After: after, Limit: f.Limit, Newest: true})
-	if err != nil {
-		return TaskPage{}, err
-	}
-	out := TaskPage{Tasks: newest.Tasks}
-	if newest.Next != 0 {
-		out.Next = strconv.FormatInt(newest.Next, 10)
-	}
-	return out, nil
+	return TaskPage{Tasks: page.Tasks, Next: page.Next}, nil
 }
 
 func (b apiBackend) Events(ctx context.Context, p Principal, id string) ([]model.Event, error) {
@@ -240,57 +180,16 @@ func (b apiBackend) Metrics(ctx context.Context, p Principal) (model.Metrics, er
 	return m, mapped(err)
 }
 
-// QueueMetrics reads the queue's metrics, as the API's Metrics core does.
 func (b apiBackend) QueueMetrics(ctx context.Context) (model.Metrics, error) {
-	return b.q.Metrics(ctx)
+	return b.s.QueueMetrics(ctx)
 }
 
-// RecentFailures reads the audit trail of the last recentWindow (at most
-// recentPagesMax pages of model.ListLimitMax events, walking to the
-// newest) for tasks that failed or went to review, newest first, and
-// keeps those the API's Task core lets the principal see that are still
-// failed or in review: one requeued since, or resolved otherwise, is no
-// longer a failure.
+// RecentFailures is the API's RecentFailures core over the last
+// recentWindow on the API's clock.
 func (b apiBackend) RecentFailures(ctx context.Context, p Principal, limit int) ([]model.Task, error) {
 	if !p.Can(model.ScopeOperate) {
 		return nil, &sentinel{err: errors.New("the live view needs the operate scope"), as: ErrForbidden}
 	}
-	var ids []string // newest last
-	f := queue.AuditFilter{Since: b.clock.Now().Add(-recentWindow), Limit: model.ListLimitMax}
-	var last int64
-	for range recentPagesMax {
-		events, err := b.q.Audit(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range events {
-			if e.Seq > last && e.TaskID != "" && e.From != e.To && (e.To == model.Failed || e.To == model.NeedsReview) {
-				ids = append(slices.DeleteFunc(ids, func(id string) bool { return id == e.TaskID }), e.TaskID)
-			}
-			last = max(last, e.Seq)
-		}
-		if len(events) < model.ListLimitMax {
-			break
-		}
-		f.Since = events[len(events)-1].At
-	}
-	ap := apiPrincipal(p)
-	var out []model.Task
-	for _, id := range slices.Backward(ids) {
-		if len(out) == limit {
-			break
-		}
-		t, err := b.s.Task(ctx, ap, id)
-		if errors.Is(err, model.ErrNotFound) {
-			continue // another user's, or pruned
-		}
-		if err != nil {
-			return nil, mapped(err)
-		}
-		if t.State != model.Failed && t.State != model.NeedsReview {
-			continue
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	tasks, err := b.s.RecentFailures(ctx, apiPrincipal(p), b.s.Clock().Now().Add(-recentWindow), limit)
+	return tasks, mapped(err)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -37,11 +38,19 @@ const (
 	recentFailuresMax = 20
 )
 
-// Options configures New. Backend and Clock are required.
+// Options configures New. API (or Backend) is required; every other
+// field's zero value works.
 type Options struct {
+	// API is the HTTP API's server whose handler cores the console calls
+	// (FromAPI): its tokens sign people in, and its scopes and user
+	// bindings decide what each may see and do.
+	API *httpapi.Server
+	// Backend, when set, is called instead of API's cores (a test's
+	// double, or a wrapper that counts calls).
 	Backend Backend
 	// Clock is the only source of time: session expiry and the ages the
-	// pages show.
+	// pages show; nil is the API's clock (the real clock with a Backend
+	// alone).
 	Clock clockwork.Clock
 	// Random is the source of session IDs and CSRF tokens; nil means
 	// crypto/rand.
@@ -78,8 +87,17 @@ type Console struct {
 // New builds a console and starts its sampling of the queue's metrics
 // (Close stops it).
 func New(o Options) (*Console, error) {
-	if o.Backend == nil || o.Clock == nil {
-		return nil, errors.New("console: Options.Backend and Options.Clock are required")
+	if o.Backend == nil && o.API == nil {
+		return nil, errors.New("console: Options.API is required")
+	}
+	if o.Backend == nil {
+		o.Backend = FromAPI(o.API)
+	}
+	if o.Clock == nil && o.API != nil {
+		o.Clock = o.API.Clock()
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
 	}
 	if o.Random == nil {
 		o.Random = rand.Reader

@@ -3,11 +3,12 @@
 // without JavaScript and built with no JavaScript step.
 //
 // The console holds no authority of its own. Every read and action goes
-// through a Backend, the same authorization and handler cores as the HTTP
-// API (scopes and the users a token may act for), called with the
-// Principal of the person signed in. The console only decides what to
-// show: a submitter is never offered an approve button, but it is the
-// Backend that refuses an approval the principal may not make.
+// through a Backend, by default the HTTP API's own authorization and
+// handler cores (FromAPI: scopes and the users a token may act for),
+// called with the Principal of the person signed in; it reads nothing
+// but through them. The console only decides what to show: a submitter
+// is never offered an approve button, but it is the Backend that refuses
+// an approval the principal may not make.
 //
 // # Sessions
 //
@@ -27,6 +28,16 @@
 //
 // # Usage
 //
-//	c, err := console.New(console.Options{Backend: b, Clock: clock})
-//	mux.Handle("/ui/", c)
+// A program makes the console of its HTTP API's server (httpapi.New) and
+// mounts it at Prefix on its mux, beside the API (package httpapi's
+// example runs the whole program):
+//
+//	ui, err := console.New(console.Options{API: api})
+//	if err != nil {
+//		return err
+//	}
+//	defer ui.Close()
+//
+// Close stops the console's sampling of the queue's metrics for the Live
+// page; the pages keep answering with the history taken so far.
 package console

@@ -79,7 +79,7 @@ func setup(t testing.TB, edit ...func(*Options)) *bundle {
 	require.NoError(t, err)
 	api, err := httpapi.New(httpapi.Options{Queue: q, Tokens: tokens, Clock: clock, AuthDelay: -1})
 	require.NoError(t, err)
-	b := &countingBackend{Backend: FromAPI(api, q, clock)}
+	b := &countingBackend{Backend: FromAPI(api)}
 	o := Options{Backend: b, Clock: clock, Random: rand.NewChaCha8([32]byte{1}), Idle: 10 * time.Minute, Lifetime: time.Hour, PageSize: 3}
 	for _, e := range edit {
 		e(&o)

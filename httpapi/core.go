@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -203,6 +205,9 @@ type ListFilter struct {
 	ScheduleID   string
 	After        string // a page's Next; "": from the start
 	Limit        int    // 0: model.ListLimitDefault
+	// Newest lists the newest task first, each page's Next leading to
+	// older tasks; otherwise the oldest first.
+	Newest bool
 }
 
 // Page is one page of tasks and the cursor of the next ("" at the end).
@@ -231,7 +236,8 @@ func (s *Server) List(ctx context.Context, p Principal, f ListFilter) (Page, err
 		}
 	}
 	page, err := s.q.ListPage(ctx, queue.PageFilter{State: f.State, User: f.User, Users: p.visible(),
-		CreatedFrom: f.CreatedFrom, CreatedUntil: f.CreatedUntil, ScheduleID: f.ScheduleID, After: after, Limit: f.Limit})
+		CreatedFrom: f.CreatedFrom, CreatedUntil: f.CreatedUntil, ScheduleID: f.ScheduleID, After: after, Limit: f.Limit,
+		Newest: f.Newest})
 	if err != nil {
 		return Page{}, err
 	}
@@ -240,6 +246,26 @@ func (s *Server) List(ctx context.Context, p Principal, f ListFilter) (Page, err
 		out.Next = strconv.FormatInt(page.Next, 10)
 	}
 	return out, nil
+}
+
+// TaskByKey returns the task user submitted under the idempotency key
+// key, refused as not found, like Task, when the principal may not see
+// it (the console's search by key).
+func (s *Server) TaskByKey(ctx context.Context, p Principal, user, key string) (model.Task, error) {
+	if _, err := authorize(ctx, p, anyScope); err != nil {
+		return model.Task{}, err
+	}
+	if err := model.CheckName("user", user); err != nil {
+		return model.Task{}, err
+	}
+	if !p.ActsFor(user) {
+		return model.Task{}, fmt.Errorf("a task of user %s under that key: %w", user, model.ErrNotFound)
+	}
+	t, err := s.q.TaskByKey(ctx, user, key)
+	if err != nil {
+		return model.Task{}, err
+	}
+	return s.visibleTask(ctx, p, t.ID)
 }
 
 // Events returns the audit events of a task the principal may see.
@@ -497,6 +523,67 @@ func (s *Server) RemoveSchedule(ctx context.Context, p Principal, id string) err
 		}
 	}
 	return s.q.RemoveSchedule(ctx, id, p.Name)
+}
+
+// Bounds of RecentFailures: the audit pages it reads at most.
+const recentPagesMax = 4
+
+// RecentFailures returns up to limit of the principal's tasks that failed
+// or went to review since since, the latest first, and are still failed
+// or in review (one requeued since, or resolved otherwise, is no longer a
+// failure). It reads the audit trail from since, at most recentPagesMax
+// pages of model.ListLimitMax events.
+func (s *Server) RecentFailures(ctx context.Context, p Principal, since time.Time, limit int) ([]model.Task, error) {
+	if _, err := authorize(ctx, p, operateScope); err != nil {
+		return nil, err
+	}
+	if limit < 1 || limit > model.ListLimitMax {
+		return nil, &model.ValidationError{Field: "limit", Problem: fmt.Sprintf("must be from 1 to %d, got %d", model.ListLimitMax, limit)}
+	}
+	var ids []string // newest last
+	f := queue.AuditFilter{Since: since, Limit: model.ListLimitMax}
+	var last int64
+	for range recentPagesMax {
+		events, err := s.q.Audit(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range events {
+			if e.Seq > last && e.TaskID != "" && e.From != e.To && (e.To == model.Failed || e.To == model.NeedsReview) {
+				ids = append(slices.DeleteFunc(ids, func(id string) bool { return id == e.TaskID }), e.TaskID)
+			}
+			last = max(last, e.Seq)
+		}
+		if len(events) < model.ListLimitMax {
+			break
+		}
+		f.Since = events[len(events)-1].At
+	}
+	var out []model.Task
+	for _, id := range slices.Backward(ids) {
+		if len(out) == limit {
+			break
+		}
+		t, err := s.visibleTask(ctx, p, id)
+		if errors.Is(err, model.ErrNotFound) {
+			continue // another user's, or pruned
+		}
+		if err != nil {
+			return nil, err
+		}
+		if t.State == model.Failed || t.State == model.NeedsReview {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// QueueMetrics returns the queue's metrics snapshot for a face's own use,
+// for no principal: the console's samples for its charts, which it shows
+// only to a principal that may see Metrics. /metrics serves the same
+// queue-wide counts without a token.
+func (s *Server) QueueMetrics(ctx context.Context) (model.Metrics, error) {
+	return s.q.Metrics(ctx)
 }
 
 // Metrics returns the queue's metrics snapshot (queue-wide counts, as

@@ -7,4 +7,48 @@
 // The handlers' cores (Server.Submit, Server.List, Server.Approve, ...)
 // are plain Go calls taking a Principal, so another face (package
 // console) authorizes exactly as the API does.
+//
+// # Usage
+//
+// A Go program serves the API of its own queue, with its own tokens and
+// payload rule, on its own mux beside its own routes, and the console
+// with it (Example runs this):
+//
+//	api, err := httpapi.New(httpapi.Options{Queue: q, Tokens: tokens, ValidatePayload: checkInvoice})
+//	if err != nil {
+//		return err
+//	}
+//	ui, err := console.New(console.Options{API: api})
+//	if err != nil {
+//		return err
+//	}
+//	defer ui.Close()
+//	mux := http.NewServeMux()
+//	api.Mount(mux)                 // /v1/, /openapi.json, /metrics, /healthz
+//	mux.Handle(console.Prefix, ui) // /ui/
+//	mux.HandleFunc("GET /{$}", home)
+//	return api.Serve(ctx, ln, mux) // until ctx is done
+//
+// Tokens come from ParseTokens or LoadTokens (lines of NAME SCOPES SECRET
+// USERS, as leasehold serve reads them). Serve runs the mux with the
+// server's Timeouts and shuts down gracefully; a program with an
+// http.Server of its own serves the mux there and registers Server.Close
+// with its RegisterOnShutdown, so that open long-polls and event streams
+// end. leasehold serve is such a program.
+//
+// # Payloads
+//
+// A payload is a JSON object; the queue checks what its
+// queue.Options.ValidatePayload says, and Options.ValidatePayload adds the
+// program's rule at the API (and so at the console) before the queue is
+// called. The rule is given the whole request, so that it can choose a
+// check by what the request names; its refusal is a 400 naming the path
+// inside the payload ("payload.amount"), and nothing is written.
+//
+// # The document
+//
+// Document is the OpenAPI 3 document of the routes, served at
+// /openapi.json; the tests hold every request and answer of theirs to it.
+// Its payloads are free-form objects and its records only gain fields, so
+// a client written against it keeps working as the API grows.
 package httpapi

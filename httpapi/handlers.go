@@ -137,9 +137,15 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, p Principal, i
 	return nil
 }
 
+// The orders GET /v1/tasks lists in (its order parameter).
+const (
+	orderOldest = "oldest" // in submission order: the default
+	orderNewest = "newest" // the newest first
+)
+
 // listTasks is GET /v1/tasks.
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, p Principal) error {
-	query, err := queryOf(r, "state", "user", "created_from", "created_until", "schedule_id", "limit", "after")
+	query, err := queryOf(r, "state", "user", "created_from", "created_until", "schedule_id", "limit", "after", "order")
 	if err != nil {
 		return err
 	}
@@ -151,6 +157,13 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, p Principal) 
 			return &model.ValidationError{Field: "limit", Problem: fmt.Sprintf("must be a whole number from 1 to %d, got %s", model.ListLimitMax, model.Quote(query.Get("limit"), 32))}
 		}
 		f.Limit = n
+	}
+	switch order := query.Get("order"); order {
+	case "", orderOldest:
+	case orderNewest:
+		f.Newest = true
+	default:
+		return &model.ValidationError{Field: "order", Problem: fmt.Sprintf("must be %s or %s, got %s", orderOldest, orderNewest, model.Quote(order, 32))}
 	}
 	if f.CreatedFrom, err = wire.ParseTime("created_from", query.Get("created_from")); err != nil {
 		return err

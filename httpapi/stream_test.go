@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,9 +58,49 @@ func TestListPagesWithAStableCursor(t *testing.T) {
 	for query, field := range map[string]string{
 		"limit=0": "limit", "limit=10001": "limit", "limit=x": "limit", "after=abc": "after", "after=-3": "after",
 		"state=lost": "state", "bogus=1": "query", "created_from=yesterday": "created_from", "user=a/b": "user",
-		"limit=1&limit=2": "limit",
+		"limit=1&limit=2": "limit", "order=latest": "order",
 	} {
 		a.refused(t, http.MethodGet, "/v1/tasks?"+query, secretRoot, "", http.StatusBadRequest, field)
+	}
+}
+
+// TestListPagesNewestFirst: with order=newest the pages hold the newest
+// tasks first, each page's next leading to older ones, and a task
+// submitted between pages is not on a later page; a token for some users
+// pages through theirs alone.
+func TestListPagesNewestFirst(t *testing.T) {
+	a := setupAPI(t)
+	ctx := context.Background()
+	c := a.clientFor(t, secretRoot)
+	var submitted []string
+	for i := range 5 {
+		submitted = append(submitted, a.submit(t, "carol", fmt.Sprintf("n%d", i), nil))
+		a.submit(t, "dora", fmt.Sprintf("n%d", i), nil)
+	}
+	var got []string
+	after := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 10)
+		page, err := c.List(ctx, client.ListOptions{User: "carol", Limit: 2, After: after, Newest: true})
+		require.NoError(t, err)
+		got = append(got, taskIDs(page.Tasks)...)
+		if pages == 0 {
+			a.submit(t, "carol", "late", nil) // newer than every page to come
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	slices.Reverse(submitted)
+	require.Equal(t, submitted, got)
+
+	bound, err := a.clientFor(t, secretAnaOps).List(ctx, client.ListOptions{Newest: true, Limit: 3})
+	require.NoError(t, err)
+	require.Len(t, bound.Tasks, 3)
+	for i, task := range bound.Tasks {
+		require.Equal(t, "dora", task.User, "a token for ana and dora lists theirs only")
+		require.Equal(t, fmt.Sprintf("n%d", 4-i), task.Key)
 	}
 }
 

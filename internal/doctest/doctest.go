@@ -109,6 +109,16 @@ func trimBlank(lines []string) []string {
 	return lines
 }
 
+// RequirePackageDocIn fails t unless the package doc comment of the Go
+// file at doc holds exactly one code block and the Go file at path holds
+// a copy of it (RequireIn).
+func RequirePackageDocIn(t testing.TB, doc, path string) {
+	t.Helper()
+	blocks := PackageDocBlocks(t, doc)
+	require.Len(t, blocks, 1, "the package doc of %s has one example", doc)
+	RequireIn(t, blocks[0], path)
+}
+
 // PackageDocBlocks returns the code blocks (lines indented by a tab) of
 // the package doc comment of the Go file at path, each without that tab.
 func PackageDocBlocks(t testing.TB, path string) [][]string {

@@ -69,7 +69,7 @@ func newServer(o httpapi.Options) (server, error) {
 	if err != nil {
 		return server{}, err
 	}
-	ui, err := console.New(console.Options{Backend: console.FromAPI(api, o.Queue, api.Clock()), Clock: api.Clock(), Logger: o.Logger})
+	ui, err := console.New(console.Options{API: api, Logger: o.Logger})
 	if err != nil {
 		return server{}, err
 	}
