@@ -339,7 +339,7 @@ func backLink(r *http.Request) string {
 	case strings.HasPrefix(r.URL.Path, "/ui/limits"):
 		return "/ui/limits"
 	}
-	if id := r.PathValue("id"); id != "" && model.CheckName("id", id) == nil {
+	if id := r.PathValue("id"); id != "" && model.CheckTaskID(id) == nil {
 		return "/ui/tasks/" + id
 	}
 	return "/ui/tasks"

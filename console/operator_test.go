@@ -252,3 +252,25 @@ func TestTaskPageShowsTheLease(t *testing.T) {
 	require.NotContains(t, page.body, `id="task-lease"`)
 	require.NotContains(t, page.body, `id="task-heartbeat"`)
 }
+
+// TestTaskIDsAreTheQueuesTaskIDs: the console holds a task ID in a path
+// to the rule the queue and the API hold it to (model.CheckTaskID, with
+// its words), refusing anything else before any action, and takes every
+// ID the rule allows.
+func TestTaskIDsAreTheQueuesTaskIDs(t *testing.T) {
+	b := setup(t)
+	c := b.client(t)
+	c.signIn(operatorSecret)
+	before := b.eventCount(t)
+	for _, id := range []string{"t_a%20b", "t_x.s1", "task_1", "t_" + strings.Repeat("a", 63)} {
+		page := c.get(taskPath(id))
+		require.Equal(t, http.StatusBadRequest, page.status, "%s: %s", id, page.body)
+		require.Contains(t, page.body, model.TaskIDRule, id)
+		res := c.form("/ui/tasks", taskPath(id)+"/cancel", nil)
+		require.Equal(t, http.StatusBadRequest, res.status, "%s: %s", id, res.body)
+		require.Contains(t, res.body, model.TaskIDRule, id)
+	}
+	require.Equal(t, before, b.eventCount(t), "a refused ID changes nothing")
+	page := c.get(taskPath("t_ABC-def"))
+	require.Equal(t, http.StatusNotFound, page.status, "a well-formed ID of no task is not found: %s", page.body)
+}

@@ -303,11 +303,16 @@ func (c *Console) taskPage(w http.ResponseWriter, r *http.Request, req *request)
 	return nil
 }
 
-// taskID reads the {id} path value.
+// taskID reads the {id} path value: a task ID by the rule the queue and
+// the API hold task IDs to (model.CheckTaskID), refused naming id.
 func taskID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
-	if !strings.HasPrefix(id, model.TaskIDPrefix) || model.CheckName("id", id) != nil {
-		return "", &model.ValidationError{Field: "id", Problem: "not a task ID (t_ followed by hex digits)"}
+	if err := model.CheckTaskID(id); err != nil {
+		var v *model.ValidationError
+		if errors.As(err, &v) {
+			return "", &model.ValidationError{Field: "id", Problem: v.Problem}
+		}
+		return "", err
 	}
 	return id, nil
 }
