@@ -186,9 +186,11 @@ type docShell struct {
 	subs []string // old, new pairs replaced in each command
 	// before runs before each command, given it, to prepare what the
 	// command's placeholders stand for; after runs once a command that
-	// runs until stopped has shown its first output.
-	before func(cmd string)
-	after  func(cmd string)
+	// runs until stopped has shown its first output; running, given its
+	// output so far, before such a command (but a --watch) is stopped.
+	before  func(cmd string)
+	after   func(cmd string)
+	running func(cmd, output string)
 }
 
 // newDocShell makes the working directory with bin/leasehold in it.
@@ -210,7 +212,7 @@ func newDocShell(t *testing.T) *docShell {
 	}
 	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "LEASEHOLD_DATA_DIR="+work)
 	return &docShell{t: t, work: work, env: env, vars: map[string]string{},
-		before: func(string) {}, after: func(string) {}}
+		before: func(string) {}, after: func(string) {}, running: func(string, string) {}}
 }
 
 // run runs the commands of a shell block in order.
@@ -264,7 +266,7 @@ func until(cmd string) string {
 		return "\n"
 	case strings.HasPrefix(cmd, "bin/leasehold worker"):
 		return `"msg":"worker started"`
-	case strings.HasPrefix(cmd, "bin/leasehold serve"):
+	case strings.HasPrefix(cmd, "bin/leasehold serve"), strings.HasPrefix(cmd, "leasehold serve"):
 		return `"msg":"serving"`
 	}
 	return ""
@@ -288,19 +290,26 @@ func (s *docShell) exec(b docBlock, cmd string) docResult {
 	c.Stdout = out
 	c.Stderr = io.MultiWriter(&errOut, stderrOf{out})
 	require.NoError(s.t, c.Start(), "%s: %s", b, cmd)
+	waited := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		waited <- c.Wait()
+		close(exited)
+	}()
 	if want := until(cmd); want != "" {
-		if !out.waitFor(ctx, want) {
+		if !out.waitFor(ctx, want, exited) {
 			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-			_ = c.Wait()
-			s.t.Fatalf("%s: %s showed no %q within %s\nstdout and stderr:\n%s", b, cmd, want, docCommandMax, out.String())
+			<-exited
+			s.t.Fatalf("%s: %s showed no %q (within %s, or before it exited)\nstdout and stderr:\n%s", b, cmd, want, docCommandMax, out.String())
 		}
 		if strings.Contains(cmd, " --watch") {
 			s.after(cmd) // the task ends; so does the watch
 		} else {
+			s.running(cmd, out.String())
 			require.NoError(s.t, syscall.Kill(-c.Process.Pid, syscall.SIGTERM))
 		}
 	}
-	err := c.Wait()
+	err := <-waited
 	code := 0
 	if exit, ok := err.(*exec.ExitError); ok {
 		code = exit.ExitCode()
@@ -338,8 +347,9 @@ func (w *watched) write(p []byte, stdout bool) (int, error) {
 	return len(p), nil
 }
 
-// waitFor waits until the output holds want, or ctx ends.
-func (w *watched) waitFor(ctx context.Context, want string) bool {
+// waitFor waits until the output holds want, or ctx ends, or exited is
+// closed (the command ended) without it.
+func (w *watched) waitFor(ctx context.Context, want string, exited <-chan struct{}) bool {
 	for {
 		w.mu.Lock()
 		found, changed := strings.Contains(w.all.String(), want), w.changed
@@ -349,6 +359,8 @@ func (w *watched) waitFor(ctx context.Context, want string) bool {
 		}
 		select {
 		case <-changed:
+		case <-exited:
+			return strings.Contains(w.String(), want)
 		case <-ctx.Done():
 			return false
 		}
@@ -647,6 +659,39 @@ func TestDocExamplesRun(t *testing.T) {
 		}
 	}
 	require.NotEqual(t, "TASK_ID", rs.subs[1], "README submits a task")
+}
+
+// TestConsoleDocExampleRuns runs docs/CONSOLE.md's commands: migrate
+// makes the database, serve serves it with docs/API.md's tokens file (on
+// a free port), and the console answers its sign-in page there before
+// serve is stopped.
+func TestConsoleDocExampleRuns(t *testing.T) {
+	shell := newDocShell(t)
+	for _, b := range markdownBlocks(t, "docs/API.md") {
+		if strings.HasPrefix(b.lines[0], "# NAME") {
+			require.NoError(t, os.WriteFile(filepath.Join(shell.work, "tokens.txt"), []byte(strings.Join(b.lines, "\n")+"\n"), 0o600))
+		}
+	}
+	shell.subs = []string{"127.0.0.1:8080", "127.0.0.1:0"}
+	signin := 0 // the sign-in pages the served console answered
+	shell.running = func(cmd, output string) {
+		addr := regexp.MustCompile(`"msg":"serving","addr":"([^"]+)"`).FindStringSubmatch(output)
+		require.NotNil(t, addr, "%s: the serving line names its address:\n%s", cmd, output)
+		res, err := http.Get("http://" + addr[1] + "/ui/signin")
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		signin++
+	}
+	blocks := markdownBlocks(t, "docs/CONSOLE.md")
+	require.NotEmpty(t, blocks)
+	for _, b := range blocks {
+		require.True(t, b.isShell(), "%s: a code block this test does not run:\n%s", b, strings.Join(b.lines, "\n"))
+		shell.run(b, func(cmd string, r docResult) {
+			require.Equal(t, 0, r.code, "%s: %s\n%s", b, cmd, r) // serve too: SIGTERM stops it gracefully
+		})
+	}
+	require.Equal(t, 1, signin, "docs/CONSOLE.md serves the console")
 }
 
 // docGoCopies names, for each document, the Go file holding the compiled

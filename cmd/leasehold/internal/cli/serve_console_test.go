@@ -101,7 +101,7 @@ func TestServeClosesTheConsole(t *testing.T) {
 	go func() {
 		exited <- run(&env{ctx: ctx, stdout: io.Discard, stderr: out}, []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--tokens", tokens})
 	}()
-	require.True(t, out.waitFor(ctx, `"msg":"serving"`), "serve started: %s", out)
+	require.True(t, out.waitFor(ctx, `"msg":"serving"`, nil), "serve started: %s", out)
 	require.Equal(t, 1, samplers(), "the console samples while serve runs")
 	cancel()
 	require.Equal(t, exitOK, <-exited, "%s", out)
