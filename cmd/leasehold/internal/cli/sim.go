@@ -1,20 +1,15 @@
 package cli
 
 import (
-	"bytes"
+	"cmp"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -312,7 +307,7 @@ func simSeeds(e *env, o simOptions, sc scenarios.Scenario, intr *simInterrupt, t
 		}
 		return nil
 	case o.parallel != 1 && o.report == "" && o.store.Name() == sim.StoreSQLite:
-		return sweepProcesses(sc.Name, o.seed, o.count, o.parallel, e.stderr, intr.Stop(), func(rec evidence.SeedRecord) {
+		return sweepProcesses(e, o, sc, intr.Stop(), func(rec evidence.SeedRecord) {
 			if o.showSeed(rec.Pass) {
 				printRecord(e, rec, o.json)
 			}
@@ -515,294 +510,32 @@ func writeTimeline(path string, r sim.Result) error {
 	return reports.WriteFile(path, b)
 }
 
-// simChildGrace is how long an interrupted sweep waits for its processes
-// to finish their seed, print what they judged and exit, before it kills
-// them.
-const simChildGrace = 10 * time.Second
-
-// sweepProcesses splits a sweep into contiguous ranges run by child
-// processes of this binary (one per core unless told otherwise: separate
-// processes share no locks, unlike goroutines over one SQLite library),
-// reads their JSON records and hands each seed's record to each in seed
-// order, as soon as it and every seed before it are judged. A child that
-// dies (a panic, a signal) or does not judge every seed of its range is
-// an error naming the range: its unjudged seeds are never counted as
-// passes.
-//
-// Once stop is closed, every child is sent SIGTERM (and killed if it has
-// not exited within simChildGrace); each then hands over the records it
-// printed, and only the seeds judged from the first up to the first one
-// not judged are handed to each.
-func sweepProcesses(scenario string, from uint64, count, parallel int, stderr io.Writer, stop <-chan struct{}, each func(evidence.SeedRecord)) error {
-	if parallel <= 0 {
-		parallel = runtime.NumCPU()
-	}
-	parallel = min(parallel, count)
-	children, err := startSweepChildren(scenario, from, count, parallel, stderr, stop)
-	if err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	defer close(done)
-	go children.stopOn(stop, done)
-	whole := true // every child so far judged its whole range
-	for i, c := range children {
-		// Hand over the records as they come, while they are in order;
-		// the whole output is judged once the process has exited.
-		handed := 0 // records of c handed to each
-		if whole {
-			handed = streamSweepChild(c, scenario, stop, each)
-		}
-		hand := func(recs []evidence.SeedRecord) { // recs[:handed] were handed as they came
-			for ; handed < len(recs); handed++ {
-				each(recs[handed])
-			}
-		}
-		<-c.exited
-		if closed(stop) {
-			if whole {
-				recs := judgedPrefix(c.output(), scenario, c.from, c.n)
-				hand(recs)
-				whole = len(recs) == c.n
-			}
-			continue
-		}
-		var exit *exec.ExitError
-		if c.werr != nil && !errors.As(c.werr, &exit) {
-			children[i+1:].end()
-			return fmt.Errorf("sweep process for seeds %d..%d: %w", c.from, c.from+uint64(c.n)-1, c.werr)
-		}
-		recs, err := judgeSweepChild(c.output(), c.cmd.ProcessState.ExitCode(), c.cmd.ProcessState.String(), scenario, c.from, c.n)
-		if err != nil {
-			children[i+1:].end()
-			return err
-		}
-		hand(recs)
-	}
-	return nil
-}
-
-// closed reports whether stop is closed, without waiting.
-func closed(stop <-chan struct{}) bool {
-	select {
-	case <-stop:
-		return true
-	default:
-		return false
-	}
-}
-
-// startSweepChildren starts parallel processes of this binary over count
-// seeds from from, in contiguous ranges of near-equal length, each
-// printing JSON records. It starts none once stop is closed; if one fails
-// to start, those already started are killed and waited for.
-func startSweepChildren(scenario string, from uint64, count, parallel int, stderr io.Writer, stop <-chan struct{}) (sweepChildren, error) {
+// sweepProcesses runs the sweep o asks for across processes of this
+// binary (sim.ProcessSweep), each running `sim --json` over its range,
+// and hands each seed's record to each in seed order.
+func sweepProcesses(e *env, o simOptions, sc scenarios.Scenario, stop <-chan struct{}, each func(evidence.SeedRecord)) error {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("find this binary to run sweep processes: %w", err)
+		return fmt.Errorf("find this binary to run sweep processes: %w", err)
 	}
-	children := make(sweepChildren, 0, parallel)
-	next := from
-	for i := 0; i < parallel && !closed(stop); i++ {
-		n := count / parallel
-		if i < count%parallel {
-			n++
+	var bad error // a seed line that is not a seed record, once judged
+	err = sim.ProcessSweep{Scenario: sc, From: o.seed, Count: o.count, Processes: o.parallel, Stderr: e.stderr, Stop: stop,
+		Command: func(from uint64, n int) []string {
+			return []string{self, "sim", "--scenario", sc.Name, "--seed", strconv.FormatUint(from, 10),
+				"--seeds", strconv.Itoa(n), "--parallel", "1", "--json"}
+		},
+		Rerun: func(from uint64, n int) string {
+			return fmt.Sprintf("leasehold sim --scenario %s --seed %d --seeds %d --parallel 1", sc.Name, from, n)
+		},
+	}.Run(func(line sim.SeedLine) {
+		var rec evidence.SeedRecord
+		if err := json.Unmarshal(line.Line, &rec); err != nil {
+			bad = cmp.Or(bad, fmt.Errorf("sweep process: the record of seed %d: %w", line.Seed, err))
+			return
 		}
-		c := &sweepChild{from: next, n: n, more: make(chan struct{}, 1), exited: make(chan struct{})}
-		c.cmd = exec.Command(self, "sim", "--scenario", scenario, "--seed", strconv.FormatUint(next, 10),
-			"--seeds", strconv.Itoa(n), "--parallel", "1", "--json")
-		// One core per process, and a collector tuned for a batch of
-		// short-lived worlds: a 10,000-seed portfolio sweep on two cores
-		// went from 150 s to under 115 s.
-		c.cmd.Env = sim.SweepProcessEnv(os.Environ())
-		c.cmd.Stdout, c.cmd.Stderr = c, stderr
-		if err := c.cmd.Start(); err != nil {
-			children.end()
-			return nil, fmt.Errorf("start sweep process: %w", err)
-		}
-		go func() {
-			c.werr = c.cmd.Wait() // returns once all its output is in
-			close(c.exited)
-		}()
-		children, next = append(children, c), next+uint64(n)
-	}
-	return children, nil
-}
-
-// streamSweepChild hands each the seed records c prints, as they come,
-// while they are c's seeds in order; it returns how many it handed once c
-// has exited, printed something out of order, or stop is closed.
-func streamSweepChild(c *sweepChild, scenario string, stop <-chan struct{}, each func(evidence.SeedRecord)) int {
-	handed := 0
-	for inOrder, exited := true, false; inOrder && !exited && !closed(stop); {
-		select {
-		case <-c.more:
-		case <-c.exited:
-			exited = true
-		}
-		for _, line := range c.lines() {
-			var rec evidence.SeedRecord
-			switch {
-			case !inOrder:
-			case json.Unmarshal(line, &rec) != nil:
-				inOrder = false // not a record: the judging says so
-			case rec.Record != evidence.RecordSeed:
-			case rec.Scenario == scenario && rec.Seed == c.from+uint64(handed) && handed < c.n:
-				each(rec)
-				handed++
-			default:
-				inOrder = false
-			}
-		}
-	}
-	return handed
-}
-
-// sweepChildren is a sweep's child processes.
-type sweepChildren []*sweepChild
-
-// kill kills every process of cs.
-func (cs sweepChildren) kill() {
-	for _, c := range cs {
-		_ = c.cmd.Process.Kill()
-	}
-}
-
-// end kills every process of cs and waits for each to exit.
-func (cs sweepChildren) end() {
-	cs.kill()
-	for _, c := range cs {
-		<-c.exited
-	}
-}
-
-// stopOn sends every process of cs SIGTERM once stop is closed, and kills
-// them if done is not closed within simChildGrace after; it returns at
-// once when done is closed first.
-func (cs sweepChildren) stopOn(stop, done <-chan struct{}) {
-	select {
-	case <-stop:
-	case <-done:
-		return
-	}
-	for _, c := range cs {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	t := time.NewTimer(simChildGrace)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		cs.kill()
-	case <-done:
-	}
-}
-
-// sweepChild is one process of a sweep: its range of seeds, and the
-// output it has printed so far (it is the process's stdout).
-type sweepChild struct {
-	cmd    *exec.Cmd
-	from   uint64
-	n      int
-	more   chan struct{} // signalled after each write
-	exited chan struct{} // closed once the process has exited and its output is in
-	werr   error         // cmd.Wait's, once exited is closed
-
-	mu   sync.Mutex
-	out  bytes.Buffer
-	read int // how much of out lines has returned
-}
-
-// Write takes in the process's output.
-func (c *sweepChild) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	c.out.Write(p)
-	c.mu.Unlock()
-	select {
-	case c.more <- struct{}{}:
-	default:
-	}
-	return len(p), nil
-}
-
-// lines returns the whole lines the process has printed since the last
-// call.
-func (c *sweepChild) lines() [][]byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	fresh := c.out.Bytes()[c.read:]
-	cut := bytes.LastIndexByte(fresh, '\n')
-	if cut < 0 {
-		return nil
-	}
-	c.read += cut + 1
-	return bytes.Split(bytes.Clone(fresh[:cut]), []byte{'\n'})
-}
-
-// output returns a copy of what the process has printed so far.
-func (c *sweepChild) output() []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return bytes.Clone(c.out.Bytes())
-}
-
-// judgedPrefix returns the seed records an interrupted sweep process
-// printed for its seeds from from, in order, up to the first seed it did
-// not judge (or a line cut short by its end).
-func judgedPrefix(out []byte, scenario string, from uint64, n int) []evidence.SeedRecord {
-	if cut := bytes.LastIndexByte(out, '\n'); cut >= 0 {
-		out = out[:cut+1]
-	} else {
-		out = nil
-	}
-	recs, _ := readSeedRecords(out) // the records before any bad line
-	judged := 0
-	for judged < len(recs) && judged < n && recs[judged].Seed == from+uint64(judged) && recs[judged].Scenario == scenario {
-		judged++
-	}
-	return recs[:judged]
-}
-
-// judgeSweepChild reads the JSON records a sweep process printed for its n
-// seeds from from, and how it exited (code, and how as the process state
-// says it), and returns its seeds' records. Exit 0 with every seed passed
-// and exit 1 with some failed (or a declared coverage cell unreached, when
-// its range alone is long enough to require them) are the only good ends:
-// any other exit (a panic exits 2, a signal -1), a line that is not a
-// record, a seed missing or out of order, or an exit that disagrees with
-// the verdicts is an error naming the range and the command that reruns
-// it.
-func judgeSweepChild(out []byte, code int, how, scenario string, from uint64, n int) ([]evidence.SeedRecord, error) {
-	last := from + uint64(n) - 1
-	rerun := fmt.Sprintf("rerun them: leasehold sim --scenario %s --seed %d --seeds %d --parallel 1", scenario, from, n)
-	recs, err := readSeedRecords(out)
-	judged := 0
-	for judged < len(recs) && recs[judged].Seed == from+uint64(judged) && recs[judged].Scenario == scenario {
-		judged++
-	}
-	if code != exitOK && code != exitFail {
-		return nil, fmt.Errorf("sweep process for seeds %d..%d ended with %s after judging %d of %d seeds; %s", from, last, how, judged, n, rerun)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sweep process for seeds %d..%d printed what is not a record (%v) after %d of its %d seeds; %s", from, last, err, judged, n, rerun)
-	}
-	if judged != n || len(recs) != n {
-		return nil, fmt.Errorf("sweep process for seeds %d..%d judged %d of its %d seeds in order (printed %d seed records) and exited %d; %s",
-			from, last, judged, n, len(recs), code, rerun)
-	}
-	failed := 0
-	var cov sim.Coverage
-	for _, rec := range recs {
-		cov.Add(rec.Coverage)
-		if !rec.Pass {
-			failed++
-		}
-	}
-	sc, _ := scenarios.Get(scenario)
-	bad := failed > 0 || len(cov.Missing(sc)) > 0
-	if bad != (code == exitFail) {
-		return nil, fmt.Errorf("sweep process for seeds %d..%d exited %d with %d of its %d seeds failed; %s", from, last, code, failed, n, rerun)
-	}
-	return recs, nil
+		each(rec)
+	})
+	return cmp.Or(err, bad)
 }
 
 func parseIndices(s string) ([]int, error) {

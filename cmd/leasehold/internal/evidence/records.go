@@ -12,7 +12,7 @@ import (
 
 // Record kinds sim --json prints, one JSON object a line.
 const (
-	RecordSeed    = "seed"
+	RecordSeed    = sim.SeedLineRecord // what a sweep process prints for each seed
 	RecordSummary = "summary"
 )
 
