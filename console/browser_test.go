@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -45,20 +45,6 @@ const historyMinutes = 45
 // each page: into the directory it names when that is an absolute path,
 // else under out/console-screenshots/ at the repository root.
 const screenshotsEnv = "LEASEHOLD_CONSOLE_SCREENSHOTS"
-
-// findBrowser looks for Debian's chromium, then other Chrome builds in
-// PATH; "" when there is none.
-func findBrowser() string {
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if path, err := exec.LookPath(name); err == nil {
-			return path
-		}
-	}
-	return ""
-}
 
 // tabLog records the statuses of the documents a tab loaded and any
 // script error.
@@ -141,13 +127,7 @@ func (s *statusWriter) WriteHeader(code int) {
 // another 127.0.0.1 port, posting with the session cookie but a wrong
 // CSRF token, is refused with 403 and writes nothing.
 func TestConsoleInBrowser(t *testing.T) {
-	browser := findBrowser()
-	if browser == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no chromium found (looked for /usr/bin/chromium, chromium, chromium-browser, google-chrome): .ci/run must install Debian's chromium")
-		}
-		t.Skip("no chromium found; install it with apt-get install -y chromium")
-	}
+	browser := testkit.Browser(t)
 	// Long sessions: driving the worker advances the fake clock.
 	b := setup(t, func(o *Options) { o.Idle, o.Lifetime, o.PageSize = 24*time.Hour, 48*time.Hour, 50 })
 	watch := &cookieWatch{}

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"html"
@@ -11,12 +10,12 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -284,7 +283,7 @@ func nextLink(t *testing.T, body string) string {
 }
 
 func TestLogsNeverHoldASecret(t *testing.T) {
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	b := setup(t, func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
 	c := b.client(t)
 	form := c.get("/ui/signin")
@@ -299,24 +298,6 @@ func TestLogsNeverHoldASecret(t *testing.T) {
 	for _, secret := range []string{"wrong-secret-0123456789", operatorSecret, c.cookie} {
 		require.NotContains(t, text, secret)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // rowIDs are the task rows' IDs in the page's order.

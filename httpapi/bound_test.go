@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -89,7 +90,7 @@ func TestTokensActOnlyForTheirUsers(t *testing.T) {
 	_, err = phone.SubmitMany(ctx, []model.SubmitRequest{request("ana", "k3"), request("carol", "k3")})
 	requireRefusal(t, err, client.ErrForbidden, "tasks[1].user")
 
-	unknown := requireRefusal(t, func() error { _, err := phone.Task(ctx, unknownTask); return err }(), client.ErrNotFound, "id")
+	unknown := requireRefusal(t, func() error { _, err := phone.Task(ctx, testkit.UnknownTask); return err }(), client.ErrNotFound, "id")
 	for name, call := range map[string]func() error{
 		"read":         func() error { _, err := phone.Task(ctx, theirs.TaskID); return err },
 		"events":       func() error { _, err := phone.Events(ctx, theirs.TaskID); return err },
@@ -105,7 +106,7 @@ func TestTokensActOnlyForTheirUsers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := requireRefusal(t, call(), client.ErrNotFound, e404Field(name))
 			if name == "read" || name == "events" || name == "cancel" || name == "wait" {
-				require.Equal(t, strings.ReplaceAll(unknown.Message, unknownTask, theirs.TaskID), e.Message,
+				require.Equal(t, strings.ReplaceAll(unknown.Message, testkit.UnknownTask, theirs.TaskID), e.Message,
 					"another user's task is refused as a task that does not exist")
 			}
 		})

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -27,6 +25,7 @@ import (
 	"modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/wire"
@@ -59,27 +58,6 @@ root submit,approve,operate ` + secretRoot + `
 // apiEpoch is the fake clock's start.
 var apiEpoch = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 
-// unknownTask is a well-formed task ID no fixture ever hands out.
-const unknownTask = "t_00000000deadbeef"
-
-// syncBuffer collects the server's log output from its goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // api is one running server and the queue behind it.
 type api struct {
 	q      *queue.Queue
@@ -87,7 +65,7 @@ type api struct {
 	clock  *clockwork.FakeClock
 	base   string
 	client *http.Client
-	logs   *syncBuffer
+	logs   *testkit.SyncBuffer
 	stop   func(t *testing.T)
 }
 
@@ -114,7 +92,7 @@ func setupAPIWith(t *testing.T, server func(*Options), edit ...func(*queue.Optio
 	require.NoError(t, err)
 	tokens, err := ParseTokens(testTokens+boundTokens, false)
 	require.NoError(t, err)
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -451,7 +429,7 @@ func TestServeSubmitAndRead(t *testing.T) {
 	}
 
 	// 404 for an unknown task; 400 for what cannot be a task ID.
-	a.refused(t, http.MethodGet, "/v1/tasks/"+unknownTask, secretSubmit, "", http.StatusNotFound, "id")
+	a.refused(t, http.MethodGet, "/v1/tasks/"+testkit.UnknownTask, secretSubmit, "", http.StatusNotFound, "id")
 	for _, bad := range []string{"nope", "t_X.Z", "t_" + strings.Repeat("a", 64), "1%20OR%201"} {
 		a.refused(t, http.MethodGet, "/v1/tasks/"+bad, secretSubmit, "", http.StatusBadRequest, "id")
 	}
@@ -462,7 +440,7 @@ func TestServeSubmitAndRead(t *testing.T) {
 	require.Equal(t, "submitted", events[0]["kind"])
 	require.Equal(t, "alice", events[0]["actor"], "the actor is the token's name")
 	require.Equal(t, "carol", events[0]["user"], "and the task's user is beside it")
-	a.refused(t, http.MethodGet, "/v1/tasks/"+unknownTask+"/events", secretSubmit, "", http.StatusNotFound, "id")
+	a.refused(t, http.MethodGet, "/v1/tasks/"+testkit.UnknownTask+"/events", secretSubmit, "", http.StatusNotFound, "id")
 
 	// The mux's own refusals.
 	a.refused(t, http.MethodGet, "/v1/nothing", secretRoot, "", http.StatusNotFound, "")
@@ -549,7 +527,7 @@ func TestServeCancelApproveReject(t *testing.T) {
 	require.NoError(t, a.q.Complete(ctx, a.claim(t, done)))
 	a.refused(t, http.MethodPost, "/v1/tasks/"+done+"/cancel", secretSubmit, "", http.StatusConflict, "id")
 	require.Equal(t, "completed", a.task(t, done)["state"])
-	a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/cancel", secretSubmit, "", http.StatusNotFound, "id")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+testkit.UnknownTask+"/cancel", secretSubmit, "", http.StatusNotFound, "id")
 	a.refused(t, http.MethodPost, "/v1/tasks/bogus/cancel", secretSubmit, "", http.StatusBadRequest, "id")
 
 	// Approve a task at its gate (both gated tasks are parked first: an
@@ -573,7 +551,7 @@ func TestServeCancelApproveReject(t *testing.T) {
 	// It is no longer waiting: approving or rejecting again is a conflict.
 	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/approve", secretApprove, fmt.Sprintf(`{"version": %d}`, version), http.StatusConflict, "id")
 	a.refused(t, http.MethodPost, "/v1/tasks/"+gated+"/reject", secretApprove, fmt.Sprintf(`{"version": %d}`, version), http.StatusConflict, "id")
-	a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/approve", secretApprove, `{"version": 1}`, http.StatusNotFound, "id")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+testkit.UnknownTask+"/approve", secretApprove, `{"version": 1}`, http.StatusNotFound, "id")
 
 	// Reject names the version shown, as approve does: a missing, malformed
 	// or stale one is refused and changes nothing.
@@ -634,7 +612,7 @@ func TestServeOperator(t *testing.T) {
 		a.refused(t, http.MethodPost, "/v1/effects/"+uncertain+bad+"/settle", secretOperate, `{"applied": true}`, http.StatusBadRequest, "op")
 	}
 	a.refused(t, http.MethodPost, settle, secretOperate, `{}`, http.StatusBadRequest, "applied")
-	a.refused(t, http.MethodPost, "/v1/effects/"+unknownTask+".s0/settle", secretOperate, `{"applied": true}`, http.StatusNotFound, "op")
+	a.refused(t, http.MethodPost, "/v1/effects/"+testkit.UnknownTask+".s0/settle", secretOperate, `{"applied": true}`, http.StatusNotFound, "op")
 	out := a.call(t, http.MethodPost, settle, secretOperate, `{"applied": true}`, http.StatusOK)
 	require.Equal(t, map[string]any{"op_id": intent.OpID, "applied": true, "by": "olga"}, out)
 	a.refused(t, http.MethodPost, settle, secretOperate, `{"applied": false}`, http.StatusConflict, "op")
@@ -675,7 +653,7 @@ func TestServeOperator(t *testing.T) {
 	require.EqualValues(t, 7, out["steps_max"])
 	require.Equal(t, "olga", a.event(t, uncertain, model.EventRequeued).Actor)
 	a.refused(t, http.MethodPost, requeue, secretOperate, `{"grant_cost": 0, "grant_steps": 0}`, http.StatusConflict, "id")
-	a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/requeue", secretOperate, `{"grant_cost": 0, "grant_steps": 0}`, http.StatusNotFound, "id")
+	a.refused(t, http.MethodPost, "/v1/tasks/"+testkit.UnknownTask+"/requeue", secretOperate, `{"grant_cost": 0, "grant_steps": 0}`, http.StatusNotFound, "id")
 
 	// Resolve: only to a terminal state.
 	resolve := "/v1/tasks/" + parked + "/resolve"
@@ -1178,7 +1156,7 @@ func TestScrapeGivesUpAtItsTimeout(t *testing.T) {
 		require.NoError(t, <-holder)
 	}()
 
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	c := &queueCollector{q: q, log: slog.New(slog.NewJSONHandler(logs, nil)), timeout: 50 * time.Millisecond}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
@@ -1245,7 +1223,7 @@ func TestServeBodyErrorsSayWhatWasWrong(t *testing.T) {
 			require.NotContains(t, msg, internal)
 		}
 	}
-	msg := a.refused(t, http.MethodPost, "/v1/tasks/"+unknownTask+"/approve", secretApprove, `{"version": -1}`, http.StatusBadRequest, "version")
+	msg := a.refused(t, http.MethodPost, "/v1/tasks/"+testkit.UnknownTask+"/approve", secretApprove, `{"version": -1}`, http.StatusBadRequest, "version")
 	require.Equal(t, "version: must be from 0 to 9223372036854775807, got -1", msg)
 	require.Equal(t, [3]int{0, 0, 0}, a.counts(t), "nothing was written")
 }

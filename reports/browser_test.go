@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +15,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/internal/testkit"
 )
 
 // browserTimeout bounds the whole browser test: start, load, checks and
@@ -24,20 +25,6 @@ const browserTimeout = 30 * time.Second
 
 // pageWidth is the width the page must read well at.
 const pageWidth = 1280
-
-// findBrowser looks for Debian's chromium, then other Chrome builds in
-// PATH. It returns "" when there is none.
-func findBrowser() string {
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if path, err := exec.LookPath(name); err == nil {
-			return path
-		}
-	}
-	return ""
-}
 
 // pageEvents collects what the page reports while it loads: console errors,
 // uncaught exceptions, browser log errors and any request that leaves the
@@ -92,13 +79,7 @@ func (p *pageEvents) snapshot() (errors, requests []string) {
 // unless CI is set.
 func openInBrowser(t *testing.T, path string) (context.Context, *pageEvents) {
 	t.Helper()
-	browser := findBrowser()
-	if browser == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no chromium found (looked for /usr/bin/chromium, chromium, chromium-browser, google-chrome): .ci/run must install Debian's chromium")
-		}
-		t.Skip("no chromium found; install it with apt-get install -y chromium")
-	}
+	browser := testkit.Browser(t)
 	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
 	t.Cleanup(cancel)
 	allocator, cancelAllocator := chromedp.NewExecAllocator(ctx,

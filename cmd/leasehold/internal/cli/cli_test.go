@@ -30,6 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
@@ -1457,9 +1458,9 @@ func TestAMistypedDatabaseIsNeverCreated(t *testing.T) {
 		{"submit", "--batch", batch},
 		{"worker", "--id", "w1"},
 		{"serve", "--addr", "127.0.0.1:0", "--tokens", tokens},
-		{"status", unknownTask},
+		{"status", testkit.UnknownTask},
 		{"list"},
-		{"cancel", unknownTask, "--actor", "ops"},
+		{"cancel", testkit.UnknownTask, "--actor", "ops"},
 		{"limits", "--depth-max", "5", "--actor", "ops"},
 		{"schedule", "add", "--user", "ana", "--payload", onePayload, "--cost-budget", "5", "--steps-max", "2",
 			"--origin", "+1h", "--period", "1h", "--actor", "ops"},

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/internal/testkit"
 )
 
 // dbSecret is the password of the --db values of
@@ -46,7 +48,7 @@ func TestDBPasswordIsNeverEchoed(t *testing.T) {
 		"postgres://u:" + dbSecret + "PW@127.0.0.1:1/db?sslmode=bogus",
 		"postgres://u:" + dbSecret + "PW@127.0.0.1:1",
 	}
-	task := unknownTask
+	task := testkit.UnknownTask
 	withDB := [][]string{
 		{"status", task}, {"list"}, {"events", task}, {"inspect"}, {"metrics"}, {"audit"}, {"reap"},
 		{"cancel", task, "--actor", "ops"}, {"approve", task, "--version", "1", "--actor", "ops"},

@@ -52,6 +52,7 @@ import (
 
 	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/internal/doctest"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
@@ -286,7 +287,7 @@ func (s *docShell) exec(b docBlock, cmd string) docResult {
 	}
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out := newWatched()
-	var errOut syncBuffer
+	var errOut testkit.SyncBuffer
 	c.Stdout = out
 	c.Stderr = io.MultiWriter(&errOut, stderrOf{out})
 	require.NoError(s.t, c.Start(), "%s: %s", b, cmd)

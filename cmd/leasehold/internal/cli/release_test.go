@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
@@ -602,7 +603,7 @@ func TestAuditFilters(t *testing.T) {
 	require.Equal(t, kinds(all[1:2]), kinds(auditLines(t, f.db, "--actor", "alice")))
 	require.Equal(t, kinds(all[3:]), kinds(auditLines(t, f.db, "--actor", "olga")))
 	require.Empty(t, auditLines(t, f.db, "--actor", "nobody"))
-	require.Empty(t, auditLines(t, f.db, "--task", unknownTask))
+	require.Empty(t, auditLines(t, f.db, "--task", testkit.UnknownTask))
 	require.Equal(t, kinds(all[1:]), kinds(auditLines(t, f.db, "--since", at(1))), "since is inclusive")
 	require.Equal(t, kinds(all[:2]), kinds(auditLines(t, f.db, "--until", at(2))), "until is exclusive")
 	require.Equal(t, kinds(all[1:3]), kinds(auditLines(t, f.db, "--since", at(1), "--until", t0.Add(2*time.Hour+time.Millisecond).Format(time.RFC3339Nano))))

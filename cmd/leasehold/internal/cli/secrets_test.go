@@ -35,6 +35,7 @@ import (
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/liverun"
 	"github.com/leasehold/leasehold/httpapi"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
@@ -213,7 +214,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// A worker runs every queued task under a fake clock, logging to a
 	// buffer; the service records what it was asked to do.
 	svc := &recordingService{}
-	workerLog := &syncBuffer{}
+	workerLog := &testkit.SyncBuffer{}
 	start := time.Now().Add(time.Second) // every task submitted so far is due
 	ran := []string{secret, fromFile, approved, requeued}
 	synctest.Test(t, func(t *testing.T) {
@@ -276,7 +277,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		cli(exitOK, db(args...)...)
 	}
 	cli(exitOK, db("schedule", "remove", schedule, "--actor", "ops")...)
-	cli(exitFail, db("status", unknownTask)...)
+	cli(exitFail, db("status", testkit.UnknownTask)...)
 	cli(exitOK, "version")
 	cli(exitOK, "version", "--json")
 	cli(exitOK, "sim", "--seed", "1")
@@ -355,7 +356,7 @@ func serveWithSecrets(t *testing.T, db string, out *captured, secret string) {
 	q, err := queue.Open(ctx, queue.Options{Path: db, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	serveCtx, cancel := context.WithCancel(ctx)
