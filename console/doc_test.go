@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/internal/doctest"
 )
 
@@ -34,4 +35,22 @@ func TestConsoleReadsOnlyThroughTheAPI(t *testing.T) {
 			require.NotEqual(t, `"github.com/leasehold/leasehold/queue"`, spec.Path.Value, "%s imports the queue", name)
 		}
 	}
+}
+
+// TestNewTakesTheAPI: a console needs the API's server (or a Backend),
+// and made from the server alone it keeps the server's clock, so its
+// sessions expire on the clock the API's waits run on.
+func TestNewTakesTheAPI(t *testing.T) {
+	_, err := New(Options{})
+	require.ErrorContains(t, err, "Options.API is required")
+
+	b := setup(t)
+	tokens, err := httpapi.ParseTokens(tokenLines, true)
+	require.NoError(t, err)
+	api, err := httpapi.New(httpapi.Options{Queue: b.q, Tokens: tokens, Clock: b.clock, AuthDelay: -1})
+	require.NoError(t, err)
+	c, err := New(Options{API: api})
+	require.NoError(t, err)
+	defer c.Close()
+	require.Same(t, b.clock, c.clock)
 }
