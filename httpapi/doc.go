@@ -32,9 +32,10 @@
 // Tokens come from ParseTokens or LoadTokens (lines of NAME SCOPES SECRET
 // USERS, as leasehold serve reads them). Serve runs the mux with the
 // server's Timeouts and shuts down gracefully; a program with an
-// http.Server of its own serves the mux there and registers Server.Close
-// with its RegisterOnShutdown, so that open long-polls and event streams
-// end. leasehold serve is such a program.
+// http.Server of its own serves Server.RefuseDotSegments(mux) there (a
+// ServeMux would redirect a path with a ".." segment to another resource)
+// and registers Server.Close with its RegisterOnShutdown, so that open
+// long-polls and event streams end. leasehold serve is such a program.
 //
 // # Payloads
 //

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,6 +82,40 @@ func TestMountBesideTheProgramsRoutes(t *testing.T) {
 	require.Equal(t, "path", refusal.Field)
 	status, _ = get(http.MethodGet, "/elsewhere/../hello")
 	require.True(t, status >= 300 && status < 400, "the program's own paths are the mux's to clean (a redirect): %d", status)
+}
+
+// TestRefuseDotSegmentsGuardsAProgramsOwnServer: a program serving its
+// mux with its own server (here httptest's) wraps it in
+// RefuseDotSegments, and a PUT to /v1/limits/users/.. is refused rather
+// than redirected, method and body kept, to the queue-wide limits.
+func TestRefuseDotSegmentsGuardsAProgramsOwnServer(t *testing.T) {
+	q, err := queue.Open(context.Background(), queue.Options{Path: filepath.Join(t.TempDir(), "g.db"),
+		Clock: clockwork.NewFakeClockAt(apiEpoch), IDs: model.NewSeededIDs(4)})
+	require.NoError(t, err)
+	defer q.Close()
+	tokens, err := ParseTokens(testTokens, false)
+	require.NoError(t, err)
+	api, err := New(Options{Queue: q, Tokens: tokens, AuthDelay: -1})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	api.Mount(mux)
+	put := func(h http.Handler) int {
+		t.Helper()
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+		req, err := http.NewRequest(http.MethodPut, srv.URL+"/v1/limits/users/..", strings.NewReader(`{"depth_max":1}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secretRoot)
+		res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusTemporaryRedirect, put(mux), "the bare mux redirects to /v1/limits")
+	require.Equal(t, http.StatusBadRequest, put(api.RefuseDotSegments(mux)))
+	limits, _, err := q.Limits(context.Background())
+	require.NoError(t, err)
+	require.NotEqual(t, 1, limits.DepthMax, "nothing followed a redirect")
 }
 
 // TestValidatePayloadRefusesBeforeTheQueue: the program's payload check

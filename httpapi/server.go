@@ -379,8 +379,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // routes (the console at /ui/, its own pages) stay its own. Like any
 // ServeMux registration, it panics if mux already has a pattern for one
 // of those paths. A ServeMux sends a request whose path has a "." or ".."
-// segment to the cleaned path before any handler sees it; Serve refuses
-// such a path under /v1/ instead.
+// segment to the cleaned path (307, method and body kept) before any
+// handler sees it, which under /v1/ names another resource (PUT
+// /v1/limits/users/.. is PUT /v1/limits): Serve refuses such a path, and a
+// program with an http.Server of its own serves RefuseDotSegments(mux).
 func (s *Server) Mount(mux *http.ServeMux) {
 	for _, pattern := range mountPatterns {
 		mux.Handle(pattern, s.handler)
@@ -433,10 +435,11 @@ func (s *Server) routes() http.Handler {
 	})
 }
 
-// refuseDotSegments answers a request under /v1/ whose path has a "." or
-// ".." segment with the API's 400, before h (a ServeMux, which would
-// redirect it to another resource) sees it.
-func (s *Server) refuseDotSegments(h http.Handler) http.Handler {
+// RefuseDotSegments answers a request under /v1/ whose path has a "." or
+// ".." segment with the API's 400, before h (a ServeMux the API is
+// mounted on, which would redirect it to another resource) sees it.
+// Serve applies it; a program serving its mux itself wraps the mux in it.
+func (s *Server) RefuseDotSegments(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v1/") {
 			if err := dotSegment(r); err != nil {
@@ -521,7 +524,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, h http.Handler) err
 		h = s.handler
 	}
 	t := s.timeouts
-	srv := &http.Server{Handler: s.refuseDotSegments(h), ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
+	srv := &http.Server{Handler: s.RefuseDotSegments(h), ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
 		WriteTimeout: t.Write, IdleTimeout: t.Idle, MaxHeaderBytes: headerBytesMax,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	srv.RegisterOnShutdown(s.Close)
