@@ -3,7 +3,9 @@ package queue
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -51,7 +53,11 @@ func readApplied(ctx context.Context, db querier, set *sqlSet) ([]AppliedMigrati
 // a URL another store handles, such as postgres://) has applied and the
 // ones this build would apply, reading without changing anything. It
 // refuses a database that is newer than this build or whose applied
-// migrations differ from this build's.
+// migrations differ from this build's. Where the store has a functions
+// file and the database's functions are not this build's, pending ends
+// with an entry for it, named functions.sql@vN, numbered as the build's
+// last migration. A database at a folded history (fold.go) has that
+// history applied, and the baseline pending.
 func Inspect(ctx context.Context, path string) (applied []AppliedMigration, pending []Migration, err error) {
 	b := backendFor(path)
 	if _, ok := b.(sqliteBackend); ok {
@@ -66,7 +72,11 @@ func Inspect(ctx context.Context, path string) (applied []AppliedMigration, pend
 		return nil, nil, err
 	}
 	defer db.Close()
-	return plan(ctx, db, set)
+	p, err := plan(ctx, db, set)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.applied, p.listed(), nil
 }
 
 // planFile is plan for a SQLite database opened raw (snapshots, Inspect).
@@ -75,53 +85,151 @@ func planFile(ctx context.Context, db *sql.DB) (applied []AppliedMigration, pend
 	if err != nil {
 		return nil, nil, err
 	}
-	return plan(ctx, db, set)
-}
-
-// plan compares the applied migrations db records with those of the
-// store whose SQL files are set, and returns the ones still to apply.
-func plan(ctx context.Context, db querier, set *sqlSet) (applied []AppliedMigration, pending []Migration, err error) {
-	known := set.migrations
-	applied, err = readApplied(ctx, db, set)
+	p, err := plan(ctx, db, set)
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(applied) > len(known) {
-		return nil, nil, fmt.Errorf("queue: database schema version %d, this build supports up to %d: %w",
-			applied[len(applied)-1].Version, len(known), ErrSchemaTooNew)
-	}
-	for i, a := range applied {
-		if a.Version != known[i].Version || a.Checksum != known[i].Checksum {
-			return nil, nil, fmt.Errorf("queue: migration %d (%s): %w", a.Version, a.Name, ErrSchemaMismatch)
+	return p.applied, p.listed(), nil
+}
+
+// schemaPlan is what migrating a database would do.
+type schemaPlan struct {
+	applied []AppliedMigration
+	pending []Migration
+	// fold: applied is the store's folded history, and the first pending
+	// migration (the baseline) is recorded, not run (fold.go).
+	fold bool
+	// functions is the functions file to install (its text and checksum
+	// in installed, installedSum), nil when the database has this build's.
+	functions               *storeFunctions
+	installed, installedSum string
+	functionsFrom           int // the database's functions version, 0 for none
+}
+
+// changes reports whether migrating would change anything.
+func (p schemaPlan) changes() bool { return len(p.pending) > 0 || p.functions != nil }
+
+// listed is the pending migrations, and the functions file when it is
+// to be installed (see Inspect).
+func (p schemaPlan) listed() []Migration {
+	out := p.pending
+	if p.functions != nil {
+		last := 0
+		if len(p.pending) > 0 {
+			last = p.pending[len(p.pending)-1].Version
+		} else if len(p.applied) > 0 {
+			last = p.applied[len(p.applied)-1].Version
 		}
+		out = append(slices.Clone(out), Migration{Version: last, Name: fmt.Sprintf("%s@v%d", functionsFile, p.functions.Version),
+			SQL: p.installed, Checksum: p.installedSum})
 	}
-	return applied, known[len(applied):], nil
+	return out
+}
+
+// plan compares the applied migrations and functions db records with
+// those of the store whose SQL files are set, and returns what migrating
+// would do.
+func plan(ctx context.Context, db querier, set *sqlSet) (schemaPlan, error) {
+	known := set.migrations
+	applied, err := readApplied(ctx, db, set)
+	if err != nil {
+		return schemaPlan{}, err
+	}
+	p := schemaPlan{applied: applied}
+	switch {
+	case set.folded.matches(applied):
+		p.fold, p.pending = true, known
+	case set.folded.partial(applied):
+		return schemaPlan{}, set.folded.refusePartial(applied)
+	case len(applied) > len(known):
+		return schemaPlan{}, fmt.Errorf("queue: database schema version %d, this build supports up to %d: %w",
+			applied[len(applied)-1].Version, len(known), ErrSchemaTooNew)
+	default:
+		for i, a := range applied {
+			if a.Version != known[i].Version || a.Checksum != known[i].Checksum {
+				return schemaPlan{}, fmt.Errorf("queue: migration %d (%s): %w", a.Version, a.Name, ErrSchemaMismatch)
+			}
+		}
+		p.pending = known[len(applied):]
+	}
+	if set.functions == nil {
+		return p, nil
+	}
+	if p.installed, p.installedSum, err = set.functions.installed(); err != nil {
+		return schemaPlan{}, err
+	}
+	version, sum, err := readFunctions(ctx, db, set)
+	if err != nil {
+		return schemaPlan{}, err
+	}
+	if version > set.functions.Version {
+		return schemaPlan{}, fmt.Errorf("queue: database functions version %d, this build's is %d: %w",
+			version, set.functions.Version, ErrSchemaTooNew)
+	}
+	p.functionsFrom = version
+	if p.fold || version < set.functions.Version || sum != p.installedSum {
+		p.functions = set.functions
+	}
+	return p, nil
+}
+
+// readFunctions returns the version and checksum of the functions db
+// records, or 0 and "" when it records none.
+func readFunctions(ctx context.Context, db querier, set *sqlSet) (int, string, error) {
+	var exists int
+	if err := db.QueryRowContext(ctx, set.queries["functions_table_exists"].text).Scan(&exists); err != nil {
+		return 0, "", fmt.Errorf("queue: read functions version: %w", err)
+	}
+	if exists == 0 {
+		return 0, "", nil
+	}
+	var version int
+	var sum string
+	err := db.QueryRowContext(ctx, set.queries["functions_applied"].text).Scan(&version, &sum)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("queue: read functions version: %w", err)
+	}
+	return version, sum, nil
 }
 
 func (q *Queue) migrate(ctx context.Context, mode MigrateMode) error {
-	applied, pending, err := plan(ctx, q.db, q.sql)
+	p, err := plan(ctx, q.db, q.sql)
 	if err != nil {
 		return err
 	}
-	if len(pending) == 0 {
+	if !p.changes() {
 		return nil
 	}
-	if len(applied) > 0 && mode != MigrateAll {
-		return outdated(applied, pending)
+	if len(p.applied) > 0 && mode != MigrateAll {
+		return outdated(p)
 	}
 	return q.applyPending(ctx, mode)
 }
 
-// outdated refuses a database that needs migrations this build has.
-func outdated(applied []AppliedMigration, pending []Migration) error {
-	return fmt.Errorf("queue: database schema version %d, this build's is %d: %w",
-		applied[len(applied)-1].Version, pending[len(pending)-1].Version, ErrSchemaOutdated)
+// outdated refuses a database that needs migrations, or functions, this
+// build has.
+func outdated(p schemaPlan) error {
+	last := p.applied[len(p.applied)-1].Version
+	switch {
+	case p.fold:
+		return fmt.Errorf("queue: database at pre-release schema version %d, which this build moves onto its baseline: run leasehold migrate: %w",
+			last, ErrSchemaOutdated)
+	case len(p.pending) > 0:
+		return fmt.Errorf("queue: database schema version %d, this build's is %d: %w",
+			last, p.pending[len(p.pending)-1].Version, ErrSchemaOutdated)
+	}
+	return fmt.Errorf("queue: database functions version %d, this build's is %d (or of the same version, other bodies): %w",
+		p.functionsFrom, p.functions.Version, ErrSchemaOutdated)
 }
 
-// applyPending runs the pending migrations and records them, all in one
-// write transaction that plans again under its lock: another process may
-// have migrated the database since the first look (two workers starting on
-// a new file, or many machines on a new PostgreSQL schema), and no process
+// applyPending runs the pending migrations and records them, then
+// installs the functions file and records it, all in one write
+// transaction that plans again under its lock: another process may have
+// migrated the database since the first look (two workers starting on a
+// new file, or many machines on a new PostgreSQL schema), and no process
 // may see a schema migrated only in part. SQLite's write transaction is
 // that lock (BEGIN IMMEDIATE); a store whose transactions take no lock at
 // BEGIN (PostgreSQL) has a migrations_lock query, which the transaction
@@ -137,35 +245,76 @@ func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 			return fmt.Errorf("queue: migrate: lock: %w", err)
 		}
 	}
-	applied, pending, err := plan(ctx, tx, q.sql)
+	p, err := plan(ctx, tx, q.sql)
 	if err != nil {
 		return err
 	}
-	if len(pending) == 0 {
+	if !p.changes() {
 		return nil
 	}
-	if len(applied) > 0 && mode != MigrateAll {
-		return outdated(applied, pending)
+	if len(p.applied) > 0 && mode != MigrateAll {
+		return outdated(p)
 	}
 	if _, err := tx.ExecContext(ctx, q.sql.queries["migrations_table"].text); err != nil {
 		return fmt.Errorf("queue: migrate: %w", err)
+	}
+	pending := p.pending
+	if p.fold {
+		if err := q.fold(ctx, tx, pending[0]); err != nil {
+			return err
+		}
+		pending = pending[1:]
 	}
 	for _, m := range pending {
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return fmt.Errorf("queue: migration %d (%s): %w", m.Version, m.Name, err)
 		}
-		record := q.sql.queries["migration_record"]
-		args, err := bindArgs("migration_record", record, []any{sql.Named("version", m.Version),
-			sql.Named("name", m.Name), sql.Named("checksum", m.Checksum), sql.Named("now", model.Millis(q.now()))})
-		if err != nil {
+		if err := q.recordMigration(ctx, tx, m); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, record.text, args...); err != nil {
-			return fmt.Errorf("queue: migration %d: record: %w", m.Version, err)
+	}
+	if p.functions != nil {
+		if err := q.installFunctions(ctx, tx, p); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("queue: migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// recordMigration records m as applied, inside tx.
+func (q *Queue) recordMigration(ctx context.Context, tx *sql.Tx, m Migration) error {
+	record := q.sql.queries["migration_record"]
+	args, err := bindArgs("migration_record", record, []any{sql.Named("version", m.Version),
+		sql.Named("name", m.Name), sql.Named("checksum", m.Checksum), sql.Named("now", model.Millis(q.now()))})
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, record.text, args...); err != nil {
+		return fmt.Errorf("queue: migration %d: record: %w", m.Version, err)
+	}
+	return nil
+}
+
+// installFunctions installs p's functions file and records its version
+// and checksum, inside tx.
+func (q *Queue) installFunctions(ctx context.Context, tx *sql.Tx, p schemaPlan) error {
+	if _, err := tx.ExecContext(ctx, q.sql.queries["functions_table"].text); err != nil {
+		return fmt.Errorf("queue: migrate: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, p.installed); err != nil {
+		return fmt.Errorf("queue: install %s version %d: %w", functionsFile, p.functions.Version, err)
+	}
+	record := q.sql.queries["functions_record"]
+	args, err := bindArgs("functions_record", record, []any{sql.Named("version", p.functions.Version),
+		sql.Named("checksum", p.installedSum), sql.Named("now", model.Millis(q.now()))})
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, record.text, args...); err != nil {
+		return fmt.Errorf("queue: install %s: record: %w", functionsFile, err)
 	}
 	return nil
 }

@@ -32,10 +32,10 @@ func TestUpgradeFromEverySchemaVersion(t *testing.T) {
 			q, err := Open(ctx, Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(1), Migrate: MigrateAll})
 			require.NoError(t, err)
 			defer q.Close()
-			applied, pending, err := plan(ctx, q.db, q.sql)
+			p, err := plan(ctx, q.db, q.sql)
 			require.NoError(t, err)
-			require.Len(t, applied, len(migrations))
-			require.Empty(t, pending)
+			require.Len(t, p.applied, len(migrations))
+			require.False(t, p.changes())
 			require.NoError(t, q.CheckCounters(ctx))
 			var columns string
 			require.NoError(t, q.db.QueryRowContext(ctx,

@@ -211,14 +211,14 @@ var ErrNoSchema = errors.New("database has no leasehold schema")
 // checkCurrent refuses a database whose schema is not exactly this
 // build's, changing nothing.
 func (q *Queue) checkCurrent(ctx context.Context) error {
-	applied, pending, err := plan(ctx, q.db, q.sql)
+	p, err := plan(ctx, q.db, q.sql)
 	switch {
 	case err != nil:
 		return err
-	case len(applied) == 0:
+	case len(p.applied) == 0:
 		return fmt.Errorf("queue: %s: %w", q.path, ErrNoSchema)
-	case len(pending) > 0:
-		return outdated(applied, pending)
+	case p.changes():
+		return outdated(p)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"net"
 	"slices"
 	"strings"
@@ -20,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -298,12 +296,8 @@ func classOfSQLState(code string) StorageClass {
 // returned as they were, in claim order, for took.
 func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.Task) error) error {
 	now := model.Millis(t.now)
-	rows, err := t.query("claim_batch", sql.Named("now", now),
-		sql.Named("due", broken.Pick(broken.ClaimExclusiveRunAt, now, now-1)),
-		sql.Named("alive", broken.Pick(broken.ClaimPastDeadline, now, int64(math.MinInt64))),
-		sql.Named("max", max), sql.Named("owner", req.Worker),
-		sql.Named("lease_until", model.Millis(t.now.Add(req.Lease))),
-		sql.Named("user_limits", broken.Pick(broken.NoUserLimit, true, false)))
+	rows, err := t.query("claim_batch", sql.Named("now", now), sql.Named("max", max), sql.Named("owner", req.Worker),
+		sql.Named("lease_until", model.Millis(t.now.Add(req.Lease))))
 	if err != nil {
 		return fmt.Errorf("queue: claim: %w", err)
 	}
@@ -339,13 +333,8 @@ func (pgBackend) completeAndClaim(q *Queue, f fusedGroup) ([]model.Task, bool, e
 	// The statement is the group's: no one caller's cancellation may end
 	// it (the outcome of a cancelled statement would be unknown).
 	rows, err := q.readRows(context.Background(), "complete_and_claim", sql.Named("claims", string(claims)),
-		sql.Named("events", string(events)), sql.Named("now", now),
-		sql.Named("due", broken.Pick(broken.ClaimExclusiveRunAt, now, now-1)),
-		sql.Named("alive", broken.Pick(broken.ClaimPastDeadline, now, int64(math.MinInt64))),
-		sql.Named("max", f.max), sql.Named("owner", f.claim.Worker),
-		sql.Named("lease_until", model.Millis(f.now.Add(f.claim.Lease))),
-		sql.Named("user_limits", broken.Pick(broken.NoUserLimit, true, false)),
-		sql.Named("at_lease_until", broken.Pick(broken.WriteAtLeaseUntil, false, true)),
+		sql.Named("events", string(events)), sql.Named("now", now), sql.Named("max", f.max),
+		sql.Named("owner", f.claim.Worker), sql.Named("lease_until", model.Millis(f.now.Add(f.claim.Lease))),
 		sql.Named("scope", f.scope))
 	if err == nil {
 		var taken []model.Task
@@ -396,9 +385,7 @@ func (pgBackend) submitOneAs(q *Queue, s *submission, id string, now time.Time) 
 		sql.Named("deadline", model.Millis(n.Deadline)), sql.Named("now", model.Millis(now)),
 		sql.Named("cost_budget", n.CostBudget), sql.Named("steps_max", n.StepsMax),
 		sql.Named("schedule_id", n.ScheduleID), sql.Named("schedule_run", n.ScheduleRun),
-		sql.Named("actor", s.actor), sql.Named("scope", s.scope), sql.Named("timely", n.CheckTimely(now) == nil),
-		sql.Named("replay_any_hash", broken.Pick(broken.ChangedRequestReplayed, false, true)),
-		sql.Named("depth_slack", broken.Pick(broken.DepthCapOffByOne, 0, 1)))
+		sql.Named("actor", s.actor), sql.Named("scope", s.scope), sql.Named("timely", n.CheckTimely(now) == nil))
 	if err == nil {
 		var out submitOutcome
 		var taskID sql.NullString
@@ -440,3 +427,44 @@ func pgMayHaveCommitted(err error) bool {
 	}
 	return !pgconn.SafeToRetry(err)
 }
+
+// pgFolded is the history of the PostgreSQL store's pre-release
+// migrations 0001-0021, which the baseline (0001_baseline.sql) replaced:
+// each file's name and SHA-256 as schema_migrations records them.
+var pgFolded = foldedHistory{
+	migrations: []AppliedMigration{
+		{1, "0001_init.sql", "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf"},
+		{2, "0002_prune.sql", "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784"},
+		{3, "0003_user_deltas.sql", "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8"},
+		{4, "0004_statement_counters.sql", "44d08a39e0118fd0f22a63a29c9e97107ceeb5e5907208cb5a580b496e7ade17"},
+		{5, "0005_claim_function.sql", "433626bf1a15ce0fa0c417a0abd77bd2626007e0fa96bdb11b90518d3c054185"},
+		{6, "0006_lean_hot_path.sql", "bfcfb780e294140e9e50921ea7243af50b68ec30fb0b0b3b35734a32d1104f87"},
+		{7, "0007_claim_without_bitmaps.sql", "a5c44a1ecf6442816bc5abdbe9824402b16a2dbe6e31f9cd1193c807fe6ebeca"},
+		{8, "0008_fused_group_counts_itself.sql", "0cc9eca48c757a560249a6a02fc5a99eb21b0efc799765e7e41bc4921288117a"},
+		{9, "0009_claim_lets_submits_pass.sql", "267645c1144105b79dbbef8de8181018780a67304f6737b0ba713a4908059273"},
+		{10, "0010_fused_claim_inline.sql", "da145f19d54134313ea23d7e25dc7969c4018eae7a53743009dcd60f37f547c0"},
+		{11, "0011_submit_in_one_statement.sql", "fca3ec9f83430a8e80f078c9fb4887e29b3071d482131bd6f96581e698233560"},
+		{12, "0012_claim_by_one_scan.sql", "5020454198394458b49ef633459394cea0480c19984978ff79c94234e315bc78"},
+		{13, "0013_task_keys.sql", "10613a044899c9cdce2e81c5417f5c27b60ff61e2eb7cee545713ace320d9dc1"},
+		{14, "0014_fused_group_fewer_statements.sql", "e33f743714df063e50eb8ebad1f31af99fe3d463c5800218fe129f2af99eccd6"},
+		{15, "0015_lone_submit_counts_itself.sql", "2e56528d6ba26b27a1a88d181a8dbdecdd88dd3171af3ee53c9531b999fe39b6"},
+		{16, "0016_submit_folds_user_deltas.sql", "0f49ae3ded3d722794cb40014f4bec9a68c2ead8fd9ec9856070dd7e19147aa6"},
+		{17, "0017_claim_reads_its_users.sql", "f451a9118f4beab72978974d7def6227308a799f070b255014537e1155ed5539"},
+		{18, "0018_submit_counts_by_state.sql", "826dea232147e5304479894bf29e0db3b831d879bc3ed8c8133df2e12feaea62"},
+		{19, "0019_column_rules_as_domains.sql", "724905e31b17295d6bc8787609af284e07988f419b44ff25b9c3805a9256b3ff"},
+		{20, "0020_active_count_by_index.sql", "132a8ea2f426c96f0845f59c4d9715353a009006df7f575da0253df772512bde"},
+		{21, "0021_completion_clears_last_error.sql", "ebd26403b4a920b14d780534ce8ed3694af7d0c7a0e91051a467a5b5b6b48d40"},
+	},
+	// 0021 changed a function only: a database at 20 holds the baseline's
+	// schema too.
+	schemaFrom: 20,
+	// The functions whose broken-variant parameters functions.sql dropped.
+	dropped: []string{
+		"DROP FUNCTION IF EXISTS claim_batch(BIGINT, BIGINT, BIGINT, INTEGER, TEXT, BIGINT, BOOLEAN)",
+		"DROP FUNCTION IF EXISTS complete_and_claim(JSONB, JSONB, BIGINT, BIGINT, BIGINT, INTEGER, TEXT, BIGINT, BOOLEAN, BOOLEAN, TEXT)",
+		"DROP FUNCTION IF EXISTS submit_one(TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT, BIGINT, BIGINT, BIGINT, BIGINT, TEXT, BIGINT, TEXT, TEXT, BOOLEAN, BOOLEAN, BIGINT)",
+	},
+	build: "3be390c",
+}
+
+func (pgBackend) folded() *foldedHistory { return &pgFolded }

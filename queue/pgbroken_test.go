@@ -37,14 +37,19 @@ func allVariants(byQuery map[string][]broken.Variant) []broken.Variant {
 	return slices.Compact(all)
 }
 
-// TestPostgresSQLNamesTheBrokenVariants: the PostgreSQL queries carry a
-// placeholder for every broken variant SQLite's do, so that a
-// leasehold_broken sweep can switch each on against either store; and
-// each query both files have names the same variants in both.
+// TestPostgresSQLNamesTheBrokenVariants: the PostgreSQL queries and
+// functions carry a placeholder for every broken variant SQLite's queries
+// do, so that a leasehold_broken sweep can switch each on against either
+// store, and for the lone submit's (submit_one runs in the server what
+// SQLite's submit checks in Go, where broken.Pick names them); and each
+// query both files have names the same variants in both.
 func TestPostgresSQLNamesTheBrokenVariants(t *testing.T) {
 	lite, pg := brokenVariantsOf(t, sqliteBackend{}), brokenVariantsOf(t, pgBackend{})
 	require.NotEmpty(t, lite)
-	require.Equal(t, allVariants(lite), allVariants(pg))
+	pg[functionsFile] = functionsVariants(t)
+	want := append(allVariants(lite), broken.ChangedRequestReplayed, broken.DepthCapOffByOne)
+	slices.Sort(want)
+	require.Equal(t, slices.Compact(want), allVariants(pg))
 	pgTexts, err := loadQueries(pgBackend{}.sqlFiles())
 	require.NoError(t, err)
 	for name, vs := range lite {
@@ -92,4 +97,37 @@ func TestPostgresBrokenVariantsPrepare(t *testing.T) {
 		}
 	}
 	require.Greater(t, prepared, 10)
+}
+
+// functionsVariants is the variants functions.sql names.
+func functionsVariants(t *testing.T) []broken.Variant {
+	t.Helper()
+	set, err := sqlOf(pgBackend{})
+	require.NoError(t, err)
+	_, variants, err := expandBroken(set.functions.text, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, variants)
+	return variants
+}
+
+// TestPostgresBrokenFunctionsInstall: functions.sql installs with each of
+// its broken variants on (in any build: the text is expanded here), each
+// in a schema of its own, so a variant switched on fails as its
+// mechanism's absence, never as a syntax error; and its text differs from
+// the safe one.
+func TestPostgresBrokenFunctionsInstall(t *testing.T) {
+	set, err := sqlOf(pgBackend{})
+	require.NoError(t, err)
+	safe, _, err := set.functions.expanded(func(broken.Variant) bool { return false })
+	require.NoError(t, err)
+	for _, v := range functionsVariants(t) {
+		t.Run(v.String(), func(t *testing.T) {
+			f := freshPostgres(t)
+			text, _, err := set.functions.expanded(func(w broken.Variant) bool { return w == v })
+			require.NoError(t, err)
+			require.NotEqual(t, safe, text)
+			_, err = f.db.ExecContext(f.ctx, text)
+			require.NoError(t, err)
+		})
+	}
 }

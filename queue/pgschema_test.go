@@ -17,6 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
 )
@@ -24,27 +25,28 @@ import (
 // pinnedPostgresMigrations holds the SHA-256 of every PostgreSQL migration
 // file: committed migrations never change.
 var pinnedPostgresMigrations = map[string]string{
-	"0001_init.sql":                         "2d91203602c3ac18a3b1f5539564051eeae3473910869a7830f086ba8ec052cf",
-	"0002_prune.sql":                        "66cdbd08678cf70e9980764d0e4c6f5785bc3b0aefdbfcfa7ada89085b0df784",
-	"0003_user_deltas.sql":                  "61b73a8c10e723110e942cd00c2af532fc221ee327901b6c7ee0fbf8b3debab8",
-	"0004_statement_counters.sql":           "44d08a39e0118fd0f22a63a29c9e97107ceeb5e5907208cb5a580b496e7ade17",
-	"0005_claim_function.sql":               "433626bf1a15ce0fa0c417a0abd77bd2626007e0fa96bdb11b90518d3c054185",
-	"0006_lean_hot_path.sql":                "bfcfb780e294140e9e50921ea7243af50b68ec30fb0b0b3b35734a32d1104f87",
-	"0007_claim_without_bitmaps.sql":        "a5c44a1ecf6442816bc5abdbe9824402b16a2dbe6e31f9cd1193c807fe6ebeca",
-	"0008_fused_group_counts_itself.sql":    "0cc9eca48c757a560249a6a02fc5a99eb21b0efc799765e7e41bc4921288117a",
-	"0009_claim_lets_submits_pass.sql":      "267645c1144105b79dbbef8de8181018780a67304f6737b0ba713a4908059273",
-	"0010_fused_claim_inline.sql":           "da145f19d54134313ea23d7e25dc7969c4018eae7a53743009dcd60f37f547c0",
-	"0011_submit_in_one_statement.sql":      "fca3ec9f83430a8e80f078c9fb4887e29b3071d482131bd6f96581e698233560",
-	"0012_claim_by_one_scan.sql":            "5020454198394458b49ef633459394cea0480c19984978ff79c94234e315bc78",
-	"0013_task_keys.sql":                    "10613a044899c9cdce2e81c5417f5c27b60ff61e2eb7cee545713ace320d9dc1",
-	"0014_fused_group_fewer_statements.sql": "e33f743714df063e50eb8ebad1f31af99fe3d463c5800218fe129f2af99eccd6",
-	"0015_lone_submit_counts_itself.sql":    "2e56528d6ba26b27a1a88d181a8dbdecdd88dd3171af3ee53c9531b999fe39b6",
-	"0016_submit_folds_user_deltas.sql":     "0f49ae3ded3d722794cb40014f4bec9a68c2ead8fd9ec9856070dd7e19147aa6",
-	"0018_submit_counts_by_state.sql":       "826dea232147e5304479894bf29e0db3b831d879bc3ed8c8133df2e12feaea62",
-	"0017_claim_reads_its_users.sql":        "f451a9118f4beab72978974d7def6227308a799f070b255014537e1155ed5539",
-	"0019_column_rules_as_domains.sql":      "724905e31b17295d6bc8787609af284e07988f419b44ff25b9c3805a9256b3ff",
-	"0020_active_count_by_index.sql":        "132a8ea2f426c96f0845f59c4d9715353a009006df7f575da0253df772512bde",
-	"0021_completion_clears_last_error.sql": "ebd26403b4a920b14d780534ce8ed3694af7d0c7a0e91051a467a5b5b6b48d40",
+	"0001_baseline.sql": "33032e05b9cc9b5a928755d48592a3ee969aef7386f64d4365757db71ef5a365",
+}
+
+// pinnedPostgresFunctions holds the SHA-256 of functions.sql's safe text at
+// each version: a change to the file raises its version and adds a pin.
+var pinnedPostgresFunctions = map[int]string{
+	1: "b560e7c7e5e76890e50d231f01f23799a70655a3656db4ea0d91023b57f2b0b8",
+}
+
+// TestPostgresFunctionsArePinned: the functions file's safe text is the
+// one pinned at its version, so a change that does not raise the version
+// fails here, and a database can tell an older build's functions from a
+// newer one's by version alone.
+func TestPostgresFunctionsArePinned(t *testing.T) {
+	set, err := sqlOf(pgBackend{})
+	require.NoError(t, err)
+	require.NotNil(t, set.functions)
+	_, sum, err := set.functions.expanded(func(broken.Variant) bool { return false })
+	require.NoError(t, err)
+	pinned, ok := pinnedPostgresFunctions[set.functions.Version]
+	require.True(t, ok, "functions.sql version %d is not pinned; add its checksum to pinnedPostgresFunctions", set.functions.Version)
+	require.Equal(t, pinned, sum, "functions.sql changed without raising its version")
 }
 
 func TestPostgresMigrationsArePinned(t *testing.T) {
@@ -73,10 +75,13 @@ func TestPostgresMigrationsArePinned(t *testing.T) {
 // of changes, are folded (tally_compact, tally_rows) where SQLite's are one
 // row per name; a fused group and a lone submit are one statement each
 // (complete_and_claim, submit_one), where SQLite's statements are calls
-// within the process. SQLite's log is checkpointed after a full disk
-// (wal_truncate); PostgreSQL has no log of the store's to truncate.
+// within the process; SQLite's log is checkpointed after a full disk
+// (wal_truncate), and PostgreSQL has no log of the store's to truncate;
+// and PostgreSQL's functions file is recorded (functions_*) and its
+// folded history replaced (migrations_forget: fold.go).
 var (
-	postgresOnlyQueries = []string{"claim_batch", "complete_and_claim", "events_after_lock", "migrations_lock", "ready_listen", "ready_notify",
+	postgresOnlyQueries = []string{"claim_batch", "complete_and_claim", "events_after_lock", "functions_applied", "functions_record",
+		"functions_table", "functions_table_exists", "migrations_forget", "migrations_lock", "ready_listen", "ready_notify",
 		"ready_schema", "submit_one", "tally_compact", "tally_rows"}
 	sqliteOnlyQueries = []string{"claim_next", "claim_room", "claim_task", "claim_tasks", "reblock_all", "reblock_user", "wal_truncate"}
 )
@@ -181,10 +186,10 @@ func (f *pgFixture) query(name string, args ...any) *sql.Rows {
 // the store against the migrated schema.
 func TestPostgresQueriesPrepare(t *testing.T) {
 	f := freshPostgres(t)
-	applied, pending, err := plan(f.ctx, f.db, f.q.sql)
+	p, err := plan(f.ctx, f.db, f.q.sql)
 	require.NoError(t, err)
-	require.Empty(t, pending)
-	require.Len(t, applied, len(pinnedPostgresMigrations))
+	require.False(t, p.changes())
+	require.Len(t, p.applied, len(pinnedPostgresMigrations))
 	for name, q := range f.q.sql.queries {
 		if name == "task_columns" {
 			continue
@@ -198,22 +203,17 @@ func TestPostgresQueriesPrepare(t *testing.T) {
 // TestPostgresSchemaStatesMatchModel: the states and reasons CHECK lists are
 // the model's, and the server enforces them.
 func TestPostgresSchemaStatesMatchModel(t *testing.T) {
-	migrations, err := PostgresMigrations()
-	require.NoError(t, err)
-	text := migrations[0].SQL
 	var states []string
 	for _, s := range model.States() {
 		states = append(states, string(s))
 	}
-	require.Equal(t, states, checkList(t, text, "state"))
 	reasons := []string{""}
 	for _, r := range model.Reasons() {
 		reasons = append(reasons, string(r))
 	}
-	require.Equal(t, reasons, checkList(t, text, "reason"))
 
 	// What the migrated schema enforces: the states CHECK on tasks (an
-	// array constant since migration 0019) and the reasons' domain.
+	// array constant) and the reasons' domain.
 	f := freshPostgres(t)
 	var stateDef, reasonDef string
 	require.NoError(t, f.db.QueryRowContext(f.ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
@@ -231,7 +231,7 @@ func TestPostgresSchemaStatesMatchModel(t *testing.T) {
 	require.Equal(t, reasons, enforced, "reasons' domain %q", reasonDef)
 
 	f.insertTask("t1", "alice", 0)
-	_, err = f.db.ExecContext(f.ctx, "UPDATE tasks SET state = 'paused' WHERE id = 't1'")
+	_, err := f.db.ExecContext(f.ctx, "UPDATE tasks SET state = 'paused' WHERE id = 't1'")
 	require.ErrorContains(t, err, "tasks_state_check")
 	_, err = f.db.ExecContext(f.ctx, "UPDATE tasks SET reason = 'tired' WHERE id = 't1'")
 	require.ErrorContains(t, err, "tasks_reason_check")
@@ -308,9 +308,8 @@ func (f *pgFixture) take(seqs []int64, owner string, leaseUntil, now int64) int6
 // each had before.
 func (f *pgFixture) claimBatch(owner string, max int, now int64) []string {
 	f.t.Helper()
-	rows := f.query("claim_batch", sql.Named("now", now), sql.Named("due", now), sql.Named("alive", now),
-		sql.Named("max", max), sql.Named("owner", owner), sql.Named("lease_until", now+5000),
-		sql.Named("user_limits", true))
+	rows := f.query("claim_batch", sql.Named("now", now), sql.Named("max", max), sql.Named("owner", owner),
+		sql.Named("lease_until", now+5000))
 	tasks, err := scanTasks(rows)
 	require.NoError(f.t, err)
 	var out []string

@@ -39,6 +39,9 @@ type backend interface {
 	dialect() string
 	// sqlFiles holds queries.sql and migrations/ at its root.
 	sqlFiles() fs.FS
+	// folded is the history of migrations the store's baseline replaced
+	// (fold.go), or nil.
+	folded() *foldedHistory
 	// positional reports whether the driver takes only $n parameters, so
 	// that queries are rewritten and their named arguments bound in order.
 	positional() bool

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
@@ -33,6 +34,62 @@ type query struct {
 type sqlSet struct {
 	queries    map[string]query
 	migrations []Migration
+	// functions is the store's functions.sql, nil for a store that has
+	// none (SQLite).
+	functions *storeFunctions
+	// folded is the history the store's baseline replaced (fold.go), nil
+	// for a store that has none.
+	folded *foldedHistory
+}
+
+// functionsFile is the file of a store's functions: code that migrate
+// installs whole after the migrations, recorded by version and checksum.
+const functionsFile = "functions.sql"
+
+// functionsVersionPrefix starts the first line of functions.sql, which
+// states the file's version.
+const functionsVersionPrefix = "-- version: "
+
+// storeFunctions is a store's functions file.
+type storeFunctions struct {
+	Version int
+	text    string // as in the file, with its broken-variant placeholders
+}
+
+// installed returns the text migrate installs and its hex SHA-256: the
+// safe text; in the leasehold_broken build, the broken text of every
+// variant switched on.
+func (f *storeFunctions) installed() (text, checksum string, err error) {
+	return f.expanded(broken.On)
+}
+
+// expanded returns the text with the broken text of the variants on, and
+// its checksum.
+func (f *storeFunctions) expanded(on func(broken.Variant) bool) (text, checksum string, err error) {
+	text, _, err = expandBrokenWhere(f.text, on)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w", functionsFile, err)
+	}
+	sum := sha256.Sum256([]byte(text))
+	return text, hex.EncodeToString(sum[:]), nil
+}
+
+// loadFunctions reads functions.sql from files, or nil when there is none.
+func loadFunctions(files fs.FS) (*storeFunctions, error) {
+	body, err := fs.ReadFile(files, functionsFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", functionsFile, err)
+	}
+	first, _, _ := strings.Cut(string(body), "\n")
+	number, ok := strings.CutPrefix(first, functionsVersionPrefix)
+	version, err := strconv.Atoi(strings.TrimSpace(number))
+	if !ok || err != nil || version < 1 {
+		return nil, fmt.Errorf("%s: the first line must be %q and a version from 1", functionsFile, functionsVersionPrefix+"N")
+	}
+	return &storeFunctions{Version: version, text: string(body)}, nil
 }
 
 // Migration is one numbered schema change.
@@ -80,6 +137,7 @@ func sqlOf(b backend) (*sqlSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: %s store: %w", b.dialect(), err)
 	}
+	set.folded = b.folded()
 	sqlSets[b.dialect()] = set
 	return set, nil
 }
@@ -87,6 +145,10 @@ func sqlOf(b backend) (*sqlSet, error) {
 // loadSQL reads queries.sql and migrations/ from files.
 func loadSQL(files fs.FS, positional bool) (*sqlSet, error) {
 	ms, err := loadMigrations(files)
+	if err != nil {
+		return nil, err
+	}
+	functions, err := loadFunctions(files)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +182,7 @@ func loadSQL(files fs.FS, positional bool) (*sqlSet, error) {
 			add(name+"~"+v.String(), text, nil)
 		}
 	}
-	return &sqlSet{queries: qs, migrations: ms}, nil
+	return &sqlSet{queries: qs, migrations: ms, functions: functions}, nil
 }
 
 func loadMigrations(files fs.FS) ([]Migration, error) {
@@ -165,6 +227,9 @@ func loadQueries(files fs.FS) (map[string]string, error) {
 	}
 	queries := map[string]string{}
 	for _, name := range names {
+		if name == functionsFile {
+			continue
+		}
 		body, err := fs.ReadFile(files, name)
 		if err != nil {
 			return nil, fmt.Errorf("read queries: %w", err)
@@ -190,6 +255,12 @@ const brokenOpen = "{broken:"
 // their broken text. It returns the variants text names, in order of first
 // appearance; an unknown variant or a malformed placeholder is an error.
 func expandBroken(text string, on broken.Variant) (string, []broken.Variant, error) {
+	return expandBrokenWhere(text, func(v broken.Variant) bool { return v == on })
+}
+
+// expandBrokenWhere is expandBroken with the broken text of every variant
+// for which on is true.
+func expandBrokenWhere(text string, on func(broken.Variant) bool) (string, []broken.Variant, error) {
 	var out strings.Builder
 	var variants []broken.Variant
 	for {
@@ -214,7 +285,7 @@ func expandBroken(text string, on broken.Variant) (string, []broken.Variant, err
 			variants = append(variants, v)
 		}
 		fill := parts[1]
-		if v == on {
+		if on(v) {
 			fill = parts[2]
 		}
 		out.WriteString(text[:start])

@@ -40,6 +40,9 @@ func (sqliteBackend) groupLanes() int  { return 1 }
 // handles: SQLite is the fallback; backendFor asks it nothing.
 func (sqliteBackend) handles(string) bool { return true }
 
+// folded is nil: SQLite's migrations were released, and are never folded.
+func (sqliteBackend) folded() *foldedHistory { return nil }
+
 func (sqliteBackend) sqlFiles() fs.FS {
 	sub, err := fs.Sub(sqliteFiles, "sql/sqlite")
 	if err != nil {

@@ -28,12 +28,14 @@ var pgBrokenVariants = []struct{ variant, scenario string }{
 // PostgreSQL store's SQL and runs its scenario on PostgreSQL, every check
 // on: a seed among the first brokenCheckSeedsMax must fail, and the first
 // to fail must be the first to fail on SQLite, broken the same way (the
-// stores run the same schedule to the same trace).
+// stores run the same schedule to the same trace). Each variant has a
+// store of its own: a schema installs the broken function bodies of the
+// variants switched on when it is migrated.
 func TestPostgresBrokenVariantsCaught(t *testing.T) {
-	st := postgresStore(t)
 	for _, v := range pgBrokenVariants {
 		t.Run(v.variant, func(t *testing.T) {
 			t.Setenv("LEASEHOLD_BROKEN", v.variant)
+			st := postgresStore(t)
 			sc, err := scenarios.Get(v.scenario)
 			require.NoError(t, err)
 			pg, caught := firstFailure(sc, st, brokenCheckSeedsMax)

@@ -53,7 +53,7 @@ LIMIT 1;
 -- only lower the counts, and do not take it. Under the lock, the users'
 -- pending count changes are folded once they pile up (migration 0016).
 WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked),
-folded AS (SELECT fold_user_deltas(256) AS done FROM admission)
+folded AS (SELECT fold_user_deltas(leasehold_fold_rows()) AS done FROM admission)
 INSERT INTO users (user_id) SELECT :user FROM admission, folded
 ON CONFLICT (user_id) DO NOTHING;
 
@@ -61,14 +61,14 @@ ON CONFLICT (user_id) DO NOTHING;
 -- The user's active tasks and depth limit, and, when :total, the queue's
 -- active tasks (active_total's figure; 0 otherwise): what a submit is
 -- admitted against, in one statement.
-SELECT active, depth_limit, CASE WHEN :total THEN active_tasks(256) ELSE 0 END
+SELECT active, depth_limit, CASE WHEN :total THEN active_tasks(leasehold_fold_rows()) ELSE 0 END
 FROM user_caps WHERE user_id = :user;
 
 -- name: active_total
 -- The queue's active tasks, by its state counts (migration 0018's
 -- active_tasks, which folds their rows once they pile up): read under
 -- admission's lock, after users_ensure.
-SELECT active_tasks(256);
+SELECT active_tasks(leasehold_fold_rows());
 
 -- name: task_insert
 -- The task and its key (task_keys: a used key fails here, unique_violation).
@@ -108,7 +108,7 @@ JOIN idem_tombstones AS s ON s.user_id = b.value ->> 0 AND s.idem_key = b.value 
 -- user_ensure for each user of :users, a JSON array of user IDs: the
 -- admission lock, the fold, then the users' rows.
 WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked),
-folded AS (SELECT fold_user_deltas(256) AS done FROM admission)
+folded AS (SELECT fold_user_deltas(leasehold_fold_rows()) AS done FROM admission)
 INSERT INTO users (user_id)
 SELECT b.value FROM admission, folded, json_array_elements_text((:users::text)::json) AS b(value)
 ON CONFLICT (user_id) DO NOTHING;
@@ -150,33 +150,31 @@ FROM writing, ROWS FROM (json_to_recordset((:events::text)::json) AS (i TEXT, a 
 ORDER BY b.ord;
 
 -- name: claim_batch
--- A claim, whole, in one statement (migration 0005): the next tasks in
--- claim order, locked, skipping those another claimer holds; their users'
--- counter rows, locked, skipping those another transaction holds; those
--- users' counter changes folded; and the tasks of users with room taken
--- (running, version + 1, the owner and lease). It returns the tasks taken
--- as they were before, sorted here in claim order.
-SELECT {task_columns} FROM claim_batch(:now, :due, :alive, :max, :owner, :lease_until, :user_limits)
+-- A claim, whole, in one statement (functions.sql's claim_batch): the next
+-- tasks in claim order, locked, skipping those another claimer holds;
+-- their users' counter rows, locked, skipping those another transaction
+-- holds; those users' counter changes folded; and the tasks of users with
+-- room taken (running, version + 1, the owner and lease). It returns the
+-- tasks taken as they were before, sorted here in claim order.
+SELECT {task_columns} FROM claim_batch(:now, :max, :owner, :lease_until)
 ORDER BY priority DESC, run_at, seq;
 
 -- name: submit_one
 -- A Submit alone in its group in one statement, its own transaction
--- (migration 0011's submit_one): the key's lookup, admission and the task
+-- (functions.sql's submit_one): the key's lookup, admission and the task
 -- with its submitted event, or the refusal's outcome with nothing written.
 SELECT outcome, task_id, n, lim FROM submit_one(:id, :user, :key, :hash, :payload, :priority, :run_at,
-    :deadline, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :actor, :scope, :timely,
-    :replay_any_hash, :depth_slack);
+    :deadline, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :actor, :scope, :timely);
 
 -- name: complete_and_claim
 -- A fused group (batch.go) in one statement, its own transaction
--- (migration 0006's complete_and_claim): the claims of :claims completed
+-- (functions.sql's complete_and_claim): the claims of :claims completed
 -- (complete_batch's checks) with their events (:events), then up to :max
 -- tasks claimed as claim_batch claims them, each with its claimed event.
 -- It fails with SQLSTATE LH001, having written nothing, when a claim does
 -- not match. It returns the tasks taken as they were before, sorted here
 -- in claim order.
-SELECT {task_columns} FROM complete_and_claim(:claims::jsonb, :events::jsonb, :now, :due, :alive, :max, :owner,
-                                              :lease_until, :user_limits, :at_lease_until, :scope)
+SELECT {task_columns} FROM complete_and_claim(:claims::jsonb, :events::jsonb, :now, :max, :owner, :lease_until, :scope)
 ORDER BY priority DESC, run_at, seq;
 
 -- name: claim_any
@@ -427,6 +425,29 @@ SELECT version, name, checksum FROM schema_migrations ORDER BY version;
 -- name: migration_record
 INSERT INTO schema_migrations (version, name, checksum, applied_at)
 VALUES (:version, :name, :checksum, :now);
+
+-- name: migrations_forget
+-- The pre-baseline history, replaced by the baseline's row (fold.go).
+DELETE FROM schema_migrations;
+
+-- name: functions_table
+-- The version and checksum of the functions installed (functions.sql):
+-- one row.
+CREATE TABLE IF NOT EXISTS schema_functions (
+    version    BIGINT NOT NULL,
+    checksum   TEXT NOT NULL,
+    applied_at BIGINT NOT NULL
+);
+
+-- name: functions_table_exists
+SELECT COUNT(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = 'schema_functions';
+
+-- name: functions_applied
+SELECT version, checksum FROM schema_functions;
+
+-- name: functions_record
+WITH gone AS (DELETE FROM schema_functions)
+INSERT INTO schema_functions (version, checksum, applied_at) VALUES (:version, :checksum, :now);
 
 -- name: group_savepoint
 -- Each operation of a group commit runs inside its own savepoint (left on
