@@ -32,6 +32,7 @@ var pinnedPostgresMigrations = map[string]string{
 // each version: a change to the file raises its version and adds a pin.
 var pinnedPostgresFunctions = map[int]string{
 	1: "b560e7c7e5e76890e50d231f01f23799a70655a3656db4ea0d91023b57f2b0b8",
+	2: "0fecd2a61368abc304b07040fd68b963a459e9cc261e94515d2d8c4e40a943d3",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the
@@ -45,7 +46,7 @@ func TestPostgresFunctionsArePinned(t *testing.T) {
 	_, sum, err := set.functions.expanded(func(broken.Variant) bool { return false })
 	require.NoError(t, err)
 	pinned, ok := pinnedPostgresFunctions[set.functions.Version]
-	require.True(t, ok, "functions.sql version %d is not pinned; add its checksum to pinnedPostgresFunctions", set.functions.Version)
+	require.True(t, ok, "functions.sql version %d is not pinned; add its checksum %s to pinnedPostgresFunctions", set.functions.Version, sum)
 	require.Equal(t, pinned, sum, "functions.sql changed without raising its version")
 }
 
@@ -237,7 +238,7 @@ func TestPostgresSchemaStatesMatchModel(t *testing.T) {
 	require.ErrorContains(t, err, "tasks_reason_check")
 }
 
-// TestPostgresColumnRulesHold: the rules migration 0019 moved from tasks'
+// TestPostgresColumnRulesHold: the rules pre-fold version 19 moved from tasks'
 // and users' CHECK constraints to domains still refuse what they refused,
 // on insert and on update, with a check violation; and the rules across
 // columns are still the table's.
@@ -380,7 +381,7 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 	require.Equal(t, []string{"t3@0"}, f.claimBatch("w2", 5, 1400))
 	var stored [2]int64
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT running, active FROM users WHERE user_id = 'bob'").Scan(&stored[0], &stored[1]))
-	require.Equal(t, [2]int64{1, 1}, stored, "bob's submit is folded into its row, and its claim raised running there (migration 0006)")
+	require.Equal(t, [2]int64{1, 1}, stored, "bob's submit is folded into its row, and its claim raised running there (pre-fold version 6)")
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT running, active FROM users WHERE user_id = 'alice'").Scan(&stored[0], &stored[1]))
 	require.Equal(t, [2]int64{0, 0}, stored, "alice's changes are left")
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT COUNT(*) FROM user_deltas").Scan(&deltas))
@@ -398,7 +399,7 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 }
 
 // TestPostgresClaimsReadWithoutBitmaps: the claim's functions run with
-// bitmap scans off (migration 0007), so their index reads mark the dead
+// bitmap scans off (pre-fold version 7), so their index reads mark the dead
 // entries of user_deltas and of earlier task versions and later reads step
 // over them; claim_batch keeps its generic plans.
 func TestPostgresClaimsReadWithoutBitmaps(t *testing.T) {
@@ -411,7 +412,7 @@ func TestPostgresClaimsReadWithoutBitmaps(t *testing.T) {
 		var config []string
 		require.NoError(t, json.Unmarshal([]byte(raw), &config))
 		require.Contains(t, config, "enable_bitmapscan=off", fn)
-		require.Contains(t, config, "plan_cache_mode=force_generic_plan", fn, "since migration 0010 for complete_and_claim")
+		require.Contains(t, config, "plan_cache_mode=force_generic_plan", fn, "since pre-fold version 10 for complete_and_claim")
 	}
 }
 

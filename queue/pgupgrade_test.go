@@ -83,7 +83,7 @@ func TestPostgresMovesPreFoldOntoBaseline(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, pending, len(set.migrations)+1, "the baseline and later migrations, and the functions")
 	require.Equal(t, set.migrations[0].Name, pending[0].Name)
-	require.Equal(t, functionsFile+"@v1", pending[len(pending)-1].Name)
+	require.Equal(t, fmt.Sprintf("%s@v%d", functionsFile, set.functions.Version), pending[len(pending)-1].Name)
 
 	// What the old schema holds, read with this build's task columns
 	// before the move.

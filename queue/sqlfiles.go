@@ -89,7 +89,63 @@ func loadFunctions(files fs.FS) (*storeFunctions, error) {
 	if !ok || err != nil || version < 1 {
 		return nil, fmt.Errorf("%s: the first line must be %q and a version from 1", functionsFile, functionsVersionPrefix+"N")
 	}
-	return &storeFunctions{Version: version, text: string(body)}, nil
+	text, err := placeFragments(string(body))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", functionsFile, err)
+	}
+	return &storeFunctions{Version: version, text: text}, nil
+}
+
+// The fragments of a functions file: a block written once, between a line
+// fragmentOpen NAME and a line fragmentClose, placed wherever
+// {fragment:NAME} stands.
+const (
+	fragmentOpen        = "-- fragment: "
+	fragmentClose       = "-- end fragment"
+	fragmentPlaceholder = "{fragment:"
+)
+
+// placeFragments takes the fragments out of text and puts each where its
+// placeholders stand. A placeholder of no fragment, a fragment placed
+// nowhere, or one left open is an error.
+func placeFragments(text string) (string, error) {
+	fragments := map[string]string{}
+	var out, block strings.Builder
+	name := ""
+	for _, line := range strings.SplitAfter(text, "\n") {
+		trimmed := strings.TrimRight(line, "\n")
+		switch {
+		case name == "" && strings.HasPrefix(trimmed, fragmentOpen):
+			name = strings.TrimSpace(strings.TrimPrefix(trimmed, fragmentOpen))
+			if _, dup := fragments[name]; dup || name == "" {
+				return "", fmt.Errorf("fragment %q defined twice or unnamed", name)
+			}
+		case name != "" && trimmed == fragmentClose:
+			fragments[name] = strings.TrimSuffix(block.String(), "\n")
+			name = ""
+			block.Reset()
+		case name != "":
+			block.WriteString(line)
+		default:
+			out.WriteString(line)
+		}
+	}
+	if name != "" {
+		return "", fmt.Errorf("fragment %s is not closed", name)
+	}
+	placed := out.String()
+	for name, body := range fragments {
+		placeholder := fragmentPlaceholder + name + "}"
+		if !strings.Contains(placed, placeholder) {
+			return "", fmt.Errorf("fragment %s is placed nowhere", name)
+		}
+		placed = strings.ReplaceAll(placed, placeholder, body)
+	}
+	if i := strings.Index(placed, fragmentPlaceholder); i >= 0 {
+		end := min(i+40, len(placed))
+		return "", fmt.Errorf("no fragment for %s", placed[i:end])
+	}
+	return placed, nil
 }
 
 // Migration is one numbered schema change.

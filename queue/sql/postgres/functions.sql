@@ -1,11 +1,13 @@
--- version: 1
+-- version: 2
 -- The PostgreSQL store's functions and the triggers that call them: code,
 -- not schema. migrate installs this file whole (CREATE OR REPLACE) after
 -- the migrations, in the transaction that runs them, and records its
 -- version and checksum in schema_functions. A change to this file is an
 -- ordinary diff: raise the version on the first line (a test pins each
 -- version's checksum), and a build refuses a database whose functions'
--- version is newer than its own. A broken-variant placeholder (as in
+-- version is newer than its own. A block between "-- fragment: NAME" and
+-- "-- end fragment" is written once and placed wherever its placeholder
+-- (NAME in braces after "fragment:") stands. A broken-variant placeholder (as in
 -- queries.sql) is its safe text in every build; the leasehold_broken build
 -- installs the broken text of the variants switched on when it migrates,
 -- in that schema alone.
@@ -259,160 +261,24 @@ $$;
 CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
     FOR EACH ROW EXECUTE FUNCTION effects_no_delete();
 
--- claim_batch takes up to p_max claimable tasks in claim order (priority,
--- then run_at, then submission; due, within their deadline, their user
--- below its running limit) and returns them as they were. See the claim
--- in docs/ARCHITECTURE.md.
-CREATE OR REPLACE FUNCTION claim_batch(p_now bigint, p_max integer, p_owner text, p_lease_until bigint) RETURNS SETOF tasks
-    LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
-    SET enable_bitmapscan TO 'off'
-    AS $$
-DECLARE
-    cand_seqs BIGINT[];
-    cand_users TEXT[];
-    locked TEXT[];
-    room_users TEXT[];
-    room_left BIGINT[];
-    d_running BIGINT[];
-    d_active BIGINT[];
-    took BIGINT[];
-    taken BIGINT[] := '{}';
-    i INTEGER;
-    k INTEGER;
-    n BIGINT;
-BEGIN
-    -- The candidates: the first p_max due tasks in claim order, by one scan
-    -- of tasks_claim_queued; and when the limits are on and some
-    -- candidates' user has less room than it has candidates, each user's
-    -- first few instead, as in version 5.
-    SELECT COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
-           COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
-    INTO cand_seqs, cand_users
-    FROM (
-        SELECT tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
-        WHERE tasks.state = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
-          AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
-        ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
-        LIMIT p_max
-        FOR UPDATE SKIP LOCKED) AS q;
-    IF {broken:no-user-limit|true|false} AND cardinality(cand_seqs) > 0 AND EXISTS (
-            SELECT 1 FROM (SELECT c.user_id, COUNT(*) AS cnt FROM unnest(cand_users) AS c(user_id) GROUP BY c.user_id) AS c
-            JOIN user_caps u ON u.user_id = c.user_id
-            WHERE u.running_limit > 0 AND u.running_limit - u.running < c.cnt) THEN
-        SELECT COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
-               COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
-        INTO cand_seqs, cand_users
-        FROM (
-            WITH room AS (
-                SELECT u.user_id,
-                       CASE WHEN {broken:no-user-limit||true OR }u.running_limit <= 0 THEN CAST(p_max AS BIGINT)
-                            ELSE LEAST(CAST(p_max AS BIGINT), u.running_limit - u.running) END AS n
-                FROM user_caps u
-                WHERE {broken:no-user-limit||true OR }u.running_limit <= 0 OR u.running < u.running_limit
-            )
-            SELECT tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
-            WHERE tasks.seq = ANY(ARRAY(
-                    SELECT e.seq FROM room r CROSS JOIN LATERAL (
-                        SELECT t.seq FROM tasks t
-                        WHERE t.user_id = r.user_id AND t.state = 'queued'
-                          AND t.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1} AND (t.deadline = 0 OR t.deadline >= p_now{broken:claim-past-deadline|| OR true})
-                        ORDER BY t.priority DESC, t.run_at, t.seq
-                        LIMIT r.n) e))
-              AND COALESCE(tasks.state, '') = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
-              AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
-            ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
-            LIMIT p_max
-            FOR UPDATE SKIP LOCKED) AS q;
-    END IF;
-    IF cardinality(cand_seqs) = 0 THEN
-        RETURN;
-    END IF;
-
-    -- The counter rows of the candidates' users, locked in user order, each
-    -- skipped when another transaction holds it.
-    SELECT COALESCE(array_agg(l.user_id), '{}') INTO locked
-    FROM (SELECT u.user_id FROM users u
-          WHERE u.user_id = ANY(cand_users)
-          ORDER BY u.user_id COLLATE "C"
-          FOR NO KEY UPDATE OF u SKIP LOCKED) AS l;
-    IF cardinality(locked) = 0 THEN
-        RETURN;
-    END IF;
-
-    -- The locked users' deltas, deleted and summed, and each user's room.
-    WITH gone AS (
-        DELETE FROM user_deltas WHERE user_id = ANY(locked)
-        RETURNING user_id, running, active
-    ), sums AS (
-        SELECT user_id, SUM(running) AS running, SUM(active) AS active FROM gone GROUP BY user_id
-    )
-    SELECT array_agg(r.user_id ORDER BY r.user_id COLLATE "C"),
-           array_agg(CASE WHEN r.running_limit > 0 THEN r.running_limit - r.running
-                          ELSE CAST(4611686018427387904 AS BIGINT) END ORDER BY r.user_id COLLATE "C"),
-           array_agg(r.d_running ORDER BY r.user_id COLLATE "C"),
-           array_agg(r.d_active ORDER BY r.user_id COLLATE "C")
-    INTO room_users, room_left, d_running, d_active
-    FROM (SELECT u.user_id, u.running + COALESCE(s.running, 0) AS running,
-                 COALESCE(s.running, 0) AS d_running, COALESCE(s.active, 0) AS d_active,
-                 CASE WHEN u.running_max >= 0 THEN u.running_max
-                      ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END AS running_limit
-          FROM users u LEFT JOIN sums s ON s.user_id = u.user_id
-          WHERE u.user_id = ANY(locked)) AS r;
-    took := array_fill(CAST(0 AS BIGINT), ARRAY[cardinality(room_users)]);
-
-    -- The tasks taken, in claim order: each of a locked user with room.
-    FOR i IN 1 .. cardinality(cand_seqs) LOOP
-        k := array_position(room_users, cand_users[i]);
-        CONTINUE WHEN k IS NULL;
-        CONTINUE WHEN {broken:no-user-limit|true|false} AND room_left[k] <= 0;
-        room_left[k] := room_left[k] - 1;
-        took[k] := took[k] + 1;
-        taken := array_append(taken, cand_seqs[i]);
-    END LOOP;
-
-    -- The users' rows gain their deltas and the tasks taken, in user order.
-    UPDATE users u
-    SET running = u.running + x.d_running + x.took, active = u.active + x.d_active
-    FROM unnest(room_users, d_running, d_active, took) AS x(user_id, d_running, d_active, took)
-    WHERE u.user_id = x.user_id AND (x.d_running <> 0 OR x.d_active <> 0 OR x.took <> 0);
-    IF cardinality(taken) = 0 THEN
-        RETURN;
-    END IF;
-
-    -- Taken, and returned as they were (o: the rows before this update);
-    -- the users' running counts are raised above, not by tasks_moved.
-    PERFORM set_config('leasehold.claim_counted', 'on', true);
-    RETURN QUERY
-    UPDATE tasks
-    SET state = 'running', version = tasks.version + 1, owner = p_owner, lease_until = p_lease_until,
-        claimed_at = p_now, heartbeat_at = p_now, updated_at = p_now
-    FROM tasks AS o
-    WHERE tasks.seq = ANY(taken) AND o.seq = tasks.seq AND COALESCE(tasks.state, '') = 'queued'
-    RETURNING o.*;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    PERFORM set_config('leasehold.claim_counted', '', true);
-    IF n <> cardinality(taken) THEN
-        RAISE EXCEPTION 'claim_batch: took % tasks, expected %', n, cardinality(taken);
-    END IF;
-END
-$$;
-
--- complete_and_claim runs a fused group (queue/fused.go) as one
--- statement: the completions of p_claims, fenced, then a claim of p_max
--- tasks as claim_batch's, the events of p_events and the claimed events,
--- and the counts. A claim that does not match fails with LH001 and
--- nothing written.
-CREATE OR REPLACE FUNCTION complete_and_claim(p_claims jsonb, p_events jsonb, p_now bigint, p_max integer, p_owner text, p_lease_until bigint, p_scope text) RETURNS SETOF tasks
-    LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
-    SET enable_bitmapscan TO 'off'
-    SET "leasehold.counted" TO 'on'
-    AS $$
-DECLARE
-    n BIGINT;
-    done_users TEXT[];
-    done_runs BIGINT[];
+-- The claim, written once: the loader puts its declarations and its body
+-- at their placeholders in claim_batch and in complete_and_claim, so each
+-- runs it inline in its own frame (a call of one PL/pgSQL function from
+-- another costs a frame and the rows passed between them). It takes up to p_max claimable tasks at p_now in
+-- claim order (priority, then run_at, then submission; due, within their
+-- deadline, their user below its running limit) for p_owner until
+-- p_lease_until, and leaves them in taken, as they were, in claim order.
+-- The candidates are locked FOR UPDATE SKIP LOCKED, so two claimers never
+-- wait on each other over tasks; SKIP LOCKED alone does not hold a
+-- per-user limit (under READ COMMITTED two claimers each see the user
+-- below it), so the claim then locks the candidates' users' counter rows,
+-- in user order, skipping a row another transaction holds, and its next
+-- statement, whose snapshot is taken after the lock, folds their deltas
+-- and reads each user's room: every claim of that user that committed is
+-- counted, and none can commit until this transaction ends. A task whose
+-- user's row was skipped, or whose user has no room, is left. The users'
+-- running counts are raised here, under their locks, not by tasks_moved.
+-- fragment: claim_declare
     cand tasks[];
     cand_seqs BIGINT[];
     cand_users TEXT[];
@@ -426,31 +292,13 @@ DECLARE
     taken_seqs BIGINT[] := '{}';
     i INTEGER;
     k INTEGER;
-BEGIN
-    WITH done AS (
-        UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, last_error = '', updated_at = c.now
-        FROM (SELECT e ->> 0 AS id, (e ->> 1)::bigint AS fence, (e ->> 2)::bigint AS now
-              FROM jsonb_array_elements(p_claims) AS e) AS c
-        WHERE tasks.id = ANY(ARRAY(SELECT e ->> 0 FROM jsonb_array_elements(p_claims) AS e))
-          AND tasks.id = c.id AND tasks.version = c.fence AND COALESCE(tasks.state, '') = 'running'
-          AND (tasks.lease_until > c.now{broken:write-at-lease-until|| OR tasks.lease_until = c.now})
-        RETURNING tasks.user_id, GREATEST(0, tasks.updated_at - tasks.claimed_at) AS run_time
-    ), deltas AS (
-        -- The completions' users, each a running and an active task fewer.
-        INSERT INTO user_deltas (user_id, running, active)
-        SELECT d.user_id, -COUNT(*), -COUNT(*) FROM done d
-        GROUP BY d.user_id ORDER BY d.user_id COLLATE "C"
-    )
-    SELECT COUNT(*), COALESCE(array_agg(d.user_id), '{}'), COALESCE(array_agg(d.run_time), '{}')
-    INTO n, done_users, done_runs
-    FROM done d;
-    IF n <> jsonb_array_length(p_claims) THEN
-        RAISE EXCEPTION 'complete_and_claim: % of % claims matched', n, jsonb_array_length(p_claims)
-            USING ERRCODE = 'LH001';
-    END IF;
-
+-- end fragment
+-- fragment: claim
     IF p_max >= 1 THEN
-        -- The candidates, as claim_batch finds and locks them, read whole.
+        -- The candidates: the first p_max due tasks in claim order, by one
+        -- scan of tasks_claim_queued, locked and read whole; and when some
+        -- candidates' user has less room than it has candidates, each
+        -- user's first few instead.
         SELECT COALESCE(array_agg(q.t ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
                COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
                COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
@@ -560,10 +408,70 @@ BEGIN
             )
             SELECT COUNT(*) INTO k FROM moved;
             IF k <> cardinality(taken_seqs) THEN
-                RAISE EXCEPTION 'complete_and_claim: took % tasks, expected %', k, cardinality(taken_seqs);
+                RAISE EXCEPTION 'claim: took % tasks, expected %', k, cardinality(taken_seqs);
             END IF;
         END IF;
     END IF;
+-- end fragment
+
+-- claim_batch is the claim alone: the claim's tasks, as they were. The
+-- claim raises its users' running counts itself (claim_counted); the
+-- triggers count the rest.
+CREATE OR REPLACE FUNCTION claim_batch(p_now bigint, p_max integer, p_owner text, p_lease_until bigint) RETURNS SETOF tasks
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_bitmapscan TO 'off'
+    AS $$
+DECLARE
+{fragment:claim_declare}
+BEGIN
+    PERFORM set_config('leasehold.claim_counted', 'on', true);
+{fragment:claim}
+    PERFORM set_config('leasehold.claim_counted', '', true);
+    RETURN QUERY SELECT * FROM unnest(taken);
+END
+$$;
+
+-- complete_and_claim runs a fused group (queue/fused.go) as one
+-- statement: the completions of p_claims, fenced, then the claim, the
+-- events of p_events and the claimed events, and the counts (the
+-- function runs with leasehold.counted on, so the triggers stand aside). A claim that does not match fails with LH001 and
+-- nothing written.
+CREATE OR REPLACE FUNCTION complete_and_claim(p_claims jsonb, p_events jsonb, p_now bigint, p_max integer, p_owner text, p_lease_until bigint, p_scope text) RETURNS SETOF tasks
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_bitmapscan TO 'off'
+    SET "leasehold.counted" TO 'on'
+    AS $$
+DECLARE
+    n BIGINT;
+    done_users TEXT[];
+    done_runs BIGINT[];
+{fragment:claim_declare}
+BEGIN
+    WITH done AS (
+        UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, last_error = '', updated_at = c.now
+        FROM (SELECT e ->> 0 AS id, (e ->> 1)::bigint AS fence, (e ->> 2)::bigint AS now
+              FROM jsonb_array_elements(p_claims) AS e) AS c
+        WHERE tasks.id = ANY(ARRAY(SELECT e ->> 0 FROM jsonb_array_elements(p_claims) AS e))
+          AND tasks.id = c.id AND tasks.version = c.fence AND COALESCE(tasks.state, '') = 'running'
+          AND (tasks.lease_until > c.now{broken:write-at-lease-until|| OR tasks.lease_until = c.now})
+        RETURNING tasks.user_id, GREATEST(0, tasks.updated_at - tasks.claimed_at) AS run_time
+    ), deltas AS (
+        -- The completions' users, each a running and an active task fewer.
+        INSERT INTO user_deltas (user_id, running, active)
+        SELECT d.user_id, -COUNT(*), -COUNT(*) FROM done d
+        GROUP BY d.user_id ORDER BY d.user_id COLLATE "C"
+    )
+    SELECT COUNT(*), COALESCE(array_agg(d.user_id), '{}'), COALESCE(array_agg(d.run_time), '{}')
+    INTO n, done_users, done_runs
+    FROM done d;
+    IF n <> jsonb_array_length(p_claims) THEN
+        RAISE EXCEPTION 'complete_and_claim: % of % claims matched', n, jsonb_array_length(p_claims)
+            USING ERRCODE = 'LH001';
+    END IF;
+{fragment:claim}
+
 
     -- The events, numbered after the events' shared lock is held (as
     -- event_insert), and the counts.

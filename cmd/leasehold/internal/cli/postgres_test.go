@@ -52,7 +52,7 @@ func TestPostgresCommands(t *testing.T) {
 	requireNoSecret(t, r)
 	require.Equal(t, exitOK, r.code, r.String())
 	require.Contains(t, r.stdout, "pending 0001_baseline.sql")
-	require.Contains(t, r.stdout, "pending functions.sql@v1")
+	require.Contains(t, r.stdout, "pending functions.sql@v")
 	require.Contains(t, r.stdout, "postgres:xxxxx@")
 
 	r = lh(t, "migrate", "--db", db)
