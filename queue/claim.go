@@ -139,7 +139,7 @@ func claimedAt(task model.Task, req model.ClaimRequest, at time.Time) model.Clai
 }
 
 // claimedEvent is the event a claim records. PostgreSQL's
-// complete_and_claim (migration 0006) writes the same for the claims it
+// complete_and_claim (functions.sql) writes the same for the claims it
 // makes.
 func claimedEvent(c model.Claimed) model.Event {
 	return model.Event{TaskID: c.Task.ID, Kind: model.EventClaimed, Attempt: c.Task.Attempt,

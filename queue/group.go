@@ -249,20 +249,12 @@ func (q *Queue) leadUntil(m *member) {
 }
 
 // settleYields is how many yields in a row without a new operation end
-// a leader's settle. One ended it while the slots a group had just
-// answered were still on their way back (on the other processor, or
-// waiting for one): about one slot in five missed each group and waited a
-// whole commit for the next. Measured (work 10 workers, one round each,
-// four interleaved passes, medians): yields 1, 16, 64 and 256 gave 4,777,
-// 4,798, 5,891 and 5,668 jobs/s on SQLite under FULL, and 2,252, 2,374,
-// 2,803 and 2,765 on PostgreSQL; 1,024 made fuller groups but spent the
-// processor the slots needed (PostgreSQL 1,749-1,974). A yield with
-// nothing else to run returns at once, so an operation alone at an idle
-// queue waits some microseconds more. Settling on until as many had
-// arrived as the last fused group handed tasks to (up to 512 yields)
-// filled the groups, 9.6 writes a commit against 8.0 on PostgreSQL, but
-// moved throughput by no more than the noise (medians of 8 alternating
-// runs: 2,972 against 2,911 jobs/s), and was not kept.
+// a leader's settle. Fewer end it while the slots a group has just
+// answered are still on their way back, and they wait a whole commit for
+// the next group; many more spend the processor the slots need
+// (docs/PERF.md has the counts measured). A yield with nothing else to run
+// returns at once, so an operation alone at an idle queue waits some
+// microseconds more.
 const settleYields = 64
 
 // settle yields the processor before a leader gathers its group, for as

@@ -32,7 +32,7 @@ func init() { registerBackend(pgBackend{}) }
 // READ COMMITTED are grouped within a process (group commit, group.go),
 // so that one commit carries the concurrent writes of a process's
 // workers. Across processes, no write waits on a hot row: the per-user
-// counters are rows of changes (migration 0003), and the claim takes a
+// counters are rows of changes (user_deltas), and the claim takes a
 // batch with FOR UPDATE SKIP LOCKED and then its users' counter rows,
 // also skipping the rows others hold, to hold the per-user running limit
 // against every other claimer (see claim). A group the database still
@@ -48,28 +48,7 @@ func (pgBackend) groups() bool     { return true }
 // PostgreSQL. One: since a group's CompleteAndClaim claims are one store
 // claim (batch.go: mergeClaims), a group of ten slots' writes costs about
 // as many round trips as a group of one, so one lane makes the largest
-// groups and the fewest commits. Measured with 10 workers (work
-// PostgreSQL 10 workers, same runs, against river-pgx): lanes 1 0.67x and
-// 0.76x, 2 0.32x and 0.23x, 3 0.23x and 0.31x, 4 0.24x and 0.23x, with
-// client CPU per job 300 us at one lane and 1,150-1,340 us at four. Before
-// the merge, four lanes were faster, as each claim of a group paid its own
-// five statements. Measured again after migration 0009 (alternating runs,
-// 5,000 jobs): one lane 1,873 and 2,202 jobs/s, two 837 and 861, three
-// 575 and 729; with two, half the groups were fused (each lane's group is
-// smaller, and a group holding a bare Claim is not fused) and the
-// server's CPU a task tripled; those figures are with a fused group's
-// claim waiting for a users row the other lane held instead of skipping
-// it (tried, not kept). Waiting in every claim deadlocked against groups
-// run the usual way, whose several claims lock users in one transaction
-// in no single order. Tried again at schema version 16, with a fused
-// group's claim reordered so that it locks its users' rows last, waiting
-// for them in user order (the rest of two lanes' groups overlapping): 1,748
-// to 2,528 jobs/s against one lane's 2,665 to 3,301, groups of 4.0 writes
-// and 440-540 µs of server CPU a job against 8 and 220-300. A fused
-// group's cost is mostly fixed per call, so halving the groups doubles it;
-// and splitting claims from completions into two queues (a lane each)
-// made every claim a group of one run the usual way: 1,240 and 1,298
-// against 3,776 and 3,444.
+// groups and the fewest commits (docs/PERF.md has the lanes measured).
 const pgGroupLanes = 1
 
 func (pgBackend) groupLanes() int { return pgGroupLanes }
@@ -279,21 +258,9 @@ func classOfSQLState(code string) StorageClass {
 }
 
 // claim takes up to max tasks in claim order, in one statement
-// (claim_batch, migration 0005's function, which runs inside the server
-// what were four statements from here). It locks the first max eligible
-// tasks, skipping rows other claimers hold (SKIP LOCKED), so two claimers
-// never wait on each other over tasks. SKIP LOCKED alone does not hold a
-// per-user limit: claimer A locks t1 of user u, claimer B skips it and
-// locks t2 of u, and under READ COMMITTED both see u below its limit. So
-// the function then locks the counter rows of the candidates' users
-// (skipping a row another transaction holds, so a claim never waits on
-// one: see migration 0003) and, in its next statement, whose snapshot is
-// taken after the lock, folds their counter changes and reads each user's
-// running count: every claim of u that committed is counted, and none can
-// commit until this transaction ends. A task whose user's row was
-// skipped, or whose user is at its limit, is left (its row lock goes with
-// the transaction). The tasks taken are taken in one statement and
-// returned as they were, in claim order, for took.
+// (claim_batch: functions.sql's claim, which says how it holds the
+// per-user running limit without waiting on another claimer), and calls
+// took with each, as it was, in claim order.
 func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.Task) error) error {
 	now := model.Millis(t.now)
 	rows, err := t.query("claim_batch", sql.Named("now", now), sql.Named("max", max), sql.Named("owner", req.Worker),
@@ -314,7 +281,7 @@ func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.
 }
 
 // completeAndClaim runs a fused group (fused.go) as complete_and_claim, one
-// statement and its own transaction (migration 0006). A server's error
+// statement and its own transaction (functions.sql). A server's error
 // (a *pgconn.PgError, or an injected one with a SQLSTATE) rolled the
 // statement's transaction back, unless it is a connection failure or a
 // shutdown (SQLSTATE class 08, 57P01-57P03), after which the statement
@@ -356,7 +323,7 @@ func (pgBackend) completeAndClaim(q *Queue, f fusedGroup) ([]model.Task, bool, e
 }
 
 // submitOne runs a lone submit (submitone.go) as submit_one, one statement
-// and its own transaction (migration 0011). Its failures are read as
+// and its own transaction (functions.sql). Its failures are read as
 // completeAndClaim's: a server's error rolled it back, a lost connection
 // may have left it committed. The task's ID is drawn first, as the
 // statement may insert it; one it did not insert is given back
@@ -413,7 +380,7 @@ func (pgBackend) submitOneAs(q *Queue, s *submission, id string, now time.Time) 
 }
 
 // pgStateFusedMismatch is the SQLSTATE complete_and_claim fails with when
-// a claim did not match (migration 0006).
+// a claim did not match (functions.sql).
 const pgStateFusedMismatch = "LH001"
 
 // pgMayHaveCommitted reports whether a statement run as its own

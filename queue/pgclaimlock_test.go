@@ -24,7 +24,7 @@ func (f *pgFixture) claimIn(tx *sql.Tx, owner string, max int, now int64) []stri
 	return ids
 }
 
-// TestPostgresSubmitPassesAClaimedUser (migration 0009): while a claim's
+// TestPostgresSubmitPassesAClaimedUser (pre-fold version 9): while a claim's
 // transaction holds its user's counter row, a task inserted for that user
 // (its foreign key checks the row) goes through at once, and another claim
 // still skips the held user; once the claim commits, the next claim takes

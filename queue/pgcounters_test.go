@@ -36,7 +36,7 @@ func (f *pgFixture) rowCount(table string) int {
 	return n
 }
 
-// TestPostgresCountersPerStatement: migration 0004's triggers count a
+// TestPostgresCountersPerStatement: pre-fold version 4's triggers count a
 // statement's rows once, by name and by user, with the sums the row
 // triggers made: a claim of several tasks of two users, a settle of
 // several at once in both directions (whose changes to running cancel),
@@ -114,7 +114,7 @@ func TestPostgresCountersPerStatement(t *testing.T) {
 	require.EqualValues(t, 4, active, "a1, a2, a3 and b2")
 }
 
-// TestPostgresFusedGroupCountsItself: complete_and_claim (migration 0008)
+// TestPostgresFusedGroupCountsItself: complete_and_claim (pre-fold version 8)
 // skips the counting triggers and adds what they would have, once for the
 // whole statement: two completions of two users and a claim of the next
 // task leave one row a counter name (state:running nets to one fewer), and
@@ -193,7 +193,7 @@ func TestPostgresFusedGroupCountsItself(t *testing.T) {
 }
 
 // TestPostgresSubmitsFoldUserDeltas: with nothing claimed, submits keep
-// user_deltas bounded (migration 0016): each adds a row, and a submit folds
+// user_deltas bounded (pre-fold version 16): each adds a row, and a submit folds
 // them into the users' rows once they span 256, by submit_one (a lone
 // submit) and by user_ensure (the usual way) alike. The users' counts and
 // the counters' check are what they would be without the fold, and a user
@@ -281,7 +281,7 @@ func TestPostgresSubmitsFoldUserDeltas(t *testing.T) {
 
 // TestPostgresActiveCountReadsItsRowsByIndex: the queue's active count,
 // which every submit reads (active_tasks), is read from the active states'
-// rows of tally_deltas by their index (migration 0020), however many rows
+// rows of tally_deltas by their index (pre-fold version 20), however many rows
 // of other names are waiting for housekeeping's compaction: before, it read
 // the whole table, and intake slowed as those rows piled up. The count is
 // still the number of queued and running tasks.

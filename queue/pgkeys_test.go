@@ -9,7 +9,7 @@ import (
 )
 
 // TestPostgresUserListingsReadATaskAKey: a user's listings walk
-// task_keys_user and read each task by its seq (migration 0013), however
+// task_keys_user and read each task by its seq (pre-fold version 13), however
 // far into a long table the user's page starts. Joined as a whole, the
 // planner walked tasks_pkey from its start to the page's first key (a
 // merge join: 100,000 rows for a page of 50 at the end of 300,000 tasks).

@@ -26,7 +26,7 @@ const (
 // tally_deltas holds only what the submits add, and one that also holds
 // pgTallyBenchRows rows of other names, as fused groups leave them between
 // housekeeping's compactions. A submit reads the queue's active count from
-// the active states' rows alone (migration 0020), so the two should cost
+// the active states' rows alone (pre-fold version 20), so the two should cost
 // the same: ratio-among-tallies near 1 (2.03, rounds 1.67-2.44, when the
 // count read the whole table). Run it with LEASEHOLD_TEST_POSTGRES set:
 //

@@ -31,7 +31,7 @@ func (f *pgFixture) usersRowsRead(fn func(tx *sql.Tx)) int64 {
 	return read() - before
 }
 
-// TestPostgresClaimReadsItsCandidatesUsers (migration 0017): with 3,000
+// TestPostgresClaimReadsItsCandidatesUsers (pre-fold version 17): with 3,000
 // users under a running limit, a claim reads the counts of its
 // candidates' users, not of every user: claim_batch and
 // complete_and_claim each take their 8 tasks reading a few dozen users
@@ -118,7 +118,7 @@ ANALYZE users; ANALYZE tasks; ANALYZE user_deltas`, users, users))
 	}
 }
 
-// TestPostgresSubmitReadsNoOtherUsers (migration 0018): with 3,000 users,
+// TestPostgresSubmitReadsNoOtherUsers (pre-fold version 18): with 3,000 users,
 // a submit is admitted against the queue's active tasks read from the
 // state counts, not from every user's row: submit_one, and the usual
 // way's user_depth and SubmitMany's active_total, each read a few users
@@ -144,7 +144,7 @@ ANALYZE users; ANALYZE tasks; ANALYZE user_deltas; ANALYZE tally_deltas`, users,
 	}
 	require.EqualValues(t, users, activeTotal())
 	// A first submit folds the 3,000 users' pending counts (their rows in
-	// user_deltas, one each: migration 0016); the reads below are then a
+	// user_deltas, one each: pre-fold version 16); the reads below are then a
 	// submit's own.
 	_, err = f.q.Submit(f.ctx, model.SubmitRequest{User: "u00001", Key: "first", Payload: `{}`, CostBudget: 1, StepsMax: 1})
 	require.NoError(t, err)

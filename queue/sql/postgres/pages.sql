@@ -13,7 +13,7 @@ WHERE seq > :after
 ORDER BY seq LIMIT :limit;
 
 -- name: list_page_by_user
--- Walked by task_keys_user (migration 0013), a task read a key (see
+-- Walked by task_keys_user (the baseline's task_keys), a task read a key (see
 -- list_by_user in queries.sql).
 SELECT {task_columns} FROM (
     SELECT t.* FROM task_keys k

@@ -118,7 +118,7 @@ SELECT
     (SELECT COUNT(*) FROM idem_tombstones WHERE expires_at <= :now);
 
 -- name: tally_compact
--- tally_deltas gains a row per counter change (see migration 0001); this
+-- tally_deltas gains a row per counter change (see the baseline); this
 -- folds the oldest :limit rows into one row per name, in one statement, so
 -- that the table stays small. Rows a concurrent transaction inserts are not
 -- in the statement's snapshot and stay as they are; two compactions at

@@ -37,7 +37,7 @@ SELECT {task_columns} FROM tasks WHERE id = :id;
 -- name: task_by_key
 -- The task under a user's key, or the tombstone a prune left of it (see
 -- prune.sql), so that a replay is recognised after its task is pruned.
--- Keys are looked up in task_keys (migration 0013).
+-- Keys are looked up in task_keys.
 SELECT t.id, t.request_hash FROM task_keys k JOIN tasks t ON t.seq = k.seq
 WHERE k.user_id = :user AND k.idem_key = :key
 UNION ALL
@@ -51,7 +51,7 @@ LIMIT 1;
 -- held; active_total for a batch) see every earlier submit: the caps cannot be
 -- raced by submits on other connections or machines. Claims and settles
 -- only lower the counts, and do not take it. Under the lock, the users'
--- pending count changes are folded once they pile up (migration 0016).
+-- pending count changes are folded once they pile up (fold_user_deltas).
 WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked),
 folded AS (SELECT fold_user_deltas(leasehold_fold_rows()) AS done FROM admission)
 INSERT INTO users (user_id) SELECT :user FROM admission, folded
@@ -65,7 +65,7 @@ SELECT active, depth_limit, CASE WHEN :total THEN active_tasks(leasehold_fold_ro
 FROM user_caps WHERE user_id = :user;
 
 -- name: active_total
--- The queue's active tasks, by its state counts (migration 0018's
+-- The queue's active tasks, by its state counts (functions.sql's
 -- active_tasks, which folds their rows once they pile up): read under
 -- admission's lock, after users_ensure.
 SELECT active_tasks(leasehold_fold_rows());
@@ -326,7 +326,7 @@ SELECT {task_columns} FROM tasks ORDER BY seq LIMIT :limit;
 SELECT {task_columns} FROM tasks WHERE state = :state ORDER BY seq LIMIT :limit;
 
 -- name: list_by_user
--- A user's tasks in order, walked by task_keys_user (migration 0013), each
+-- A user's tasks in order, walked by task_keys_user, each
 -- task read by its seq (the LIMIT 1 keeps the read a lookup a key: joined
 -- as a whole, the planner may walk tasks_pkey from its start to the
 -- user's first key).
