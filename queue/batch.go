@@ -306,7 +306,7 @@ func (g *group) completeBatch(batch []int) (map[string]bool, error) {
 		return nil, fmt.Errorf("batch completion: %w", err)
 	}
 	t := g.txns[batch[0]]
-	rows, err := t.query("complete_batch", sql.Named("claims", string(arg)))
+	rows, err := t.query(qCompleteBatch, sql.Named("claims", string(arg)))
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +371,7 @@ func (g *group) flush() error {
 	if err != nil {
 		return fmt.Errorf("queue: event_insert_batch: %w", err)
 	}
-	n, err := g.txns[0].exec("event_insert_batch", sql.Named("events", string(arg)))
+	n, err := g.txns[0].exec(qEventInsertBatch, sql.Named("events", string(arg)))
 	if err != nil {
 		return err
 	}

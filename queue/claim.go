@@ -28,7 +28,7 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 		return nil, err
 	}
 	var found int
-	err := q.readRow(ctx, "claim_any", sql.Named("now", model.Millis(q.now()))).Scan(&found)
+	err := q.readRow(ctx, qClaimAny, sql.Named("now", model.Millis(q.now()))).Scan(&found)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

@@ -18,7 +18,7 @@ func (q *Queue) EventsAfter(ctx context.Context, after int64, limit int) ([]mode
 		return nil, &model.ValidationError{Field: "limit", Problem: fmt.Sprintf("must be between 1 and %d, got %d", model.ListLimitMax, limit)}
 	}
 	var out []model.Event
-	err := q.readSettled(ctx, "events_after", func(rows *sql.Rows) (err error) {
+	err := q.readSettled(ctx, qEventsAfter, func(rows *sql.Rows) (err error) {
 		out, err = scanEvents(rows)
 		return err
 	}, sql.Named("after", after), sql.Named("limit", limit))
@@ -51,9 +51,9 @@ func (q *Queue) Audit(ctx context.Context, f AuditFilter) ([]model.Event, error)
 	args := []any{sql.Named("since", model.Millis(f.Since)), sql.Named("until", until), sql.Named("limit", limit)}
 	name := auditQuery(f)
 	switch name {
-	case "audit_by_task":
+	case qAuditByTask:
 		args = append(args, sql.Named("task_id", f.TaskID), sql.Named("actor", f.Actor))
-	case "audit_by_actor":
+	case qAuditByActor:
 		args = append(args, sql.Named("actor", f.Actor))
 	}
 	rows, err := q.readRows(ctx, name, args...)
@@ -66,16 +66,16 @@ func (q *Queue) Audit(ctx context.Context, f AuditFilter) ([]model.Event, error)
 // auditQuery names the form of the audit query that serves f from an
 // index: by task (the narrowest, the actor then a filter), by actor, by
 // time window, or the whole trail.
-func auditQuery(f AuditFilter) string {
+func auditQuery(f AuditFilter) queryName {
 	switch {
 	case f.TaskID != "":
-		return "audit_by_task"
+		return qAuditByTask
 	case f.Actor != "":
-		return "audit_by_actor"
+		return qAuditByActor
 	case !f.Since.IsZero() || !f.Until.IsZero():
-		return "audit_by_time"
+		return qAuditByTime
 	}
-	return "audit_all"
+	return qAuditAll
 }
 
 // RecordOperatorEvent appends an operator action that concerns no task

@@ -71,7 +71,7 @@ func (q *Queue) fold(ctx context.Context, tx *sql.Tx, baseline Migration) error 
 			return fmt.Errorf("queue: move onto the baseline: %w", err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, q.sql.queries["migrations_forget"].text); err != nil {
+	if _, err := tx.ExecContext(ctx, q.sql.queries[qMigrationsForget.name].text); err != nil {
 		return fmt.Errorf("queue: move onto the baseline: %w", err)
 	}
 	return q.recordMigration(ctx, tx, baseline)

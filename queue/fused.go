@@ -68,8 +68,8 @@ type fusedGroup struct {
 // can; false means the group is to run the usual way (it did not
 // qualify, or a claim did not match and nothing was written).
 func (q *Queue) runFused(members []*member) bool {
-	f, ok := q.store.(fuser)
-	if !ok || !q.fuse {
+	f := q.store.capabilities().fuse
+	if f == nil || !q.fuse {
 		return false
 	}
 	plan, ok := q.planFused(members)

@@ -474,7 +474,7 @@ func (g *group) run() bool {
 func (g *group) runPart(i int, p part, savepoint bool) bool {
 	t := g.txns[i]
 	if savepoint {
-		if _, err := t.exec("group_savepoint"); err != nil {
+		if _, err := t.exec(qGroupSavepoint); err != nil {
 			g.rollback(err, i)
 			return false
 		}
@@ -486,7 +486,7 @@ func (g *group) runPart(i int, p part, savepoint bool) bool {
 	case errors.As(ferr, &keep):
 		g.results[i] = keep.err
 	case savepoint && isRefusal(ferr):
-		if _, err := t.exec("group_rollback"); err != nil {
+		if _, err := t.exec(qGroupRollback); err != nil {
 			g.rollback(err, i)
 			return false
 		}

@@ -120,7 +120,7 @@ func (q *Queue) Health(ctx context.Context) error {
 	now := q.clock.Now()
 	if h.probedAt.IsZero() || now.Sub(h.probedAt) >= healthProbeInterval || now.Before(h.probedAt) {
 		seen, _ := h.failure()
-		err := q.write(ctx, "health", func(t *txn) error { return t.execOne("health") })
+		err := q.write(ctx, "health", func(t *txn) error { return t.execOne(qHealth) })
 		h.probedAt, h.probeErr = now, err
 		if err == nil {
 			h.clean = seen

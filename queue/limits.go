@@ -43,7 +43,7 @@ func readLimits(rows *sql.Rows) (model.Limits, error) {
 
 // limits reads the limits inside the transaction.
 func (t *txn) limits() (model.Limits, error) {
-	rows, err := t.query("settings_all")
+	rows, err := t.query(qSettingsAll)
 	if err != nil {
 		return model.Limits{}, err
 	}
@@ -52,7 +52,7 @@ func (t *txn) limits() (model.Limits, error) {
 
 // Limits returns the limits and the per-user overrides, by user.
 func (q *Queue) Limits(ctx context.Context) (model.Limits, []model.UserLimit, error) {
-	rows, err := q.readRows(ctx, "settings_all")
+	rows, err := q.readRows(ctx, qSettingsAll)
 	if err != nil {
 		return model.Limits{}, nil, err
 	}
@@ -60,7 +60,7 @@ func (q *Queue) Limits(ctx context.Context) (model.Limits, []model.UserLimit, er
 	if err != nil {
 		return model.Limits{}, nil, err
 	}
-	rows, err = q.readRows(ctx, "user_limits")
+	rows, err = q.readRows(ctx, qUserLimits)
 	if err != nil {
 		return model.Limits{}, nil, err
 	}
@@ -94,11 +94,11 @@ func (q *Queue) SetLimits(ctx context.Context, l model.Limits, actor string) err
 			case *int64:
 				value = *v
 			}
-			if err := t.execOne("setting_set", sql.Named("key", key), sql.Named("value", value)); err != nil {
+			if err := t.execOne(qSettingSet, sql.Named("key", key), sql.Named("value", value)); err != nil {
 				return err
 			}
 		}
-		if err := t.reblock("reblock_all"); err != nil {
+		if err := t.reblock(qReblockAll); err != nil {
 			return err
 		}
 		return t.emit(model.Event{Kind: model.EventLimitsSet, Actor: actor, Detail: model.DetailLimits(l)})
@@ -114,11 +114,11 @@ func (q *Queue) SetUserLimit(ctx context.Context, u model.UserLimit, actor strin
 		return err
 	}
 	return q.write(ctx, "set user limit", func(t *txn) error {
-		if _, err := t.exec("user_limit_set", sql.Named("user", u.User),
+		if _, err := t.exec(qUserLimitSet, sql.Named("user", u.User),
 			sql.Named("running_max", u.RunningMax), sql.Named("depth_max", u.DepthMax)); err != nil {
 			return err
 		}
-		if err := t.reblock("reblock_user", sql.Named("user", u.User)); err != nil {
+		if err := t.reblock(qReblockUser, sql.Named("user", u.User)); err != nil {
 			return err
 		}
 		return t.emit(model.Event{Kind: model.EventLimitsSet, Actor: actor, Detail: model.DetailUserLimit(u)})
@@ -129,8 +129,8 @@ func (q *Queue) SetUserLimit(ctx context.Context, u model.UserLimit, actor strin
 // changed, in a store that keeps such flags (SQLite's triggers do). A store
 // whose claim reads each user's limit and running count under the user's
 // row lock (PostgreSQL's) keeps none, and its SQL has no reblock queries.
-func (t *txn) reblock(name string, args ...any) error {
-	if _, ok := t.q.sql.queries[name]; !ok {
+func (t *txn) reblock(name queryName, args ...any) error {
+	if !t.q.store.capabilities().blockedFlags {
 		return nil
 	}
 	_, err := t.exec(name, args...)

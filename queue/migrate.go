@@ -26,14 +26,14 @@ type querier interface {
 // readApplied returns the migrations recorded in db, in order.
 func readApplied(ctx context.Context, db querier, set *sqlSet) ([]AppliedMigration, error) {
 	var exists int
-	err := db.QueryRowContext(ctx, set.queries["migrations_table_exists"].text).Scan(&exists)
+	err := db.QueryRowContext(ctx, set.queries[qMigrationsTableExists.name].text).Scan(&exists)
 	if err != nil {
 		return nil, fmt.Errorf("queue: read schema version: %w", err)
 	}
 	if exists == 0 {
 		return nil, nil
 	}
-	rows, err := db.QueryContext(ctx, set.queries["migrations_applied"].text)
+	rows, err := db.QueryContext(ctx, set.queries[qMigrationsApplied.name].text)
 	if err != nil {
 		return nil, fmt.Errorf("queue: read schema version: %w", err)
 	}
@@ -60,7 +60,7 @@ func readApplied(ctx context.Context, db querier, set *sqlSet) ([]AppliedMigrati
 // history applied, and the baseline pending.
 func Inspect(ctx context.Context, path string) (applied []AppliedMigration, pending []Migration, err error) {
 	b := backendFor(path)
-	if _, ok := b.(sqliteBackend); ok {
+	if b.capabilities().localFile {
 		return inspectFile(ctx, path)
 	}
 	set, err := sqlOf(b)
@@ -177,7 +177,7 @@ func plan(ctx context.Context, db querier, set *sqlSet) (schemaPlan, error) {
 // records, or 0 and "" when it records none.
 func readFunctions(ctx context.Context, db querier, set *sqlSet) (int, string, error) {
 	var exists int
-	if err := db.QueryRowContext(ctx, set.queries["functions_table_exists"].text).Scan(&exists); err != nil {
+	if err := db.QueryRowContext(ctx, set.queries[qFunctionsTableExists.name].text).Scan(&exists); err != nil {
 		return 0, "", fmt.Errorf("queue: read functions version: %w", err)
 	}
 	if exists == 0 {
@@ -185,7 +185,7 @@ func readFunctions(ctx context.Context, db querier, set *sqlSet) (int, string, e
 	}
 	var version int
 	var sum string
-	err := db.QueryRowContext(ctx, set.queries["functions_applied"].text).Scan(&version, &sum)
+	err := db.QueryRowContext(ctx, set.queries[qFunctionsApplied.name].text).Scan(&version, &sum)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", nil
 	}
@@ -240,8 +240,8 @@ func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 		return fmt.Errorf("queue: migrate: begin: %w", err)
 	}
 	defer tx.Rollback()
-	if lock, ok := q.sql.queries["migrations_lock"]; ok {
-		if _, err := tx.ExecContext(ctx, lock.text); err != nil {
+	if q.store.capabilities().commitsOutOfOrder {
+		if _, err := tx.ExecContext(ctx, q.query(qMigrationsLock.name).text); err != nil {
 			return fmt.Errorf("queue: migrate: lock: %w", err)
 		}
 	}
@@ -255,7 +255,7 @@ func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 	if len(p.applied) > 0 && mode != MigrateAll {
 		return outdated(p)
 	}
-	if _, err := tx.ExecContext(ctx, q.sql.queries["migrations_table"].text); err != nil {
+	if _, err := tx.ExecContext(ctx, q.sql.queries[qMigrationsTable.name].text); err != nil {
 		return fmt.Errorf("queue: migrate: %w", err)
 	}
 	pending := p.pending
@@ -286,7 +286,7 @@ func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 
 // recordMigration records m as applied, inside tx.
 func (q *Queue) recordMigration(ctx context.Context, tx *sql.Tx, m Migration) error {
-	record := q.sql.queries["migration_record"]
+	record := q.sql.queries[qMigrationRecord.name]
 	args, err := bindArgs("migration_record", record, []any{sql.Named("version", m.Version),
 		sql.Named("name", m.Name), sql.Named("checksum", m.Checksum), sql.Named("now", model.Millis(q.now()))})
 	if err != nil {
@@ -301,13 +301,13 @@ func (q *Queue) recordMigration(ctx context.Context, tx *sql.Tx, m Migration) er
 // installFunctions installs p's functions file and records its version
 // and checksum, inside tx.
 func (q *Queue) installFunctions(ctx context.Context, tx *sql.Tx, p schemaPlan) error {
-	if _, err := tx.ExecContext(ctx, q.sql.queries["functions_table"].text); err != nil {
+	if _, err := tx.ExecContext(ctx, q.sql.queries[qFunctionsTable.name].text); err != nil {
 		return fmt.Errorf("queue: migrate: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, p.installed); err != nil {
 		return fmt.Errorf("queue: install %s version %d: %w", functionsFile, p.functions.Version, err)
 	}
-	record := q.sql.queries["functions_record"]
+	record := q.sql.queries[qFunctionsRecord.name]
 	args, err := bindArgs("functions_record", record, []any{sql.Named("version", p.functions.Version),
 		sql.Named("checksum", p.installedSum), sql.Named("now", model.Millis(q.now()))})
 	if err != nil {

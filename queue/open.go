@@ -176,8 +176,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	q := &Queue{db: db, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), url: o.Path,
 		pragmas: settings, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
 	q.session = pgSessionFor(b, o)
-	_, q.fuse = b.(fuser)
-	q.fuse = q.fuse && !o.Unfused
+	q.fuse = b.capabilities().fuse != nil && !o.Unfused
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff
 	}
@@ -230,7 +229,7 @@ func (q *Queue) Pragmas() []string { return append([]string(nil), q.pragmas...) 
 // printablePath is o.Path as the queue keeps and prints it: a URL's
 // password is replaced (a store's URL may carry one; see RedactURL).
 func printablePath(b backend, path string) string {
-	if _, ok := b.(sqliteBackend); ok {
+	if b.capabilities().localFile {
 		return path
 	}
 	return RedactURL(path)
@@ -247,7 +246,7 @@ func (q *Queue) EngineVersion(ctx context.Context) (string, error) {
 		return "", err
 	}
 	var v string
-	if err := q.readRow(ctx, "engine_version").Scan(&v); err != nil {
+	if err := q.readRow(ctx, qEngineVersion).Scan(&v); err != nil {
 		return "", fmt.Errorf("queue: engine version: %w", err)
 	}
 	return v, nil

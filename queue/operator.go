@@ -33,7 +33,7 @@ func (q *Queue) Cancel(ctx context.Context, id, actor string) (model.Task, error
 			}
 		case model.Running:
 			if !task.CancelRequested {
-				if err := t.execOne("cancel_request", sql.Named("id", id), sql.Named("actor", actor),
+				if err := t.execOne(qCancelRequest, sql.Named("id", id), sql.Named("actor", actor),
 					sql.Named("now", model.Millis(t.now))); err != nil {
 					return err
 				}
@@ -165,7 +165,7 @@ func (q *Queue) SettleEffect(ctx context.Context, opID string, applied bool, act
 		return err
 	}
 	return q.write(ctx, "settle effect", func(t *txn) error {
-		e, err := scanEffect(t.queryRow("effect_by_op", sql.Named("op_id", opID)))
+		e, err := scanEffect(t.queryRow(qEffectByOp, sql.Named("op_id", opID)))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("operation %s: %w", opID, model.ErrNotFound)
 		}
@@ -180,15 +180,15 @@ func (q *Queue) SettleEffect(ctx context.Context, opID string, applied bool, act
 			return fmt.Errorf("operation %s: %w", opID, model.ErrEffectReceipted)
 		}
 		if applied {
-			err = t.execOne("effect_receipt", sql.Named("op_id", opID), sql.Named("fence", 0),
+			err = t.execOne(qEffectReceipt, sql.Named("op_id", opID), sql.Named("fence", 0),
 				sql.Named("now", model.Millis(t.now)), sql.Named("by", actor), sql.Named("result", "settled by operator"))
 		} else {
-			err = t.execOne("effect_delete", sql.Named("op_id", opID))
+			err = t.execOne(qEffectDelete, sql.Named("op_id", opID))
 		}
 		if err != nil {
 			return err
 		}
-		if err := t.execOne("touch", sql.Named("id", task.ID), sql.Named("now", model.Millis(t.now))); err != nil {
+		if err := t.execOne(qTouch, sql.Named("id", task.ID), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
 		return t.emit(model.Event{TaskID: task.ID, Kind: model.EventEffectSettled, Attempt: task.Attempt,

@@ -79,12 +79,12 @@ func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
 	args := []any{sql.Named("after", after), sql.Named("state", string(f.State)),
 		sql.Named("created_from", model.Millis(f.CreatedFrom)), sql.Named("created_until", until),
 		sql.Named("schedule_id", f.ScheduleID), sql.Named("limit", limit+1)}
-	name := "list_page"
+	name := qListPage
 	switch {
 	case f.User != "" && f.Users != nil && !contains(f.Users, f.User):
 		return Page{Tasks: []model.Task{}}, nil
 	case f.User != "":
-		name = "list_page_by_user"
+		name = qListPageByUser
 		args = append(args, sql.Named("user", f.User))
 	default:
 		users, err := usersArg(f.Users)
@@ -93,11 +93,11 @@ func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
 		}
 		args = append(args, sql.Named("users", users))
 		if f.Users != nil && (len(f.Users) == 1 || len(f.Users)*(limit+1) <= pageUsersRows) {
-			name = "list_page_for_users"
+			name = qListPageForUsers
 		}
 	}
 	if f.Newest {
-		name += "_newest"
+		name = newestPage[name]
 	}
 	rows, err := q.readRows(ctx, name, args...)
 	if err != nil {
@@ -122,7 +122,7 @@ func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
 // key, read by the (user, key) index: model.ErrNotFound when there is
 // none, or it was pruned.
 func (q *Queue) TaskByKey(ctx context.Context, user, key string) (model.Task, error) {
-	t, err := scanTask(q.readRow(ctx, "task_by_user_key", sql.Named("user", user), sql.Named("key", key)))
+	t, err := scanTask(q.readRow(ctx, qTaskByUserKey, sql.Named("user", user), sql.Named("key", key)))
 	if err != nil {
 		return model.Task{}, notFound(err, "a task of user "+user+" under that key")
 	}
@@ -148,4 +148,11 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// newestPage is each page query's twin that walks from the newest task.
+var newestPage = map[queryName]queryName{
+	qListPage:         qListPageNewest,
+	qListPageByUser:   qListPageByUserNewest,
+	qListPageForUsers: qListPageForUsersNewest,
 }

@@ -107,7 +107,7 @@ func TestListPageExactFit(t *testing.T) {
 
 // walkPages pages through the tasks the named listing query selects for
 // users and state, pageLen at a time, and returns their IDs in order.
-func walkPages(t *testing.T, q *Queue, name string, users []string, state model.State, until int64, pageLen int) []string {
+func walkPages(t *testing.T, q *Queue, name queryName, users []string, state model.State, until int64, pageLen int) []string {
 	t.Helper()
 	arg, err := usersArg(users)
 	require.NoError(t, err)
@@ -156,8 +156,8 @@ func checkPagesForUsers(t *testing.T, q *Queue) {
 	for _, set := range [][]string{{"cy"}, {"bob", "eve"}, {"dee", "nobody", "ana", "dee"}, users} {
 		for _, state := range []model.State{"", model.Queued, model.Running, model.Completed} {
 			for _, until := range []int64{math.MaxInt64, 0} {
-				want := walkPages(t, q, "list_page", set, state, until, 7)
-				got := walkPages(t, q, "list_page_for_users", set, state, until, 7)
+				want := walkPages(t, q, qListPage, set, state, until, 7)
+				got := walkPages(t, q, qListPageForUsers, set, state, until, 7)
 				require.Equal(t, want, got, "users %v, state %q, created before %d", set, state, until)
 				if until != 0 {
 					require.NotEmpty(t, want, "users %v, state %q", set, state)
@@ -166,7 +166,7 @@ func checkPagesForUsers(t *testing.T, q *Queue) {
 		}
 		page, err := q.ListPage(ctx, PageFilter{Users: set, Limit: 5})
 		require.NoError(t, err)
-		require.Equal(t, walkPages(t, q, "list_page", set, "", math.MaxInt64, 5)[:5], ids(page.Tasks))
+		require.Equal(t, walkPages(t, q, qListPage, set, "", math.MaxInt64, 5)[:5], ids(page.Tasks))
 	}
 }
 

@@ -263,7 +263,7 @@ func classOfSQLState(code string) StorageClass {
 // took with each, as it was, in claim order.
 func (pgBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.Task) error) error {
 	now := model.Millis(t.now)
-	rows, err := t.query("claim_batch", sql.Named("now", now), sql.Named("max", max), sql.Named("owner", req.Worker),
+	rows, err := t.query(qClaimBatch, sql.Named("now", now), sql.Named("max", max), sql.Named("owner", req.Worker),
 		sql.Named("lease_until", model.Millis(t.now.Add(req.Lease))))
 	if err != nil {
 		return fmt.Errorf("queue: claim: %w", err)
@@ -299,7 +299,7 @@ func (pgBackend) completeAndClaim(q *Queue, f fusedGroup) ([]model.Task, bool, e
 	now := model.Millis(f.now)
 	// The statement is the group's: no one caller's cancellation may end
 	// it (the outcome of a cancelled statement would be unknown).
-	rows, err := q.readRows(context.Background(), "complete_and_claim", sql.Named("claims", string(claims)),
+	rows, err := q.readRows(context.Background(), qCompleteAndClaim, sql.Named("claims", string(claims)),
 		sql.Named("events", string(events)), sql.Named("now", now), sql.Named("max", f.max),
 		sql.Named("owner", f.claim.Worker), sql.Named("lease_until", model.Millis(f.now.Add(f.claim.Lease))),
 		sql.Named("scope", f.scope))
@@ -346,7 +346,7 @@ func (pgBackend) submitOneAs(q *Queue, s *submission, id string, now time.Time) 
 	n := s.n
 	// The statement is the submit's alone, and its outcome must be read
 	// whole: the caller's cancellation may not end it.
-	rows, err := q.readRowsBare(context.Background(), "submit_one", sql.Named("id", id), sql.Named("user", n.User),
+	rows, err := q.readRowsBare(context.Background(), qSubmitOne, sql.Named("id", id), sql.Named("user", n.User),
 		sql.Named("key", n.Key), sql.Named("hash", n.Hash), sql.Named("payload", n.Payload),
 		sql.Named("priority", n.Priority), sql.Named("run_at", model.Millis(s.runAt(now))),
 		sql.Named("deadline", model.Millis(n.Deadline)), sql.Named("now", model.Millis(now)),
@@ -435,3 +435,11 @@ var pgFolded = foldedHistory{
 }
 
 func (pgBackend) folded() *foldedHistory { return &pgFolded }
+
+// capabilities: fused groups and lone submits in one statement each,
+// LISTEN/NOTIFY wake-ups, counters as rows of changes, and transactions
+// that commit out of event order.
+func (b pgBackend) capabilities() capabilities {
+	return capabilities{fuse: b, submitAlone: b, notifyReady: b, counterRows: true, commitsOutOfOrder: true,
+		sessionTimeouts: true, runningOverActive: true}
+}

@@ -54,7 +54,7 @@ type readyNotifier interface {
 }
 
 func (pgBackend) notifyReady(t *txn) error {
-	if _, err := t.exec("ready_notify"); err != nil {
+	if _, err := t.exec(qReadyNotify); err != nil {
 		return fmt.Errorf("queue: notify workers: %w", err)
 	}
 	return nil
@@ -71,8 +71,8 @@ func (t *txn) madeReady(runAt time.Time) {
 // notifyReady sends the group's one notification if a member whose writes
 // the commit keeps made a task claimable and the store notifies.
 func (g *group) notifyReady() error {
-	n, ok := g.q.store.(readyNotifier)
-	if !ok {
+	n := g.q.store.capabilities().notifyReady
+	if n == nil {
 		return nil
 	}
 	for i, t := range g.txns {
@@ -119,7 +119,7 @@ func (g *group) abort(err error) {
 // process over the same file is not woken and polls. On a closed queue
 // Wake returns nil, which never receives. Close stops the listeners.
 func (q *Queue) Wake(ctx context.Context, log *slog.Logger) <-chan struct{} {
-	if _, ok := q.store.(readyNotifier); !ok {
+	if q.store.capabilities().notifyReady == nil {
 		return q.wakeLocal(ctx)
 	}
 	if log == nil {
@@ -244,8 +244,8 @@ func (q *Queue) openListener(ctx context.Context) (*pgx.Conn, string, error) {
 		return nil, "", fmt.Errorf("queue: wake listener: connect to %s: %w", q.path, err)
 	}
 	var schema string
-	if _, err = conn.Exec(ctx, q.query("ready_listen").text); err == nil {
-		err = conn.QueryRow(ctx, q.query("ready_schema").text).Scan(&schema)
+	if _, err = conn.Exec(ctx, q.query(qReadyListen.name).text); err == nil {
+		err = conn.QueryRow(ctx, q.query(qReadySchema.name).text).Scan(&schema)
 	}
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx))

@@ -242,6 +242,13 @@ type failingNotifier struct{ sqliteBackend }
 
 func (failingNotifier) notifyReady(*txn) error { return errors.New("notify refused") }
 
+// capabilities are SQLite's, with this notification.
+func (f failingNotifier) capabilities() capabilities {
+	c := f.sqliteBackend.capabilities()
+	c.notifyReady = f
+	return c
+}
+
 // TestFailedNotifyRollsTheWriteBack: the notification is a statement of
 // the write's own transaction, so when it fails the write is rolled back
 // and reported not applied, never a false success: the submit is not

@@ -184,7 +184,7 @@ func (s pgSession) settings() []string {
 // pgSessionFor returns the session settings of the store o opens, the
 // zero pgSession for SQLite. connect has checked o's URL.
 func pgSessionFor(b backend, o Options) pgSession {
-	if _, ok := b.(pgBackend); !ok {
+	if !b.capabilities().sessionTimeouts {
 		return pgSession{}
 	}
 	loc, err := ParseLocation(o.Path)
@@ -218,7 +218,7 @@ func (q *Queue) SessionSettings(ctx context.Context) ([]string, error) {
 	if err := q.checkOpen("session settings"); err != nil {
 		return nil, err
 	}
-	rows, err := q.readRows(ctx, "session_settings")
+	rows, err := q.readRows(ctx, qSessionSettings)
 	if err != nil {
 		return nil, fmt.Errorf("queue: session settings: %w", err)
 	}

@@ -183,7 +183,7 @@ func (q *Queue) pruneCount(ctx context.Context, cutoff time.Time) (PruneResult, 
 	defer q.prepareLater(ctx, t)
 	defer tx.Rollback()
 	at := sql.Named("cutoff", model.Millis(cutoff))
-	rows, err := t.query("prune_count_tasks", at)
+	rows, err := t.query(qPruneCountTasks, at)
 	if err != nil {
 		return res, fmt.Errorf("queue: prune: %w", err)
 	}
@@ -202,7 +202,7 @@ func (q *Queue) pruneCount(ctx context.Context, cutoff time.Time) (PruneResult, 
 	if err := rows.Err(); err != nil {
 		return res, fmt.Errorf("queue: prune: %w", err)
 	}
-	if err := t.queryRow("prune_count_rest", at, sql.Named("now", model.Millis(t.now))).
+	if err := t.queryRow(qPruneCountRest, at, sql.Named("now", model.Millis(t.now))).
 		Scan(&res.Events, &res.Effects, &res.Kept, &res.Expired); err != nil {
 		return res, fmt.Errorf("queue: prune: %w", err)
 	}
@@ -210,7 +210,7 @@ func (q *Queue) pruneCount(ctx context.Context, cutoff time.Time) (PruneResult, 
 	if res.Kept == 0 {
 		return res, nil
 	}
-	rows, err = t.query("prune_kept", at, sql.Named("limit", PruneKeptListed))
+	rows, err = t.query(qPruneKept, at, sql.Named("limit", PruneKeptListed))
 	if err != nil {
 		return res, fmt.Errorf("queue: prune: %w", err)
 	}
@@ -266,11 +266,11 @@ func (q *Queue) prunePass(ctx context.Context, p prunePass) (passOutcome, error)
 func (t *txn) prune(p prunePass) (passOutcome, error) {
 	out := passOutcome{res: newPruneResult(p.cutoff, false)}
 	cutoff := sql.Named("cutoff", model.Millis(p.cutoff))
-	if _, err := t.exec("prune_gate_open", cutoff); err != nil {
+	if _, err := t.exec(qPruneGateOpen, cutoff); err != nil {
 		return out, err
 	}
 	var top int64
-	if err := t.queryRow("prune_events_top").Scan(&top); err != nil {
+	if err := t.queryRow(qPruneEventsTop).Scan(&top); err != nil {
 		return out, fmt.Errorf("queue: prune: %w", err)
 	}
 	ids, err := t.pruneScan(p, &out)
@@ -282,12 +282,12 @@ func (t *txn) prune(p prunePass) (passOutcome, error) {
 			return out, err
 		}
 	}
-	expired, err := t.exec("prune_expire", sql.Named("now", model.Millis(t.now)), sql.Named("limit", p.batch))
+	expired, err := t.exec(qPruneExpire, sql.Named("now", model.Millis(t.now)), sql.Named("limit", p.batch))
 	if err != nil {
 		return out, err
 	}
 	out.res.Expired = expired
-	if _, err := t.exec("prune_gate_close"); err != nil {
+	if _, err := t.exec(qPruneGateClose); err != nil {
 		return out, err
 	}
 	if !out.res.Changed() {
@@ -297,7 +297,7 @@ func (t *txn) prune(p prunePass) (passOutcome, error) {
 	if err := t.compactTallies(); err != nil {
 		return out, err
 	}
-	_, err = t.exec("prune_event_insert", sql.Named("top", top),
+	_, err = t.exec(qPruneEventInsert, sql.Named("top", top),
 		sql.Named("task_id", ""), sql.Named("kind", string(model.EventPruned)),
 		sql.Named("attempt", 0), sql.Named("fence", 0), sql.Named("op_id", ""),
 		sql.Named("from_state", ""), sql.Named("to_state", ""), sql.Named("reason", ""),
@@ -313,7 +313,7 @@ func (t *txn) prune(p prunePass) (passOutcome, error) {
 // can go (but for a clock skew between machines, which only delays them).
 func (t *txn) pruneScan(p prunePass, out *passOutcome) ([]string, error) {
 	limit := p.batch * pruneScanFactor
-	rows, err := t.query("prune_scan", sql.Named("after", p.after), sql.Named("limit", limit))
+	rows, err := t.query(qPruneScan, sql.Named("after", p.after), sql.Named("limit", limit))
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +364,7 @@ func (t *txn) pruneTake(ids []string, p prunePass, out *passOutcome) error {
 	if err != nil {
 		return err
 	}
-	rows, err := t.query("prune_take", sql.Named("ids", list), cutoff)
+	rows, err := t.query(qPruneTake, sql.Named("ids", list), cutoff)
 	if err != nil {
 		return err
 	}
@@ -393,17 +393,17 @@ func (t *txn) pruneTake(ids []string, p prunePass, out *passOutcome) error {
 	}
 	batch := sql.Named("ids", list)
 	now := model.Millis(t.now)
-	if out.res.Tombstones, err = t.exec("prune_tombstones", batch, sql.Named("now", now),
+	if out.res.Tombstones, err = t.exec(qPruneTombstones, batch, sql.Named("now", now),
 		sql.Named("expires_at", now+p.keepKeys.Milliseconds())); err != nil {
 		return err
 	}
-	if out.res.Effects, err = t.exec("prune_effects", batch); err != nil {
+	if out.res.Effects, err = t.exec(qPruneEffects, batch); err != nil {
 		return err
 	}
-	if out.res.Events, err = t.exec("prune_events", batch); err != nil {
+	if out.res.Events, err = t.exec(qPruneEvents, batch); err != nil {
 		return err
 	}
-	removed, err := t.exec("prune_tasks", batch)
+	removed, err := t.exec(qPruneTasks, batch)
 	if err != nil {
 		return err
 	}
@@ -430,18 +430,18 @@ func idsArg(ids []string) (string, error) {
 // store without such a table (SQLite's tallies are one row per name) has
 // no tally_compact query and nothing to do.
 func (t *txn) compactTallies() error {
-	if _, ok := t.q.sql.queries["tally_compact"]; !ok {
+	if !t.q.store.capabilities().counterRows {
 		return nil
 	}
 	limit := sql.Named("limit", tallyCompactRows)
 	var rows int64
-	if err := t.queryRow("tally_rows", limit).Scan(&rows); err != nil {
+	if err := t.queryRow(qTallyRows, limit).Scan(&rows); err != nil {
 		return fmt.Errorf("queue: compact tallies: %w", err)
 	}
 	if rows <= tallyCompactRows {
 		return nil
 	}
-	_, err := t.exec("tally_compact", limit)
+	_, err := t.exec(qTallyCompact, limit)
 	return err
 }
 
@@ -509,7 +509,7 @@ func readRetention(rows *sql.Rows) (RetentionPolicy, error) {
 
 // Retention returns the stored retention policy.
 func (q *Queue) Retention(ctx context.Context) (RetentionPolicy, error) {
-	rows, err := q.readRows(ctx, "settings_all")
+	rows, err := q.readRows(ctx, qSettingsAll)
 	if err != nil {
 		return RetentionPolicy{}, err
 	}
@@ -526,11 +526,11 @@ func (q *Queue) SetRetention(ctx context.Context, p RetentionPolicy, actor strin
 		return err
 	}
 	return q.write(ctx, "set retention", func(t *txn) error {
-		if err := t.execOne("setting_set", sql.Named("key", settingPruneOlderThan),
+		if err := t.execOne(qSettingSet, sql.Named("key", settingPruneOlderThan),
 			sql.Named("value", p.OlderThan.Milliseconds())); err != nil {
 			return err
 		}
-		if err := t.execOne("setting_set", sql.Named("key", settingPruneKeepKeys),
+		if err := t.execOne(qSettingSet, sql.Named("key", settingPruneKeepKeys),
 			sql.Named("value", p.KeepKeys.Milliseconds())); err != nil {
 			return err
 		}
@@ -607,7 +607,7 @@ func (q *Queue) pruneLook(ctx context.Context, p prunePass) (passOutcome, bool, 
 		return out, false, err
 	}
 	var expired bool
-	if err := t.queryRow("prune_expired_any", sql.Named("now", model.Millis(t.now))).Scan(&expired); err != nil {
+	if err := t.queryRow(qPruneExpiredAny, sql.Named("now", model.Millis(t.now))).Scan(&expired); err != nil {
 		return out, false, fmt.Errorf("queue: prune: %w", err)
 	}
 	return out, len(ids) == 0 && !expired, nil
@@ -616,7 +616,7 @@ func (q *Queue) pruneLook(ctx context.Context, p prunePass) (passOutcome, bool, 
 // compactDue folds a store's rows of counter changes when there are many
 // (see compactTallies), in a transaction of its own.
 func (q *Queue) compactDue(ctx context.Context) error {
-	if _, ok := q.sql.queries["tally_compact"]; !ok {
+	if !q.store.capabilities().counterRows {
 		return nil
 	}
 	return q.write(ctx, "compact tallies", func(t *txn) error { return t.compactTallies() })

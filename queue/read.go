@@ -12,7 +12,7 @@ import (
 
 // Task returns one task.
 func (q *Queue) Task(ctx context.Context, id string) (model.Task, error) {
-	t, err := scanTask(q.readRow(ctx, "task_by_id", sql.Named("id", id)))
+	t, err := scanTask(q.readRow(ctx, qTaskByID, sql.Named("id", id)))
 	if err != nil {
 		return model.Task{}, notFound(err, "task "+id)
 	}
@@ -26,14 +26,14 @@ func (q *Queue) List(ctx context.Context, f model.ListFilter) ([]model.Task, err
 		return nil, err
 	}
 	args := []any{sql.Named("limit", limit)}
-	name := "list_all"
+	name := qListAll
 	switch {
 	case f.State != "" && f.User != "":
-		name = "list_by_user_state"
+		name = qListByUserState
 	case f.State != "":
-		name = "list_by_state"
+		name = qListByState
 	case f.User != "":
-		name = "list_by_user"
+		name = qListByUser
 	}
 	if f.State != "" {
 		args = append(args, sql.Named("state", string(f.State)))
@@ -54,9 +54,9 @@ func (q *Queue) Events(ctx context.Context, taskID string) ([]model.Event, error
 	var rows *sql.Rows
 	var err error
 	if taskID == "" {
-		rows, err = q.readRows(ctx, "events_all")
+		rows, err = q.readRows(ctx, qEventsAll)
 	} else {
-		rows, err = q.readRows(ctx, "events_by_task", sql.Named("task_id", taskID))
+		rows, err = q.readRows(ctx, qEventsByTask, sql.Named("task_id", taskID))
 	}
 	if err != nil {
 		return nil, err
@@ -70,9 +70,9 @@ func (q *Queue) Effects(ctx context.Context, taskID string) ([]model.Effect, err
 	var rows *sql.Rows
 	var err error
 	if taskID == "" {
-		rows, err = q.readRows(ctx, "effects_all")
+		rows, err = q.readRows(ctx, qEffectsAll)
 	} else {
-		rows, err = q.readRows(ctx, "effects_by_task", sql.Named("task_id", taskID))
+		rows, err = q.readRows(ctx, qEffectsByTask, sql.Named("task_id", taskID))
 	}
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ func (q *Queue) Metrics(ctx context.Context) (model.Metrics, error) {
 	defer q.prepareLater(ctx, t)
 	defer tx.Rollback()
 
-	rows, err := t.query("tallies_all")
+	rows, err := t.query(qTalliesAll)
 	if err != nil {
 		return m, fmt.Errorf("queue: metrics: %w", err)
 	}
@@ -121,7 +121,7 @@ func (q *Queue) Metrics(ctx context.Context) (model.Metrics, error) {
 
 	now := q.now()
 	var oldest sql.NullInt64
-	if err := t.queryRow("oldest_queued", sql.Named("now", model.Millis(now))).Scan(&oldest); err != nil {
+	if err := t.queryRow(qOldestQueued, sql.Named("now", model.Millis(now))).Scan(&oldest); err != nil {
 		return m, fmt.Errorf("queue: metrics: %w", err)
 	}
 	if oldest.Valid {
@@ -168,7 +168,7 @@ func addTally(m *model.Metrics, name string, n, sum int64) error {
 // active) with a recount of the tasks, and returns an error describing any
 // disagreement in the store's own terms.
 func (q *Queue) CheckCounters(ctx context.Context) error {
-	if err := checkCounters(q.readRow(ctx, "counters_check"), thirdCheck(q.store.dialect())); err != nil {
+	if err := checkCounters(q.readRow(ctx, qCountersCheck), thirdCheck(q.store.capabilities())); err != nil {
 		return fmt.Errorf("queue: %w", err)
 	}
 	return nil
@@ -176,8 +176,8 @@ func (q *Queue) CheckCounters(ctx context.Context) error {
 
 // thirdCheck names what the third count of a dialect's counters_check
 // counts, for the message that reports it.
-func thirdCheck(dialect string) string {
-	if dialect == string(StorePostgres) {
+func thirdCheck(c capabilities) string {
+	if c.runningOverActive {
 		return "users counted running more tasks than they have active"
 	}
 	return "queued tasks' blocked or limited flags"

@@ -18,7 +18,7 @@ import (
 // A pass with nothing to do costs one read and takes no write lock.
 func (q *Queue) Reap(ctx context.Context) (model.ReapResult, error) {
 	var due bool
-	if err := q.readRow(ctx, "reap_any", sql.Named("now", model.Millis(q.now()))).Scan(&due); err != nil {
+	if err := q.readRow(ctx, qReapAny, sql.Named("now", model.Millis(q.now()))).Scan(&due); err != nil {
 		return model.ReapResult{}, fmt.Errorf("queue: reap: %w", err)
 	}
 	if !due {
@@ -29,7 +29,7 @@ func (q *Queue) Reap(ctx context.Context) (model.ReapResult, error) {
 		res = model.ReapResult{}
 		now := sql.Named("now", model.Millis(t.now))
 		limit := sql.Named("limit", model.ReapBatchMax+1)
-		rows, err := t.query("reap_deadlines", now, limit)
+		rows, err := t.query(qReapDeadlines, now, limit)
 		if err != nil {
 			return err
 		}
@@ -47,7 +47,7 @@ func (q *Queue) Reap(ctx context.Context) (model.ReapResult, error) {
 			}
 			res.Deadlines++
 		}
-		rows, err = t.query("reap_leases", now, limit)
+		rows, err = t.query(qReapLeases, now, limit)
 		if err != nil {
 			return err
 		}

@@ -25,7 +25,7 @@ func (q *Queue) AddSchedule(ctx context.Context, spec model.ScheduleSpec, actor 
 	var s model.Schedule
 	err = q.write(ctx, "add schedule", func(t *txn) error {
 		var count int
-		if err := t.queryRow("schedule_count").Scan(&count); err != nil {
+		if err := t.queryRow(qScheduleCount).Scan(&count); err != nil {
 			return fmt.Errorf("queue: add schedule: %w", err)
 		}
 		if count >= model.SchedulesMax {
@@ -36,7 +36,7 @@ func (q *Queue) AddSchedule(ctx context.Context, spec model.ScheduleSpec, actor 
 			return err
 		}
 		s = model.Schedule{ID: id, ScheduleSpec: spec, LastRun: -1, CreatedAt: t.now}
-		if err := t.execOne("schedule_insert", sql.Named("id", s.ID), sql.Named("user", s.User),
+		if err := t.execOne(qScheduleInsert, sql.Named("id", s.ID), sql.Named("user", s.User),
 			sql.Named("payload", s.Payload), sql.Named("cost_budget", s.CostBudget),
 			sql.Named("steps_max", s.StepsMax), sql.Named("priority", s.Priority),
 			sql.Named("origin", model.Millis(s.Origin)), sql.Named("period_ms", s.Period.Milliseconds()),
@@ -66,7 +66,7 @@ func scanSchedules(rows *sql.Rows) ([]model.Schedule, error) {
 
 // Schedules returns the schedules by ID.
 func (q *Queue) Schedules(ctx context.Context) ([]model.Schedule, error) {
-	rows, err := q.readRows(ctx, "schedules_all")
+	rows, err := q.readRows(ctx, qSchedulesAll)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (q *Queue) RemoveSchedule(ctx context.Context, id, actor string) error {
 		return err
 	}
 	return q.write(ctx, "remove schedule", func(t *txn) error {
-		n, err := t.exec("schedule_delete", sql.Named("id", id))
+		n, err := t.exec(qScheduleDelete, sql.Named("id", id))
 		if err != nil {
 			return err
 		}
@@ -103,7 +103,7 @@ func (q *Queue) RemoveSchedule(ctx context.Context, id, actor string) error {
 // the write transaction, which reads them again under its lock, is begun
 // only when some schedule has a due run not yet enqueued.
 func (q *Queue) EnqueueDue(ctx context.Context) (model.EnqueueResult, error) {
-	rows, err := q.readRows(ctx, "schedules_all")
+	rows, err := q.readRows(ctx, qSchedulesAll)
 	if err != nil {
 		return model.EnqueueResult{}, err
 	}
@@ -116,7 +116,7 @@ func (q *Queue) EnqueueDue(ctx context.Context) (model.EnqueueResult, error) {
 	}
 	var res model.EnqueueResult
 	err = q.write(ctx, "enqueue due", func(t *txn) error {
-		rows, err := t.query("schedules_all")
+		rows, err := t.query(qSchedulesAll)
 		if err != nil {
 			return err
 		}
@@ -143,7 +143,7 @@ func (q *Queue) EnqueueDue(ctx context.Context) (model.EnqueueResult, error) {
 			if err != nil {
 				return err
 			}
-			if err := t.execOne("schedule_ran", sql.Named("id", s.ID), sql.Named("k", k)); err != nil {
+			if err := t.execOne(qScheduleRan, sql.Named("id", s.ID), sql.Named("k", k)); err != nil {
 				return err
 			}
 			if !sub.Replay {
@@ -171,16 +171,16 @@ func anyDue(schedules []model.Schedule, now time.Time) bool {
 // partial write behind while the rest of the pass goes on. Storage errors
 // still abort the pass.
 func (t *txn) submitSavepoint(n model.Normalized, actor string) (model.SubmitResult, error) {
-	if _, err := t.exec("savepoint"); err != nil {
+	if _, err := t.exec(qSavepoint); err != nil {
 		return model.SubmitResult{}, err
 	}
 	res, err := t.submit(n, actor)
 	if err != nil {
-		if _, rerr := t.exec("savepoint_rollback"); rerr != nil {
+		if _, rerr := t.exec(qSavepointRollback); rerr != nil {
 			return res, rerr
 		}
 	}
-	if _, rerr := t.exec("savepoint_release"); rerr != nil {
+	if _, rerr := t.exec(qSavepointRelease); rerr != nil {
 		return res, rerr
 	}
 	return res, err

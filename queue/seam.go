@@ -42,6 +42,10 @@ type backend interface {
 	// folded is the history of migrations the store's baseline replaced
 	// (fold.go), or nil.
 	folded() *foldedHistory
+	// capabilities states what the store does beyond the statements every
+	// store has: the protocol asks here, never by the store's type, its
+	// dialect's name or whether its files define a query.
+	capabilities() capabilities
 	// positional reports whether the driver takes only $n parameters, so
 	// that queries are rewritten and their named arguments bound in order.
 	positional() bool
@@ -72,6 +76,42 @@ type backend interface {
 	// updated_at = now. The protocol (Claim) applies the same change to
 	// the snapshot it returns and records the event.
 	claim(t *txn, req model.ClaimRequest, max int, took func(model.Task) error) error
+}
+
+// capabilities are what a store does beyond the statements every store
+// has. A nil interface is an ability the store lacks.
+type capabilities struct {
+	// fuse runs a fused group in one statement (fused.go).
+	fuse fuser
+	// submitAlone runs a lone submit in one statement (submitone.go).
+	submitAlone submitFuser
+	// notifyReady tells other processes' idle workers that a task became
+	// claimable (pgnotify.go); without it only this process's are woken.
+	notifyReady readyNotifier
+	// localFile: the database is a file on this machine, which snapshots,
+	// restores and Inspect read directly, and whose path holds no secret.
+	localFile bool
+	// blockedFlags: queued tasks carry blocked flags that a limit change
+	// re-evaluates (reblock_all, reblock_user).
+	blockedFlags bool
+	// counterRows: the counters are rows of changes that housekeeping
+	// folds (tally_compact, tally_rows).
+	counterRows bool
+	// commitsOutOfOrder: transactions commit in any order relative to the
+	// event numbers they drew, so a read of the trail from a cursor first
+	// waits for the writers (events_after_lock: settled.go), and migrating
+	// takes a lock of its own first (migrations_lock).
+	commitsOutOfOrder bool
+	// walTruncate: after a full disk the store truncates its write-ahead
+	// log (wal_truncate) until the disk has room.
+	walTruncate bool
+	// sessionTimeouts: the store's connections carry the session timeouts
+	// its URL and Options set (pgsession.go), which bound a lease.
+	sessionTimeouts bool
+	// runningOverActive names the third count of counters_check: a count
+	// of users whose running count passes their active count (PostgreSQL),
+	// or else of queued tasks whose blocked or limited flags are wrong.
+	runningOverActive bool
 }
 
 // backends are the stores this build carries, the default (SQLite) first.

@@ -15,8 +15,8 @@ import (
 // whose first statement waits until no transaction that drew an event
 // number is still open, and the read is bounded by the last number drawn:
 // every event at or below it is then committed or gone.
-func (q *Queue) readSettled(ctx context.Context, name string, scan func(*sql.Rows) error, args ...any) error {
-	return q.readSettledSteps(ctx, name, func(read readFunc) error {
+func (q *Queue) readSettled(ctx context.Context, name queryName, scan func(*sql.Rows) error, args ...any) error {
+	return q.readSettledSteps(ctx, name.name, func(read readFunc) error {
 		rows, err := read(name, args...)
 		if err != nil {
 			return err
@@ -26,7 +26,7 @@ func (q *Queue) readSettled(ctx context.Context, name string, scan func(*sql.Row
 }
 
 // readFunc runs a named read and returns its rows.
-type readFunc func(name string, args ...any) (*sql.Rows, error)
+type readFunc func(name queryName, args ...any) (*sql.Rows, error)
 
 // readSettledSteps is readSettled for reads of several statements (op
 // names the whole in errors): steps runs them through read, each seeing
@@ -34,9 +34,8 @@ type readFunc func(name string, args ...any) (*sql.Rows, error)
 // committed or gone (PostgreSQL: all in the transaction that waited for
 // the writers), or, in SQLite, as plain reads in order.
 func (q *Queue) readSettledSteps(ctx context.Context, op string, steps func(read readFunc) error) error {
-	lock, ok := q.sql.queries["events_after_lock"]
-	if !ok {
-		return steps(func(name string, args ...any) (*sql.Rows, error) { return q.readRows(ctx, name, args...) })
+	if !q.store.capabilities().commitsOutOfOrder {
+		return steps(func(name queryName, args ...any) (*sql.Rows, error) { return q.readRows(ctx, name, args...) })
 	}
 	if err := q.checkOpen(op); err != nil {
 		return err
@@ -46,10 +45,11 @@ func (q *Queue) readSettledSteps(ctx context.Context, op string, steps func(read
 		return fmt.Errorf("queue: %s: begin: %w", op, err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, lock.text); err != nil {
+	if _, err := tx.ExecContext(ctx, q.query(qEventsAfterLock.name).text); err != nil {
 		return fmt.Errorf("queue: %s: wait for writers: %w", op, err)
 	}
-	err = steps(func(name string, args ...any) (*sql.Rows, error) {
+	err = steps(func(qn queryName, args ...any) (*sql.Rows, error) {
+		name := qn.name
 		qq := q.query(name)
 		bound, err := bindArgs(name, qq, args)
 		if err != nil {

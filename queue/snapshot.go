@@ -404,11 +404,11 @@ func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
 			return vs[0]
 		}
 	}
-	check, err := forSchemaOf(ctx, db, set.queries["counters_check"].text)
+	check, err := forSchemaOf(ctx, db, set.queries[qCountersCheck.name].text)
 	if err != nil {
 		return err
 	}
-	return checkCounters(db.QueryRowContext(ctx, check), thirdCheck(sqliteBackend{}.dialect()))
+	return checkCounters(db.QueryRowContext(ctx, check), thirdCheck(backends[0].capabilities()))
 }
 
 // forSchemaOf returns a query text of this build (the {task_columns} or a
@@ -497,7 +497,7 @@ func copyFile(src, dst string) error {
 // sqliteFile refuses, for op, a path another store handles (a PostgreSQL
 // URL, whose password it does not repeat).
 func sqliteFile(op, path string) error {
-	if b := backendFor(path); b.dialect() != backends[0].dialect() {
+	if b := backendFor(path); !b.capabilities().localFile {
 		return fmt.Errorf("queue: %s: %s is a %s database, and %w: back it up with its own tools (pg_dump, pg_restore)",
 			op, RedactURL(path), b.dialect(), ErrSQLiteOnly)
 	}

@@ -40,6 +40,12 @@ func (sqliteBackend) groupLanes() int  { return 1 }
 // handles: SQLite is the fallback; backendFor asks it nothing.
 func (sqliteBackend) handles(string) bool { return true }
 
+// capabilities: a file on this machine, whose queued tasks carry blocked
+// flags; one writer at a time, committing in event order.
+func (sqliteBackend) capabilities() capabilities {
+	return capabilities{localFile: true, blockedFlags: true, walTruncate: true}
+}
+
 // folded is nil: SQLite's migrations were released, and are never folded.
 func (sqliteBackend) folded() *foldedHistory { return nil }
 
@@ -272,7 +278,7 @@ func (sqliteBackend) claim(t *txn, req model.ClaimRequest, max int, took func(mo
 	now := model.Millis(t.now)
 	leaseUntil := model.Millis(t.now.Add(req.Lease))
 	for max > 0 {
-		rows, err := t.query("claim_next", sql.Named("now", now), sql.Named("limit", max))
+		rows, err := t.query(qClaimNext, sql.Named("now", now), sql.Named("limit", max))
 		if err != nil {
 			return fmt.Errorf("queue: claim: select: %w", err)
 		}
@@ -319,7 +325,7 @@ func sqliteWithinRoom(t *txn, candidates []model.Task) ([]model.Task, bool, erro
 	if err != nil {
 		return nil, false, fmt.Errorf("queue: claim: %w", err)
 	}
-	rows, err := t.query("claim_room", sql.Named("users", string(arg)))
+	rows, err := t.query(qClaimRoom, sql.Named("users", string(arg)))
 	if err != nil {
 		return nil, false, fmt.Errorf("queue: claim: room: %w", err)
 	}
@@ -356,7 +362,7 @@ func sqliteWithinRoom(t *txn, candidates []model.Task) ([]model.Task, bool, erro
 // one, claim_tasks for several.
 func sqliteTake(t *txn, taken []model.Task, owner string, leaseUntil, now int64) error {
 	if len(taken) == 1 {
-		if err := t.execOne("claim_task", sql.Named("seq", taken[0].Seq), sql.Named("owner", owner),
+		if err := t.execOne(qClaimTask, sql.Named("seq", taken[0].Seq), sql.Named("owner", owner),
 			sql.Named("lease_until", leaseUntil), sql.Named("now", now)); err != nil {
 			return fmt.Errorf("queue: claim: update: %w", err)
 		}
@@ -370,7 +376,7 @@ func sqliteTake(t *txn, taken []model.Task, owner string, leaseUntil, now int64)
 	if err != nil {
 		return fmt.Errorf("queue: claim: %w", err)
 	}
-	n, err := t.exec("claim_tasks", sql.Named("seqs", string(arg)), sql.Named("owner", owner),
+	n, err := t.exec(qClaimTasks, sql.Named("seqs", string(arg)), sql.Named("owner", owner),
 		sql.Named("lease_until", leaseUntil), sql.Named("now", now))
 	if err != nil {
 		return fmt.Errorf("queue: claim: update: %w", err)
@@ -404,14 +410,14 @@ func (q *Queue) truncateLogAfterDiskFull() {
 	if !q.health.diskFull.Load() {
 		return
 	}
-	if _, ok := q.store.(sqliteBackend); !ok || q.url == Memory {
+	if !q.store.capabilities().walTruncate || q.url == Memory {
 		q.health.diskFull.Store(false)
 		return
 	}
 	var busy, frames, copied int64
 	// The checkpoint is the queue's, not one caller's: no caller's
 	// cancellation may end it.
-	if err := q.readRow(context.Background(), "wal_truncate").Scan(&busy, &frames, &copied); err != nil {
+	if err := q.readRow(context.Background(), qWalTruncate).Scan(&busy, &frames, &copied); err != nil {
 		return
 	}
 	var fs syscall.Statfs_t

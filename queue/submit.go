@@ -82,7 +82,7 @@ func PayloadError(err error) error {
 // submit stores a normalized request, or recognises its replay.
 func (t *txn) submit(n model.Normalized, actor string) (model.SubmitResult, error) {
 	var id, hash string
-	err := t.queryRow("task_by_key", sql.Named("user", n.User), sql.Named("key", n.Key)).Scan(&id, &hash)
+	err := t.queryRow(qTaskByKey, sql.Named("user", n.User), sql.Named("key", n.Key)).Scan(&id, &hash)
 	switch {
 	case err == nil && broken.Pick(broken.ChangedRequestReplayed, hash == n.Hash, true):
 		return model.SubmitResult{TaskID: id, Replay: true}, nil
@@ -94,7 +94,7 @@ func (t *txn) submit(n model.Normalized, actor string) (model.SubmitResult, erro
 	if err := n.CheckTimely(t.now); err != nil {
 		return model.SubmitResult{}, err
 	}
-	if _, err := t.exec("user_ensure", sql.Named("user", n.User)); err != nil {
+	if _, err := t.exec(qUserEnsure, sql.Named("user", n.User)); err != nil {
 		return model.SubmitResult{}, err
 	}
 	limits, err := t.limits()
@@ -110,7 +110,7 @@ func (t *txn) submit(n model.Normalized, actor string) (model.SubmitResult, erro
 // admit refuses a submit beyond the user's or the overall depth cap.
 func (t *txn) admit(user string, limits model.Limits) error {
 	var mine, depthLimit, total int
-	if err := t.queryRow("user_depth", sql.Named("user", user), sql.Named("total", limits.DepthMax != 0)).
+	if err := t.queryRow(qUserDepth, sql.Named("user", user), sql.Named("total", limits.DepthMax != 0)).
 		Scan(&mine, &depthLimit, &total); err != nil {
 		return fmt.Errorf("queue: admission: %w", err)
 	}

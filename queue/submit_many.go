@@ -118,7 +118,7 @@ func (t *txn) lookUpKeys(ns []model.Normalized) (map[string]stored, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: submit batch: look up keys: %w", err)
 	}
-	rows, err := t.query("tasks_by_keys", sql.Named("pairs", string(arg)))
+	rows, err := t.query(qTasksByKeys, sql.Named("pairs", string(arg)))
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func (t *txn) readAdmission(ns []model.Normalized, found map[string]stored, limi
 	if err != nil {
 		return admission{}, fmt.Errorf("queue: admission: %w", err)
 	}
-	if _, err := t.exec("users_ensure", sql.Named("users", string(arg))); err != nil {
+	if _, err := t.exec(qUsersEnsure, sql.Named("users", string(arg))); err != nil {
 		return admission{}, err
 	}
 	if err := t.readDepths(string(arg), adm.depths); err != nil {
@@ -187,7 +187,7 @@ func (t *txn) readAdmission(ns []model.Normalized, found map[string]stored, limi
 		}
 	}
 	if limits.DepthMax > 0 {
-		if err := t.queryRow("active_total").Scan(&adm.total); err != nil {
+		if err := t.queryRow(qActiveTotal).Scan(&adm.total); err != nil {
 			return admission{}, fmt.Errorf("queue: admission: %w", err)
 		}
 	}
@@ -196,7 +196,7 @@ func (t *txn) readAdmission(ns []model.Normalized, found map[string]stored, limi
 
 // readDepths reads the depths of users (a JSON array) into depths.
 func (t *txn) readDepths(users string, depths map[string]*userDepth) error {
-	rows, err := t.query("users_depth", sql.Named("users", users))
+	rows, err := t.query(qUsersDepth, sql.Named("users", users))
 	if err != nil {
 		return err
 	}
@@ -338,7 +338,7 @@ func (t *txn) insertBatch(fresh newTasks, limits model.Limits) error {
 	if err != nil {
 		return fmt.Errorf("queue: submit batch: %w", err)
 	}
-	n, err := t.exec("tasks_insert", sql.Named("rows", string(arg)),
+	n, err := t.exec(qTasksInsert, sql.Named("rows", string(arg)),
 		sql.Named("attempts_max", limits.AttemptsMax), sql.Named("now", model.Millis(t.now)))
 	if err != nil {
 		return err
@@ -346,7 +346,7 @@ func (t *txn) insertBatch(fresh newTasks, limits model.Limits) error {
 	if n != int64(len(rows)) {
 		return fmt.Errorf("queue: tasks_insert: affected %d rows, expected %d", n, len(rows))
 	}
-	n, err = t.exec("events_insert", sql.Named("events", string(events)),
+	n, err = t.exec(qEventsInsert, sql.Named("events", string(events)),
 		sql.Named("kind", string(model.EventSubmitted)), sql.Named("to_state", string(model.Queued)),
 		sql.Named("at", model.Millis(t.now)), sql.Named("scope", model.ScopeOf(t.ctx)))
 	if err != nil {
@@ -369,7 +369,7 @@ func (t *txn) insertTask(n model.Normalized, actor string, limits model.Limits) 
 	if err != nil {
 		return model.SubmitResult{}, err
 	}
-	if err := t.execOne("task_insert",
+	if err := t.execOne(qTaskInsert,
 		sql.Named("id", id), sql.Named("user", n.User), sql.Named("key", n.Key),
 		sql.Named("hash", n.Hash), sql.Named("payload", n.Payload), sql.Named("priority", n.Priority),
 		sql.Named("run_at", model.Millis(runAt)), sql.Named("deadline", model.Millis(n.Deadline)),

@@ -50,8 +50,8 @@ type submitOutcome struct {
 // runSubmitFused runs members as a lone submit when they are one and the
 // store can; false means they run the usual way.
 func (q *Queue) runSubmitFused(members []*member) bool {
-	f, ok := q.store.(submitFuser)
-	if !ok || !q.fuse || len(members) != 1 || members[0].submits == nil {
+	f := q.store.capabilities().submitAlone
+	if f == nil || !q.fuse || len(members) != 1 || members[0].submits == nil {
 		return false
 	}
 	m, s := members[0], members[0].submits

@@ -80,8 +80,8 @@ func (t *txn) keep(name string, s *sql.Stmt) {
 }
 
 // exec runs a named statement and returns the rows it affected.
-func (t *txn) exec(name string, args ...any) (int64, error) {
-	name = t.q.variant(name)
+func (t *txn) exec(qn queryName, args ...any) (int64, error) {
+	name := t.q.variant(qn.name)
 	stmt, err := t.stmt(name)
 	if err != nil {
 		return 0, err
@@ -101,13 +101,13 @@ func (t *txn) exec(name string, args ...any) (int64, error) {
 }
 
 // execOne runs a named statement that must affect exactly one row.
-func (t *txn) execOne(name string, args ...any) error {
+func (t *txn) execOne(name queryName, args ...any) error {
 	n, err := t.exec(name, args...)
 	if err != nil {
 		return err
 	}
 	if n != 1 {
-		return fmt.Errorf("queue: %s: affected %d rows, expected 1", name, n)
+		return fmt.Errorf("queue: %s: affected %d rows, expected 1", name.name, n)
 	}
 	return nil
 }
@@ -126,8 +126,8 @@ func (r row) Scan(dest ...any) error {
 	return r.r.Scan(dest...)
 }
 
-func (t *txn) queryRow(name string, args ...any) row {
-	name = t.q.variant(name)
+func (t *txn) queryRow(n queryName, args ...any) row {
+	name := t.q.variant(n.name)
 	stmt, err := t.stmt(name)
 	if err != nil {
 		return row{err: err}
@@ -138,8 +138,8 @@ func (t *txn) queryRow(name string, args ...any) row {
 	return row{r: stmt.QueryRowContext(t.ctx, args...)}
 }
 
-func (t *txn) query(name string, args ...any) (*sql.Rows, error) {
-	name = t.q.variant(name)
+func (t *txn) query(n queryName, args ...any) (*sql.Rows, error) {
+	name := t.q.variant(n.name)
 	stmt, err := t.stmt(name)
 	if err != nil {
 		return nil, err
@@ -160,7 +160,7 @@ func (t *txn) emit(e model.Event) error {
 		*t.buffer = append(*t.buffer, eventRow(t, e))
 		return nil
 	}
-	_, err := t.exec("event_insert",
+	_, err := t.exec(qEventInsert,
 		sql.Named("task_id", e.TaskID), sql.Named("kind", string(e.Kind)),
 		sql.Named("attempt", e.Attempt), sql.Named("fence", e.Fence), sql.Named("op_id", e.OpID),
 		sql.Named("from_state", string(e.From)), sql.Named("to_state", string(e.To)),
@@ -175,8 +175,8 @@ func (t *txn) emit(e model.Event) error {
 
 // read runs a named read outside any transaction: autocommit, no lock
 // beyond the statement's own snapshot.
-func (q *Queue) readRow(ctx context.Context, name string, args ...any) row {
-	name = q.variant(name)
+func (q *Queue) readRow(ctx context.Context, n queryName, args ...any) row {
+	name := q.variant(n.name)
 	stmt, err := q.prepared(ctx, name)
 	if err != nil {
 		return row{err: err}
@@ -187,20 +187,20 @@ func (q *Queue) readRow(ctx context.Context, name string, args ...any) row {
 	return row{r: stmt.QueryRowContext(ctx, args...)}
 }
 
-func (q *Queue) readRows(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
+func (q *Queue) readRows(ctx context.Context, name queryName, args ...any) (*sql.Rows, error) {
 	return q.readRowsAs(ctx, "queue: ", name, args...)
 }
 
 // readRowsBare is readRows with a failed query's error named by the query
 // alone ("NAME: ..."), for a caller that names the operation itself.
-func (q *Queue) readRowsBare(ctx context.Context, name string, args ...any) (*sql.Rows, error) {
+func (q *Queue) readRowsBare(ctx context.Context, name queryName, args ...any) (*sql.Rows, error) {
 	return q.readRowsAs(ctx, "", name, args...)
 }
 
 // readRowsAs is readRows with prefix before the name a failed query's
 // error starts with.
-func (q *Queue) readRowsAs(ctx context.Context, prefix, name string, args ...any) (*sql.Rows, error) {
-	name = q.variant(name)
+func (q *Queue) readRowsAs(ctx context.Context, prefix string, n queryName, args ...any) (*sql.Rows, error) {
+	name := q.variant(n.name)
 	stmt, err := q.prepared(ctx, name)
 	if err != nil {
 		return nil, err

@@ -80,10 +80,10 @@ func (q *Queue) EventsThrough(ctx context.Context, f EventFilter) ([]TrailEvent,
 	through := f.After
 	switch {
 	case f.TaskID != "":
-		err = q.readSettled(ctx, "trail_by_task_after", scan, sql.Named("task_id", f.TaskID),
+		err = q.readSettled(ctx, qTrailByTaskAfter, scan, sql.Named("task_id", f.TaskID),
 			sql.Named("after", f.After), sql.Named("limit", limit))
 	case f.Users == nil:
-		err = q.readSettled(ctx, "trail_after", scan, sql.Named("after", f.After), sql.Named("limit", limit))
+		err = q.readSettled(ctx, qTrailAfter, scan, sql.Named("after", f.After), sql.Named("limit", limit))
 	case len(f.Users) == 0:
 		return []TrailEvent{}, f.After, nil
 	default:
@@ -92,14 +92,14 @@ func (q *Queue) EventsThrough(ctx context.Context, f EventFilter) ([]TrailEvent,
 			return nil, 0, uerr
 		}
 		err = q.readSettledSteps(ctx, "trail_after_for_users", func(read readFunc) error {
-			rows, err := read("trail_through", sql.Named("after", f.After), sql.Named("window", int64(eventsScanWindow)))
+			rows, err := read(qTrailThrough, sql.Named("after", f.After), sql.Named("window", int64(eventsScanWindow)))
 			if err != nil {
 				return err
 			}
 			if err := scanOne(rows, &through); err != nil {
 				return fmt.Errorf("queue: trail_through: %w", err)
 			}
-			rows, err = read("trail_after_for_users", sql.Named("users", users), sql.Named("after", f.After),
+			rows, err = read(qTrailAfterForUsers, sql.Named("users", users), sql.Named("after", f.After),
 				sql.Named("through", through), sql.Named("limit", limit))
 			if err != nil {
 				return err
@@ -161,7 +161,7 @@ func scanTrail(rows *sql.Rows) ([]TrailEvent, error) {
 // past.
 func (q *Queue) LastEventSeq(ctx context.Context, taskID string) (int64, error) {
 	var seq int64
-	if err := q.readRow(ctx, "task_last_event_seq", sql.Named("task_id", taskID)).Scan(&seq); err != nil {
+	if err := q.readRow(ctx, qTaskLastEventSeq, sql.Named("task_id", taskID)).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("queue: last event of %s: %w", taskID, err)
 	}
 	return seq, nil

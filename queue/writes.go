@@ -13,7 +13,7 @@ import (
 
 // loadTask reads one task inside the transaction.
 func (t *txn) loadTask(id string) (model.Task, error) {
-	task, err := scanTask(t.queryRow("task_by_id", sql.Named("id", id)))
+	task, err := scanTask(t.queryRow(qTaskByID, sql.Named("id", id)))
 	if err != nil {
 		return model.Task{}, notFound(err, "task "+id)
 	}
@@ -63,7 +63,7 @@ func (t *txn) settle(task model.Task, to model.State, reason model.Reason, kind 
 	if to == model.Completed {
 		task.LastError = ""
 	}
-	if err := t.execOne("settle",
+	if err := t.execOne(qSettle,
 		sql.Named("id", task.ID), sql.Named("from_state", string(task.State)), sql.Named("version", task.Version),
 		sql.Named("to_state", string(to)), sql.Named("reason", string(reason)),
 		sql.Named("run_at", model.Millis(task.RunAt)), sql.Named("now", model.Millis(t.now)),
@@ -96,7 +96,7 @@ func (q *Queue) Heartbeat(ctx context.Context, c model.Claim, lease time.Duratio
 			return err
 		}
 		until := t.now.Add(lease)
-		if err := t.execOne("heartbeat", sql.Named("id", task.ID), sql.Named("fence", c.Fence),
+		if err := t.execOne(qHeartbeat, sql.Named("id", task.ID), sql.Named("fence", c.Fence),
 			sql.Named("lease_until", model.Millis(until)), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
@@ -134,7 +134,7 @@ func (q *Queue) CompleteStep(ctx context.Context, w model.StepWrite) (model.Step
 		case task.CostUsed+w.Cost > task.CostBudget:
 			return t.exhaust(task, model.BudgetExhausted, w, model.ErrBudgetExhausted)
 		}
-		if err := t.execOne("step_apply", sql.Named("id", task.ID), sql.Named("fence", w.Claim.Fence),
+		if err := t.execOne(qStepApply, sql.Named("id", task.ID), sql.Named("fence", w.Claim.Fence),
 			sql.Named("index", index), sql.Named("cost", w.Cost), sql.Named("checkpoint", w.Checkpoint),
 			sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
@@ -171,7 +171,7 @@ func (q *Queue) RecordIntent(ctx context.Context, c model.Claim, step int) (mode
 			return err
 		}
 		op := model.OperationID(task.ID, step)
-		e, err := scanEffect(t.queryRow("effect_by_op", sql.Named("op_id", op)))
+		e, err := scanEffect(t.queryRow(qEffectByOp, sql.Named("op_id", op)))
 		switch {
 		case err == nil && e.Receipted():
 			res = model.IntentResult{OpID: op, Status: model.IntentReceipted, Result: e.Result}
@@ -185,11 +185,11 @@ func (q *Queue) RecordIntent(ctx context.Context, c model.Claim, step int) (mode
 		case !errors.Is(err, sql.ErrNoRows):
 			return fmt.Errorf("queue: effect intent: %w", err)
 		}
-		if err := t.execOne("effect_insert", sql.Named("op_id", op), sql.Named("task_id", task.ID),
+		if err := t.execOne(qEffectInsert, sql.Named("op_id", op), sql.Named("task_id", task.ID),
 			sql.Named("step", step), sql.Named("fence", c.Fence), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
-		if err := t.execOne("touch", sql.Named("id", task.ID), sql.Named("now", model.Millis(t.now))); err != nil {
+		if err := t.execOne(qTouch, sql.Named("id", task.ID), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
 		res = model.IntentResult{OpID: op, Status: model.IntentRecorded}
@@ -211,7 +211,7 @@ func (q *Queue) RecordReceipt(ctx context.Context, c model.Claim, opID, result s
 		if err != nil {
 			return err
 		}
-		e, err := scanEffect(t.queryRow("effect_by_op", sql.Named("op_id", opID)))
+		e, err := scanEffect(t.queryRow(qEffectByOp, sql.Named("op_id", opID)))
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && e.TaskID != task.ID) {
 			return fmt.Errorf("operation %s of task %s has no intent: %w", opID, task.ID, model.ErrNotFound)
 		}
@@ -224,11 +224,11 @@ func (q *Queue) RecordReceipt(ctx context.Context, c model.Claim, opID, result s
 			}
 			return fmt.Errorf("operation %s: %w", opID, model.ErrEffectReceipted)
 		}
-		if err := t.execOne("effect_receipt", sql.Named("op_id", opID), sql.Named("fence", c.Fence),
+		if err := t.execOne(qEffectReceipt, sql.Named("op_id", opID), sql.Named("fence", c.Fence),
 			sql.Named("now", model.Millis(t.now)), sql.Named("by", ""), sql.Named("result", result)); err != nil {
 			return err
 		}
-		if err := t.execOne("touch", sql.Named("id", task.ID), sql.Named("now", model.Millis(t.now))); err != nil {
+		if err := t.execOne(qTouch, sql.Named("id", task.ID), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
 		return t.emit(model.Event{TaskID: task.ID, Kind: model.EventEffectReceipt, Attempt: task.Attempt,
@@ -263,7 +263,7 @@ func (q *Queue) Pause(ctx context.Context, c model.Claim, step int, gate string)
 			}
 			return commitThen(fmt.Errorf("pause at step %d of task %s: %w", step, task.ID, model.ErrStepsExhausted))
 		}
-		if err := t.execOne("pause_apply", sql.Named("id", task.ID), sql.Named("fence", c.Fence),
+		if err := t.execOne(qPauseApply, sql.Named("id", task.ID), sql.Named("fence", c.Fence),
 			sql.Named("index", step), sql.Named("gate", gate), sql.Named("now", model.Millis(t.now))); err != nil {
 			return err
 		}
@@ -291,7 +291,7 @@ func (q *Queue) Complete(ctx context.Context, c model.Claim) error {
 
 // complete is Complete's write inside t (CompleteAndClaim's first part).
 func (t *txn) complete(c model.Claim) error {
-	n, err := t.exec("complete_fenced", sql.Named("id", c.TaskID), sql.Named("fence", c.Fence),
+	n, err := t.exec(qCompleteFenced, sql.Named("id", c.TaskID), sql.Named("fence", c.Fence),
 		sql.Named("now", model.Millis(t.now)))
 	if err != nil {
 		return err

@@ -1,0 +1,91 @@
+package queue
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// declaredQueries reads querynames.go and returns the query names each of
+// its var blocks declares, by the stores its doc comment names: "both",
+// "postgres" or "sqlite".
+func declaredQueries(t *testing.T) map[string][]string {
+	t.Helper()
+	file, err := parser.ParseFile(token.NewFileSet(), "querynames.go", nil, parser.ParseComments)
+	require.NoError(t, err)
+	out := map[string][]string{}
+	for _, decl := range file.Decls {
+		gen, ok := decl.(*ast.GenDecl)
+		if !ok || gen.Tok != token.VAR {
+			continue
+		}
+		doc := gen.Doc.Text()
+		stores := "both"
+		switch {
+		case strings.Contains(doc, "only PostgreSQL"):
+			stores = "postgres"
+		case strings.Contains(doc, "only SQLite"):
+			stores = "sqlite"
+		}
+		for _, spec := range gen.Specs {
+			lit := spec.(*ast.ValueSpec).Values[0].(*ast.CompositeLit).Elts[0].(*ast.BasicLit)
+			name, err := strconv.Unquote(lit.Value)
+			require.NoError(t, err)
+			out[stores] = append(out[stores], name)
+		}
+	}
+	return out
+}
+
+// TestQueryNamesAreDefined: every queryName the protocol may run is a
+// section of the SQL files of each store it is declared for, and every
+// section of either store's files is declared, under the stores that
+// define it.
+func TestQueryNamesAreDefined(t *testing.T) {
+	lite, err := sqlOf(sqliteBackend{})
+	require.NoError(t, err)
+	pg, err := sqlOf(pgBackend{})
+	require.NoError(t, err)
+	declared := declaredQueries(t)
+	require.NotEmpty(t, declared["both"])
+	seen := map[string]bool{"task_columns": true}
+	for stores, names := range declared {
+		for _, name := range names {
+			require.False(t, seen[name], "%s declared twice", name)
+			seen[name] = true
+			_, inLite := lite.queries[name]
+			_, inPG := pg.queries[name]
+			require.Equal(t, stores == "both" || stores == "sqlite", inLite, "%s in SQLite's files", name)
+			require.Equal(t, stores == "both" || stores == "postgres", inPG, "%s in PostgreSQL's files", name)
+		}
+	}
+	for _, set := range []*sqlSet{lite, pg} {
+		for name := range set.queries {
+			require.True(t, seen[name] || isBrokenVariant(name), "section %s has no queryName", name)
+		}
+	}
+}
+
+// TestCapabilitiesMatchTheSQL: a store states an ability exactly when its
+// SQL files define the statements the ability runs, so the protocol,
+// which asks the capabilities, never runs a statement a store lacks.
+func TestCapabilitiesMatchTheSQL(t *testing.T) {
+	for _, b := range backends {
+		set, err := sqlOf(b)
+		require.NoError(t, err)
+		has := func(n queryName) bool { _, ok := set.queries[n.name]; return ok }
+		c := b.capabilities()
+		require.Equal(t, c.blockedFlags, has(qReblockAll) && has(qReblockUser), b.dialect())
+		require.Equal(t, c.counterRows, has(qTallyCompact) && has(qTallyRows), b.dialect())
+		require.Equal(t, c.commitsOutOfOrder, has(qEventsAfterLock) && has(qMigrationsLock), b.dialect())
+		require.Equal(t, c.fuse != nil, has(qCompleteAndClaim), b.dialect())
+		require.Equal(t, c.submitAlone != nil, has(qSubmitOne), b.dialect())
+		require.Equal(t, c.notifyReady != nil, has(qReadyNotify) && has(qReadyListen), b.dialect())
+		require.Equal(t, c.walTruncate, has(qWalTruncate), b.dialect())
+	}
+}
