@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasehold/leasehold/internal/redact"
 )
 
 // StoreKind names the database a Location is in.
@@ -26,7 +27,7 @@ const (
 var ErrBadLocation = errors.New("bad database location")
 
 // redacted stands in for a password in every printed location.
-const redacted = "xxxxx"
+const redacted = redact.Mark
 
 // Location is where a queue's database is: a SQLite path or a PostgreSQL
 // URL. Its String never shows a password; URL holds it, for connecting
@@ -59,7 +60,7 @@ func ParseLocation(s string) (Location, error) {
 	if strings.TrimSpace(s) == "" {
 		return Location{}, fmt.Errorf("--db is empty: give a file path or a postgres:// URL: %w", ErrBadLocation)
 	}
-	if keys := keywordSettings(s); len(keys) > 0 {
+	if keys := redact.KeywordSettings(s); len(keys) > 0 {
 		return Location{}, fmt.Errorf("--db is a PostgreSQL key=value connection string (%s=...): give it as a URL, "+
 			"postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=...: %w", strings.Join(keys, "=..., "), ErrBadLocation)
 	}
@@ -77,30 +78,9 @@ func ParseLocation(s string) (Location, error) {
 	s = strings.ToLower(scheme) + s[len(scheme):]
 	if err := checkPostgresURL(s); err != nil {
 		msg := fmt.Sprintf("--db %s: %s", RedactURL(s), err.Error())
-		return Location{}, fmt.Errorf("%s: %w", scrubPasswords(msg, s), ErrBadLocation)
+		return Location{}, fmt.Errorf("%s: %w", redact.Passwords(msg, s), ErrBadLocation)
 	}
 	return Location{Kind: StorePostgres, URL: s}, nil
-}
-
-// keywordSetting matches a setting of a libpq key=value connection string:
-// one of its connection keywords at the start or after white space, then
-// "=" (white space around it allowed).
-var keywordSetting = regexp.MustCompile(`(?:^|\s)(host|hostaddr|port|dbname|user|password|passfile|sslmode|sslcert|sslkey|` +
-	`sslrootcert|sslpassword|sslnegotiation|application_name|connect_timeout|options|target_session_attrs|service|` +
-	`servicefile|channel_binding|gssencmode|requiressl|keepalives|client_encoding)\s*=`)
-
-// keywordSettings returns the keywords of s, in order, when s is a libpq
-// key=value connection string (it has no :// and at least one of its
-// keywords); nil otherwise.
-func keywordSettings(s string) []string {
-	if strings.Contains(s, "://") {
-		return nil
-	}
-	var keys []string
-	for _, m := range keywordSetting.FindAllStringSubmatch(s, -1) {
-		keys = append(keys, m[1])
-	}
-	return keys
 }
 
 // checkPostgresURL reports, in words of its own, what keeps s from being a
@@ -111,7 +91,7 @@ func checkPostgresURL(s string) error {
 	if err != nil {
 		// url.Parse's message quotes the part it refused; name the problem
 		// in words of our own.
-		if strings.Contains(err.Error(), "invalid port") && !strings.Contains(userinfoOf(s), "/") {
+		if strings.Contains(err.Error(), "invalid port") && !strings.Contains(redact.Userinfo(s), "/") {
 			return errors.New("the port is not a number")
 		}
 		return errors.New("not a valid URL (a password with reserved characters must be percent-encoded)")
@@ -136,40 +116,6 @@ func checkPostgresURL(s string) error {
 		return errors.New(scrubSettingError(err.Error(), u))
 	}
 	return nil
-}
-
-// userinfoOf returns what RedactURL takes for s's user information.
-func userinfoOf(s string) string {
-	_, rest, _ := strings.Cut(s, "://")
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		return rest[:at]
-	}
-	return ""
-}
-
-// scrubPasswords replaces in msg every occurrence of a password that s
-// (a URL, perhaps malformed) holds, wherever else in s it appears.
-func scrubPasswords(msg, s string) string {
-	if _, pw, ok := strings.Cut(userinfoOf(s), ":"); ok && pw != "" {
-		msg = strings.ReplaceAll(msg, pw, redacted)
-	}
-	lower := strings.ToLower(s)
-	for i := strings.Index(lower, "password="); i >= 0; {
-		start := i + len("password=")
-		end := start
-		for end < len(s) && s[end] != '&' && s[end] != ' ' && s[end] != '#' {
-			end++
-		}
-		if pw := s[start:end]; pw != "" {
-			msg = strings.ReplaceAll(msg, pw, redacted)
-		}
-		next := strings.Index(lower[end:], "password=")
-		if next < 0 {
-			break
-		}
-		i = end + next
-	}
-	return msg
 }
 
 // scrubSettingError keeps what pgconn said was wrong with a setting, with
@@ -200,56 +146,5 @@ func safeScheme(scheme string) string {
 }
 
 // RedactURL returns s with the password of its user information, and any
-// password= query setting, replaced by xxxxx. It works on malformed URLs
-// too: everything between :// and the last @ is user information, so a
-// password holding / or @ is hidden whole (a stray @ later in the URL
-// hides more than it must, never less).
-func RedactURL(s string) string {
-	scheme, rest, ok := strings.Cut(s, "://")
-	if !ok {
-		return redactPasswordSetting(s)
-	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		userinfo, host := rest[:at], rest[at+1:]
-		if user, _, hasPassword := strings.Cut(userinfo, ":"); hasPassword {
-			userinfo = user + ":" + redacted
-		}
-		rest = userinfo + "@" + host
-	}
-	return scheme + "://" + redactPasswordSetting(rest)
-}
-
-// redactPasswordSetting hides the value of every password= setting in s
-// (a URL query's, or a key=value connection string's). A connection
-// string, whose value may be quoted and hold spaces, is hidden whole but
-// for its keywords.
-func redactPasswordSetting(s string) string {
-	if keys := keywordSettings(s); len(keys) > 0 {
-		return strings.Join(keys, "="+redacted+" ") + "=" + redacted
-	}
-	lower := strings.ToLower(s)
-	var out strings.Builder
-	for i := 0; i < len(s); {
-		j := strings.Index(lower[i:], "password=")
-		if j < 0 || (i+j > 0 && !isSettingBoundary(s[i+j-1])) {
-			if j < 0 {
-				out.WriteString(s[i:])
-				break
-			}
-			out.WriteString(s[i : i+j+len("password=")])
-			i += j + len("password=")
-			continue
-		}
-		start := i + j + len("password=")
-		out.WriteString(s[i:start])
-		end := start
-		for end < len(s) && s[end] != '&' && s[end] != ' ' && s[end] != '#' {
-			end++
-		}
-		out.WriteString(redacted)
-		i = end
-	}
-	return out.String()
-}
-
-func isSettingBoundary(c byte) bool { return c == '?' || c == '&' || c == ' ' || c == ';' }
+// password= setting, replaced by xxxxx (see redact.URL).
+func RedactURL(s string) string { return redact.URL(s) }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -97,7 +98,7 @@ func (pgBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, err
 	}
 	cfg, err := pgx.ParseConfig(loc.URL)
 	if err != nil {
-		return nil, nil, &model.ValidationError{Field: "db", Problem: scrubPasswords("the URL "+loc.String()+" is not valid", loc.URL)}
+		return nil, nil, &model.ValidationError{Field: "db", Problem: redact.Passwords("the URL "+loc.String()+" is not valid", loc.URL)}
 	}
 	session, err := pgSessionOf(cfg.RuntimeParams, o.IdleInTransactionTimeout)
 	if err != nil {
@@ -156,25 +157,13 @@ func pgLockTimeout(busy time.Duration) (string, bool) {
 	return "", false
 }
 
-// scrubbedError is an error whose message has a password removed; it
-// unwraps to the original, so its class is still read.
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e *scrubbedError) Error() string { return e.msg }
-func (e *scrubbedError) Unwrap() error { return e.err }
 
 // scrubbed returns err with every password rawURL holds removed from its
 // message (pgx names the host, user and database, never the password, but
-// nothing that reaches a log may depend on that).
+// nothing that reaches a log may depend on that), each connect attempt
+// said once.
 func scrubbed(err error, rawURL string) error {
-	msg := onceEach(scrubPasswords(err.Error(), rawURL))
-	if msg == err.Error() {
-		return err
-	}
-	return &scrubbedError{msg: msg, err: err}
+	return redact.Message(err, onceEach(redact.Passwords(err.Error(), rawURL)))
 }
 
 // onceEach returns a connect failure's message with each attempt said

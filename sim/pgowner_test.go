@@ -86,9 +86,9 @@ func TestPostgresStoreDropsTheSchemasOfAKilledRun(t *testing.T) {
 	require.Error(t, child.Wait(), "the helper was killed")
 	// The server ends the killed run's session, and its lock, once it
 	// reads the closed socket: wait for the lock, on the server.
-	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1, hashtext($2))", ownerLockClass, killed)
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1, hashtext($2))", simSchemas.LockClass, killed)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "SELECT pg_advisory_unlock($1, hashtext($2))", ownerLockClass, killed)
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_unlock($1, hashtext($2))", simSchemas.LockClass, killed)
 	require.NoError(t, err)
 	require.Len(t, schemasOf(ctx, t, conn, killed), 2, "nothing dropped them yet")
 

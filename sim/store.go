@@ -15,6 +15,8 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/internal/pgtest/pgowner"
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 )
@@ -169,7 +171,7 @@ type pgStore struct {
 
 	mu       sync.Mutex
 	prefix   string         // of the store's schema names; own may change it, before any schema is made
-	owner    *pgx.Conn      // holds the store's owner lock (pgowner.go); nil until own
+	owner    *pgowner.Owner // holds the store's owner lock (pgowner.go); nil until own
 	made     int            // world schemas made
 	free     []*worldSchema // schemas no world holds
 	all      []*worldSchema
@@ -404,25 +406,5 @@ func (p *pgStore) close() error {
 // ident quotes a (schema-qualified) name.
 func ident(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
 
-// scrub removes the URL's password, if it has one, from err's message.
-func scrub(err error, dbURL string) error {
-	u, perr := url.Parse(dbURL)
-	if perr != nil || u.User == nil {
-		return err
-	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
-		return err
-	}
-	return &scrubbedError{msg: strings.ReplaceAll(err.Error(), pw, "xxxxx"), err: err}
-}
-
-// scrubbedError is an error with a password removed from its message; it
-// unwraps to the original.
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e *scrubbedError) Error() string { return e.msg }
-func (e *scrubbedError) Unwrap() error { return e.err }
+// scrub removes the URL's passwords from err's message.
+func scrub(err error, dbURL string) error { return redact.Error(err, dbURL) }
