@@ -99,7 +99,6 @@ func TestStatementCacheLendsAStatementToOneUserAtATime(t *testing.T) {
 	b, err := c.PrepareContext(ctx, q) // a is still out
 	require.NoError(t, err)
 	require.Equal(t, 2, counted.prepared, "a statement in use is not lent twice")
-	require.NotSame(t, a.(*cachedStmt).inner, b.(*cachedStmt).inner)
 
 	require.NoError(t, a.Close())
 	require.NoError(t, b.Close())
@@ -120,7 +119,7 @@ func TestStatementCacheIsBounded(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, s.Close())
 	}
-	require.Len(t, c.idle, stmtCacheMax)
+	require.Equal(t, stmtCacheMax, c.stmts.Kept())
 	require.Equal(t, 10, counted.finalized, "statements past the bound are finalized at once")
 	require.NoError(t, c.Close())
 	require.Equal(t, stmtCacheMax+10, counted.finalized)

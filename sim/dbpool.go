@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"modernc.org/sqlite"
+
+	"github.com/leasehold/leasehold/internal/sqlconn"
 )
 
 // Every world starts from the same migrated database, and compiling the
@@ -92,7 +94,7 @@ func (p *dbPool) Open(dsn string) (driver.Conn, error) {
 	if !ok {
 		return nil, errors.Join(fmt.Errorf("sim: connection %T lacks an interface the pool needs", dc), dc.Close())
 	}
-	c = &pooledConn{pool: p, dsn: dsn, inner: ic, idle: map[string]driver.Stmt{}}
+	c = &pooledConn{Conn: sqlconn.Conn{Inner: ic}, pool: p, dsn: dsn, inner: ic, stmts: sqlconn.NewLender(0)}
 	if err := ic.Deserialize(p.image); err != nil {
 		return nil, errors.Join(fmt.Errorf("sim: load the database image: %w", err), dc.Close())
 	}
@@ -121,34 +123,20 @@ type poolInner interface {
 }
 
 // pooledConn is one pooled connection. It lends its compiled statements by
-// their SQL text, one user at a time, as the queue's own statement cache
-// does for one connection's life, but for the connection's whole life
-// across worlds.
+// their SQL text, one user at a time (sqlconn.Lender), as the queue's own
+// statement cache does for one connection's life, but for the connection's
+// whole life across worlds; every other call goes to the SQLite
+// connection as it is (sqlconn.Conn).
 type pooledConn struct {
+	sqlconn.Conn
 	pool   *dbPool
 	dsn    string
 	inner  poolInner
 	closed bool
 
-	mu     sync.Mutex
-	idle   map[string]driver.Stmt
+	stmts  *sqlconn.Lender
 	dbpage driver.Stmt // INSERT INTO sqlite_dbpage, for restore
 }
-
-var (
-	_ driver.Conn               = (*pooledConn)(nil)
-	_ driver.ConnBeginTx        = (*pooledConn)(nil)
-	_ driver.ConnPrepareContext = (*pooledConn)(nil)
-	_ driver.ExecerContext      = (*pooledConn)(nil)
-	_ driver.QueryerContext     = (*pooledConn)(nil)
-	_ driver.SessionResetter    = (*pooledConn)(nil)
-	_ driver.Validator          = (*pooledConn)(nil)
-	_ driver.Pinger             = (*pooledConn)(nil)
-)
-
-// Unwrap returns the SQLite connection, for code that reaches its own
-// methods (Serialize) through sql.Conn.Raw.
-func (c *pooledConn) Unwrap() driver.Conn { return c.inner }
 
 // Close gives the connection back to the pool; its database is restored
 // when it is next opened.
@@ -163,13 +151,7 @@ func (c *pooledConn) Close() error {
 
 // discard closes the connection for good.
 func (c *pooledConn) discard() {
-	c.mu.Lock()
-	idle := c.idle
-	c.idle = map[string]driver.Stmt{}
-	c.mu.Unlock()
-	for _, s := range idle {
-		s.Close()
-	}
+	c.stmts.Close()
 	if c.dbpage != nil {
 		c.dbpage.Close()
 	}
@@ -182,53 +164,11 @@ func (c *pooledConn) Prepare(query string) (driver.Stmt, error) {
 
 // PrepareContext lends the compiled statement for query, or compiles one.
 func (c *pooledConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	c.mu.Lock()
-	si, ok := c.idle[query]
-	if ok {
-		delete(c.idle, query)
-	}
-	c.mu.Unlock()
-	if !ok {
-		var err error
-		if si, err = c.inner.PrepareContext(ctx, query); err != nil {
-			return nil, err
-		}
-	}
-	return &pooledStmt{c: c, query: query, inner: si.(poolStmt)}, nil
+	return c.stmts.Lend(query, func() (driver.Stmt, error) { return c.inner.PrepareContext(ctx, query) })
 }
 
-// take back a statement its user closed: kept if none is kept for its
-// text, finalized otherwise.
-func (c *pooledConn) take(query string, si driver.Stmt) error {
-	c.mu.Lock()
-	if _, kept := c.idle[query]; !kept {
-		c.idle[query] = si
-		c.mu.Unlock()
-		return nil
-	}
-	c.mu.Unlock()
-	return si.Close()
-}
-
-func (c *pooledConn) Begin() (driver.Tx, error) {
-	return c.BeginTx(context.Background(), driver.TxOptions{})
-}
-
-func (c *pooledConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	return c.inner.BeginTx(ctx, opts)
-}
-
-func (c *pooledConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	return c.inner.ExecContext(ctx, query, args)
-}
-
-func (c *pooledConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	return c.inner.QueryContext(ctx, query, args)
-}
-
-func (c *pooledConn) ResetSession(ctx context.Context) error { return c.inner.ResetSession(ctx) }
-func (c *pooledConn) IsValid() bool                          { return !c.closed && c.inner.IsValid() }
-func (c *pooledConn) Ping(ctx context.Context) error         { return c.inner.Ping(ctx) }
+// IsValid: a connection given back to the pool is no longer valid.
+func (c *pooledConn) IsValid() bool { return !c.closed && c.inner.IsValid() }
 
 // restore writes the image's pages over the database's, truncates it to
 // the image's length, and drops the cached pages (whose decoded b-tree
@@ -270,39 +210,4 @@ func (c *pooledConn) restore(pages [][]byte) (err error) {
 		return fmt.Errorf("sim: restore: %w", err)
 	}
 	return nil
-}
-
-// poolStmt is what the pool needs of a statement.
-type poolStmt interface {
-	driver.Stmt
-	driver.StmtExecContext
-	driver.StmtQueryContext
-}
-
-// pooledStmt is a statement lent by a pooledConn; closing it gives it
-// back.
-type pooledStmt struct {
-	c     *pooledConn
-	query string
-	inner poolStmt
-}
-
-var (
-	_ driver.StmtExecContext  = (*pooledStmt)(nil)
-	_ driver.StmtQueryContext = (*pooledStmt)(nil)
-)
-
-func (s *pooledStmt) Close() error  { return s.c.take(s.query, s.inner) }
-func (s *pooledStmt) NumInput() int { return s.inner.NumInput() }
-
-func (s *pooledStmt) Exec(args []driver.Value) (driver.Result, error) { return s.inner.Exec(args) }
-
-func (s *pooledStmt) Query(args []driver.Value) (driver.Rows, error) { return s.inner.Query(args) }
-
-func (s *pooledStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	return s.inner.ExecContext(ctx, args)
-}
-
-func (s *pooledStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	return s.inner.QueryContext(ctx, args)
 }

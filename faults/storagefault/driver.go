@@ -5,6 +5,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+
+	"github.com/leasehold/leasehold/internal/sqlconn"
 )
 
 // The wrappers below implement every optional interface database/sql uses
@@ -69,10 +71,11 @@ var ErrDriverUnsupported = errors.New("faults: wrapped driver lacks an interface
 // conn wraps one connection of the inner driver. It is used by one
 // goroutine at a time, as database/sql uses a connection.
 type conn struct {
-	s     *Storage
-	inner innerConn
-	tx    driver.Tx // the transaction open on the connection, nil if none
-	lost  bool      // a fault ended the connection
+	sqlconn.Conn // Unwrap and CheckNamedValue, as they are
+	s            *Storage
+	inner        innerConn
+	tx           driver.Tx // the transaction open on the connection, nil if none
+	lost         bool      // a fault ended the connection
 }
 
 // wrapConn wraps c, or closes it and refuses it if it lacks an interface.
@@ -81,7 +84,7 @@ func wrapConn(s *Storage, c driver.Conn) (*conn, error) {
 	if !ok || !s.dialect.accepts(c) {
 		return nil, errors.Join(fmt.Errorf("%w: connection %T needs %s", ErrDriverUnsupported, c, s.dialect.connNeeds()), c.Close())
 	}
-	return &conn{s: s, inner: ic}, nil
+	return &conn{Conn: sqlconn.Conn{Inner: ic}, s: s, inner: ic}, nil
 }
 
 // check decides an operation of kind op: nil to run it, else the injected
@@ -114,25 +117,11 @@ func (c *conn) drop() {
 	c.lost = true
 }
 
-// Unwrap returns the wrapped driver connection, for code that reaches
-// driver-specific methods through sql.Conn.Raw.
-func (c *conn) Unwrap() driver.Conn { return c.inner }
-
 func (c *conn) Close() error {
 	if c.lost {
 		return nil
 	}
 	return c.inner.Close()
-}
-
-// CheckNamedValue lets a driver that binds arguments itself (pgx: arrays
-// such as []string) check each; for one that does not it answers
-// driver.ErrSkip, and database/sql converts the value by default.
-func (c *conn) CheckNamedValue(v *driver.NamedValue) error {
-	if nvc, ok := c.inner.(driver.NamedValueChecker); ok {
-		return nvc.CheckNamedValue(v)
-	}
-	return driver.ErrSkip
 }
 
 func (c *conn) Prepare(query string) (driver.Stmt, error) {
