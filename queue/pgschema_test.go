@@ -33,6 +33,7 @@ var pinnedPostgresMigrations = map[string]string{
 var pinnedPostgresFunctions = map[int]string{
 	1: "b560e7c7e5e76890e50d231f01f23799a70655a3656db4ea0d91023b57f2b0b8",
 	2: "0fecd2a61368abc304b07040fd68b963a459e9cc261e94515d2d8c4e40a943d3",
+	3: "3cf83a2ba0ddf89ce60ab37d7fc9b6932e77ee27d6143cdc75f6448700de6b01",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the

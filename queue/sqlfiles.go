@@ -105,6 +105,10 @@ const (
 	fragmentPlaceholder = "{fragment:"
 )
 
+// placeholderShownMax bounds how much of an unknown placeholder an error
+// quotes.
+const placeholderShownMax = 40
+
 // placeFragments takes the fragments out of text and puts each where its
 // placeholders stand. A placeholder of no fragment, a fragment placed
 // nowhere, or one left open is an error.
@@ -142,7 +146,7 @@ func placeFragments(text string) (string, error) {
 		placed = strings.ReplaceAll(placed, placeholder, body)
 	}
 	if i := strings.Index(placed, fragmentPlaceholder); i >= 0 {
-		end := min(i+40, len(placed))
+		end := min(i+placeholderShownMax, len(placed))
 		return "", fmt.Errorf("no fragment for %s", placed[i:end])
 	}
 	return placed, nil

@@ -1,4 +1,4 @@
--- version: 2
+-- version: 3
 -- The PostgreSQL store's functions and the triggers that call them: code,
 -- not schema. migrate installs this file whole (CREATE OR REPLACE) after
 -- the migrations, in the transaction that runs them, and records its
@@ -279,6 +279,9 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
 -- user's row was skipped, or whose user has no room, is left. The users'
 -- running counts are raised here, under their locks, not by tasks_moved.
 -- fragment: claim_declare
+    -- room_unlimited is the room of a user without a running limit: more
+    -- than any claim takes.
+    room_unlimited CONSTANT BIGINT := 4611686018427387904;
     cand tasks[];
     cand_seqs BIGINT[];
     cand_users TEXT[];
@@ -362,7 +365,7 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
             )
             SELECT array_agg(r.user_id ORDER BY r.user_id COLLATE "C"),
                    array_agg(CASE WHEN r.running_limit > 0 THEN r.running_limit - r.running
-                                  ELSE CAST(4611686018427387904 AS BIGINT) END ORDER BY r.user_id COLLATE "C"),
+                                  ELSE room_unlimited END ORDER BY r.user_id COLLATE "C"),
                    array_agg(r.d_running ORDER BY r.user_id COLLATE "C"),
                    array_agg(r.d_active ORDER BY r.user_id COLLATE "C")
             INTO room_users, room_left, d_running, d_active
