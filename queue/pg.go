@@ -157,7 +157,6 @@ func pgLockTimeout(busy time.Duration) (string, bool) {
 	return "", false
 }
 
-
 // scrubbed returns err with every password rawURL holds removed from its
 // message (pgx names the host, user and database, never the password, but
 // nothing that reaches a log may depend on that), each connect attempt
