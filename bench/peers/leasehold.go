@@ -95,15 +95,15 @@ func (l leasehold) seed(ctx context.Context, path string, n, steps int) error {
 	if err := setLimits(ctx, q); err != nil {
 		return err
 	}
-	return submitMany(ctx, q, n, steps)
+	return submitMany(ctx, q, 0, n, steps)
 }
 
-// submitMany submits n requests with SubmitMany, in batches of at most
-// queue.SubmitBatchMax.
-func submitMany(ctx context.Context, q *queue.Queue, n, steps int) error {
-	for start := 0; start < n; start += queue.SubmitBatchMax {
+// submitMany submits n requests, the first being request first, with
+// SubmitMany, in batches of at most queue.SubmitBatchMax.
+func submitMany(ctx context.Context, q *queue.Queue, first, n, steps int) error {
+	for start := first; start < first+n; start += queue.SubmitBatchMax {
 		var reqs []model.SubmitRequest
-		for i := start; i < min(n, start+queue.SubmitBatchMax); i++ {
+		for i := start; i < min(first+n, start+queue.SubmitBatchMax); i++ {
 			reqs = append(reqs, leaseholdRequest(i, steps))
 		}
 		if _, err := q.SubmitMany(ctx, reqs); err != nil {
@@ -120,14 +120,14 @@ type runCounts struct {
 	retried, claimWrites, claimed int64
 }
 
-// runner starts a worker runtime over q and calls done for each task it
-// completes; stop ends it gracefully and returns its counts and the first
+// runner starts a worker runtime named id over q and calls done for each
+// task it completes; stop ends it gracefully and returns its counts and the first
 // anomaly or failure seen.
-func runner(q *queue.Queue, workers int, done func()) (stop func() (runCounts, error), err error) {
+func runner(q *queue.Queue, id string, workers int, done func()) (stop func() (runCounts, error), err error) {
 	var mu sync.Mutex
 	var problem error
 	var retried, claimWrites, claimed atomic.Int64
-	cfg := worker.Config{ID: "bench", Queue: q, Handler: worker.Synthetic{}, Service: nopService{}, Clock: clockwork.NewRealClock(),
+	cfg := worker.Config{ID: id, Queue: q, Handler: worker.Synthetic{}, Service: nopService{}, Clock: clockwork.NewRealClock(),
 		Concurrency: workers, PollMin: time.Millisecond, PollMax: 10 * time.Millisecond}
 	r, err := worker.NewRunner(cfg, worker.RunOptions{Housekeeper: q, OnReport: func(rep worker.Report) {
 		if len(rep.Claims) > 0 {
@@ -178,7 +178,7 @@ func (l leasehold) work(ctx context.Context, path, sync string, workers, n, step
 	var stop func() (runCounts, error)
 	smp, err := measure(n, func() error {
 		var err error
-		stop, err = runner(q, workers, func() {
+		stop, err = runner(q, "bench", workers, func() {
 			if completed.Add(1) == int64(n) {
 				close(all)
 			}
@@ -230,7 +230,7 @@ func (l leasehold) intake(ctx context.Context, path, sync string, n int, bulk bo
 	}
 	smp, err := measure(n, func() error {
 		if bulk {
-			return submitMany(ctx, q, n, 0)
+			return submitMany(ctx, q, 0, n, 0)
 		}
 		for i := range n {
 			if _, err := q.Submit(ctx, leaseholdRequest(i, 0)); err != nil {
@@ -262,7 +262,7 @@ func (l leasehold) latency(ctx context.Context, path, sync string, k int) ([]tim
 		return nil, err
 	}
 	completed := make(chan struct{}, 1)
-	stop, err := runner(q, 10, func() { completed <- struct{}{} })
+	stop, err := runner(q, "bench", 10, func() { completed <- struct{}{} })
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +303,7 @@ func pairedLatency(ctx context.Context, ls [2]leasehold, paths [2]string, sync s
 			return out, err
 		}
 		done := make(chan struct{}, 1)
-		stop, err := runner(q, 10, func() { done <- struct{}{} })
+		stop, err := runner(q, "bench", 10, func() { done <- struct{}{} })
 		if err != nil {
 			return out, err
 		}

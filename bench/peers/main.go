@@ -44,6 +44,7 @@ type cell struct {
 	workers int  // work
 	steps   int  // work
 	bulk    bool // intake
+	procs   int  // PostgreSQL: processes, each of workers workers (work) or one caller (intake)
 }
 
 func (c cell) String() string {
@@ -56,22 +57,34 @@ func (c cell) String() string {
 		if c.steps > 0 {
 			s += fmt.Sprintf(", %d steps", c.steps)
 		}
-		return s
+		return s + c.procsSuffix()
 	case "intake":
 		sync := c.sync
 		if sync == pgSync {
 			sync = "PostgreSQL"
 		}
-		return fmt.Sprintf("intake %s %s", sync, map[bool]string{true: "bulk", false: "one at a time"}[c.bulk])
+		return fmt.Sprintf("intake %s %s", sync, map[bool]string{true: "bulk", false: "one at a time"}[c.bulk]) + c.procsSuffix()
 	}
 	return fmt.Sprintf("latency %s idle", c.sync)
+}
+
+func (c cell) procsSuffix() string {
+	switch {
+	case c.procs == 1:
+		return " ×1 process"
+	case c.procs > 1:
+		return fmt.Sprintf(" ×%d processes", c.procs)
+	}
+	return ""
 }
 
 type config struct {
 	rounds, jobs, oneJobs, latencyJobs int
 	goqiteConsumers                    []int
-	only, system                       string
-	dir, cpuprofile                    string
+	// procs are the process counts of the PostgreSQL cells.
+	procs           []int
+	only, system    string
+	dir, cpuprofile string
 	// postgres is the server of the PostgreSQL cells ("" or "off": none).
 	postgres string
 	// pgAnalyze analyses each PostgreSQL run's schema after its seed.
@@ -82,7 +95,7 @@ type config struct {
 
 func main() {
 	var cfg config
-	var consumers string
+	var consumers, procs, childSpec string
 	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds; figures are medians")
 	flag.IntVar(&cfg.jobs, "jobs", 1500, "jobs per work run and per bulk intake")
 	flag.IntVar(&cfg.oneJobs, "one-jobs", 500, "jobs per one-at-a-time intake run")
@@ -96,14 +109,28 @@ func main() {
 		"PostgreSQL server for the PostgreSQL cells, a database each run makes a schema in (off: none)")
 	flag.BoolVar(&cfg.pgAnalyze, "pg-analyze", false,
 		"ANALYZE each PostgreSQL run's freshly seeded schema before timing it (default: measure it unanalysed, as a fresh bulk load is)")
+	flag.StringVar(&procs, "procs", "1,2,4", "process counts of the PostgreSQL cells (each process 10 workers, or one submitting caller)")
+	flag.StringVar(&childSpec, "child", "", "run as one process of a PostgreSQL cell (the bench starts these itself)")
 	flag.Parse()
-	for _, c := range strings.Split(consumers, ",") {
-		var n int
-		if _, err := fmt.Sscan(c, &n); err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "peers: -goqite-consumers: bad count %q\n", c)
-			os.Exit(2)
+	if childSpec != "" {
+		if err := childMain(childSpec); err != nil {
+			fmt.Fprintln(os.Stderr, "peers: child:", err)
+			os.Exit(1)
 		}
-		cfg.goqiteConsumers = append(cfg.goqiteConsumers, n)
+		return
+	}
+	for name, list := range map[string]struct {
+		s   string
+		out *[]int
+	}{"goqite-consumers": {consumers, &cfg.goqiteConsumers}, "procs": {procs, &cfg.procs}} {
+		for _, c := range strings.Split(list.s, ",") {
+			var n int
+			if _, err := fmt.Sscan(c, &n); err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "peers: -%s: bad count %q\n", name, c)
+				os.Exit(2)
+			}
+			*list.out = append(*list.out, n)
+		}
 	}
 	for name, re := range map[string]string{"only": cfg.only, "system": cfg.system} {
 		if _, err := regexp.Compile(re); err != nil {
@@ -142,6 +169,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	printVersions(out)
+	fmt.Fprintf(out, "%s; at start %s\n", hostLine(), loadLine())
 	if cfg.postgres != "" && cfg.postgres != "off" {
 		if err := probePostgres(ctx, cfg.postgres); err != nil {
 			fmt.Fprintf(out, "PostgreSQL: skipped: no server answers at %s (%s)\n", queue.RedactURL(cfg.postgres), queue.RedactURL(err.Error()))
@@ -201,6 +229,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 	}
 	b.report(cells, systems)
+	fmt.Fprintf(out, "\n%s; at the end %s\n", hostLine(), loadLine())
 	return nil
 }
 
@@ -217,10 +246,12 @@ func plan(cfg config) []cell {
 			cell{kind: "latency", sync: sync})
 	}
 	if cfg.postgres != "" {
-		cells = append(cells,
-			cell{kind: "work", sync: pgSync, workers: 10},
-			cell{kind: "intake", sync: pgSync, bulk: true},
-			cell{kind: "intake", sync: pgSync, bulk: false})
+		for _, n := range cfg.procs {
+			cells = append(cells,
+				cell{kind: "work", sync: pgSync, workers: 10, procs: n},
+				cell{kind: "intake", sync: pgSync, bulk: true, procs: n},
+				cell{kind: "intake", sync: pgSync, bulk: false, procs: n})
+		}
 	}
 	if cfg.only == "" {
 		return cells
@@ -245,17 +276,12 @@ func (b *bench) one(ctx context.Context, c cell, s system) error {
 	if s.postgres() != (c.sync == pgSync) {
 		return nil
 	}
+	if s.postgres() {
+		return b.procsRun(ctx, c, s)
+	}
 	b.runs++
 	path := filepath.Join(b.cfg.dir, fmt.Sprintf("run%d.db", b.runs))
 	defer removeDB(path)
-	if s.postgres() {
-		u, drop, err := pgSchema(ctx, b.cfg.postgres, b.cfg.pgOwner, b.runs)
-		if err != nil {
-			return err
-		}
-		defer drop()
-		path = u
-	}
 	key := c.String()
 	if g, ok := s.(goq); ok && g.consumers != b.cfg.goqiteConsumers[0] {
 		// Consumer counts matter only to work, and there never more
@@ -266,24 +292,12 @@ func (b *bench) one(ctx context.Context, c cell, s system) error {
 	}
 	switch c.kind {
 	case "work":
-		if s.postgres() {
-			// No file to copy: each run seeds its own schema, untimed.
-			if err := s.seed(ctx, path, b.cfg.jobs, c.steps); err != nil {
-				return fmt.Errorf("seed: %w", err)
-			}
-			if b.cfg.pgAnalyze {
-				if err := pgAnalyze(ctx, path); err != nil {
-					return err
-				}
-			}
-		} else {
-			tmpl, err := b.template(ctx, s, c.steps)
-			if err != nil {
-				return err
-			}
-			if err := copyFile(tmpl, path); err != nil {
-				return err
-			}
+		tmpl, err := b.template(ctx, s, c.steps)
+		if err != nil {
+			return err
+		}
+		if err := copyFile(tmpl, path); err != nil {
+			return err
 		}
 		runtime.GC()
 		smp, err := s.work(ctx, path, c.sync, c.workers, b.cfg.jobs, c.steps)
@@ -381,7 +395,7 @@ func (b *bench) record(key, name string, smp sample) {
 		retried += "; group sizes " + smp.sizes
 	}
 	if strings.Contains(key, "PostgreSQL") && smp.server > 0 {
-		retried = fmt.Sprintf("  %.0f µs server CPU/job", smp.serverPerJob()) + retried
+		retried = fmt.Sprintf("  %.0f µs server CPU/job (its backends; %.0f the whole server)", smp.serverPerJob(), smp.wholePerJob()) + retried
 	}
 	fmt.Fprintf(b.out, "  %-34s %-22s %8.0f jobs/s  %6.0f µs CPU/job%s\n", key, name, smp.rate(), smp.cpuPerJob(), retried)
 }

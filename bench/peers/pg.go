@@ -177,34 +177,13 @@ func (r riverPG) seed(ctx context.Context, u string, n, _ int) error {
 	return err
 }
 
-func (r riverPG) work(ctx context.Context, u, _ string, workers, n, _ int) (sample, error) {
-	pool, err := r.open(ctx, u, false)
-	if err != nil {
-		return sample{}, err
-	}
-	defer pool.Close()
-	c, err := r.client(pool, schemaOf(u), workers)
-	if err != nil {
-		return sample{}, err
-	}
-	return riverWork(ctx, riverPGName, c, n, func(ctx context.Context) (int, error) {
-		var done int
-		err := pool.QueryRow(ctx, `SELECT COUNT(*) FROM river_job WHERE state = 'completed'`).Scan(&done)
-		return done, err
-	})
+// work and intake run in processes of their own (procsRun, child.go).
+func (riverPG) work(context.Context, string, string, int, int, int) (sample, error) {
+	return sample{}, errors.New("river-pgx: work runs in processes of its own")
 }
 
-func (r riverPG) intake(ctx context.Context, u, _ string, n int, bulk bool) (sample, error) {
-	pool, err := r.open(ctx, u, true)
-	if err != nil {
-		return sample{}, err
-	}
-	defer pool.Close()
-	c, err := r.client(pool, schemaOf(u), 0)
-	if err != nil {
-		return sample{}, err
-	}
-	return riverIntake(ctx, c, n, bulk)
+func (riverPG) intake(context.Context, string, string, int, bool) (sample, error) {
+	return sample{}, errors.New("river-pgx: intake runs in processes of its own")
 }
 
 func (riverPG) latency(context.Context, string, string, int) ([]time.Duration, error) {

@@ -24,6 +24,7 @@ const (
 type summary struct {
 	name        string
 	rate, cpu   float64 // jobs/s, µs CPU per job
+	server      float64 // µs of the PostgreSQL server's CPU per job (its backends')
 	rates       []float64
 	ok          bool
 	latency     time.Duration
@@ -38,11 +39,11 @@ func (b *bench) summarize(key, name string) summary {
 	if len(smps) == 0 {
 		return summary{name: name}
 	}
-	var rates, cpus []float64
+	var rates, cpus, servers []float64
 	for _, s := range smps {
-		rates, cpus = append(rates, s.rate()), append(cpus, s.cpuPerJob())
+		rates, cpus, servers = append(rates, s.rate()), append(cpus, s.cpuPerJob()), append(servers, s.serverPerJob())
 	}
-	return summary{name: name, rate: median(rates), cpu: median(cpus), rates: rates, ok: true}
+	return summary{name: name, rate: median(rates), cpu: median(cpus), server: median(servers), rates: rates, ok: true}
 }
 
 // bestGoqite is goqite's best median rate in a cell, among its consumer
@@ -71,7 +72,8 @@ func (b *bench) bestGoqite(key string) summary {
 // report prints the medians and the ratios the goals are stated in.
 func (b *bench) report(cells []cell, systems []system) {
 	out := b.out
-	fmt.Fprintf(out, "\nmedians of %d rounds (jobs/s; µs of process CPU per job in brackets)\n", b.cfg.rounds)
+	fmt.Fprintf(out, "\nmedians of %d rounds (jobs/s; µs of process CPU per job in brackets; on PostgreSQL,\n"+
+		"the clients' processes' and the server's backends' CPU per job)\n", b.cfg.rounds)
 	for _, c := range cells {
 		key := c.String()
 		lh, lhu := b.summarize(key, leaseholdName), b.summarize(key, leaseholdUngroupedName)
@@ -84,8 +86,8 @@ func (b *bench) report(cells []cell, systems []system) {
 		}
 		if c.sync == pgSync {
 			lhp, rvp := b.summarize(key, leaseholdPGName), b.summarize(key, riverPGName)
-			fmt.Fprintf(out, "%-34s %s  %s\n", key, rateCol(lhp), rateCol(rvp))
-			fmt.Fprintf(out, "%-34s leasehold-pg/river-pgx %s\n", "", ratio(lhp.rate, rvp.rate))
+			fmt.Fprintf(out, "%-44s %s  %s\n", key, pgCol(lhp), pgCol(rvp))
+			fmt.Fprintf(out, "%-44s leasehold-pg/river-pgx %s, server CPU/job %s\n", "", ratio(lhp.rate, rvp.rate), ratio(lhp.server, rvp.server))
 			continue
 		}
 		if c.kind == "latency" {
@@ -104,7 +106,7 @@ func (b *bench) report(cells []cell, systems []system) {
 		names := slices.Sorted(maps.Keys(b.results[key]))
 		for _, name := range names {
 			s := b.summarize(key, name)
-			fmt.Fprintf(out, "  %-34s %-22s %s\n", key, name, formatRates(s.rates))
+			fmt.Fprintf(out, "  %-44s %-22s %s\n", key, name, formatRates(s.rates))
 		}
 	}
 }
@@ -114,6 +116,13 @@ func rateCol(s summary) string {
 		return fmt.Sprintf("%s -", s.name)
 	}
 	return fmt.Sprintf("%s %.0f [%.0f]", s.name, s.rate, s.cpu)
+}
+
+func pgCol(s summary) string {
+	if !s.ok {
+		return fmt.Sprintf("%s -", s.name)
+	}
+	return fmt.Sprintf("%s %.0f [client %.0f, server %.0f]", s.name, s.rate, s.cpu, s.server)
 }
 
 func latencyCol(s summary) string {

@@ -54,6 +54,9 @@ type sample struct {
 	// the run (zero when the server is not on this machine: see
 	// serverCPU).
 	server time.Duration
+	// whole is the CPU of every process of the local server in a
+	// PostgreSQL cell's run (server is its own backends'; see backendCPU).
+	whole time.Duration
 }
 
 func (s sample) rate() float64 { return float64(s.jobs) / s.wall.Seconds() }
@@ -64,6 +67,10 @@ func (s sample) cpuPerJob() float64 { return float64(s.cpu.Microseconds()) / flo
 // serverPerJob is the local PostgreSQL server's CPU per job, in
 // microseconds (zero when not measured).
 func (s sample) serverPerJob() float64 { return float64(s.server.Microseconds()) / float64(s.jobs) }
+
+// wholePerJob is every local server process's CPU per job, in
+// microseconds (zero when not measured).
+func (s sample) wholePerJob() float64 { return float64(s.whole.Microseconds()) / float64(s.jobs) }
 
 // measure runs fn, which moves jobs jobs, timing it, its CPU and the
 // local PostgreSQL server's.
