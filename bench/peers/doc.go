@@ -23,5 +23,16 @@
 //   - latency: one job through an idle queue, submit to completed; the
 //     two leasehold variants take turns job by job, so both see the same disk.
 //
+// On PostgreSQL (leasehold's store and River on its pgx driver, one server,
+// a schema per run), each cell runs with 1, 2 and 4 processes (-procs):
+// the bench starts itself again as child processes (-child), each with 10
+// workers (work) or one caller (intake), and times them from a common go
+// to the last job. Beside the rate it reports the clients' CPU per job and
+// the server's: the CPU of the run's own backends (found in
+// pg_stat_activity by application_name, read from /proc), so the server
+// must run on this machine. On a machine of few cores more processes
+// measure contention for the server, not scale-out; the report states the
+// host, its cores and its load.
+//
 // Every figure is the median of the rounds; ratios are of medians.
 package main
