@@ -37,6 +37,34 @@ type StepSpec struct {
 	// Data is the handler's own description of the step, handed back to
 	// Run unchanged; the slot never reads it.
 	Data any
+	// Ledger, when set, says the step's Run makes a customer-visible
+	// effect itself (a command the worker runs, say) instead of leaving
+	// it to a call of the worker's Service after the run. The worker
+	// records the intent before the run begins and, once the run
+	// succeeds, the receipt, whose result is the run's checkpoint; an
+	// operation already receipted is not run again (its result becomes
+	// the step's checkpoint), and one an earlier run left without a
+	// receipt is settled as Ledger.Kind says before anything runs. Such a
+	// step needs no Service; Effect, if set, only names it.
+	Ledger *RunLedger
+}
+
+// RunLedger is what the worker knows of an effect a step's run makes
+// itself (StepSpec.Ledger).
+type RunLedger struct {
+	// Kind is what the effect's target can do, with the guarantee that
+	// goes with it (see ServiceKind): Dedup runs the step again under the
+	// same operation ID; Queryable and Fenced ask Status (Queryable sends
+	// an operation an earlier claim left, and that Status says was not
+	// applied, to needs_review); Plain sends any operation whose outcome
+	// is unknown to needs_review.
+	Kind ServiceKind
+	// Status answers, for a kind that can (ServiceKind.CanAnswer),
+	// whether the operation was applied, and its result; a Fenced target
+	// also registers fence. It is called from the slot's own Step, so it
+	// should answer quickly. An error leaves the outcome unknown and is
+	// asked again after a backoff.
+	Status func(ctx context.Context, opID string, fence int64) (applied bool, result string, err error)
 }
 
 // Handler knows a kind of task: its steps and how to run each one. This

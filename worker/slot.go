@@ -107,9 +107,16 @@ func newSlot(cfg *Config, c model.Claimed, now time.Time) *Slot {
 		return s
 	}
 	s.plan = plan
+	for i, step := range plan {
+		if l := step.Ledger; l != nil && l.Kind.CanAnswer() && l.Status == nil {
+			s.fail(model.Failure{Class: model.Permanent, Reason: model.PermanentError,
+				Message: fmt.Sprintf("step %d's run makes a %s effect, but its ledger has no Status", i, l.Kind)})
+			return s
+		}
+	}
 	if cfg.Service == nil {
 		for i, step := range plan {
-			if step.Effect != "" {
+			if step.Effect != "" && step.Ledger == nil {
 				s.fail(model.Failure{Class: model.Permanent, Reason: model.PermanentError,
 					Message: fmt.Sprintf("step %d declares a ledgered effect, but worker %s has no Service", i, cfg.ID)})
 				break
@@ -342,6 +349,10 @@ func (s *Slot) next(ctx context.Context, now time.Time) Report {
 	case nextPause:
 		return s.pause(ctx, now)
 	}
+	if s.plan[index].Ledger != nil {
+		s.phase = phaseIntent // the run is the effect: its intent first
+		return s.intent(ctx, now)
+	}
 	s.startRun(now)
 	return s.work(ctx, now)
 }
@@ -485,7 +496,15 @@ func (s *Slot) runEnded(ctx context.Context, now time.Time) Report {
 	run, cause, timeout := s.run, s.runCause, s.runTimeout
 	checkpoint, err := run.Result()
 	s.run, s.runCause, s.pollAt, s.runTimeout = nil, nil, time.Time{}, time.Time{}
+	most := model.CheckpointMax
+	if run.Step.Ledger != nil {
+		most = model.ResultMax // the checkpoint is the receipt's result too
+	}
 	switch {
+	case run.Step.Ledger != nil && err == nil && len(checkpoint) <= most:
+		// The run made its effect: its receipt is recorded whatever else
+		// has happened meanwhile (a cancellation, the timeout passing),
+		// and the step is charged; next settles the rest.
 	case s.task.CancelRequested:
 		s.phase = phaseNext
 		return s.next(ctx, now)
@@ -495,13 +514,16 @@ func (s *Slot) runEnded(ctx context.Context, now time.Time) Report {
 	case err != nil:
 		s.fail(model.Failure{Class: Classify(err), Message: err.Error()})
 		return s.failTask(ctx, now)
-	case len(checkpoint) > model.CheckpointMax:
+	case len(checkpoint) > most:
 		s.fail(model.Failure{Class: model.Permanent, Reason: model.PermanentError,
-			Message: fmt.Sprintf("step %d returned a checkpoint of %d bytes (limit %d)", run.Index, len(checkpoint), model.CheckpointMax)})
+			Message: fmt.Sprintf("step %d returned a checkpoint of %d bytes (limit %d)", run.Index, len(checkpoint), most)})
 		return s.failTask(ctx, now)
 	}
 	s.checkpoint = checkpoint
 	switch {
+	case run.Step.Ledger != nil:
+		s.result, s.phase = checkpoint, phaseReceipt // the run was the effect
+		return s.receipt(ctx, now)
 	case run.Step.Effect == "":
 		s.phase = phaseCommit
 		return s.commit(ctx, now)
@@ -606,6 +628,9 @@ func (s *Slot) intent(ctx context.Context, now time.Time) Report {
 	}
 	s.opID, r.OpID = res.OpID, res.OpID
 	r.Outcome = string(res.Status)
+	if s.plan[s.task.StepsUsed].Ledger != nil && res.Status == model.IntentReceipted {
+		s.checkpoint = res.Result // the run that made the effect is not run again
+	}
 	status := res.Status
 	if status == model.IntentReceipted {
 		status = broken.Pick(broken.WorkerIgnoresReceipts, status, model.IntentRecorded)
@@ -654,6 +679,10 @@ func (s *Slot) dropExpired() Report {
 // (a first call, a retry after the service was unavailable, a resend after
 // reconciliation) follows a check of the lease.
 func (s *Slot) send(ctx context.Context, now time.Time) Report {
+	if s.plan[s.task.StepsUsed].Ledger != nil {
+		s.startRun(now) // the run makes the effect
+		return s.work(ctx, now)
+	}
 	r := s.report(ActionCall)
 	r.OpID, r.Called = s.opID, true
 	result, err := s.cfg.Service.Call(ctx, Call{OpID: s.opID, TaskID: s.claim.TaskID,
@@ -682,7 +711,7 @@ func (s *Slot) send(ctx context.Context, now time.Time) Report {
 // what the service can do (see ServiceKind). An operation to be called
 // again goes back through checkLease, as a first call does.
 func (s *Slot) reconcile(ctx context.Context, now time.Time) Report {
-	kind := s.cfg.Service.Kind()
+	kind, status := s.effectTarget()
 	if kind == Dedup {
 		s.phase = phaseCall // calling again is safe; the lease check is still due
 		return s.checkLease(now)
@@ -695,7 +724,7 @@ func (s *Slot) reconcile(ctx context.Context, now time.Time) Report {
 		return r
 	}
 	r.Called = true
-	applied, result, err := s.cfg.Service.Status(ctx, s.opID, s.claim.Fence)
+	applied, result, err := status(ctx, s.opID, s.claim.Fence)
 	r.Err = err
 	if err == nil {
 		s.serviceBackoff = 0
@@ -705,6 +734,9 @@ func (s *Slot) reconcile(ctx context.Context, now time.Time) Report {
 		r.Outcome = "status unknown; retry in " + s.backOff(&s.serviceBackoff, now).String()
 	case applied:
 		s.result, s.phase = result, phaseReceipt
+		if s.plan[s.task.StepsUsed].Ledger != nil {
+			s.checkpoint = result // the run that made the effect is not run again
+		}
 		r.Outcome = "applied"
 	case kind == Fenced || s.ownIntent:
 		s.phase = phaseCall
@@ -715,6 +747,16 @@ func (s *Slot) reconcile(ctx context.Context, now time.Time) Report {
 	}
 	s.log(slog.LevelInfo, "effect reconcile", r)
 	return r
+}
+
+// effectTarget returns what the current step's effect target can do and
+// how to ask it: the step's own ledger for an effect its run makes, the
+// worker's Service otherwise.
+func (s *Slot) effectTarget() (ServiceKind, func(ctx context.Context, opID string, fence int64) (bool, string, error)) {
+	if l := s.plan[s.task.StepsUsed].Ledger; l != nil {
+		return l.Kind, l.Status
+	}
+	return s.cfg.Service.Kind(), s.cfg.Service.Status
 }
 
 func (s *Slot) receipt(ctx context.Context, now time.Time) Report {
@@ -746,7 +788,7 @@ func (s *Slot) commit(ctx context.Context, now time.Time) Report {
 	// Starting the next step's run writes nothing, so it goes with this
 	// write when nothing else comes first (no shutdown, and next would
 	// start it); the executor looks in on it from the next Step.
-	if !s.draining && s.decide(now) == nextRun {
+	if !s.draining && s.decide(now) == nextRun && s.plan[s.task.StepsUsed].Ledger == nil {
 		s.startRun(now)
 		s.runFresh = false
 	}
