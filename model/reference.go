@@ -206,6 +206,12 @@ func (r *Reference) Claim(_ context.Context, req ClaimRequest) ([]Claimed, error
 	if err := req.Validate(r.limits.ClaimBatchMax); err != nil {
 		return nil, err
 	}
+	return r.claimUpTo(req, now), nil
+}
+
+// claimUpTo claims up to req.Max claimable tasks at now, in claim order,
+// req already checked.
+func (r *Reference) claimUpTo(req ClaimRequest, now time.Time) []Claimed {
 	var out []Claimed
 	for len(out) < req.Max {
 		candidates := r.claimable(now)
@@ -221,7 +227,29 @@ func (r *Reference) Claim(_ context.Context, req ClaimRequest) ([]Claimed, error
 			From: Queued, To: Running, Actor: req.Worker})
 		out = append(out, Claimed{Claim: claimOf(t), Task: *t})
 	}
-	return out, nil
+	return out
+}
+
+// CompleteAndClaim completes c as Complete does and then, in the same
+// write, claims up to next.Max tasks for next as Claim does, the claim
+// seeing the completion (its user's running count down by one). next is
+// checked before anything is written: against ClaimBatchLimit, and a
+// batch of more than one against the stored ClaimBatchMax whether or not
+// anything is due (the queue reads the limits for it first). A refused
+// completion (a stale claim, its event kept) claims nothing.
+func (r *Reference) CompleteAndClaim(ctx context.Context, c Claim, next ClaimRequest) ([]Claimed, error) {
+	if err := next.Validate(ClaimBatchLimit); err != nil {
+		return nil, err
+	}
+	if next.Max > 1 {
+		if err := next.Validate(r.limits.ClaimBatchMax); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.Complete(ctx, c); err != nil {
+		return nil, err
+	}
+	return r.claimUpTo(next, r.now()), nil
 }
 
 // claimable returns the queued tasks a claim at now may take: due, within

@@ -50,6 +50,25 @@ func TestConformanceReference(t *testing.T) {
 		clock := clockwork.NewFakeClockAt(conformanceEpoch)
 		ref := model.NewReference(model.ReferenceOptions{Clock: clock, IDs: model.NewSeededIDs(1),
 			Rand: rand.New(rand.NewPCG(1, 2))})
-		return queuetest.Harness{Store: ref, Clock: clock}
+		return queuetest.Harness{Store: refPruner{ref}, Clock: clock}
 	})
+}
+
+// refPruner is the reference model with the queue's prune request: the
+// request checked and its defaults filled as Prune does, then the
+// reference's own prune.
+type refPruner struct{ *model.Reference }
+
+func (r refPruner) Prune(ctx context.Context, req queue.PruneRequest) (queue.PruneResult, error) {
+	if err := req.Check(); err != nil {
+		return queue.PruneResult{}, err
+	}
+	if req.KeepKeys == 0 {
+		req.KeepKeys = queue.DefaultKeepKeys
+	}
+	if req.Batch == 0 {
+		req.Batch = queue.PruneBatchMax
+	}
+	return r.Reference.Prune(ctx, model.PruneSpec{OlderThan: req.OlderThan, KeepKeys: req.KeepKeys,
+		Batch: req.Batch, DryRun: req.DryRun, Actor: req.Actor})
 }

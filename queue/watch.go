@@ -57,6 +57,10 @@ func (q *Queue) EventsSince(ctx context.Context, f EventFilter) ([]TrailEvent, e
 // looked (EventsThrough), so that the next starts there.
 const eventsScanWindow = 4096
 
+// EventsScanWindow is eventsScanWindow, for the reference model's reads
+// of the trail that the conformance suite compares with the queue's.
+const EventsScanWindow = eventsScanWindow
+
 // EventsThrough is EventsSince, and also returns how far the read looked:
 // a sequence number at or above f.After up to which every event f selects
 // has been returned, so that the next read may start after it (and pass

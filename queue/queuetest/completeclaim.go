@@ -10,8 +10,8 @@ import (
 )
 
 // completeClaimer is a store that completes a claim and claims the next
-// tasks in one write (the SQLite and PostgreSQL queues; the reference
-// model has no such write).
+// tasks in one write (the SQLite and PostgreSQL queues, and the reference
+// model).
 type completeClaimer interface {
 	CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error)
 }
@@ -24,9 +24,7 @@ type completeClaimer interface {
 func testCompleteAndClaim(s *suite) {
 	t := s.t
 	cc, ok := s.store.(completeClaimer)
-	if !ok {
-		t.Skip("the store has no CompleteAndClaim")
-	}
+	require.True(t, ok, "%T has no CompleteAndClaim", s.store)
 	require.NoError(t, s.store.SetUserLimit(s.ctx, model.UserLimit{User: "ana", RunningMax: 1, DepthMax: model.Inherit}, "ops"))
 	a1, first := s.running()
 	a2 := s.submit()

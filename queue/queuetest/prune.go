@@ -12,17 +12,22 @@ import (
 	"github.com/leasehold/leasehold/queue"
 )
 
-// Pruner is the retention a store may offer beside Store (the SQLite and
-// PostgreSQL queues do; the reference model prunes with model.PruneSpec,
-// is compared with the queues' prunes by the rapid state machines, and
-// keeps no stored policy, so it is not one). The prune cases skip a store
-// without it.
+// Pruner is the retention a store may offer beside Store: the prune and
+// the trail read a follower makes (the SQLite and PostgreSQL queues, and
+// the reference model through an adapter that takes queue.PruneRequest).
+// The prune cases skip a store without it.
 type Pruner interface {
 	Prune(ctx context.Context, r queue.PruneRequest) (queue.PruneResult, error)
+	EventsAfter(ctx context.Context, after int64, limit int) ([]model.Event, error)
+}
+
+// Retainer is the stored retention policy and housekeeping's prune by it
+// (the SQLite and PostgreSQL queues; the reference model keeps no stored
+// policy). The cases of the policy skip a store without it.
+type Retainer interface {
 	PruneDue(ctx context.Context) (queue.PruneResult, error)
 	Retention(ctx context.Context) (queue.RetentionPolicy, error)
 	SetRetention(ctx context.Context, p queue.RetentionPolicy, actor string) error
-	EventsAfter(ctx context.Context, after int64, limit int) ([]model.Event, error)
 }
 
 // pruner returns the store's Pruner, or skips the test.
@@ -31,6 +36,16 @@ func (s *suite) pruner() Pruner {
 	p, ok := s.store.(Pruner)
 	if !ok {
 		s.t.Skipf("%T does not prune", s.store)
+	}
+	return p
+}
+
+// retainer returns the store's Retainer, or skips the test.
+func (s *suite) retainer() Retainer {
+	s.t.Helper()
+	p, ok := s.store.(Retainer)
+	if !ok {
+		s.t.Skipf("%T keeps no retention policy", s.store)
 	}
 	return p
 }
@@ -373,8 +388,10 @@ func testPruneValidation(s *suite) {
 		_, err := p.Prune(s.ctx, tc.req)
 		s.requireInvalid(err, tc.field)
 	}
-	s.requireInvalid(p.SetRetention(s.ctx, queue.RetentionPolicy{OlderThan: -1, KeepKeys: day}, "ops"), "older_than")
-	s.requireInvalid(p.SetRetention(s.ctx, queue.RetentionPolicy{OlderThan: day}, "ops"), "keep_keys")
+	if r, ok := s.store.(Retainer); ok {
+		s.requireInvalid(r.SetRetention(s.ctx, queue.RetentionPolicy{OlderThan: -1, KeepKeys: day}, "ops"), "older_than")
+		s.requireInvalid(r.SetRetention(s.ctx, queue.RetentionPolicy{OlderThan: day}, "ops"), "keep_keys")
+	}
 	require.Equal(s.t, events, s.events(""))
 }
 
@@ -406,7 +423,7 @@ func testPruneFollower(s *suite) {
 // testPruneDue: housekeeping prunes by the stored policy, and not at all
 // while the policy is off (the default).
 func testPruneDue(s *suite) {
-	p := s.pruner()
+	p := s.retainer()
 	policy, err := p.Retention(s.ctx)
 	require.NoError(s.t, err)
 	require.Equal(s.t, queue.RetentionPolicy{KeepKeys: queue.DefaultKeepKeys}, policy)

@@ -64,6 +64,7 @@ var cases = []struct {
 	{"ClaimBatch", testClaimBatch},
 	{"ClaimBatchIdle", testClaimBatchIdle},
 	{"CompleteAndClaim", testCompleteAndClaim},
+	{"FollowUsers", testFollowUsers},
 	{"FencingStaleFence", testFencingStaleFence},
 	{"FencingExpiredLease", testFencingExpiredLease},
 	{"FencingNotRunning", testFencingNotRunning},
