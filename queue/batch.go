@@ -231,7 +231,7 @@ func (g *group) mergedClaim(run []int, total int) func(t *txn) error {
 			}
 		}()
 		k := 0
-		return g.q.store.claim(t, asks[0].req, total, func(task model.Task) error {
+		return g.q.store.Claim(t, claimParams(asks[0].req, total), func(task model.Task) error {
 			for len(*asks[k].out) == asks[k].req.Max {
 				k++ // the store takes at most total, the sum of the Max
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // Claim claims up to req.Max queued tasks that are due, within their
@@ -85,7 +86,7 @@ func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.
 // counters are rows of changes and its claims wait on no users row, so a
 // write that completes and then claims locks nothing another such write
 // waits on in a cycle), so that completions and claims share commits.
-func (q *Queue) ClaimsOnCompletion() bool { return q.store.groups() }
+func (q *Queue) ClaimsOnCompletion() bool { return q.store.Capabilities().Groups }
 
 // checkClaimBatch checks req's batch against the stored claim_batch_max.
 // A batch of one is within every stored limit (ClaimBatchMax is at least
@@ -103,7 +104,7 @@ func (t *txn) checkClaimBatch(req model.ClaimRequest) error {
 
 // claim claims up to req.Max tasks inside t and appends them to out.
 func (t *txn) claim(req model.ClaimRequest, out *[]model.Claimed) error {
-	return t.q.store.claim(t, req, req.Max, func(task model.Task) error {
+	return t.q.store.Claim(t, claimParams(req, req.Max), func(task model.Task) error {
 		c, err := t.claimed(task, req)
 		if err != nil {
 			return err
@@ -111,6 +112,11 @@ func (t *txn) claim(req model.ClaimRequest, out *[]model.Claimed) error {
 		*out = append(*out, c)
 		return nil
 	})
+}
+
+// claimParams is req as a store's Claim takes it, for up to max tasks.
+func claimParams(req model.ClaimRequest, max int) seam.ClaimParams {
+	return seam.ClaimParams{Worker: req.Worker, Lease: req.Lease, Max: max}
 }
 
 // claimed records the claim of task, which the store has just taken for

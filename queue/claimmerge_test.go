@@ -399,7 +399,7 @@ func mergeStatements(q *Queue) []struct {
 		name string
 		skip int
 	}
-	if q.store.dialect() == "sqlite" {
+	if q.store.Dialect() == "sqlite" {
 		return []at{{"claim_next", 0}, {"claim_room", 0}, {"claim_tasks", 0}, {"event_insert_batch", 0}}
 	}
 	return []at{{"claim_batch", 0}, {"event_insert_batch", 0}}
@@ -465,7 +465,7 @@ func TestMergedClaimFaultRollsBackAll(t *testing.T) {
 func TestMergedClaimConflictRetries(t *testing.T) {
 	mergeStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
 		g := open(t)
-		if g.q.store.dialect() == "sqlite" {
+		if g.q.store.Dialect() == "sqlite" {
 			t.Skip("SQLite, one writer at a time, reports no conflicts")
 		}
 		for _, st := range mergeStatements(g.q) {

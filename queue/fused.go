@@ -3,16 +3,16 @@ package queue
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // Fused groups. On a store whose round trips cost (PostgreSQL: each
 // statement waits for the server's answer, BEGIN and COMMIT included), a
 // group made only of completions, each perhaps claiming its next task
 // (a worker's slots finishing their tasks: CompleteAndClaim), is run as
-// one statement that is its own transaction (fuser.completeAndClaim):
+// one statement that is its own transaction (seam.Fuser):
 // the completions under complete_batch's checks with their completed
 // events, then one claim of the sum of the members' Max (the merged claim
 // of batch.go) with its claimed events. One round trip instead of five,
@@ -38,37 +38,18 @@ import (
 // connection failed while the statement ran: it may have committed, and
 // every member is told ErrOutcomeUnknown.
 
-// fuser is a store that runs a fused group in one statement.
-type fuser interface {
-	// completeAndClaim runs f as one statement outside any transaction
-	// and returns the tasks it took, as they were (queued), in claim
-	// order; errFusedMismatch when a claim did not match and nothing was
-	// written. Any other error is the statement's: unknown reports
-	// whether it may have committed.
-	completeAndClaim(q *Queue, f fusedGroup) (taken []model.Task, unknown bool, err error)
-}
-
 // errFusedMismatch: a fused group's statement did not match every claim
 // and wrote nothing.
-var errFusedMismatch = errors.New("queue: a fused group's claim did not match; nothing written")
+var errFusedMismatch = seam.ErrFusedMismatch
 
 // fusedGroup is what a fused group's statement is given.
-type fusedGroup struct {
-	now    time.Time
-	claims [][3]any  // [task id, fence, now] of each completion, as complete_batch takes them
-	events [][12]any // the completed event of each, in member order
-	// claim is the merged claim's worker and lease; max its tasks (the
-	// sum of the members' Max), none when no member claims.
-	claim model.ClaimRequest
-	max   int
-	scope string
-}
+type fusedGroup = seam.FusedParams
 
 // runFused runs members as a fused group when they qualify and the store
 // can; false means the group is to run the usual way (it did not
 // qualify, or a claim did not match and nothing was written).
 func (q *Queue) runFused(members []*member) bool {
-	f := q.store.capabilities().fuse
+	f := q.store.Capabilities().Fuse
 	if f == nil || !q.fuse {
 		return false
 	}
@@ -76,7 +57,7 @@ func (q *Queue) runFused(members []*member) bool {
 	if !ok {
 		return false
 	}
-	taken, unknown, err := f.completeAndClaim(q, plan)
+	taken, unknown, err := f.CompleteAndClaim(runner{q}, plan)
 	switch {
 	case errors.Is(err, errFusedMismatch):
 		q.stats.fallbacks.Add(1)
@@ -114,8 +95,8 @@ func (q *Queue) planFused(members []*member) (fusedGroup, bool) {
 	if len(members) < batchMin {
 		return fusedGroup{}, false
 	}
-	f := fusedGroup{now: q.now(), scope: model.ScopeOf(members[0].ctx)}
-	if !jsonSafe(f.scope) {
+	f := fusedGroup{Now: q.now(), Scope: model.ScopeOf(members[0].ctx)}
+	if !jsonSafe(f.Scope) {
 		return fusedGroup{}, false
 	}
 	seen := make(map[string]bool, len(members))
@@ -123,24 +104,24 @@ func (q *Queue) planFused(members []*member) (fusedGroup, bool) {
 	for _, m := range members {
 		c := m.completes
 		if c == nil || c.check != nil || c.then != nil || seen[c.claim.TaskID] ||
-			!jsonSafe(c.claim.TaskID) || !jsonSafe(c.claim.Owner) || model.ScopeOf(m.ctx) != f.scope {
+			!jsonSafe(c.claim.TaskID) || !jsonSafe(c.claim.Owner) || model.ScopeOf(m.ctx) != f.Scope {
 			return fusedGroup{}, false
 		}
 		seen[c.claim.TaskID] = true
-		f.claims = append(f.claims, [3]any{c.claim.TaskID, c.claim.Fence, model.Millis(f.now)})
-		f.events = append(f.events, eventRowAt(completedEvent(c.claim), f.now, f.scope))
+		f.Claims = append(f.Claims, [3]any{c.claim.TaskID, c.claim.Fence, model.Millis(f.Now)})
+		f.Events = append(f.Events, eventRowAt(completedEvent(c.claim), f.Now, f.Scope))
 		if c.next == nil {
 			continue
 		}
 		req := c.next.req
-		if claiming > 0 && (req.Worker != f.claim.Worker || req.Lease != f.claim.Lease) {
+		if claiming > 0 && (req.Worker != f.Claim.Worker || req.Lease != f.Claim.Lease) {
 			return fusedGroup{}, false
 		}
-		f.claim = model.ClaimRequest{Worker: req.Worker, Lease: req.Lease}
-		f.max += req.Max
+		f.Claim.Worker, f.Claim.Lease = req.Worker, req.Lease
+		f.Claim.Max += req.Max
 		claiming++
 	}
-	if f.max > model.ClaimBatchLimit {
+	if f.Claim.Max > model.ClaimBatchLimit {
 		return fusedGroup{}, false
 	}
 	return f, true
@@ -160,7 +141,7 @@ func (q *Queue) handOut(members []*member, taken []model.Task, f fusedGroup) err
 		}
 		claiming++
 		for n := 0; n < ask.req.Max && k < len(taken); n++ {
-			*ask.out = append(*ask.out, claimedAt(taken[k], ask.req, f.now))
+			*ask.out = append(*ask.out, claimedAt(taken[k], ask.req, f.Now))
 			k++
 		}
 	}
@@ -168,7 +149,7 @@ func (q *Queue) handOut(members []*member, taken []model.Task, f fusedGroup) err
 		q.stats.merged.Add(int64(claiming))
 	}
 	if k < len(taken) {
-		return outcomeUnknown(fmt.Errorf("queue: complete and claim: %d tasks taken for %d asked", len(taken), f.max))
+		return outcomeUnknown(fmt.Errorf("queue: complete and claim: %d tasks taken for %d asked", len(taken), f.Claim.Max))
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 // groups), when the PostgreSQL suites run.
 func fusedStores(t *testing.T, test func(t *testing.T, open func(t *testing.T) *mergeRig)) {
 	mergeStores(t, func(t *testing.T, open func(t *testing.T) *mergeRig) {
-		if open(t).q.store.dialect() == "sqlite" {
+		if open(t).q.store.Dialect() == "sqlite" {
 			t.Skip("SQLite's statements are calls within the process: it fuses nothing")
 		}
 		test(t, open)

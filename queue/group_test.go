@@ -535,7 +535,7 @@ func TestGroupBatchLeavesOddTextAlone(t *testing.T) {
 		b, cb := g.running()
 		c, cc := g.running()
 		odd := "scope\xff"
-		if g.q.store.dialect() != "sqlite" {
+		if g.q.store.Dialect() != "sqlite" {
 			odd = "scope" // PostgreSQL text holds no invalid UTF-8; a NUL neither
 		}
 		scoped := model.WithScope(g.ctx, odd)

@@ -6,32 +6,27 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // StorageClass names the kind of storage failure an error is, as /healthz
-// reports it.
-type StorageClass string
+// reports it (seam.Class).
+type StorageClass = seam.Class
 
 // The storage classes. Any other error (bad input, a stale claim, a
 // missing task) is no storage failure and has no class.
 const (
-	ClassBusy     StorageClass = "busy"        // another connection holds the lock past the busy timeout
-	ClassDiskFull StorageClass = "disk_full"   // the disk (or a quota) is full
-	ClassIO       StorageClass = "io_error"    // the operating system reported an I/O error
-	ClassReadOnly StorageClass = "read_only"   // the file, its directory or the mount cannot be written
-	ClassCantOpen StorageClass = "cannot_open" // the file (or its -wal, -shm) cannot be opened
-	ClassCorrupt  StorageClass = "corrupt"     // the file is not a sound SQLite database
-	ClassNoMemory StorageClass = "no_memory"   // the database could not allocate memory
-	// ClassConflict: the database aborted the transaction to keep
-	// transactions serializable (a serialization failure or a deadlock);
-	// the operation may be retried.
-	ClassConflict StorageClass = "conflict"
-	// ClassConnection: the connection to a database server was lost or
-	// could not be made.
-	ClassConnection StorageClass = "connection_lost"
-	// ClassConstraint: a statement broke a constraint the protocol should
-	// have checked first (a unique key raced by another process).
-	ClassConstraint StorageClass = "constraint"
+	ClassBusy       = seam.ClassBusy
+	ClassDiskFull   = seam.ClassDiskFull
+	ClassIO         = seam.ClassIO
+	ClassReadOnly   = seam.ClassReadOnly
+	ClassCantOpen   = seam.ClassCantOpen
+	ClassCorrupt    = seam.ClassCorrupt
+	ClassNoMemory   = seam.ClassNoMemory
+	ClassConflict   = seam.ClassConflict
+	ClassConnection = seam.ClassConnection
+	ClassConstraint = seam.ClassConstraint
 )
 
 // ClassOf returns the storage class of err, or "" when err is no storage
@@ -42,7 +37,7 @@ func ClassOf(err error) StorageClass {
 		return ""
 	}
 	for _, b := range backends {
-		if c := b.classify(err); c != "" {
+		if c := b.Classify(err); c != "" {
 			return c
 		}
 	}

@@ -130,7 +130,7 @@ func (q *Queue) SetUserLimit(ctx context.Context, u model.UserLimit, actor strin
 // whose claim reads each user's limit and running count under the user's
 // row lock (PostgreSQL's) keeps none, and its SQL has no reblock queries.
 func (t *txn) reblock(name queryName, args ...any) error {
-	if !t.q.store.capabilities().blockedFlags {
+	if !t.q.store.Capabilities().BlockedFlags {
 		return nil
 	}
 	_, err := t.exec(name, args...)

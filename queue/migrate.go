@@ -8,14 +8,11 @@ import (
 	"slices"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // AppliedMigration is a row of schema_migrations.
-type AppliedMigration struct {
-	Version  int
-	Name     string
-	Checksum string
-}
+type AppliedMigration = seam.AppliedMigration
 
 // querier is a *sql.DB or a *sql.Tx.
 type querier interface {
@@ -26,14 +23,14 @@ type querier interface {
 // readApplied returns the migrations recorded in db, in order.
 func readApplied(ctx context.Context, db querier, set *sqlSet) ([]AppliedMigration, error) {
 	var exists int
-	err := db.QueryRowContext(ctx, set.queries[qMigrationsTableExists.name].text).Scan(&exists)
+	err := db.QueryRowContext(ctx, set.queries[qMigrationsTableExists.String()].text).Scan(&exists)
 	if err != nil {
 		return nil, fmt.Errorf("queue: read schema version: %w", err)
 	}
 	if exists == 0 {
 		return nil, nil
 	}
-	rows, err := db.QueryContext(ctx, set.queries[qMigrationsApplied.name].text)
+	rows, err := db.QueryContext(ctx, set.queries[qMigrationsApplied.String()].text)
 	if err != nil {
 		return nil, fmt.Errorf("queue: read schema version: %w", err)
 	}
@@ -60,17 +57,18 @@ func readApplied(ctx context.Context, db querier, set *sqlSet) ([]AppliedMigrati
 // history applied, and the baseline pending.
 func Inspect(ctx context.Context, path string) (applied []AppliedMigration, pending []Migration, err error) {
 	b := backendFor(path)
-	if b.capabilities().localFile {
+	if b.Capabilities().LocalFile {
 		return inspectFile(ctx, path)
 	}
 	set, err := sqlOf(b)
 	if err != nil {
 		return nil, nil, err
 	}
-	db, _, err := b.connect(ctx, Options{Path: path, ReadOnly: true, MaxConns: 1})
+	pool, err := b.Connect(ctx, seam.ConnectParams{Path: path, ReadOnly: true, MaxConns: 1})
 	if err != nil {
 		return nil, nil, err
 	}
+	db := pool.DB
 	defer db.Close()
 	p, err := plan(ctx, db, set)
 	if err != nil {
@@ -137,10 +135,10 @@ func plan(ctx context.Context, db querier, set *sqlSet) (schemaPlan, error) {
 	}
 	p := schemaPlan{applied: applied}
 	switch {
-	case set.folded.matches(applied):
+	case foldedMatches(set.folded, applied):
 		p.fold, p.pending = true, known
-	case set.folded.partial(applied):
-		return schemaPlan{}, set.folded.refusePartial(applied)
+	case foldedPartial(set.folded, applied):
+		return schemaPlan{}, refusePartial(set.folded, applied)
 	case len(applied) > len(known):
 		return schemaPlan{}, fmt.Errorf("queue: database schema version %d, this build supports up to %d: %w",
 			applied[len(applied)-1].Version, len(known), ErrSchemaTooNew)
@@ -177,7 +175,7 @@ func plan(ctx context.Context, db querier, set *sqlSet) (schemaPlan, error) {
 // records, or 0 and "" when it records none.
 func readFunctions(ctx context.Context, db querier, set *sqlSet) (int, string, error) {
 	var exists int
-	if err := db.QueryRowContext(ctx, set.queries[qFunctionsTableExists.name].text).Scan(&exists); err != nil {
+	if err := db.QueryRowContext(ctx, set.queries[qFunctionsTableExists.String()].text).Scan(&exists); err != nil {
 		return 0, "", fmt.Errorf("queue: read functions version: %w", err)
 	}
 	if exists == 0 {
@@ -185,7 +183,7 @@ func readFunctions(ctx context.Context, db querier, set *sqlSet) (int, string, e
 	}
 	var version int
 	var sum string
-	err := db.QueryRowContext(ctx, set.queries[qFunctionsApplied.name].text).Scan(&version, &sum)
+	err := db.QueryRowContext(ctx, set.queries[qFunctionsApplied.String()].text).Scan(&version, &sum)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", nil
 	}
@@ -240,8 +238,8 @@ func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 		return fmt.Errorf("queue: migrate: begin: %w", err)
 	}
 	defer tx.Rollback()
-	if q.store.capabilities().commitsOutOfOrder {
-		if _, err := tx.ExecContext(ctx, q.query(qMigrationsLock.name).text); err != nil {
+	if q.store.Capabilities().CommitsOutOfOrder {
+		if _, err := tx.ExecContext(ctx, q.query(qMigrationsLock.String()).text); err != nil {
 			return fmt.Errorf("queue: migrate: lock: %w", err)
 		}
 	}
@@ -255,7 +253,7 @@ func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 	if len(p.applied) > 0 && mode != MigrateAll {
 		return outdated(p)
 	}
-	if _, err := tx.ExecContext(ctx, q.sql.queries[qMigrationsTable.name].text); err != nil {
+	if _, err := tx.ExecContext(ctx, q.sql.queries[qMigrationsTable.String()].text); err != nil {
 		return fmt.Errorf("queue: migrate: %w", err)
 	}
 	pending := p.pending
@@ -286,7 +284,7 @@ func (q *Queue) applyPending(ctx context.Context, mode MigrateMode) error {
 
 // recordMigration records m as applied, inside tx.
 func (q *Queue) recordMigration(ctx context.Context, tx *sql.Tx, m Migration) error {
-	record := q.sql.queries[qMigrationRecord.name]
+	record := q.sql.queries[qMigrationRecord.String()]
 	args, err := bindArgs("migration_record", record, []any{sql.Named("version", m.Version),
 		sql.Named("name", m.Name), sql.Named("checksum", m.Checksum), sql.Named("now", model.Millis(q.now()))})
 	if err != nil {
@@ -301,13 +299,13 @@ func (q *Queue) recordMigration(ctx context.Context, tx *sql.Tx, m Migration) er
 // installFunctions installs p's functions file and records its version
 // and checksum, inside tx.
 func (q *Queue) installFunctions(ctx context.Context, tx *sql.Tx, p schemaPlan) error {
-	if _, err := tx.ExecContext(ctx, q.sql.queries[qFunctionsTable.name].text); err != nil {
+	if _, err := tx.ExecContext(ctx, q.sql.queries[qFunctionsTable.String()].text); err != nil {
 		return fmt.Errorf("queue: migrate: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, p.installed); err != nil {
 		return fmt.Errorf("queue: install %s version %d: %w", functionsFile, p.functions.Version, err)
 	}
-	record := q.sql.queries[qFunctionsRecord.name]
+	record := q.sql.queries[qFunctionsRecord.String()]
 	args, err := bindArgs("functions_record", record, []any{sql.Named("version", p.functions.Version),
 		sql.Named("checksum", p.installedSum), sql.Named("now", model.Millis(q.now()))})
 	if err != nil {

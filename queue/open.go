@@ -16,16 +16,17 @@ import (
 
 	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // Memory is the Path of an in-memory database. It lives in exactly one
 // connection (every pooled connection to :memory: would be a different,
 // empty database) and cannot use WAL.
-const Memory = ":memory:"
+const Memory = seam.Memory
 
 // NoBusyTimeout makes a locked database fail at once with SQLITE_BUSY
 // instead of waiting (the simulator injects busy errors as faults).
-const NoBusyTimeout time.Duration = -1
+const NoBusyTimeout = seam.NoBusyTimeout
 
 // Synchronous settings. FULL is the default: NORMAL in WAL mode can lose
 // the last commits on power loss, so it is an explicit choice.
@@ -118,9 +119,10 @@ type Queue struct {
 	stmts   map[string]*sql.Stmt // prepared on first use
 	path    string
 	pragmas []string
-	// url is o.Path as given, a URL's password included: the wake
-	// listener (Wake) opens a connection of its own with it. Never printed.
-	url string
+	// params are the options the store connected with, o.Path as given
+	// (a URL's password included): the wake listener (Wake) opens a
+	// connection of its own with them. Never printed.
+	params seam.ConnectParams
 
 	mu sync.Mutex // guards rand and ids, which need not be goroutine-safe, and spareIDs
 	// spareIDs are identifiers drawn and then not used (unusedID), in the
@@ -153,7 +155,8 @@ type Queue struct {
 
 	prunes pruneCursor // where PruneDue's next pass starts (prune.go)
 
-	session pgSession // PostgreSQL's session settings (pgsession.go); zero on SQLite
+	// leaseMin is the store's shortest lease for a live worker (LeaseMin).
+	leaseMin time.Duration
 }
 
 // Open opens (creating if needed) the database at o.Path and checks its
@@ -169,14 +172,14 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, settings, err := b.connect(ctx, o)
+	pool, err := b.Connect(ctx, o.connectParams())
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{db: db, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), url: o.Path,
-		pragmas: settings, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
-	q.session = pgSessionFor(b, o)
-	q.fuse = b.capabilities().fuse != nil && !o.Unfused
+	db := pool.DB
+	q := &Queue{db: db, leaseMin: pool.LeaseMin, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), params: o.connectParams(),
+		pragmas: pool.Settings, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
+	q.fuse = b.Capabilities().Fuse != nil && !o.Unfused
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff
 	}
@@ -197,10 +200,17 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 		db.Close()
 		return nil, err
 	}
-	if !o.Ungrouped && b.groups() {
-		q.startGroups(b.groupLanes())
+	if !o.Ungrouped && b.Capabilities().Groups {
+		q.startGroups(b.Capabilities().GroupLanes)
 	}
 	return q, nil
+}
+
+// connectParams are the options a store's Connect is given.
+func (o Options) connectParams() seam.ConnectParams {
+	return seam.ConnectParams{Path: o.Path, ReadOnly: o.ReadOnly, Image: o.Image != nil, Driver: o.Driver,
+		MaxConns: o.MaxConns, BusyTimeout: o.BusyTimeout, Synchronous: o.Synchronous,
+		IdleInTransactionTimeout: o.IdleInTransactionTimeout}
 }
 
 // ErrNoSchema: a database opened read-only has no leasehold schema (an
@@ -229,7 +239,7 @@ func (q *Queue) Pragmas() []string { return append([]string(nil), q.pragmas...) 
 // printablePath is o.Path as the queue keeps and prints it: a URL's
 // password is replaced (a store's URL may carry one; see RedactURL).
 func printablePath(b backend, path string) string {
-	if b.capabilities().localFile {
+	if b.Capabilities().LocalFile {
 		return path
 	}
 	return RedactURL(path)
@@ -455,4 +465,42 @@ func (q *Queue) draw(key string) uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return model.DrawFor(q.rand, key)
+}
+
+// LeaseMin is the shortest lease a live worker of this queue may take
+// (worker.NewRunner refuses a shorter one). On PostgreSQL it is the
+// idle-in-transaction timeout plus the TCP user timeout (25 s by
+// default): a worker cut off inside a write transaction can stop other
+// workers' writes that need its locks that long, and their leases must
+// outlast it. Zero on SQLite.
+func (q *Queue) LeaseMin() time.Duration { return q.leaseMin }
+
+// SessionSettings reads back, from the database, the settings a
+// connection of the queue's pool runs with, each as "name=value" in the
+// database's own words: on PostgreSQL the session's
+// idle_in_transaction_session_timeout, TCP keepalives and user timeout,
+// lock_timeout, and the statement_timeout and idle_session_timeout it
+// must not have; on SQLite its PRAGMAs. Pragmas says what was asked;
+// this says what took hold.
+func (q *Queue) SessionSettings(ctx context.Context) ([]string, error) {
+	if err := q.checkOpen("session settings"); err != nil {
+		return nil, err
+	}
+	rows, err := q.readRows(ctx, qSessionSettings)
+	if err != nil {
+		return nil, fmt.Errorf("queue: session settings: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name, value string
+		if err := rows.Scan(&name, &value); err != nil {
+			return nil, fmt.Errorf("queue: session settings: %w", err)
+		}
+		out = append(out, name+"="+value)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queue: session settings: %w", err)
+	}
+	return out, nil
 }

@@ -14,7 +14,7 @@ import (
 // broken-variant placeholders, the variants it names.
 func brokenVariantsOf(t *testing.T, b backend) map[string][]broken.Variant {
 	t.Helper()
-	texts, err := loadQueries(b.sqlFiles())
+	texts, err := loadQueries(b.SQLFiles())
 	require.NoError(t, err)
 	out := map[string][]broken.Variant{}
 	for name, text := range texts {
@@ -50,7 +50,7 @@ func TestPostgresSQLNamesTheBrokenVariants(t *testing.T) {
 	want := append(allVariants(lite), broken.ChangedRequestReplayed, broken.DepthCapOffByOne)
 	slices.Sort(want)
 	require.Equal(t, slices.Compact(want), allVariants(pg))
-	pgTexts, err := loadQueries(pgBackend{}.sqlFiles())
+	pgTexts, err := loadQueries(pgBackend{}.SQLFiles())
 	require.NoError(t, err)
 	for name, vs := range lite {
 		if _, both := pgTexts[name]; !both {
@@ -70,7 +70,7 @@ func TestPostgresBrokenVariantsPrepare(t *testing.T) {
 	conn, err := pgx.Connect(f.ctx, f.url)
 	require.NoError(t, err)
 	defer conn.Close(f.ctx)
-	texts, err := loadQueries(pgBackend{}.sqlFiles())
+	texts, err := loadQueries(pgBackend{}.SQLFiles())
 	require.NoError(t, err)
 	paramTypes := func(text string) map[string]uint32 {
 		rewritten, names := rewriteParams(text)

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/internal/redact"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // Wake-ups on PostgreSQL. A write that makes a task claimable now (a
@@ -46,15 +49,10 @@ const (
 // dead is the store's keepalive, as for every connection (pgsession.go).
 var wakeConnectTimeout = 10 * time.Second
 
-// readyNotifier is a store that can wake idle workers elsewhere.
-type readyNotifier interface {
-	// notifyReady sends, inside t's transaction, the notification that a
-	// task became claimable.
-	notifyReady(t *txn) error
-}
-
-func (pgBackend) notifyReady(t *txn) error {
-	if _, err := t.exec(qReadyNotify); err != nil {
+// NotifyReady sends, inside tx, the notification that a task became
+// claimable: ready_notify.
+func (pgBackend) NotifyReady(tx seam.Tx) error {
+	if _, err := tx.Exec(qReadyNotify); err != nil {
 		return fmt.Errorf("queue: notify workers: %w", err)
 	}
 	return nil
@@ -71,13 +69,13 @@ func (t *txn) madeReady(runAt time.Time) {
 // notifyReady sends the group's one notification if a member whose writes
 // the commit keeps made a task claimable and the store notifies.
 func (g *group) notifyReady() error {
-	n := g.q.store.capabilities().notifyReady
+	n := g.q.store.Capabilities().Notify
 	if n == nil {
 		return nil
 	}
 	for i, t := range g.txns {
 		if t.ready && !g.alone[i] {
-			return n.notifyReady(t)
+			return n.NotifyReady(t)
 		}
 	}
 	return nil
@@ -119,7 +117,8 @@ func (g *group) abort(err error) {
 // process over the same file is not woken and polls. On a closed queue
 // Wake returns nil, which never receives. Close stops the listeners.
 func (q *Queue) Wake(ctx context.Context, log *slog.Logger) <-chan struct{} {
-	if q.store.capabilities().notifyReady == nil {
+	n := q.store.Capabilities().Notify
+	if n == nil {
 		return q.wakeLocal(ctx)
 	}
 	if log == nil {
@@ -132,7 +131,7 @@ func (q *Queue) Wake(ctx context.Context, log *slog.Logger) <-chan struct{} {
 	ch := make(chan struct{}, 1)
 	go func() {
 		defer done()
-		q.listen(ctx, ch, log)
+		q.listen(ctx, n, ch, log)
 		log.Debug("wake listener stopped", "db", q.path)
 	}()
 	return ch
@@ -191,11 +190,11 @@ func signal(ch chan<- struct{}) {
 
 // listen keeps a listening connection open until ctx ends, waking ch for
 // each notification of this schema.
-func (q *Queue) listen(ctx context.Context, ch chan<- struct{}, log *slog.Logger) {
+func (q *Queue) listen(ctx context.Context, n seam.Notifier, ch chan<- struct{}, log *slog.Logger) {
 	var retry time.Duration
 	lost, up := false, false
 	for ctx.Err() == nil {
-		conn, schema, err := q.openListener(ctx)
+		l, err := n.Listen(ctx, runner{q}, q.params)
 		if err == nil {
 			switch {
 			case lost:
@@ -207,8 +206,12 @@ func (q *Queue) listen(ctx context.Context, ch chan<- struct{}, log *slog.Logger
 			up = true
 			retry = 0
 			signal(ch)
-			err = waitNotifications(ctx, conn, schema, ch)
-			conn.Close(context.WithoutCancel(ctx))
+			for err == nil {
+				if err = l.Wait(ctx); err == nil {
+					signal(ch)
+				}
+			}
+			l.Close(context.WithoutCancel(ctx))
 		}
 		if ctx.Err() != nil {
 			return
@@ -217,7 +220,7 @@ func (q *Queue) listen(ctx context.Context, ch chan<- struct{}, log *slog.Logger
 		timer := q.clock.NewTimer(retry)
 		if !lost {
 			log.Warn("wake listener lost; idle workers poll until it is back", "db", q.path,
-				"error", scrubbed(err, q.url).Error(), "retry_in", retry.String())
+				"error", redact.Message(err, redact.Passwords(err.Error(), q.params.Path)).Error(), "retry_in", retry.String())
 			lost = true
 		}
 		select {
@@ -229,30 +232,55 @@ func (q *Queue) listen(ctx context.Context, ch chan<- struct{}, log *slog.Logger
 	}
 }
 
-// openListener opens a connection of its own to the queue's database,
-// listens on ReadyChannel and returns the connection with its schema.
-func (q *Queue) openListener(ctx context.Context) (*pgx.Conn, string, error) {
-	cfg, err := pgx.ParseConfig(q.url)
+// Listen opens a connection of its own to the database p names, listens
+// on ReadyChannel and returns it, to wait for the notifications of its
+// schema.
+func (pgBackend) Listen(ctx context.Context, r seam.Runner, p seam.ConnectParams) (seam.Listener, error) {
+	loc, cfg, session, err := pgConfig(p)
 	if err != nil {
-		return nil, "", fmt.Errorf("queue: wake listener: the URL %s is not valid", q.path)
+		return nil, fmt.Errorf("queue: wake listener: %w", err)
 	}
 	cfg.ConnectTimeout = wakeConnectTimeout
 	cfg.RuntimeParams["application_name"] = wakeApplicationName(cfg.RuntimeParams["search_path"])
-	q.session.apply(cfg)
+	session.apply(cfg) // again, for the dialer's timeout
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("queue: wake listener: connect to %s: %w", q.path, err)
+		return nil, fmt.Errorf("queue: wake listener: connect to %s: %w", loc.String(), err)
 	}
 	var schema string
-	if _, err = conn.Exec(ctx, q.query(qReadyListen.name).text); err == nil {
-		err = conn.QueryRow(ctx, q.query(qReadySchema.name).text).Scan(&schema)
+	if _, err = conn.Exec(ctx, r.Text(qReadyListen)); err == nil {
+		err = conn.QueryRow(ctx, r.Text(qReadySchema)).Scan(&schema)
 	}
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx))
-		return nil, "", fmt.Errorf("queue: wake listener: listen on %s: %w", q.path, err)
+		return nil, fmt.Errorf("queue: wake listener: listen on %s: %w", loc.String(), err)
 	}
-	return conn, schema, nil
+	return pgListener{conn: conn, schema: schema}, nil
 }
+
+// pgListener is a connection listening on ReadyChannel for the
+// notifications of one schema.
+type pgListener struct {
+	conn   *pgx.Conn
+	schema string
+}
+
+// Wait returns at the next notification of the schema, or with the error
+// that ended the connection or ctx.
+func (l pgListener) Wait(ctx context.Context) error {
+	for {
+		n, err := l.conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("queue: wake listener: %w", err)
+		}
+		if n.Channel == ReadyChannel && n.Payload == l.schema {
+			return nil
+		}
+	}
+}
+
+// Close closes the connection.
+func (l pgListener) Close(ctx context.Context) { l.conn.Close(ctx) }
 
 // wakeApplicationName is the application_name of a wake listener's
 // connection, as pg_stat_activity shows it: "leasehold wake" and the URL's
@@ -262,18 +290,4 @@ func wakeApplicationName(searchPath string) string {
 		return "leasehold wake"
 	}
 	return "leasehold wake " + searchPath
-}
-
-// waitNotifications wakes ch for each notification of schema until the
-// connection fails or ctx ends.
-func waitNotifications(ctx context.Context, conn *pgx.Conn, schema string, ch chan<- struct{}) error {
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return fmt.Errorf("queue: wake listener: %w", err)
-		}
-		if n.Channel == ReadyChannel && n.Payload == schema {
-			signal(ch)
-		}
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // The wake-ups of idle workers on PostgreSQL (pgnotify.go), against a real
@@ -240,12 +241,17 @@ func TestPostgresWakeListenerReconnects(t *testing.T) {
 // always fails, standing in for a pg_notify the server refuses.
 type failingNotifier struct{ sqliteBackend }
 
-func (failingNotifier) notifyReady(*txn) error { return errors.New("notify refused") }
+func (failingNotifier) NotifyReady(seam.Tx) error { return errors.New("notify refused") }
 
-// capabilities are SQLite's, with this notification.
-func (f failingNotifier) capabilities() capabilities {
-	c := f.sqliteBackend.capabilities()
-	c.notifyReady = f
+// Listen is never called: the test asks for no wake-ups.
+func (failingNotifier) Listen(context.Context, seam.Runner, seam.ConnectParams) (seam.Listener, error) {
+	return nil, errors.New("no listener")
+}
+
+// Capabilities are SQLite's, with this notification.
+func (f failingNotifier) Capabilities() capabilities {
+	c := f.sqliteBackend.Capabilities()
+	c.Notify = f
 	return c
 }
 

@@ -59,7 +59,7 @@ func TestPostgresMigrationsArePinned(t *testing.T) {
 		require.Equal(t, i+1, m.Version)
 		pinned, ok := pinnedPostgresMigrations[m.Name]
 		require.True(t, ok, "migration %s is not pinned; add its checksum to pinnedPostgresMigrations", m.Name)
-		body, err := fs.ReadFile(pgBackend{}.sqlFiles(), "migrations/"+m.Name)
+		body, err := fs.ReadFile(pgBackend{}.SQLFiles(), "migrations/"+m.Name)
 		require.NoError(t, err)
 		sum := sha256.Sum256(body)
 		require.Equal(t, pinned, hex.EncodeToString(sum[:]), "committed migration %s changed", m.Name)

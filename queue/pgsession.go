@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // The session settings of every connection the PostgreSQL store opens
@@ -47,7 +48,7 @@ const PostgresIdleInTransactionTimeout = 5 * time.Second
 // the timeout off: the simulator and the tests whose traces must not
 // depend on how fast the machine runs (a session idle past the timeout
 // while the process is descheduled would be ended).
-const NoIdleInTransactionTimeout time.Duration = -1
+const NoIdleInTransactionTimeout = seam.NoIdleInTransactionTimeout
 
 // The store's TCP keepalive, on both sides of its connections: after
 // pgKeepAliveIdle of silence a probe every pgKeepAliveInterval, and the
@@ -88,7 +89,7 @@ func pgSessionOf(params map[string]string, idle time.Duration) (pgSession, error
 	s := pgSession{idleInTransaction: PostgresIdleInTransactionTimeout, userTimeout: PostgresTCPUserTimeout,
 		keepAlive: net.KeepAliveConfig{Enable: true, Idle: pgKeepAliveIdle, Interval: pgKeepAliveInterval, Count: pgKeepAliveCount}}
 	switch {
-	case idle == NoIdleInTransactionTimeout:
+	case idle == seam.NoIdleInTransactionTimeout:
 		s.idleInTransaction = 0
 	case idle > 0:
 		s.idleInTransaction = idle
@@ -179,62 +180,6 @@ func (s pgSession) settings() []string {
 		fmt.Sprintf("tcp_keepalives=%s/%s/%d", s.keepAlive.Idle, s.keepAlive.Interval, s.keepAlive.Count),
 		fmt.Sprintf("%s=%dms", pgUserTimeout, s.userTimeout.Milliseconds()),
 	}
-}
-
-// pgSessionFor returns the session settings of the store o opens, the
-// zero pgSession for SQLite. connect has checked o's URL.
-func pgSessionFor(b backend, o Options) pgSession {
-	if !b.capabilities().sessionTimeouts {
-		return pgSession{}
-	}
-	loc, err := ParseLocation(o.Path)
-	if err != nil {
-		return pgSession{}
-	}
-	cfg, err := pgx.ParseConfig(loc.URL)
-	if err != nil {
-		return pgSession{}
-	}
-	s, _ := pgSessionOf(cfg.RuntimeParams, o.IdleInTransactionTimeout)
-	return s
-}
-
-// LeaseMin is the shortest lease a live worker of this queue may take
-// (worker.NewRunner refuses a shorter one). On PostgreSQL it is the
-// idle-in-transaction timeout plus the TCP user timeout (25 s by
-// default): a worker cut off inside a write transaction can stop other
-// workers' writes that need its locks that long, and their leases must
-// outlast it. Zero on SQLite.
-func (q *Queue) LeaseMin() time.Duration { return q.session.leaseMin() }
-
-// SessionSettings reads back, from the database, the settings a
-// connection of the queue's pool runs with, each as "name=value" in the
-// database's own words: on PostgreSQL the session's
-// idle_in_transaction_session_timeout, TCP keepalives and user timeout,
-// lock_timeout, and the statement_timeout and idle_session_timeout it
-// must not have; on SQLite its PRAGMAs. Pragmas says what was asked;
-// this says what took hold.
-func (q *Queue) SessionSettings(ctx context.Context) ([]string, error) {
-	if err := q.checkOpen("session settings"); err != nil {
-		return nil, err
-	}
-	rows, err := q.readRows(ctx, qSessionSettings)
-	if err != nil {
-		return nil, fmt.Errorf("queue: session settings: %w", err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var name, value string
-		if err := rows.Scan(&name, &value); err != nil {
-			return nil, fmt.Errorf("queue: session settings: %w", err)
-		}
-		out = append(out, name+"="+value)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queue: session settings: %w", err)
-	}
-	return out, nil
 }
 
 // configConnector opens connections for a store whose Options.Driver is

@@ -128,8 +128,9 @@ func TestPostgresSessionSettingsReadBack(t *testing.T) {
 	require.Equal(t, pgDefaultSession, settings, "the pool through Options.Driver")
 	require.NoError(t, faulty.Close())
 
-	conn, _, err := q.openListener(f.ctx)
+	l, err := pgBackend{}.Listen(f.ctx, runner{q}, q.params)
 	require.NoError(t, err)
+	conn := l.(pgListener).conn
 	settings = readSession(t, func(name string) (v string, err error) {
 		return v, conn.QueryRow(f.ctx, "SELECT current_setting($1)", name).Scan(&v)
 	})

@@ -78,7 +78,7 @@ func TestPostgresMovesPreFoldOntoBaseline(t *testing.T) {
 
 	applied, pending, err := Inspect(ctx, dbURL)
 	require.NoError(t, err)
-	require.Equal(t, pgFolded.migrations[:20], applied)
+	require.Equal(t, pgFolded.Migrations[:20], applied)
 	set, err := sqlOf(pgBackend{})
 	require.NoError(t, err)
 	require.Len(t, pending, len(set.migrations)+1, "the baseline and later migrations, and the functions")
@@ -109,7 +109,7 @@ func TestPostgresMovesPreFoldOntoBaseline(t *testing.T) {
 	require.ErrorContains(t, err, "pre-release schema version 20")
 	applied, _, err = Inspect(ctx, dbURL)
 	require.NoError(t, err)
-	require.Equal(t, pgFolded.migrations[:20], applied, "a refused open changes nothing")
+	require.Equal(t, pgFolded.Migrations[:20], applied, "a refused open changes nothing")
 	q, err := Open(ctx, Options{Path: dbURL, Clock: clock, IDs: model.NewSeededIDs(9), Migrate: MigrateAll})
 	require.NoError(t, err)
 	defer q.Close()
@@ -233,12 +233,12 @@ func TestPostgresMovesPreFoldAt21OntoBaseline(t *testing.T) {
 	raw, err := sql.Open("pgx", dbURL)
 	require.NoError(t, err)
 	defer raw.Close()
-	last := pgFolded.migrations[20]
+	last := pgFolded.Migrations[20]
 	_, err = raw.ExecContext(ctx, "INSERT INTO schema_migrations VALUES ($1, $2, $3, 0)", last.Version, last.Name, last.Checksum)
 	require.NoError(t, err)
 	applied, _, err := Inspect(ctx, dbURL)
 	require.NoError(t, err)
-	require.Equal(t, pgFolded.migrations, applied)
+	require.Equal(t, pgFolded.Migrations, applied)
 	q, err := Open(ctx, Options{Path: dbURL, Clock: clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 14, 0, 0, 0, time.UTC)),
 		IDs: model.NewSeededIDs(9), Migrate: MigrateAll})
 	require.NoError(t, err)
@@ -263,14 +263,14 @@ func TestPostgresRefusesAPartOfThePreFoldHistory(t *testing.T) {
 	_, err = raw.ExecContext(ctx, `CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL,
 	    checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)`)
 	require.NoError(t, err)
-	for _, m := range pgFolded.migrations[:5] {
+	for _, m := range pgFolded.Migrations[:5] {
 		_, err := raw.ExecContext(ctx, "INSERT INTO schema_migrations VALUES ($1, $2, $3, 0)", m.Version, m.Name, m.Checksum)
 		require.NoError(t, err)
 	}
 	_, err = Open(ctx, Options{Path: dbURL, Clock: clockwork.NewFakeClock(), IDs: model.NewSeededIDs(1), Migrate: MigrateAll})
 	require.ErrorIs(t, err, ErrSchemaMismatch)
 	require.ErrorContains(t, err, "pre-release schema version 5")
-	require.ErrorContains(t, err, fmt.Sprintf("to version %d with leasehold at commit %s", pgFolded.schemaFrom, pgFolded.build))
+	require.ErrorContains(t, err, fmt.Sprintf("to version %d with leasehold at commit %s", pgFolded.SchemaFrom, pgFolded.Build))
 	var recorded int
 	require.NoError(t, raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&recorded))
 	require.Equal(t, 5, recorded)

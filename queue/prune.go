@@ -430,7 +430,7 @@ func idsArg(ids []string) (string, error) {
 // store without such a table (SQLite's tallies are one row per name) has
 // no tally_compact query and nothing to do.
 func (t *txn) compactTallies() error {
-	if !t.q.store.capabilities().counterRows {
+	if !t.q.store.Capabilities().CounterRows {
 		return nil
 	}
 	limit := sql.Named("limit", tallyCompactRows)
@@ -616,7 +616,7 @@ func (q *Queue) pruneLook(ctx context.Context, p prunePass) (passOutcome, bool, 
 // compactDue folds a store's rows of counter changes when there are many
 // (see compactTallies), in a transaction of its own.
 func (q *Queue) compactDue(ctx context.Context) error {
-	if !q.store.capabilities().counterRows {
+	if !q.store.Capabilities().CounterRows {
 		return nil
 	}
 	return q.write(ctx, "compact tallies", func(t *txn) error { return t.compactTallies() })

@@ -33,7 +33,7 @@ func declaredQueries(t *testing.T) map[string][]string {
 			stores = "sqlite"
 		}
 		for _, spec := range gen.Specs {
-			lit := spec.(*ast.ValueSpec).Values[0].(*ast.CompositeLit).Elts[0].(*ast.BasicLit)
+			lit := spec.(*ast.ValueSpec).Values[0].(*ast.CallExpr).Args[0].(*ast.BasicLit)
 			name, err := strconv.Unquote(lit.Value)
 			require.NoError(t, err)
 			out[stores] = append(out[stores], name)
@@ -78,14 +78,14 @@ func TestCapabilitiesMatchTheSQL(t *testing.T) {
 	for _, b := range backends {
 		set, err := sqlOf(b)
 		require.NoError(t, err)
-		has := func(n queryName) bool { _, ok := set.queries[n.name]; return ok }
-		c := b.capabilities()
-		require.Equal(t, c.blockedFlags, has(qReblockAll) && has(qReblockUser), b.dialect())
-		require.Equal(t, c.counterRows, has(qTallyCompact) && has(qTallyRows), b.dialect())
-		require.Equal(t, c.commitsOutOfOrder, has(qEventsAfterLock) && has(qMigrationsLock), b.dialect())
-		require.Equal(t, c.fuse != nil, has(qCompleteAndClaim), b.dialect())
-		require.Equal(t, c.submitAlone != nil, has(qSubmitOne), b.dialect())
-		require.Equal(t, c.notifyReady != nil, has(qReadyNotify) && has(qReadyListen), b.dialect())
-		require.Equal(t, c.walTruncate, has(qWalTruncate), b.dialect())
+		has := func(n queryName) bool { _, ok := set.queries[n.String()]; return ok }
+		c := b.Capabilities()
+		require.Equal(t, c.BlockedFlags, has(qReblockAll) && has(qReblockUser), b.Dialect())
+		require.Equal(t, c.CounterRows, has(qTallyCompact) && has(qTallyRows), b.Dialect())
+		require.Equal(t, c.CommitsOutOfOrder, has(qEventsAfterLock) && has(qMigrationsLock), b.Dialect())
+		require.Equal(t, c.Fuse != nil, has(qCompleteAndClaim), b.Dialect())
+		require.Equal(t, c.SubmitAlone != nil, has(qSubmitOne), b.Dialect())
+		require.Equal(t, c.Notify != nil, has(qReadyNotify) && has(qReadyListen), b.Dialect())
+		require.Equal(t, c.WALTruncate, has(qWalTruncate), b.Dialect())
 	}
 }

@@ -168,7 +168,7 @@ func addTally(m *model.Metrics, name string, n, sum int64) error {
 // active) with a recount of the tasks, and returns an error describing any
 // disagreement in the store's own terms.
 func (q *Queue) CheckCounters(ctx context.Context) error {
-	if err := checkCounters(q.readRow(ctx, qCountersCheck), thirdCheck(q.store.capabilities())); err != nil {
+	if err := checkCounters(q.readRow(ctx, qCountersCheck), thirdCheck(q.store.Capabilities())); err != nil {
 		return fmt.Errorf("queue: %w", err)
 	}
 	return nil
@@ -177,7 +177,7 @@ func (q *Queue) CheckCounters(ctx context.Context) error {
 // thirdCheck names what the third count of a dialect's counters_check
 // counts, for the message that reports it.
 func thirdCheck(c capabilities) string {
-	if c.runningOverActive {
+	if c.RunningOverActive {
 		return "users counted running more tasks than they have active"
 	}
 	return "queued tasks' blocked or limited flags"

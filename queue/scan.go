@@ -6,52 +6,17 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
-// scanner is a *sql.Row or *sql.Rows.
-type scanner interface {
-	Scan(dest ...any) error
-}
+// scanTask and scanTasks read the {task_columns} of rows: the typed task
+// rows every store returns (seam.ScanTask).
+type scanner = seam.Scanner
 
-// scanTask reads the {task_columns} of one row.
-func scanTask(s scanner) (model.Task, error) {
-	var t model.Task
-	var state, reason string
-	var runAt, deadline, leaseUntil, heartbeatAt, claimedAt, queuedAt, createdAt, updatedAt int64
-	var cancelRequested int
-	err := s.Scan(&t.Seq, &t.ID, &t.User, &t.Key, &t.RequestHash, &t.Payload, &state, &reason,
-		&t.Priority, &runAt, &deadline, &t.Version, &t.AttemptsCharged, &t.AttemptsMax, &t.Owner,
-		&leaseUntil, &heartbeatAt, &claimedAt, &queuedAt, &t.CostBudget, &t.CostUsed, &t.StepsMax,
-		&t.StepsUsed, &t.Checkpoint, &cancelRequested, &t.CancelledBy, &t.ApprovedBy, &t.ApprovalGate,
-		&t.ApprovalVersion, &t.ScheduleID, &t.ScheduleRun, &t.LastError, &createdAt, &updatedAt, &t.AttemptsFailed)
-	if err != nil {
-		return model.Task{}, err
-	}
-	t.State, t.Reason = model.State(state), model.Reason(reason)
-	t.Attempt = int(t.Version)
-	t.RunAt, t.Deadline = model.FromMillis(runAt), model.FromMillis(deadline)
-	t.LeaseUntil, t.HeartbeatAt = model.FromMillis(leaseUntil), model.FromMillis(heartbeatAt)
-	t.ClaimedAt, t.QueuedAt = model.FromMillis(claimedAt), model.FromMillis(queuedAt)
-	t.CreatedAt, t.UpdatedAt = model.FromMillis(createdAt), model.FromMillis(updatedAt)
-	t.CancelRequested = cancelRequested != 0
-	return t, nil
-}
-
-func scanTasks(rows *sql.Rows) ([]model.Task, error) {
-	defer rows.Close()
-	var out []model.Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, fmt.Errorf("queue: scan task: %w", err)
-		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queue: read tasks: %w", err)
-	}
-	return out, nil
-}
+var (
+	scanTask  = seam.ScanTask
+	scanTasks = seam.ScanTasks
+)
 
 func scanEvents(rows *sql.Rows) ([]model.Event, error) {
 	defer rows.Close()

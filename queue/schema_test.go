@@ -39,7 +39,7 @@ func TestMigrationsArePinned(t *testing.T) {
 		require.Equal(t, i+1, m.Version)
 		pinned, ok := pinnedMigrations[m.Name]
 		require.True(t, ok, "migration %s is not pinned; add its checksum to pinnedMigrations", m.Name)
-		body, err := fs.ReadFile(sqliteBackend{}.sqlFiles(), "migrations/"+m.Name)
+		body, err := fs.ReadFile(sqliteBackend{}.SQLFiles(), "migrations/"+m.Name)
 		require.NoError(t, err)
 		sum := sha256.Sum256(body)
 		require.Equal(t, pinned, hex.EncodeToString(sum[:]), "committed migration %s changed", m.Name)

@@ -103,8 +103,8 @@ func TestLoadSQLPositional(t *testing.T) {
 // TestBackendFor: SQLite handles paths and Memory when no other store
 // claims them.
 func TestBackendFor(t *testing.T) {
-	require.Equal(t, "sqlite", backendFor("leasehold.db").dialect())
-	require.Equal(t, "sqlite", backendFor(Memory).dialect())
+	require.Equal(t, "sqlite", backendFor("leasehold.db").Dialect())
+	require.Equal(t, "sqlite", backendFor(Memory).Dialect())
 }
 
 // TestExpandBroken: a placeholder is its safe text unless its variant is

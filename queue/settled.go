@@ -16,7 +16,7 @@ import (
 // number is still open, and the read is bounded by the last number drawn:
 // every event at or below it is then committed or gone.
 func (q *Queue) readSettled(ctx context.Context, name queryName, scan func(*sql.Rows) error, args ...any) error {
-	return q.readSettledSteps(ctx, name.name, func(read readFunc) error {
+	return q.readSettledSteps(ctx, name.String(), func(read readFunc) error {
 		rows, err := read(name, args...)
 		if err != nil {
 			return err
@@ -34,7 +34,7 @@ type readFunc func(name queryName, args ...any) (*sql.Rows, error)
 // committed or gone (PostgreSQL: all in the transaction that waited for
 // the writers), or, in SQLite, as plain reads in order.
 func (q *Queue) readSettledSteps(ctx context.Context, op string, steps func(read readFunc) error) error {
-	if !q.store.capabilities().commitsOutOfOrder {
+	if !q.store.Capabilities().CommitsOutOfOrder {
 		return steps(func(name queryName, args ...any) (*sql.Rows, error) { return q.readRows(ctx, name, args...) })
 	}
 	if err := q.checkOpen(op); err != nil {
@@ -45,11 +45,11 @@ func (q *Queue) readSettledSteps(ctx context.Context, op string, steps func(read
 		return fmt.Errorf("queue: %s: begin: %w", op, err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, q.query(qEventsAfterLock.name).text); err != nil {
+	if _, err := tx.ExecContext(ctx, q.query(qEventsAfterLock.String()).text); err != nil {
 		return fmt.Errorf("queue: %s: wait for writers: %w", op, err)
 	}
 	err = steps(func(qn queryName, args ...any) (*sql.Rows, error) {
-		name := qn.name
+		name := qn.String()
 		qq := q.query(name)
 		bound, err := bindArgs(name, qq, args)
 		if err != nil {

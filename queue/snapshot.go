@@ -404,11 +404,11 @@ func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
 			return vs[0]
 		}
 	}
-	check, err := forSchemaOf(ctx, db, set.queries[qCountersCheck.name].text)
+	check, err := forSchemaOf(ctx, db, set.queries[qCountersCheck.String()].text)
 	if err != nil {
 		return err
 	}
-	return checkCounters(db.QueryRowContext(ctx, check), thirdCheck(backends[0].capabilities()))
+	return checkCounters(db.QueryRowContext(ctx, check), thirdCheck(backends[0].Capabilities()))
 }
 
 // forSchemaOf returns a query text of this build (the {task_columns} or a
@@ -497,9 +497,9 @@ func copyFile(src, dst string) error {
 // sqliteFile refuses, for op, a path another store handles (a PostgreSQL
 // URL, whose password it does not repeat).
 func sqliteFile(op, path string) error {
-	if b := backendFor(path); !b.capabilities().localFile {
+	if b := backendFor(path); !b.Capabilities().LocalFile {
 		return fmt.Errorf("queue: %s: %s is a %s database, and %w: back it up with its own tools (pg_dump, pg_restore)",
-			op, RedactURL(path), b.dialect(), ErrSQLiteOnly)
+			op, RedactURL(path), b.Dialect(), ErrSQLiteOnly)
 	}
 	return nil
 }

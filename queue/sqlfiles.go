@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/leasehold/leasehold/internal/broken"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // query is one named statement of a dialect's queries.sql, as the driver
@@ -39,7 +40,7 @@ type sqlSet struct {
 	functions *storeFunctions
 	// folded is the history the store's baseline replaced (fold.go), nil
 	// for a store that has none.
-	folded *foldedHistory
+	folded *seam.Folded
 }
 
 // functionsFile is the file of a store's functions: code that migrate
@@ -190,15 +191,15 @@ var (
 func sqlOf(b backend) (*sqlSet, error) {
 	sqlMu.Lock()
 	defer sqlMu.Unlock()
-	if set := sqlSets[b.dialect()]; set != nil {
+	if set := sqlSets[b.Dialect()]; set != nil {
 		return set, nil
 	}
-	set, err := loadSQL(b.sqlFiles(), b.positional())
+	set, err := loadSQL(b.SQLFiles(), b.Positional())
 	if err != nil {
-		return nil, fmt.Errorf("queue: %s store: %w", b.dialect(), err)
+		return nil, fmt.Errorf("queue: %s store: %w", b.Dialect(), err)
 	}
-	set.folded = b.folded()
-	sqlSets[b.dialect()] = set
+	set.folded = b.Folded()
+	sqlSets[b.Dialect()] = set
 	return set, nil
 }
 

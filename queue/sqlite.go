@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 //go:embed sql/sqlite
@@ -32,24 +33,27 @@ var sqliteFiles embed.FS
 // one connection; writes grouped; claims one task at a time in claim order.
 type sqliteBackend struct{}
 
-func (sqliteBackend) dialect() string  { return "sqlite" }
-func (sqliteBackend) positional() bool { return false }
-func (sqliteBackend) groups() bool     { return true }
-func (sqliteBackend) groupLanes() int  { return 1 }
+// Dialect is "sqlite".
+func (sqliteBackend) Dialect() string { return "sqlite" }
 
-// handles: SQLite is the fallback; backendFor asks it nothing.
-func (sqliteBackend) handles(string) bool { return true }
+// Positional: the driver takes :name parameters.
+func (sqliteBackend) Positional() bool { return false }
 
-// capabilities: a file on this machine, whose queued tasks carry blocked
-// flags; one writer at a time, committing in event order.
-func (sqliteBackend) capabilities() capabilities {
-	return capabilities{localFile: true, blockedFlags: true, walTruncate: true}
+// Handles: SQLite is the fallback; the queue asks it nothing.
+func (sqliteBackend) Handles(string) bool { return true }
+
+// Capabilities: group commit in one lane (one writer at a time,
+// committing in event order), a file on this machine, whose queued tasks
+// carry blocked flags.
+func (sqliteBackend) Capabilities() seam.Capabilities {
+	return seam.Capabilities{Groups: true, GroupLanes: 1, LocalFile: true, BlockedFlags: true, WALTruncate: true}
 }
 
-// folded is nil: SQLite's migrations were released, and are never folded.
-func (sqliteBackend) folded() *foldedHistory { return nil }
+// Folded is nil: SQLite's migrations were released, and are never folded.
+func (sqliteBackend) Folded() *seam.Folded { return nil }
 
-func (sqliteBackend) sqlFiles() fs.FS {
+// SQLFiles is sql/sqlite.
+func (sqliteBackend) SQLFiles() fs.FS {
 	sub, err := fs.Sub(sqliteFiles, "sql/sqlite")
 	if err != nil {
 		panic("queue: embedded sql/sqlite: " + err.Error()) // fs.Sub fails only on an invalid name
@@ -59,27 +63,28 @@ func (sqliteBackend) sqlFiles() fs.FS {
 
 // connect opens o.Path: read-only (see connectReadOnly) or for writing,
 // with BEGIN IMMEDIATE for every transaction (the DSN's _txlock).
-func (sqliteBackend) connect(ctx context.Context, o Options) (*sql.DB, []string, error) {
+func (sqliteBackend) Connect(ctx context.Context, o seam.ConnectParams) (seam.Pool, error) {
 	if o.ReadOnly {
-		return connectReadOnly(ctx, o)
+		db, pragmas, err := connectReadOnly(ctx, o)
+		return seam.Pool{DB: db, Settings: pragmas}, err
 	}
 	dsn, pragmas, err := buildDSN(o)
 	if err != nil {
-		return nil, nil, err
+		return seam.Pool{}, err
 	}
-	return sqlitePool(o, dsn), pragmas, nil
+	return seam.Pool{DB: sqlitePool(o, dsn), Settings: pragmas}, nil
 }
 
 // sqlitePool is the pool on dsn: one connection for an in-memory database
 // (every connection to :memory: is a database of its own), o.MaxConns
 // (default 4) for a file.
-func sqlitePool(o Options, dsn string) *sql.DB {
+func sqlitePool(o seam.ConnectParams, dsn string) *sql.DB {
 	drv := o.Driver
 	if drv == nil {
 		drv = &sqlite.Driver{}
 	}
 	db := sql.OpenDB(connector{dsn: dsn, drv: drv})
-	if o.Path == Memory {
+	if o.Path == seam.Memory {
 		db.SetMaxOpenConns(1)
 		db.SetMaxIdleConns(1)
 		db.SetConnMaxLifetime(0)
@@ -103,8 +108,8 @@ func sqlitePool(o Options, dsn string) *sql.DB {
 // writer can have the database open: a writer would have had to create the
 // -wal), the file is opened as immutable, which SQLite reads without locks
 // or companions.
-func connectReadOnly(ctx context.Context, o Options) (*sql.DB, []string, error) {
-	if o.Path == Memory || o.Image != nil {
+func connectReadOnly(ctx context.Context, o seam.ConnectParams) (*sql.DB, []string, error) {
+	if o.Path == seam.Memory || o.Image {
 		return nil, nil, &model.ValidationError{Field: "db", Problem: "only a database file opens read-only"}
 	}
 	if _, err := os.Stat(o.Path); err != nil {
@@ -134,7 +139,7 @@ func connectReadOnly(ctx context.Context, o Options) (*sql.DB, []string, error) 
 // whether to open it as immutable instead (see openReadOnly), or returns
 // the error to report.
 func immutableRetry(path string, err error) (bool, error) {
-	if ClassOf(err) != ClassCantOpen {
+	if (sqliteBackend{}).Classify(err) != seam.ClassCantOpen {
 		return false, err
 	}
 	if _, statErr := os.Stat(path + "-wal"); !errors.Is(statErr, os.ErrNotExist) {
@@ -149,14 +154,14 @@ func immutableRetry(path string, err error) (bool, error) {
 // upgrades read databases of other versions), and makes a first read to
 // be sure it can be read. It has one connection.
 func OpenReadOnlyDB(ctx context.Context, path string) (*sql.DB, error) {
-	db, _, err := connectReadOnly(ctx, Options{Path: path, MaxConns: 1})
+	db, _, err := connectReadOnly(ctx, seam.ConnectParams{Path: path, MaxConns: 1})
 	return db, err
 }
 
 // readOnlyDSN is the DSN of a read-only open: a file: URI (SQLite reads
 // mode and immutable only from a URI) with the busy timeout and
 // query_only, and no journal_mode or synchronous, which are a writer's.
-func readOnlyDSN(o Options, immutable bool) (string, []string, error) {
+func readOnlyDSN(o seam.ConnectParams, immutable bool) (string, []string, error) {
 	if _, _, err := buildDSN(o); err != nil { // the same checks of the path and settings
 		return "", nil, err
 	}
@@ -194,7 +199,7 @@ const JournalSizeLimit = 4 << 20
 
 // buildDSN is the DSN of a writer: the PRAGMAs, busy_timeout first, and
 // _txlock=immediate.
-func buildDSN(o Options) (string, []string, error) {
+func buildDSN(o seam.ConnectParams) (string, []string, error) {
 	if o.Path == "" {
 		return "", nil, &model.ValidationError{Field: "db", Problem: "path required"}
 	}
@@ -218,7 +223,7 @@ func buildDSN(o Options) (string, []string, error) {
 	// busy_timeout comes first so the pragmas after it wait for locks.
 	// journal_mode(WAL) can lose a race on a new file: see openAttempts.
 	pragmas := []string{fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds())}
-	if o.Path != Memory {
+	if o.Path != seam.Memory {
 		pragmas = append(pragmas, "journal_mode(WAL)", fmt.Sprintf("journal_size_limit(%d)", JournalSizeLimit))
 	}
 	// temp_store(MEMORY) keeps statement journals in memory: each write of
@@ -237,26 +242,26 @@ func buildDSN(o Options) (string, []string, error) {
 
 // classify reads the SQLite result code of the first error in err's chain
 // that carries one.
-func (sqliteBackend) classify(err error) StorageClass {
+func (sqliteBackend) Classify(err error) seam.Class {
 	var c coder
 	if !errors.As(err, &c) {
 		return ""
 	}
 	switch c.Code() & 0xff {
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL:
-		return ClassBusy
+		return seam.ClassBusy
 	case sqlite3.SQLITE_FULL:
-		return ClassDiskFull
+		return seam.ClassDiskFull
 	case sqlite3.SQLITE_IOERR:
-		return ClassIO
+		return seam.ClassIO
 	case sqlite3.SQLITE_READONLY:
-		return ClassReadOnly
+		return seam.ClassReadOnly
 	case sqlite3.SQLITE_CANTOPEN:
-		return ClassCantOpen
+		return seam.ClassCantOpen
 	case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
-		return ClassCorrupt
+		return seam.ClassCorrupt
 	case sqlite3.SQLITE_NOMEM:
-		return ClassNoMemory
+		return seam.ClassNoMemory
 	}
 	return ""
 }
@@ -274,15 +279,15 @@ type coder interface{ Code() int }
 // limit. When a user's room left candidates behind and the claim is not
 // full, it looks again past them (the triggers have blocked that user).
 // The protocol records each claim once its statement has run.
-func (sqliteBackend) claim(t *txn, req model.ClaimRequest, max int, took func(model.Task) error) error {
-	now := model.Millis(t.now)
-	leaseUntil := model.Millis(t.now.Add(req.Lease))
-	for max > 0 {
-		rows, err := t.query(qClaimNext, sql.Named("now", now), sql.Named("limit", max))
+func (sqliteBackend) Claim(t seam.Tx, p seam.ClaimParams, took func(model.Task) error) error {
+	now := model.Millis(t.Now())
+	leaseUntil := model.Millis(t.Now().Add(p.Lease))
+	for max := p.Max; max > 0; {
+		rows, err := t.Query(qClaimNext, sql.Named("now", now), sql.Named("limit", max))
 		if err != nil {
 			return fmt.Errorf("queue: claim: select: %w", err)
 		}
-		candidates, err := scanTasks(rows)
+		candidates, err := seam.ScanTasks(rows)
 		if err != nil {
 			return fmt.Errorf("queue: claim: select: %w", err)
 		}
@@ -293,7 +298,7 @@ func (sqliteBackend) claim(t *txn, req model.ClaimRequest, max int, took func(mo
 		if err != nil || len(taken) == 0 {
 			return err
 		}
-		if err := sqliteTake(t, taken, req.Worker, leaseUntil, now); err != nil {
+		if err := sqliteTake(t, taken, p.Worker, leaseUntil, now); err != nil {
 			return err
 		}
 		for _, task := range taken {
@@ -312,7 +317,7 @@ func (sqliteBackend) claim(t *txn, req model.ClaimRequest, max int, took func(mo
 // sqliteWithinRoom returns the candidates, in order, that their users'
 // running limits let a claim take, and whether it left any behind. One
 // candidate needs no reading: it is not blocked, so its user has room.
-func sqliteWithinRoom(t *txn, candidates []model.Task) ([]model.Task, bool, error) {
+func sqliteWithinRoom(t seam.Tx, candidates []model.Task) ([]model.Task, bool, error) {
 	if len(candidates) == 1 || broken.Pick(broken.NoUserLimit, false, true) {
 		return candidates, false, nil
 	}
@@ -325,7 +330,7 @@ func sqliteWithinRoom(t *txn, candidates []model.Task) ([]model.Task, bool, erro
 	if err != nil {
 		return nil, false, fmt.Errorf("queue: claim: %w", err)
 	}
-	rows, err := t.query(qClaimRoom, sql.Named("users", string(arg)))
+	rows, err := t.Query(qClaimRoom, sql.Named("users", string(arg)))
 	if err != nil {
 		return nil, false, fmt.Errorf("queue: claim: room: %w", err)
 	}
@@ -360,11 +365,15 @@ func sqliteWithinRoom(t *txn, candidates []model.Task) ([]model.Task, bool, erro
 
 // sqliteTake moves the tasks taken to running for owner: claim_task for
 // one, claim_tasks for several.
-func sqliteTake(t *txn, taken []model.Task, owner string, leaseUntil, now int64) error {
+func sqliteTake(t seam.Tx, taken []model.Task, owner string, leaseUntil, now int64) error {
 	if len(taken) == 1 {
-		if err := t.execOne(qClaimTask, sql.Named("seq", taken[0].Seq), sql.Named("owner", owner),
-			sql.Named("lease_until", leaseUntil), sql.Named("now", now)); err != nil {
+		n, err := t.Exec(qClaimTask, sql.Named("seq", taken[0].Seq), sql.Named("owner", owner),
+			sql.Named("lease_until", leaseUntil), sql.Named("now", now))
+		if err != nil {
 			return fmt.Errorf("queue: claim: update: %w", err)
+		}
+		if n != 1 {
+			return fmt.Errorf("queue: claim: update: %s: affected %d rows, expected 1", qClaimTask, n)
 		}
 		return nil
 	}
@@ -376,7 +385,7 @@ func sqliteTake(t *txn, taken []model.Task, owner string, leaseUntil, now int64)
 	if err != nil {
 		return fmt.Errorf("queue: claim: %w", err)
 	}
-	n, err := t.exec(qClaimTasks, sql.Named("seqs", string(arg)), sql.Named("owner", owner),
+	n, err := t.Exec(qClaimTasks, sql.Named("seqs", string(arg)), sql.Named("owner", owner),
 		sql.Named("lease_until", leaseUntil), sql.Named("now", now))
 	if err != nil {
 		return fmt.Errorf("queue: claim: update: %w", err)
@@ -410,7 +419,7 @@ func (q *Queue) truncateLogAfterDiskFull() {
 	if !q.health.diskFull.Load() {
 		return
 	}
-	if !q.store.capabilities().walTruncate || q.url == Memory {
+	if !q.store.Capabilities().WALTruncate || q.params.Path == Memory {
 		q.health.diskFull.Store(false)
 		return
 	}
@@ -421,7 +430,7 @@ func (q *Queue) truncateLogAfterDiskFull() {
 		return
 	}
 	var fs syscall.Statfs_t
-	if err := syscall.Statfs(filepath.Dir(q.url), &fs); err == nil && fs.Bavail*uint64(fs.Bsize) >= DiskRoomMin {
+	if err := syscall.Statfs(filepath.Dir(q.params.Path), &fs); err == nil && fs.Bavail*uint64(fs.Bsize) >= DiskRoomMin {
 		q.health.diskFull.Store(false)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // txn is one write operation's view of its transaction (BEGIN IMMEDIATE,
@@ -81,7 +82,7 @@ func (t *txn) keep(name string, s *sql.Stmt) {
 
 // exec runs a named statement and returns the rows it affected.
 func (t *txn) exec(qn queryName, args ...any) (int64, error) {
-	name := t.q.variant(qn.name)
+	name := t.q.variant(qn.String())
 	stmt, err := t.stmt(name)
 	if err != nil {
 		return 0, err
@@ -107,7 +108,7 @@ func (t *txn) execOne(name queryName, args ...any) error {
 		return err
 	}
 	if n != 1 {
-		return fmt.Errorf("queue: %s: affected %d rows, expected 1", name.name, n)
+		return fmt.Errorf("queue: %s: affected %d rows, expected 1", name.String(), n)
 	}
 	return nil
 }
@@ -127,7 +128,7 @@ func (r row) Scan(dest ...any) error {
 }
 
 func (t *txn) queryRow(n queryName, args ...any) row {
-	name := t.q.variant(n.name)
+	name := t.q.variant(n.String())
 	stmt, err := t.stmt(name)
 	if err != nil {
 		return row{err: err}
@@ -139,7 +140,7 @@ func (t *txn) queryRow(n queryName, args ...any) row {
 }
 
 func (t *txn) query(n queryName, args ...any) (*sql.Rows, error) {
-	name := t.q.variant(n.name)
+	name := t.q.variant(n.String())
 	stmt, err := t.stmt(name)
 	if err != nil {
 		return nil, err
@@ -176,7 +177,7 @@ func (t *txn) emit(e model.Event) error {
 // read runs a named read outside any transaction: autocommit, no lock
 // beyond the statement's own snapshot.
 func (q *Queue) readRow(ctx context.Context, n queryName, args ...any) row {
-	name := q.variant(n.name)
+	name := q.variant(n.String())
 	stmt, err := q.prepared(ctx, name)
 	if err != nil {
 		return row{err: err}
@@ -200,7 +201,7 @@ func (q *Queue) readRowsBare(ctx context.Context, name queryName, args ...any) (
 // readRowsAs is readRows with prefix before the name a failed query's
 // error starts with.
 func (q *Queue) readRowsAs(ctx context.Context, prefix string, n queryName, args ...any) (*sql.Rows, error) {
-	name := q.variant(n.name)
+	name := q.variant(n.String())
 	stmt, err := q.prepared(ctx, name)
 	if err != nil {
 		return nil, err
@@ -214,3 +215,30 @@ func (q *Queue) readRowsAs(ctx context.Context, prefix string, n queryName, args
 	}
 	return rows, nil
 }
+
+// txn is the transaction a store's Claim and Notify run statements in.
+var _ seam.Tx = (*txn)(nil)
+
+// Now is the operation's time.
+func (t *txn) Now() time.Time { return t.now }
+
+// Query runs a named statement that returns rows.
+func (t *txn) Query(name queryName, args ...any) (*sql.Rows, error) { return t.query(name, args...) }
+
+// Exec runs a named statement and returns the rows it affected.
+func (t *txn) Exec(name queryName, args ...any) (int64, error) { return t.exec(name, args...) }
+
+// runner runs, for a store, the statements it runs as their own
+// transactions.
+type runner struct{ q *Queue }
+
+var _ seam.Runner = runner{}
+
+// QueryAlone runs a named statement outside any transaction, its error
+// named by the statement alone.
+func (r runner) QueryAlone(ctx context.Context, name queryName, args ...any) (*sql.Rows, error) {
+	return r.q.readRowsBare(ctx, name, args...)
+}
+
+// Text is a named statement's text.
+func (r runner) Text(name queryName) string { return r.q.query(name.String()).text }
