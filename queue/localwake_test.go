@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/model"
+	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
 // woken reports whether ch holds a wake-up, taking it.
@@ -73,7 +74,7 @@ func TestWakeOnSQLiteIsInProcess(t *testing.T) {
 				_, err = q.Submit(ctx, failed)
 				require.ErrorIs(t, err, ErrNotApplied)
 				require.False(t, woken(ch), "a write rolled back wakes no one")
-				q.store = sqliteBackend{}
+				q.store = sqlitestore.Store{}
 
 				var batch []model.SubmitRequest
 				for i := range 3 {

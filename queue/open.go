@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue/internal/seam"
+	"github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
 // Memory is the Path of an in-memory database. It lives in exactly one
@@ -31,8 +32,8 @@ const NoBusyTimeout = seam.NoBusyTimeout
 // Synchronous settings. FULL is the default: NORMAL in WAL mode can lose
 // the last commits on power loss, so it is an explicit choice.
 const (
-	SynchronousFull   = "FULL"
-	SynchronousNormal = "NORMAL"
+	SynchronousFull   = sqlite.SynchronousFull
+	SynchronousNormal = sqlite.SynchronousNormal
 )
 
 // MigrateMode says what Open does with a database whose schema is older

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/internal/broken"
+	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
 // brokenVariantsOf returns, for every query of b's SQL files that has
@@ -44,7 +45,7 @@ func allVariants(byQuery map[string][]broken.Variant) []broken.Variant {
 // SQLite's submit checks in Go, where broken.Pick names them); and each
 // query both files have names the same variants in both.
 func TestPostgresSQLNamesTheBrokenVariants(t *testing.T) {
-	lite, pg := brokenVariantsOf(t, sqliteBackend{}), brokenVariantsOf(t, pgBackend{})
+	lite, pg := brokenVariantsOf(t, sqlitestore.Store{}), brokenVariantsOf(t, pgBackend{})
 	require.NotEmpty(t, lite)
 	pg[functionsFile] = functionsVariants(t)
 	want := append(allVariants(lite), broken.ChangedRequestReplayed, broken.DepthCapOffByOne)

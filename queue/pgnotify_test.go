@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue/internal/seam"
+	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
 // The wake-ups of idle workers on PostgreSQL (pgnotify.go), against a real
@@ -239,7 +240,7 @@ func TestPostgresWakeListenerReconnects(t *testing.T) {
 
 // failingNotifier is SQLite's store with a wake-up notification that
 // always fails, standing in for a pg_notify the server refuses.
-type failingNotifier struct{ sqliteBackend }
+type failingNotifier struct{ sqlitestore.Store }
 
 func (failingNotifier) NotifyReady(seam.Tx) error { return errors.New("notify refused") }
 
@@ -250,7 +251,7 @@ func (failingNotifier) Listen(context.Context, seam.Runner, seam.ConnectParams) 
 
 // Capabilities are SQLite's, with this notification.
 func (f failingNotifier) Capabilities() capabilities {
-	c := f.sqliteBackend.Capabilities()
+	c := f.Store.Capabilities()
 	c.Notify = f
 	return c
 }
@@ -276,7 +277,7 @@ func TestFailedNotifyRollsTheWriteBack(t *testing.T) {
 	_, err = q.Submit(ctx, later)
 	require.NoError(t, err, "a task due later sends no notification")
 
-	q.store = sqliteBackend{}
+	q.store = sqlitestore.Store{}
 	res, err := q.Submit(ctx, req)
 	require.NoError(t, err)
 	require.False(t, res.Replay, "the refused submit stored nothing")

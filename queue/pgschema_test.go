@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
+	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
 // pinnedPostgresMigrations holds the SHA-256 of every PostgreSQL migration
@@ -89,7 +90,7 @@ var (
 )
 
 func TestPostgresQueriesMatchSQLite(t *testing.T) {
-	sqliteSet, err := sqlOf(sqliteBackend{})
+	sqliteSet, err := sqlOf(sqlitestore.Store{})
 	require.NoError(t, err)
 	pgSet, err := sqlOf(pgBackend{})
 	require.NoError(t, err)

@@ -128,10 +128,6 @@ var (
 
 // The statements only SQLite's files define.
 var (
-	qClaimNext   = seam.Name("claim_next")
-	qClaimRoom   = seam.Name("claim_room")
-	qClaimTask   = seam.Name("claim_task")
-	qClaimTasks  = seam.Name("claim_tasks")
 	qReblockAll  = seam.Name("reblock_all")
 	qReblockUser = seam.Name("reblock_user")
 	qWalTruncate = seam.Name("wal_truncate")

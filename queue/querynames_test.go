@@ -9,16 +9,31 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
-// declaredQueries reads querynames.go and returns the query names each of
-// its var blocks declares, by the stores its doc comment names: "both",
-// "postgres" or "sqlite".
+// queryNameFiles are the files that declare query names: the protocol's
+// and each store's own.
+var queryNameFiles = []string{"querynames.go", "internal/sqlite/querynames.go"}
+
+// declaredQueries reads the queryNameFiles and returns the query names
+// each of their var blocks declares, by the stores its doc comment names:
+// "both", "postgres" or "sqlite".
 func declaredQueries(t *testing.T) map[string][]string {
 	t.Helper()
-	file, err := parser.ParseFile(token.NewFileSet(), "querynames.go", nil, parser.ParseComments)
-	require.NoError(t, err)
 	out := map[string][]string{}
+	for _, name := range queryNameFiles {
+		declaredIn(t, name, out)
+	}
+	return out
+}
+
+// declaredIn adds the query names the file at path declares to out.
+func declaredIn(t *testing.T, path string, out map[string][]string) {
+	t.Helper()
+	file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ParseComments)
+	require.NoError(t, err)
 	for _, decl := range file.Decls {
 		gen, ok := decl.(*ast.GenDecl)
 		if !ok || gen.Tok != token.VAR {
@@ -39,7 +54,6 @@ func declaredQueries(t *testing.T) map[string][]string {
 			out[stores] = append(out[stores], name)
 		}
 	}
-	return out
 }
 
 // TestQueryNamesAreDefined: every queryName the protocol may run is a
@@ -47,7 +61,7 @@ func declaredQueries(t *testing.T) map[string][]string {
 // section of either store's files is declared, under the stores that
 // define it.
 func TestQueryNamesAreDefined(t *testing.T) {
-	lite, err := sqlOf(sqliteBackend{})
+	lite, err := sqlOf(sqlitestore.Store{})
 	require.NoError(t, err)
 	pg, err := sqlOf(pgBackend{})
 	require.NoError(t, err)

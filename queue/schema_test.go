@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/model"
+	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
 // pinnedMigrations holds the SHA-256 of every migration file. Committed
@@ -39,7 +40,7 @@ func TestMigrationsArePinned(t *testing.T) {
 		require.Equal(t, i+1, m.Version)
 		pinned, ok := pinnedMigrations[m.Name]
 		require.True(t, ok, "migration %s is not pinned; add its checksum to pinnedMigrations", m.Name)
-		body, err := fs.ReadFile(sqliteBackend{}.SQLFiles(), "migrations/"+m.Name)
+		body, err := fs.ReadFile(sqlitestore.Store{}.SQLFiles(), "migrations/"+m.Name)
 		require.NoError(t, err)
 		sum := sha256.Sum256(body)
 		require.Equal(t, pinned, hex.EncodeToString(sum[:]), "committed migration %s changed", m.Name)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/queue/internal/seam"
+	"github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
 // The storage seam. The protocol (intake, fencing, settle, charging
@@ -37,7 +38,7 @@ type backend = seam.Store
 type capabilities = seam.Capabilities
 
 // backends are the stores this build carries, the default (SQLite) first.
-var backends = []backend{sqliteBackend{}, pgBackend{}}
+var backends = []backend{sqlite.Store{}, pgBackend{}}
 
 // backendFor returns the store that handles path: the first after SQLite
 // that claims it, else SQLite.

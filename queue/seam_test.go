@@ -7,13 +7,14 @@ import (
 
 	"github.com/leasehold/leasehold/internal/broken"
 
+	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
 // queries returns the SQLite store's query texts by name, for tests that
 // run them on a raw connection.
 func queries() (map[string]string, error) {
-	set, err := sqlOf(sqliteBackend{})
+	set, err := sqlOf(sqlitestore.Store{})
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func TestExpandBroken(t *testing.T) {
 // TestBrokenVariantsLoaded: the SQLite queries name their variants, and
 // only the leasehold_broken build loads the broken texts.
 func TestBrokenVariantsLoaded(t *testing.T) {
-	set, err := sqlOf(sqliteBackend{})
+	set, err := sqlOf(sqlitestore.Store{})
 	require.NoError(t, err)
 	claimNext := set.queries["claim_next"]
 	require.Contains(t, claimNext.text, "blocked = 0")

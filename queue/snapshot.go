@@ -17,9 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"modernc.org/sqlite"
-
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
 // Snapshot errors: a snapshot that fails verification is refused with the
@@ -69,7 +68,7 @@ func openRaw(path string, readOnly bool) (db *sql.DB, checksConstraints bool, er
 		}
 		v.Add("_pragma", "query_only(1)")
 	}
-	db = sql.OpenDB(connector{dsn: path + "?" + v.Encode(), drv: &sqlite.Driver{}})
+	db = sqlite.OpenDSN(path + "?" + v.Encode())
 	db.SetMaxOpenConns(1)
 	if err := db.Ping(); err != nil {
 		db.Close()
@@ -515,4 +514,12 @@ func inspectFile(ctx context.Context, path string) ([]AppliedMigration, []Migrat
 	}
 	defer db.Close()
 	return planFile(ctx, db)
+}
+
+// OpenReadOnlyDB opens the SQLite database file at path read-only as Open
+// does with Options.ReadOnly, without checking its schema (snapshots and
+// upgrades read databases of other versions), and makes a first read to
+// be sure it can be read. It has one connection.
+func OpenReadOnlyDB(ctx context.Context, path string) (*sql.DB, error) {
+	return sqlite.OpenReadOnly(ctx, path)
 }

@@ -58,7 +58,7 @@ HEAD=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 lh version --json >"$OUT/version.json"
 COMMIT=$(json "$OUT/version.json" "d['commit']")
 SCHEMA=$(json "$OUT/version.json" "d['schema_version']")
-MIGRATIONS=$(ls queue/sql/sqlite/migrations/*.sql | wc -l)
+MIGRATIONS=$(ls queue/internal/sqlite/sql/migrations/*.sql | wc -l)
 if [ "$COMMIT" = "$HEAD" ] && [ "$SCHEMA" = "$MIGRATIONS" ]; then
 	gate "version checked" pass "commit $COMMIT is HEAD; schema version $SCHEMA = $MIGRATIONS migrations; $(json "$OUT/version.json" "d['go']")"
 else

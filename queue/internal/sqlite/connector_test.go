@@ -1,4 +1,4 @@
-package queue
+package sqlite
 
 import (
 	"database/sql"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"modernc.org/sqlite"
+	sqlitedriver "modernc.org/sqlite"
 )
 
 // TestConnectorSurvivesARaceToSwitchANewFile opens new files in WAL mode
@@ -21,7 +21,7 @@ func TestConnectorSurvivesARaceToSwitchANewFile(t *testing.T) {
 		path := filepath.Join(t.TempDir(), fmt.Sprintf("race%d.db", round))
 		dbs := make([]*sql.DB, 6)
 		for i := range dbs {
-			db := sql.OpenDB(connector{dsn: path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)", drv: &sqlite.Driver{}})
+			db := sql.OpenDB(connector{dsn: path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)", drv: &sqlitedriver.Driver{}})
 			t.Cleanup(func() { db.Close() })
 			dbs[i] = db
 		}
@@ -61,7 +61,7 @@ func TestConnectorSurvivesARaceToSwitchANewFile(t *testing.T) {
 // another connection holds the lock is busy; a bad statement is not.
 func TestIsBusyTellsALockedDatabaseFromOtherErrors(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "busy.db")
-	holder := sql.OpenDB(connector{dsn: path + "?_pragma=journal_mode(WAL)", drv: &sqlite.Driver{}})
+	holder := sql.OpenDB(connector{dsn: path + "?_pragma=journal_mode(WAL)", drv: &sqlitedriver.Driver{}})
 	defer holder.Close()
 	_, err := holder.Exec("CREATE TABLE t (v INTEGER)")
 	require.NoError(t, err)

@@ -1,11 +1,11 @@
-package queue
+package sqlite
 
 import (
 	"context"
 	"database/sql/driver"
 	"errors"
 
-	"modernc.org/sqlite"
+	sqlitedriver "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
@@ -28,7 +28,7 @@ const openAttempts = 3
 
 // isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
 func isBusy(err error) bool {
-	var se *sqlite.Error
+	var se *sqlitedriver.Error
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 

@@ -1,4 +1,9 @@
-package queue
+// Package sqlite is the SQLite store of the queue (modernc.org/sqlite),
+// the default: a file in WAL mode with PRAGMAs in its DSN, or an
+// in-memory database on one connection. It implements seam.Store; the
+// protocol that runs over it is package queue's, which this package never
+// imports.
+package sqlite
 
 import (
 	"context"
@@ -14,10 +19,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
-	"modernc.org/sqlite"
+	sqlitedriver "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/leasehold/leasehold/internal/broken"
@@ -25,45 +29,46 @@ import (
 	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
-//go:embed sql/sqlite
-var sqliteFiles embed.FS
+//go:embed sql
+var files embed.FS
 
-// sqliteBackend is the SQLite store (modernc.org/sqlite), the default: a
-// file in WAL mode with PRAGMAs in its DSN, or an in-memory database on
-// one connection; writes grouped; claims one task at a time in claim order.
-type sqliteBackend struct{}
+// Store is the SQLite store: writes grouped in one lane; claims in claim
+// order, in three statements.
+type Store struct{}
+
+var _ seam.Store = Store{}
 
 // Dialect is "sqlite".
-func (sqliteBackend) Dialect() string { return "sqlite" }
+func (Store) Dialect() string { return "sqlite" }
 
 // Positional: the driver takes :name parameters.
-func (sqliteBackend) Positional() bool { return false }
+func (Store) Positional() bool { return false }
 
 // Handles: SQLite is the fallback; the queue asks it nothing.
-func (sqliteBackend) Handles(string) bool { return true }
+func (Store) Handles(string) bool { return true }
 
 // Capabilities: group commit in one lane (one writer at a time,
 // committing in event order), a file on this machine, whose queued tasks
 // carry blocked flags.
-func (sqliteBackend) Capabilities() seam.Capabilities {
+func (Store) Capabilities() seam.Capabilities {
 	return seam.Capabilities{Groups: true, GroupLanes: 1, LocalFile: true, BlockedFlags: true, WALTruncate: true}
 }
 
 // Folded is nil: SQLite's migrations were released, and are never folded.
-func (sqliteBackend) Folded() *seam.Folded { return nil }
+func (Store) Folded() *seam.Folded { return nil }
 
-// SQLFiles is sql/sqlite.
-func (sqliteBackend) SQLFiles() fs.FS {
-	sub, err := fs.Sub(sqliteFiles, "sql/sqlite")
+// SQLFiles is this package's sql/.
+func (Store) SQLFiles() fs.FS {
+	sub, err := fs.Sub(files, "sql")
 	if err != nil {
-		panic("queue: embedded sql/sqlite: " + err.Error()) // fs.Sub fails only on an invalid name
+		panic("queue: embedded sqlite sql: " + err.Error()) // fs.Sub fails only on an invalid name
 	}
 	return sub
 }
 
 // connect opens o.Path: read-only (see connectReadOnly) or for writing,
 // with BEGIN IMMEDIATE for every transaction (the DSN's _txlock).
-func (sqliteBackend) Connect(ctx context.Context, o seam.ConnectParams) (seam.Pool, error) {
+func (Store) Connect(ctx context.Context, o seam.ConnectParams) (seam.Pool, error) {
 	if o.ReadOnly {
 		db, pragmas, err := connectReadOnly(ctx, o)
 		return seam.Pool{DB: db, Settings: pragmas}, err
@@ -81,7 +86,7 @@ func (sqliteBackend) Connect(ctx context.Context, o seam.ConnectParams) (seam.Po
 func sqlitePool(o seam.ConnectParams, dsn string) *sql.DB {
 	drv := o.Driver
 	if drv == nil {
-		drv = &sqlite.Driver{}
+		drv = &sqlitedriver.Driver{}
 	}
 	db := sql.OpenDB(connector{dsn: dsn, drv: drv})
 	if o.Path == seam.Memory {
@@ -139,7 +144,7 @@ func connectReadOnly(ctx context.Context, o seam.ConnectParams) (*sql.DB, []stri
 // whether to open it as immutable instead (see openReadOnly), or returns
 // the error to report.
 func immutableRetry(path string, err error) (bool, error) {
-	if (sqliteBackend{}).Classify(err) != seam.ClassCantOpen {
+	if (Store{}).Classify(err) != seam.ClassCantOpen {
 		return false, err
 	}
 	if _, statErr := os.Stat(path + "-wal"); !errors.Is(statErr, os.ErrNotExist) {
@@ -149,11 +154,9 @@ func immutableRetry(path string, err error) (bool, error) {
 	return true, nil
 }
 
-// OpenReadOnlyDB opens the SQLite database file at path read-only as Open
-// does with Options.ReadOnly, without checking its schema (snapshots and
-// upgrades read databases of other versions), and makes a first read to
-// be sure it can be read. It has one connection.
-func OpenReadOnlyDB(ctx context.Context, path string) (*sql.DB, error) {
+// OpenReadOnly opens the database file at path read-only as Connect does
+// with ReadOnly, on one connection, without checking its schema.
+func OpenReadOnly(ctx context.Context, path string) (*sql.DB, error) {
 	db, _, err := connectReadOnly(ctx, seam.ConnectParams{Path: path, MaxConns: 1})
 	return db, err
 }
@@ -186,6 +189,21 @@ func readOnlyDSN(o seam.ConnectParams, immutable bool) (string, []string, error)
 		v.Add("_pragma", p)
 	}
 	return (&url.URL{Scheme: "file", Path: abs}).String() + "?" + v.Encode(), pragmas, nil
+}
+
+// Synchronous settings. FULL is the default: NORMAL in WAL mode can lose
+// the last commits on power loss, so it is an explicit choice.
+const (
+	SynchronousFull   = "FULL"
+	SynchronousNormal = "NORMAL"
+)
+
+// OpenDSN is a pool on a database file's DSN (modernc.org/sqlite's,
+// PRAGMAs included) with this store's connections (a statement cache,
+// an open that survives a race to switch a new file to WAL), for reads
+// of databases of any version (snapshots).
+func OpenDSN(dsn string) *sql.DB {
+	return sql.OpenDB(connector{dsn: dsn, drv: &sqlitedriver.Driver{}})
 }
 
 // JournalSizeLimit is the journal_size_limit of a file database: when its
@@ -242,7 +260,7 @@ func buildDSN(o seam.ConnectParams) (string, []string, error) {
 
 // classify reads the SQLite result code of the first error in err's chain
 // that carries one.
-func (sqliteBackend) Classify(err error) seam.Class {
+func (Store) Classify(err error) seam.Class {
 	var c coder
 	if !errors.As(err, &c) {
 		return ""
@@ -279,7 +297,7 @@ type coder interface{ Code() int }
 // limit. When a user's room left candidates behind and the claim is not
 // full, it looks again past them (the triggers have blocked that user).
 // The protocol records each claim once its statement has run.
-func (sqliteBackend) Claim(t seam.Tx, p seam.ClaimParams, took func(model.Task) error) error {
+func (Store) Claim(t seam.Tx, p seam.ClaimParams, took func(model.Task) error) error {
 	now := model.Millis(t.Now())
 	leaseUntil := model.Millis(t.Now().Add(p.Lease))
 	for max := p.Max; max > 0; {
@@ -394,43 +412,4 @@ func sqliteTake(t seam.Tx, taken []model.Task, owner string, leaseUntil, now int
 		return fmt.Errorf("queue: claim: update: affected %d rows, expected %d", n, len(taken))
 	}
 	return nil
-}
-
-// DiskRoomMin is how much room a file database's file system must have
-// for the queue to leave its low-space mode, which a write that fails
-// with a full disk puts it in: four times JournalSizeLimit, a log's
-// largest size between checkpoints with room to spare.
-const DiskRoomMin = 4 * JournalSizeLimit
-
-// truncateLogAfterDiskFull runs before a group's transaction while the
-// queue is in its low-space mode (since a write of this queue failed with
-// a full disk, until the file system has DiskRoomMin free): on a SQLite
-// file it checkpoints the log with TRUNCATE (wal_truncate), which copies
-// the log's pages into the database and empties the -wal file. Without
-// it a disk that was full and has room again fills up anew: the
-// auto-checkpoint waits for 1,000 pages of log, which a small disk may
-// never hold, and until a checkpoint runs the log only grows, until the
-// checkpoint itself has no room left to copy it. In the mode every write
-// is preceded by the checkpoint (a slower write, and a log one group
-// long); a checkpoint that fails (no room yet for the pages it copies) is
-// simply tried again before the next write, or by the next health probe.
-// In memory, and on PostgreSQL, there is no log to truncate.
-func (q *Queue) truncateLogAfterDiskFull() {
-	if !q.health.diskFull.Load() {
-		return
-	}
-	if !q.store.Capabilities().WALTruncate || q.params.Path == Memory {
-		q.health.diskFull.Store(false)
-		return
-	}
-	var busy, frames, copied int64
-	// The checkpoint is the queue's, not one caller's: no caller's
-	// cancellation may end it.
-	if err := q.readRow(context.Background(), qWalTruncate).Scan(&busy, &frames, &copied); err != nil {
-		return
-	}
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(filepath.Dir(q.params.Path), &fs); err == nil && fs.Bavail*uint64(fs.Bsize) >= DiskRoomMin {
-		q.health.diskFull.Store(false)
-	}
 }

@@ -1,4 +1,4 @@
-package queue
+package sqlite
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"modernc.org/sqlite"
+	sqlitedriver "modernc.org/sqlite"
 )
 
 // countingConn counts the statements prepared and finalized on it.
@@ -50,7 +50,7 @@ func (s *countingStmt) QueryContext(ctx context.Context, args []driver.NamedValu
 
 func newCounted(t *testing.T) (*cacheConn, *countingConn) {
 	t.Helper()
-	raw, err := (&sqlite.Driver{}).Open(":memory:")
+	raw, err := (&sqlitedriver.Driver{}).Open(":memory:")
 	require.NoError(t, err)
 	counted := &countingConn{Conn: raw}
 	return newCacheConn(counted), counted
