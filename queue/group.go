@@ -498,6 +498,10 @@ func (g *group) runPart(i int, p part, savepoint bool) bool {
 	return true
 }
 
+// sqlStater is a storage error that carries a SQLSTATE (PostgreSQL's),
+// which a conflict's refusal names.
+type sqlStater interface{ SQLState() string }
+
 // rollback rolls the group back after the failed members (one, or those
 // whose claims one merged claim made: batch.go) failed with err (a
 // refusal in a group of one, or a statement error) and answers every

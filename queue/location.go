@@ -3,12 +3,10 @@ package queue
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/leasehold/leasehold/internal/redact"
+	"github.com/leasehold/leasehold/queue/internal/postgres"
 )
 
 // StoreKind names the database a Location is in.
@@ -19,7 +17,7 @@ const (
 	// StoreSQLite is a SQLite file (or Memory) on this machine.
 	StoreSQLite StoreKind = "sqlite"
 	// StorePostgres is a PostgreSQL database, shared by many machines.
-	StorePostgres StoreKind = "postgres"
+	StorePostgres StoreKind = postgres.Dialect
 )
 
 // ErrBadLocation: a --db value (or LEASEHOLD_DB) names no store this build
@@ -74,64 +72,11 @@ func ParseLocation(s string) (Location, error) {
 		return Location{}, fmt.Errorf("--db %s: scheme %q is not supported (use a file path or postgres://): %w",
 			RedactURL(s), safeScheme(scheme), ErrBadLocation)
 	}
-	// pgconn takes the scheme in lower case only.
-	s = strings.ToLower(scheme) + s[len(scheme):]
-	if err := checkPostgresURL(s); err != nil {
-		msg := fmt.Sprintf("--db %s: %s", RedactURL(s), err.Error())
-		return Location{}, fmt.Errorf("%s: %w", redact.Passwords(msg, s), ErrBadLocation)
-	}
-	return Location{Kind: StorePostgres, URL: s}, nil
-}
-
-// checkPostgresURL reports, in words of its own, what keeps s from being a
-// usable PostgreSQL URL. It never returns a parser's message, which may
-// quote the password (a password with a / in it moves the host boundary).
-func checkPostgresURL(s string) error {
-	u, err := url.Parse(s)
+	u, err := postgres.ParseURL(s)
 	if err != nil {
-		// url.Parse's message quotes the part it refused; name the problem
-		// in words of our own.
-		if strings.Contains(err.Error(), "invalid port") && !strings.Contains(redact.Userinfo(s), "/") {
-			return errors.New("the port is not a number")
-		}
-		return errors.New("not a valid URL (a password with reserved characters must be percent-encoded)")
+		return Location{}, fmt.Errorf("%w: %w", err, ErrBadLocation)
 	}
-	if u.Opaque != "" {
-		return errors.New("not a valid URL: expected postgres://[user[:password]@]host[:port]/database")
-	}
-	if port := u.Port(); port != "" {
-		for _, c := range port {
-			if c < '0' || c > '9' {
-				return errors.New("the port is not a number")
-			}
-		}
-	}
-	if strings.Trim(u.Path, "/") == "" {
-		return errors.New("no database named (add /DATABASE after the host)")
-	}
-	if strings.Contains(strings.Trim(u.Path, "/"), "/") {
-		return errors.New("the database name has a / in it")
-	}
-	if _, err := pgconn.ParseConfig(s); err != nil {
-		return errors.New(scrubSettingError(err.Error(), u))
-	}
-	return nil
-}
-
-// scrubSettingError keeps what pgconn said was wrong with a setting, with
-// the URL and any password removed.
-func scrubSettingError(msg string, u *url.URL) string {
-	// pgconn's message is "cannot parse `URL`: what (cause)"; keep what.
-	if i := strings.LastIndex(msg, "`: "); i >= 0 {
-		msg = msg[i+3:]
-	}
-	if pw, ok := u.User.Password(); ok && pw != "" {
-		msg = strings.ReplaceAll(msg, pw, redacted)
-	}
-	if pw := u.Query().Get("password"); pw != "" {
-		msg = strings.ReplaceAll(msg, pw, redacted)
-	}
-	return "a connection setting is not valid: " + msg
+	return Location{Kind: StorePostgres, URL: u}, nil
 }
 
 // safeScheme returns scheme if it is a plain word, and a placeholder

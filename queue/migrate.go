@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/postgres"
 	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
@@ -315,4 +316,14 @@ func (q *Queue) installFunctions(ctx context.Context, tx *sql.Tx, p schemaPlan) 
 		return fmt.Errorf("queue: install %s: record: %w", functionsFile, err)
 	}
 	return nil
+}
+
+// PostgresMigrations returns the PostgreSQL migrations this build carries,
+// in order; each call returns its own copy of the list.
+func PostgresMigrations() ([]Migration, error) {
+	set, err := sqlOf(postgres.Store{})
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(set.migrations), nil
 }

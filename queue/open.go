@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/postgres"
 	"github.com/leasehold/leasehold/queue/internal/seam"
 	"github.com/leasehold/leasehold/queue/internal/sqlite"
 )
@@ -467,6 +468,21 @@ func (q *Queue) draw(key string) uint64 {
 	defer q.mu.Unlock()
 	return model.DrawFor(q.rand, key)
 }
+
+// PostgresIdleInTransactionTimeout is the PostgreSQL store's
+// idle_in_transaction_session_timeout when neither Options nor the URL
+// sets one (postgres.IdleInTransactionTimeout).
+const PostgresIdleInTransactionTimeout = postgres.IdleInTransactionTimeout
+
+// NoIdleInTransactionTimeout, as Options.IdleInTransactionTimeout, turns
+// the timeout off: the simulator and the tests whose traces must not
+// depend on how fast the machine runs (a session idle past the timeout
+// while the process is descheduled would be ended).
+const NoIdleInTransactionTimeout = seam.NoIdleInTransactionTimeout
+
+// PostgresTCPUserTimeout is the PostgreSQL store's TCP user timeout, the
+// bound of its keepalive (postgres.TCPUserTimeout).
+const PostgresTCPUserTimeout = postgres.TCPUserTimeout
 
 // LeaseMin is the shortest lease a live worker of this queue may take
 // (worker.NewRunner refuses a shorter one). On PostgreSQL it is the

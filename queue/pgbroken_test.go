@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/internal/broken"
+	"github.com/leasehold/leasehold/queue/internal/postgres"
 	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
@@ -45,13 +46,13 @@ func allVariants(byQuery map[string][]broken.Variant) []broken.Variant {
 // SQLite's submit checks in Go, where broken.Pick names them); and each
 // query both files have names the same variants in both.
 func TestPostgresSQLNamesTheBrokenVariants(t *testing.T) {
-	lite, pg := brokenVariantsOf(t, sqlitestore.Store{}), brokenVariantsOf(t, pgBackend{})
+	lite, pg := brokenVariantsOf(t, sqlitestore.Store{}), brokenVariantsOf(t, postgres.Store{})
 	require.NotEmpty(t, lite)
 	pg[functionsFile] = functionsVariants(t)
 	want := append(allVariants(lite), broken.ChangedRequestReplayed, broken.DepthCapOffByOne)
 	slices.Sort(want)
 	require.Equal(t, slices.Compact(want), allVariants(pg))
-	pgTexts, err := loadQueries(pgBackend{}.SQLFiles())
+	pgTexts, err := loadQueries(postgres.Store{}.SQLFiles())
 	require.NoError(t, err)
 	for name, vs := range lite {
 		if _, both := pgTexts[name]; !both {
@@ -71,7 +72,7 @@ func TestPostgresBrokenVariantsPrepare(t *testing.T) {
 	conn, err := pgx.Connect(f.ctx, f.url)
 	require.NoError(t, err)
 	defer conn.Close(f.ctx)
-	texts, err := loadQueries(pgBackend{}.SQLFiles())
+	texts, err := loadQueries(postgres.Store{}.SQLFiles())
 	require.NoError(t, err)
 	paramTypes := func(text string) map[string]uint32 {
 		rewritten, names := rewriteParams(text)
@@ -84,7 +85,7 @@ func TestPostgresBrokenVariantsPrepare(t *testing.T) {
 		return types
 	}
 	prepared := 0
-	for name, vs := range brokenVariantsOf(t, pgBackend{}) {
+	for name, vs := range brokenVariantsOf(t, postgres.Store{}) {
 		safe, _, err := expandBroken(texts[name], 0)
 		require.NoError(t, err)
 		want := paramTypes(safe)
@@ -103,7 +104,7 @@ func TestPostgresBrokenVariantsPrepare(t *testing.T) {
 // functionsVariants is the variants functions.sql names.
 func functionsVariants(t *testing.T) []broken.Variant {
 	t.Helper()
-	set, err := sqlOf(pgBackend{})
+	set, err := sqlOf(postgres.Store{})
 	require.NoError(t, err)
 	_, variants, err := expandBroken(set.functions.text, 0)
 	require.NoError(t, err)
@@ -117,7 +118,7 @@ func functionsVariants(t *testing.T) []broken.Variant {
 // mechanism's absence, never as a syntax error; and its text differs from
 // the safe one.
 func TestPostgresBrokenFunctionsInstall(t *testing.T) {
-	set, err := sqlOf(pgBackend{})
+	set, err := sqlOf(postgres.Store{})
 	require.NoError(t, err)
 	safe, _, err := set.functions.expanded(func(broken.Variant) bool { return false })
 	require.NoError(t, err)

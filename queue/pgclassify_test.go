@@ -86,14 +86,8 @@ func TestPostgresClassifiesServerErrors(t *testing.T) {
 // fails word for word as the first, and the line a user reads names it once.
 func TestConnectFailureSaysEachAttemptOnce(t *testing.T) {
 	t.Parallel()
-	attempt := "127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused"
-	twice := "failed to connect to `user=u database=x`:\n\t" + attempt + "\n\t" + attempt
-	require.Equal(t, "failed to connect to `user=u database=x`: "+attempt, onceEach(twice))
-	different := "failed to connect to `user=u database=x`:\n\ta: refused\n\tb: refused"
-	require.Equal(t, different, onceEach(different), "two different attempts are both kept")
-	require.Equal(t, "no backtick here", onceEach("no backtick here"))
-
-	// Through the real connect path, with a password in the URL.
+	// Through the real connect path, with a password in the URL (the
+	// store's own test holds onceEach to each shape of message).
 	_, err := Open(context.Background(), Options{Path: "postgres://u:hunter2@127.0.0.1:1/x", Clock: clockwork.NewFakeClock(), IDs: model.NewSeededIDs(1)})
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "hunter2")

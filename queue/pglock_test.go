@@ -23,15 +23,6 @@ func TestPostgresBusyTimeoutIsLockTimeout(t *testing.T) {
 	require.NoError(t, err)
 	defer q.Close()
 	require.Contains(t, q.Pragmas(), "lock_timeout=200ms")
-	for _, busy := range []struct {
-		in   time.Duration
-		want string
-		set  bool
-	}{{0, "", false}, {NoBusyTimeout, "1ms", true}, {1500 * time.Millisecond, "1500ms", true}, {time.Microsecond, "1ms", true}} {
-		got, set := pgLockTimeout(busy.in)
-		require.Equal(t, busy.want, got, busy.in.String())
-		require.Equal(t, busy.set, set, busy.in.String())
-	}
 
 	ctx := context.Background()
 	conn, err := f.db.Conn(ctx)

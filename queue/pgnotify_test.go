@@ -214,7 +214,7 @@ func TestPostgresWakeListenerReconnects(t *testing.T) {
 	var terminated int
 	require.NoError(t, f.db.QueryRowContext(f.ctx,
 		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		 WHERE datname = current_database() AND application_name = $1`, wakeApplicationName(f.schemaOf())).Scan(&terminated))
+		 WHERE datname = current_database() AND application_name = $1`, "leasehold wake "+f.schemaOf()).Scan(&terminated))
 	require.Equal(t, 1, terminated, "exactly one listener connection for this schema")
 	lost := logs.await(t, "wake listener lost")
 	require.Equal(t, slog.LevelWarn, lost.Level)

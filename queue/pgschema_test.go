@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/postgres"
 	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
@@ -42,7 +43,7 @@ var pinnedPostgresFunctions = map[int]string{
 // fails here, and a database can tell an older build's functions from a
 // newer one's by version alone.
 func TestPostgresFunctionsArePinned(t *testing.T) {
-	set, err := sqlOf(pgBackend{})
+	set, err := sqlOf(postgres.Store{})
 	require.NoError(t, err)
 	require.NotNil(t, set.functions)
 	_, sum, err := set.functions.expanded(func(broken.Variant) bool { return false })
@@ -60,7 +61,7 @@ func TestPostgresMigrationsArePinned(t *testing.T) {
 		require.Equal(t, i+1, m.Version)
 		pinned, ok := pinnedPostgresMigrations[m.Name]
 		require.True(t, ok, "migration %s is not pinned; add its checksum to pinnedPostgresMigrations", m.Name)
-		body, err := fs.ReadFile(pgBackend{}.SQLFiles(), "migrations/"+m.Name)
+		body, err := fs.ReadFile(postgres.Store{}.SQLFiles(), "migrations/"+m.Name)
 		require.NoError(t, err)
 		sum := sha256.Sum256(body)
 		require.Equal(t, pinned, hex.EncodeToString(sum[:]), "committed migration %s changed", m.Name)
@@ -92,7 +93,7 @@ var (
 func TestPostgresQueriesMatchSQLite(t *testing.T) {
 	sqliteSet, err := sqlOf(sqlitestore.Store{})
 	require.NoError(t, err)
-	pgSet, err := sqlOf(pgBackend{})
+	pgSet, err := sqlOf(postgres.Store{})
 	require.NoError(t, err)
 	sqlite, pg := sqliteSet.queries, pgSet.queries
 	var onlySQLite, onlyPG []string
@@ -266,7 +267,7 @@ func TestPostgresColumnRulesHold(t *testing.T) {
 		"INSERT INTO users (user_id, running) VALUES ('bob', -1)",
 	} {
 		_, err := f.db.ExecContext(f.ctx, stmt)
-		var st sqlStater
+		var st interface{ SQLState() string }
 		require.ErrorAs(t, err, &st, stmt)
 		require.Equal(t, "23514", st.SQLState(), "%s: %v", stmt, err)
 	}

@@ -93,8 +93,9 @@ func socketOptions(t *testing.T, c net.Conn) []int {
 // carries the idle-in-transaction timeout, the keepalives and the user
 // timeout, read back from the server and from the client's socket: the
 // pool's, the pool's through Options.Driver (a fault injector, the path
-// the simulator takes, which used to drop them all), and the wake
-// listener's; none sets statement_timeout or idle_session_timeout. The
+// the simulator takes, which used to drop them all; the wake listener's
+// is the store's own test); none sets statement_timeout or
+// idle_session_timeout. The
 // URL's own settings win, Options turns the timeout off, and LeaseMin is
 // the timeout plus the user timeout.
 func TestPostgresSessionSettingsReadBack(t *testing.T) {
@@ -127,16 +128,6 @@ func TestPostgresSessionSettingsReadBack(t *testing.T) {
 	settings, _ = pooledSession(t, faulty)
 	require.Equal(t, pgDefaultSession, settings, "the pool through Options.Driver")
 	require.NoError(t, faulty.Close())
-
-	l, err := pgBackend{}.Listen(f.ctx, runner{q}, q.params)
-	require.NoError(t, err)
-	conn := l.(pgListener).conn
-	settings = readSession(t, func(name string) (v string, err error) {
-		return v, conn.QueryRow(f.ctx, "SELECT current_setting($1)", name).Scan(&v)
-	})
-	require.Equal(t, pgDefaultSession, settings, "the wake listener")
-	require.Equal(t, wantSocket, socketOptions(t, conn.PgConn().Conn()), "the wake listener's client socket")
-	require.NoError(t, conn.Close(f.ctx))
 
 	own, err := Open(f.ctx, Options{Path: f.url + "&idle_in_transaction_session_timeout=1500&tcp_user_timeout=2s&tcp_keepalives_count=1",
 		Clock: clock, IDs: model.NewSeededIDs(3), IdleInTransactionTimeout: 9 * time.Second})

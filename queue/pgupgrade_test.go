@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue/internal/postgres"
 )
 
 // fixtureSchema is the placeholder a PostgreSQL fixture of testdata names
@@ -29,6 +30,9 @@ const fixtureSchema = "__SCHEMA__"
 // URL's search_path names. It drops what pgx cannot run or what would undo
 // the URL's settings: psql meta-commands, the dump's SET statements, its
 // emptying of search_path and its CREATE SCHEMA (pgtest made the schema).
+// pgFolded is the history the PostgreSQL baseline replaced.
+var pgFolded = postgres.Store{}.Folded()
+
 func loadPostgresFixture(ctx context.Context, t *testing.T, dbURL, path string) {
 	t.Helper()
 	u, err := url.Parse(dbURL)
@@ -79,7 +83,7 @@ func TestPostgresMovesPreFoldOntoBaseline(t *testing.T) {
 	applied, pending, err := Inspect(ctx, dbURL)
 	require.NoError(t, err)
 	require.Equal(t, pgFolded.Migrations[:20], applied)
-	set, err := sqlOf(pgBackend{})
+	set, err := sqlOf(postgres.Store{})
 	require.NoError(t, err)
 	require.Len(t, pending, len(set.migrations)+1, "the baseline and later migrations, and the functions")
 	require.Equal(t, set.migrations[0].Name, pending[0].Name)
@@ -283,7 +287,7 @@ func TestPostgresRefusesAPartOfThePreFoldHistory(t *testing.T) {
 // build's bodies and records them.
 func TestPostgresFunctionsByVersion(t *testing.T) {
 	ctx := context.Background()
-	set, err := sqlOf(pgBackend{})
+	set, err := sqlOf(postgres.Store{})
 	require.NoError(t, err)
 	mine := set.functions.Version
 	_, mySum, err := set.functions.installed()

@@ -109,8 +109,6 @@ var (
 
 // The statements only PostgreSQL's files define.
 var (
-	qClaimBatch           = seam.Name("claim_batch")
-	qCompleteAndClaim     = seam.Name("complete_and_claim")
 	qEventsAfterLock      = seam.Name("events_after_lock")
 	qFunctionsApplied     = seam.Name("functions_applied")
 	qFunctionsRecord      = seam.Name("functions_record")
@@ -118,10 +116,6 @@ var (
 	qFunctionsTableExists = seam.Name("functions_table_exists")
 	qMigrationsForget     = seam.Name("migrations_forget")
 	qMigrationsLock       = seam.Name("migrations_lock")
-	qReadyListen          = seam.Name("ready_listen")
-	qReadyNotify          = seam.Name("ready_notify")
-	qReadySchema          = seam.Name("ready_schema")
-	qSubmitOne            = seam.Name("submit_one")
 	qTallyCompact         = seam.Name("tally_compact")
 	qTallyRows            = seam.Name("tally_rows")
 )

@@ -10,12 +10,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/queue/internal/postgres"
+	"github.com/leasehold/leasehold/queue/internal/seam"
 	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
 // queryNameFiles are the files that declare query names: the protocol's
 // and each store's own.
-var queryNameFiles = []string{"querynames.go", "internal/sqlite/querynames.go"}
+var queryNameFiles = []string{"querynames.go", "internal/sqlite/querynames.go", "internal/postgres/querynames.go"}
 
 // declaredQueries reads the queryNameFiles and returns the query names
 // each of their var blocks declares, by the stores its doc comment names:
@@ -63,7 +65,7 @@ func declaredIn(t *testing.T, path string, out map[string][]string) {
 func TestQueryNamesAreDefined(t *testing.T) {
 	lite, err := sqlOf(sqlitestore.Store{})
 	require.NoError(t, err)
-	pg, err := sqlOf(pgBackend{})
+	pg, err := sqlOf(postgres.Store{})
 	require.NoError(t, err)
 	declared := declaredQueries(t)
 	require.NotEmpty(t, declared["both"])
@@ -97,9 +99,9 @@ func TestCapabilitiesMatchTheSQL(t *testing.T) {
 		require.Equal(t, c.BlockedFlags, has(qReblockAll) && has(qReblockUser), b.Dialect())
 		require.Equal(t, c.CounterRows, has(qTallyCompact) && has(qTallyRows), b.Dialect())
 		require.Equal(t, c.CommitsOutOfOrder, has(qEventsAfterLock) && has(qMigrationsLock), b.Dialect())
-		require.Equal(t, c.Fuse != nil, has(qCompleteAndClaim), b.Dialect())
-		require.Equal(t, c.SubmitAlone != nil, has(qSubmitOne), b.Dialect())
-		require.Equal(t, c.Notify != nil, has(qReadyNotify) && has(qReadyListen), b.Dialect())
+		require.Equal(t, c.Fuse != nil, has(seam.Name("complete_and_claim")), b.Dialect())
+		require.Equal(t, c.SubmitAlone != nil, has(seam.Name("submit_one")), b.Dialect())
+		require.Equal(t, c.Notify != nil, has(seam.Name("ready_notify")) && has(seam.Name("ready_listen")), b.Dialect())
 		require.Equal(t, c.WALTruncate, has(qWalTruncate), b.Dialect())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leasehold/leasehold/queue/internal/postgres"
 	"github.com/leasehold/leasehold/queue/internal/seam"
 	"github.com/leasehold/leasehold/queue/internal/sqlite"
 )
@@ -38,7 +39,7 @@ type backend = seam.Store
 type capabilities = seam.Capabilities
 
 // backends are the stores this build carries, the default (SQLite) first.
-var backends = []backend{sqlite.Store{}, pgBackend{}}
+var backends = []backend{sqlite.Store{}, postgres.Store{}}
 
 // backendFor returns the store that handles path: the first after SQLite
 // that claims it, else SQLite.

@@ -13,7 +13,7 @@ import (
 
 // pgBrokenVariants are the variants whose mechanism is (also) in the
 // PostgreSQL store's SQL, each with the scenario that targets it: the ones
-// the placeholders of queue/sql/postgres switch on.
+// the placeholders of queue/internal/postgres/sql switch on.
 var pgBrokenVariants = []struct{ variant, scenario string }{
 	{"no-user-limit", "portfolio"},
 	{"claim-past-deadline", "deadline"},

@@ -1,4 +1,8 @@
-package queue
+// Package postgres is the PostgreSQL store of the queue (pgx v5 through
+// its database/sql adapter), for workers on many machines sharing one
+// database. It implements seam.Store; the protocol that runs over it is
+// package queue's, which this package never imports.
+package postgres
 
 import (
 	"context"
@@ -24,11 +28,10 @@ import (
 	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
-//go:embed sql/postgres
-var postgresFiles embed.FS
+//go:embed sql
+var files embed.FS
 
-// pgBackend is the PostgreSQL store (pgx v5 through its database/sql
-// adapter), for workers on many machines sharing one database. Writes at
+// Store is the PostgreSQL store. Writes at
 // READ COMMITTED are grouped within a process (group commit, group.go),
 // so that one commit carries the concurrent writes of a process's
 // workers. Across processes, no write waits on a hot row: the per-user
@@ -38,13 +41,18 @@ var postgresFiles embed.FS
 // against every other claimer (see claim). A group the database still
 // rolls back as a conflict (a deadlock over task rows, say) tells every
 // member ErrNotApplied of ClassConflict, which writeRetrying runs again.
-type pgBackend struct{}
+type Store struct{}
+
+var _ seam.Store = Store{}
 
 // Dialect is "postgres".
-func (pgBackend) Dialect() string { return "postgres" }
+func (Store) Dialect() string { return Dialect }
+
+// Dialect names the PostgreSQL store.
+const Dialect = "postgres"
 
 // Positional: pgx takes $n parameters only.
-func (pgBackend) Positional() bool { return true }
+func (Store) Positional() bool { return true }
 
 // pgGroupLanes is how many group commits of one process run at once on
 // PostgreSQL. One: since a group's CompleteAndClaim claims are one store
@@ -54,28 +62,18 @@ func (pgBackend) Positional() bool { return true }
 const pgGroupLanes = 1
 
 // handles reports whether path is a postgres:// or postgresql:// URL.
-func (pgBackend) Handles(path string) bool {
+func (Store) Handles(path string) bool {
 	scheme, _, ok := strings.Cut(path, "://")
 	return ok && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql"))
 }
 
-// SQLFiles is sql/postgres.
-func (pgBackend) SQLFiles() fs.FS {
-	sub, err := fs.Sub(postgresFiles, "sql/postgres")
+// SQLFiles is this package's sql/.
+func (Store) SQLFiles() fs.FS {
+	sub, err := fs.Sub(files, "sql")
 	if err != nil {
-		panic("queue: embedded sql/postgres: " + err.Error()) // fs.Sub fails only on an invalid name
+		panic("queue: embedded postgres sql: " + err.Error()) // fs.Sub fails only on an invalid name
 	}
 	return sub
-}
-
-// PostgresMigrations returns the PostgreSQL migrations this build carries,
-// in order; each call returns its own copy of the list.
-func PostgresMigrations() ([]Migration, error) {
-	set, err := sqlOf(pgBackend{})
-	if err != nil {
-		return nil, err
-	}
-	return slices.Clone(set.migrations), nil
 }
 
 // pgConnsDefault is the pool size when Options.MaxConns is not set.
@@ -88,7 +86,7 @@ const pgConnsDefault = 8
 // wrapping stdlib.GetDefaultDriver()): it is given the name of the whole
 // configuration registered with stdlib, so that its connections carry
 // the same settings and dialer.
-func (pgBackend) Connect(ctx context.Context, o seam.ConnectParams) (seam.Pool, error) {
+func (Store) Connect(ctx context.Context, o seam.ConnectParams) (seam.Pool, error) {
 	if o.Image {
 		return seam.Pool{}, &model.ValidationError{Field: "db", Problem: "a database image is SQLite's"}
 	}
@@ -136,22 +134,30 @@ func (pgBackend) Connect(ctx context.Context, o seam.ConnectParams) (seam.Pool, 
 // pgConfig reads the URL in o.Path: its location, pgx's configuration of
 // it, and the session settings of its connections, applied to the
 // configuration.
-func pgConfig(o seam.ConnectParams) (Location, *pgx.ConnConfig, pgSession, error) {
-	loc, err := ParseLocation(o.Path)
+func pgConfig(o seam.ConnectParams) (location, *pgx.ConnConfig, pgSession, error) {
+	u, err := ParseURL(o.Path)
 	if err != nil {
-		return Location{}, nil, pgSession{}, &model.ValidationError{Field: "db", Problem: strings.TrimSuffix(err.Error(), ": "+ErrBadLocation.Error())}
+		return location{}, nil, pgSession{}, &model.ValidationError{Field: "db", Problem: err.Error()}
 	}
+	loc := location{URL: u}
 	cfg, err := pgx.ParseConfig(loc.URL)
 	if err != nil {
-		return Location{}, nil, pgSession{}, &model.ValidationError{Field: "db", Problem: redact.Passwords("the URL "+loc.String()+" is not valid", loc.URL)}
+		return location{}, nil, pgSession{}, &model.ValidationError{Field: "db", Problem: redact.Passwords("the URL "+loc.String()+" is not valid", loc.URL)}
 	}
 	session, err := pgSessionOf(cfg.RuntimeParams, o.IdleInTransactionTimeout)
 	if err != nil {
-		return Location{}, nil, pgSession{}, err
+		return location{}, nil, pgSession{}, err
 	}
 	session.apply(cfg)
 	return loc, cfg, session, nil
 }
+
+// location is a database's URL, password included, for connecting only;
+// its String is the URL as it may be printed.
+type location struct{ URL string }
+
+// String is the URL with any password replaced by xxxxx.
+func (l location) String() string { return redact.URL(l.URL) }
 
 // pgLockTimeout is the lock_timeout that Options.BusyTimeout asks of
 // PostgreSQL: how long a statement waits for a lock another transaction
@@ -200,7 +206,7 @@ func onceEach(msg string) string {
 
 // classify maps PostgreSQL's SQLSTATE codes and pgx's connection failures
 // to storage classes.
-func (pgBackend) Classify(err error) seam.Class {
+func (Store) Classify(err error) seam.Class {
 	var st sqlStater
 	if errors.As(err, &st) && st.SQLState() != "" {
 		return classOfSQLState(st.SQLState())
@@ -260,7 +266,7 @@ func classOfSQLState(code string) seam.Class {
 // (claim_batch: functions.sql's claim, which says how it holds the
 // per-user running limit without waiting on another claimer), and calls
 // took with each, as it was, in claim order.
-func (pgBackend) Claim(tx seam.Tx, p seam.ClaimParams, took func(model.Task) error) error {
+func (Store) Claim(tx seam.Tx, p seam.ClaimParams, took func(model.Task) error) error {
 	now := tx.Now()
 	rows, err := tx.Query(qClaimBatch, sql.Named("now", model.Millis(now)), sql.Named("max", p.Max),
 		sql.Named("owner", p.Worker), sql.Named("lease_until", model.Millis(now.Add(p.Lease))))
@@ -286,7 +292,7 @@ func (pgBackend) Claim(tx seam.Tx, p seam.ClaimParams, took func(model.Task) err
 // shutdown (SQLSTATE class 08, 57P01-57P03), after which the statement
 // may have committed; an error without a SQLSTATE (a lost or refused
 // connection) leaves it unknown too, unless pgx says nothing was sent.
-func (pgBackend) CompleteAndClaim(r seam.Runner, f seam.FusedParams) ([]model.Task, bool, error) {
+func (Store) CompleteAndClaim(r seam.Runner, f seam.FusedParams) ([]model.Task, bool, error) {
 	claims, err := json.Marshal(f.Claims)
 	if err != nil {
 		return nil, false, fmt.Errorf("complete and claim: %w", err)
@@ -324,7 +330,7 @@ func (pgBackend) CompleteAndClaim(r seam.Runner, f seam.FusedParams) ([]model.Ta
 // transaction (functions.sql). Its failures are read as
 // CompleteAndClaim's: a server's error rolled it back, a lost connection
 // may have left it committed.
-func (pgBackend) SubmitOne(r seam.Runner, p seam.SubmitParams) (seam.SubmitOutcome, bool, error) {
+func (Store) SubmitOne(r seam.Runner, p seam.SubmitParams) (seam.SubmitOutcome, bool, error) {
 	n := p.Request
 	// The statement is the submit's alone, and its outcome must be read
 	// whole: the caller's cancellation may not end it.
@@ -417,12 +423,12 @@ var pgFolded = seam.Folded{
 }
 
 // Folded is the pre-release history the baseline replaced.
-func (pgBackend) Folded() *seam.Folded { return &pgFolded }
+func (Store) Folded() *seam.Folded { return &pgFolded }
 
 // Capabilities: group commit in one lane, fused groups and lone submits
 // in one statement each, LISTEN/NOTIFY wake-ups, counters as rows of
 // changes, and transactions that commit out of event order.
-func (b pgBackend) Capabilities() seam.Capabilities {
+func (b Store) Capabilities() seam.Capabilities {
 	return seam.Capabilities{Groups: true, GroupLanes: pgGroupLanes, Fuse: b, SubmitAlone: b, Notify: b,
 		CounterRows: true, CommitsOutOfOrder: true, RunningOverActive: true}
 }

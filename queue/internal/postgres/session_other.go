@@ -1,6 +1,6 @@
 //go:build !linux
 
-package queue
+package postgres
 
 import (
 	"syscall"

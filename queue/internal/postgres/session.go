@@ -1,4 +1,4 @@
-package queue
+package postgres
 
 import (
 	"context"
@@ -37,30 +37,24 @@ import (
 // lock wait (events_after_lock) waits for the stuck session, both by
 // design. Each setting the URL gives itself is kept.
 
-// PostgresIdleInTransactionTimeout is the store's
+// IdleInTransactionTimeout is the store's
 // idle_in_transaction_session_timeout when neither Options nor the URL
 // sets one: how long a session may sit idle inside a transaction before
 // the server ends it. One stuck session stops other sessions' writes that
 // need its locks for at most this long.
-const PostgresIdleInTransactionTimeout = 5 * time.Second
-
-// NoIdleInTransactionTimeout, as Options.IdleInTransactionTimeout, turns
-// the timeout off: the simulator and the tests whose traces must not
-// depend on how fast the machine runs (a session idle past the timeout
-// while the process is descheduled would be ended).
-const NoIdleInTransactionTimeout = seam.NoIdleInTransactionTimeout
+const IdleInTransactionTimeout = 5 * time.Second
 
 // The store's TCP keepalive, on both sides of its connections: after
 // pgKeepAliveIdle of silence a probe every pgKeepAliveInterval, and the
 // connection dropped after pgKeepAliveCount unanswered. The user timeout
-// (PostgresTCPUserTimeout) drops a connection whose data, probes
+// (TCPUserTimeout) drops a connection whose data, probes
 // included, stays unacknowledged that long; Linux then bounds the probes
 // by it too. It is the keepalive's bound: idle, then count probes.
 const (
-	pgKeepAliveIdle        = 5 * time.Second
-	pgKeepAliveInterval    = 5 * time.Second
-	pgKeepAliveCount       = 3
-	PostgresTCPUserTimeout = pgKeepAliveIdle + pgKeepAliveCount*pgKeepAliveInterval
+	pgKeepAliveIdle     = 5 * time.Second
+	pgKeepAliveInterval = 5 * time.Second
+	pgKeepAliveCount    = 3
+	TCPUserTimeout      = pgKeepAliveIdle + pgKeepAliveCount*pgKeepAliveInterval
 )
 
 // The server's names of the session settings, as a URL may give them.
@@ -86,7 +80,7 @@ type pgSession struct {
 // A setting the URL gives wins; one it gives that is not a duration (or,
 // for the count, a whole number) is refused, naming it.
 func pgSessionOf(params map[string]string, idle time.Duration) (pgSession, error) {
-	s := pgSession{idleInTransaction: PostgresIdleInTransactionTimeout, userTimeout: PostgresTCPUserTimeout,
+	s := pgSession{idleInTransaction: IdleInTransactionTimeout, userTimeout: TCPUserTimeout,
 		keepAlive: net.KeepAliveConfig{Enable: true, Idle: pgKeepAliveIdle, Interval: pgKeepAliveInterval, Count: pgKeepAliveCount}}
 	switch {
 	case idle == seam.NoIdleInTransactionTimeout:
