@@ -100,7 +100,7 @@ func TestCapabilitiesMatchTheSQL(t *testing.T) {
 		require.Equal(t, c.CounterRows, has(qTallyCompact) && has(qTallyRows), b.Dialect())
 		require.Equal(t, c.CommitsOutOfOrder, has(qEventsAfterLock) && has(qMigrationsLock), b.Dialect())
 		require.Equal(t, c.Fuse != nil, has(seam.Name("complete_and_claim")), b.Dialect())
-		require.Equal(t, c.SubmitAlone != nil, has(seam.Name("submit_one")), b.Dialect())
+		require.Equal(t, c.Submit != nil, has(seam.Name("submit_one")), b.Dialect())
 		require.Equal(t, c.Notify != nil, has(seam.Name("ready_notify")) && has(seam.Name("ready_listen")), b.Dialect())
 		require.Equal(t, c.WALTruncate, has(qWalTruncate), b.Dialect())
 	}

@@ -79,8 +79,13 @@ func PayloadError(err error) error {
 	return &model.ValidationError{Field: field, Problem: v.Problem}
 }
 
-// submit stores a normalized request, or recognises its replay.
+// submit stores a normalized request, or recognises its replay: in the
+// store's one statement where it has one (submitone.go), else in the
+// protocol's.
 func (t *txn) submit(n model.Normalized, actor string) (model.SubmitResult, error) {
+	if f := t.q.store.Capabilities().Submit; f != nil {
+		return t.submitInOne(f, n, actor)
+	}
 	var id, hash string
 	err := t.queryRow(qTaskByKey, sql.Named("user", n.User), sql.Named("key", n.Key)).Scan(&id, &hash)
 	switch {

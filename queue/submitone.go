@@ -8,18 +8,22 @@ import (
 	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
-// A lone submit. On a store whose round trips cost (PostgreSQL), a group
-// holding nothing but one Submit (a caller submitting a task at a time,
-// the usual case) is run as one statement that is its own transaction
-// (seam.SubmitAloner): the key's lookup, admission and the task with
-// its submitted event, which the usual way runs as seven statements
-// between BEGIN and COMMIT. The outcomes are the usual way's, word for
+// A submit in one statement. A store whose round trips cost (PostgreSQL)
+// runs a submit as one statement (seam.Submitter): the key's lookup,
+// admission and the task with its submitted event, which the protocol's
+// own statements (txn.submit, SQLite's way) take seven for. The one body
+// runs alone and in a group: a group holding nothing but one Submit (a
+// caller submitting a task at a time, the usual case) runs it as its own
+// transaction, with no BEGIN or COMMIT; in a group of more, or an
+// Unfused queue's, it is one statement of the group's transaction
+// (txn.submitInOne). The outcomes are the protocol's statements', word for
 // word: a replay returns the original task's ID, a refusal (a changed
 // request under a used key, a deadline already passed, a full queue) is
-// the same error with nothing written. The statement's own failures are a
-// fused group's (fused.go): a server's error rolled it back (ErrNotApplied,
-// with the error's class, so a raced key or a conflict is run again), and
-// a connection lost while it ran leaves it unknown (ErrOutcomeUnknown).
+// the same error with nothing written. Alone, the statement's own
+// failures are a fused group's (fused.go): a server's error rolled it
+// back (ErrNotApplied, with the error's class, so a raced key or a
+// conflict is run again), and a connection lost while it ran leaves it
+// unknown (ErrOutcomeUnknown).
 
 // submission is a Submit as a store may run it alone: the normalized
 // request, the actor its event names, its scope, and where its result
@@ -37,13 +41,13 @@ type submitOutcome = seam.SubmitOutcome
 // runSubmitFused runs members as a lone submit when they are one and the
 // store can; false means they run the usual way.
 func (q *Queue) runSubmitFused(members []*member) bool {
-	f := q.store.Capabilities().SubmitAlone
+	f := q.store.Capabilities().Submit
 	if f == nil || !q.fuse || len(members) != 1 || members[0].submits == nil {
 		return false
 	}
 	m, s := members[0], members[0].submits
 	now := q.now()
-	out, unknown, err := q.submitAlone(f, s, now)
+	out, unknown, err := q.submitIn(f, runner{q}, s, now)
 	if err != nil {
 		m.statementFailed(err, unknown)
 		return true
@@ -60,20 +64,36 @@ func (q *Queue) runSubmitFused(members []*member) bool {
 	return true
 }
 
-// submitAlone runs s at now through f, with the task's ID drawn first,
-// as the statement may insert it; one it did not insert is given back
-// (Queue.unusedID).
-func (q *Queue) submitAlone(f seam.SubmitAloner, s *submission, now time.Time) (submitOutcome, bool, error) {
+// submitIn runs s at now through f's one statement, run by on, with the
+// task's ID drawn first, as the statement may insert it; one it did not
+// insert is given back (Queue.unusedID).
+func (q *Queue) submitIn(f seam.Submitter, on seam.Querier, s *submission, now time.Time) (submitOutcome, bool, error) {
 	id, err := q.newID(model.TaskIDPrefix, model.TaskKey(s.n.User, s.n.Key))
 	if err != nil {
 		return submitOutcome{}, false, err
 	}
-	out, unknown, err := f.SubmitOne(runner{q}, seam.SubmitParams{ID: id, Request: s.n, RunAt: s.runAt(now), Now: now,
+	out, unknown, err := f.SubmitOne(on, seam.SubmitParams{ID: id, Request: s.n, RunAt: s.runAt(now), Now: now,
 		Timely: s.n.CheckTimely(now) == nil, Actor: s.actor, Scope: s.scope})
 	if !unknown && (err != nil || out.Kind != seam.SubmitInserted) {
 		q.unusedID(model.TaskIDPrefix, id)
 	}
 	return out, unknown, err
+}
+
+// submitInOne runs the submit of n for actor as the store's one
+// statement inside t: the body a lone submit runs alone. Whether it
+// committed is the group's to say, so the statement's own unknown is not
+// read.
+func (t *txn) submitInOne(f seam.Submitter, n model.Normalized, actor string) (model.SubmitResult, error) {
+	s := &submission{n: n, actor: submitter(t.ctx, actor), scope: model.ScopeOf(t.ctx)}
+	out, _, err := t.q.submitIn(f, t, s, t.now)
+	if err != nil {
+		return model.SubmitResult{}, err
+	}
+	if out.Kind == seam.SubmitInserted {
+		t.madeReady(s.runAt(t.now))
+	}
+	return s.result(out, t.now)
 }
 
 // runAt is when s's task becomes due: its run_at, or now.

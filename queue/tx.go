@@ -234,10 +234,11 @@ type runner struct{ q *Queue }
 
 var _ seam.Runner = runner{}
 
-// QueryAlone runs a named statement outside any transaction, its error
-// named by the statement alone.
-func (r runner) QueryAlone(ctx context.Context, name queryName, args ...any) (*sql.Rows, error) {
-	return r.q.readRowsBare(ctx, name, args...)
+// Query runs a named statement outside any transaction, its error named
+// by the statement alone. The statement is the store's alone: no
+// caller's cancellation may end it.
+func (r runner) Query(name queryName, args ...any) (*sql.Rows, error) {
+	return r.q.readRowsBare(context.Background(), name, args...)
 }
 
 // Text is a named statement's text.

@@ -37,15 +37,19 @@ func postgresStore(t *testing.T) Store {
 }
 
 // injectedError matches an injected storage error in a trace line, from
-// the driver operation it hit to the fault's name.
-var injectedError = regexp.MustCompile(`\b(open|prepare|ping|begin|statement|commit): .*?\(faults: injected ([a-z_]+)\)`)
+// the queue's words for the statement it hit, if any, through the driver
+// operation to the fault's name.
+var injectedError = regexp.MustCompile(`(?:queue: [^()]*?)?\b(open|prepare|ping|begin|statement|commit): .*?\(faults: injected ([a-z_]+)\)`)
 
 // storeNeutral rewrites a trace line's injected storage errors to the
 // fault's name alone. The two stores' drivers word them differently (a
-// SQLSTATE against a SQLite result code), and on PostgreSQL a fault that
+// SQLSTATE against a SQLite result code); on PostgreSQL a fault that
 // loses the connection makes the next operation open a new one, so an
 // outage refuses it at "open" or "prepare" where SQLite's single
-// connection is refused at "begin" or "statement".
+// connection is refused at "begin" or "statement"; and the stores run
+// different statements for one operation (PostgreSQL's submit is one,
+// submit_one, where SQLite's first is the key's lookup), so a fault hits
+// a statement each names its own way.
 func storeNeutral(line string) string { return injectedError.ReplaceAllString(line, "<$2>") }
 
 // TestPostgresSweeps runs seeds 1-100 of portfolio and of late-result on

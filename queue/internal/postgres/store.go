@@ -301,9 +301,7 @@ func (Store) CompleteAndClaim(r seam.Runner, f seam.FusedParams) ([]model.Task, 
 	if err != nil {
 		return nil, false, fmt.Errorf("complete and claim: %w", err)
 	}
-	// The statement is the group's: no one caller's cancellation may end
-	// it (the outcome of a cancelled statement would be unknown).
-	rows, err := r.QueryAlone(context.Background(), qCompleteAndClaim, sql.Named("claims", string(claims)),
+	rows, err := r.Query(qCompleteAndClaim, sql.Named("claims", string(claims)),
 		sql.Named("events", string(events)), sql.Named("now", model.Millis(f.Now)), sql.Named("max", f.Claim.Max),
 		sql.Named("owner", f.Claim.Worker), sql.Named("lease_until", model.Millis(f.Now.Add(f.Claim.Lease))),
 		sql.Named("scope", f.Scope))
@@ -326,15 +324,13 @@ func (Store) CompleteAndClaim(r seam.Runner, f seam.FusedParams) ([]model.Task, 
 	return nil, pgMayHaveCommitted(err), err
 }
 
-// SubmitOne runs a lone submit as submit_one, one statement and its own
-// transaction (functions.sql). Its failures are read as
-// CompleteAndClaim's: a server's error rolled it back, a lost connection
-// may have left it committed.
-func (Store) SubmitOne(r seam.Runner, p seam.SubmitParams) (seam.SubmitOutcome, bool, error) {
+// SubmitOne runs a submit as submit_one (functions.sql), one statement:
+// alone, its own transaction, or inside a group's. Alone, its failures
+// are read as CompleteAndClaim's: a server's error rolled it back, a
+// lost connection may have left it committed.
+func (Store) SubmitOne(q seam.Querier, p seam.SubmitParams) (seam.SubmitOutcome, bool, error) {
 	n := p.Request
-	// The statement is the submit's alone, and its outcome must be read
-	// whole: the caller's cancellation may not end it.
-	rows, err := r.QueryAlone(context.Background(), qSubmitOne, sql.Named("id", p.ID), sql.Named("user", n.User),
+	rows, err := q.Query(qSubmitOne, sql.Named("id", p.ID), sql.Named("user", n.User),
 		sql.Named("key", n.Key), sql.Named("hash", n.Hash), sql.Named("payload", n.Payload),
 		sql.Named("priority", n.Priority), sql.Named("run_at", model.Millis(p.RunAt)),
 		sql.Named("deadline", model.Millis(n.Deadline)), sql.Named("now", model.Millis(p.Now)),
@@ -429,6 +425,6 @@ func (Store) Folded() *seam.Folded { return &pgFolded }
 // in one statement each, LISTEN/NOTIFY wake-ups, counters as rows of
 // changes, and transactions that commit out of event order.
 func (b Store) Capabilities() seam.Capabilities {
-	return seam.Capabilities{Groups: true, GroupLanes: pgGroupLanes, Fuse: b, SubmitAlone: b, Notify: b,
+	return seam.Capabilities{Groups: true, GroupLanes: pgGroupLanes, Fuse: b, Submit: b, Notify: b,
 		CounterRows: true, CommitsOutOfOrder: true, RunningOverActive: true}
 }

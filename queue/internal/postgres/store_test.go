@@ -44,7 +44,7 @@ func TestLockTimeout(t *testing.T) {
 // texts gives Listen the two statements it runs.
 type texts struct{}
 
-func (texts) QueryAlone(context.Context, seam.Query, ...any) (*sql.Rows, error) {
+func (texts) Query(seam.Query, ...any) (*sql.Rows, error) {
 	return nil, errors.New("not run by Listen")
 }
 

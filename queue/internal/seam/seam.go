@@ -67,8 +67,9 @@ type Capabilities struct {
 	GroupLanes int
 	// Fuse runs a fused group in one statement.
 	Fuse Fuser
-	// SubmitAlone runs a lone submit in one statement.
-	SubmitAlone SubmitAloner
+	// Submit runs a submit in one statement: alone as its own
+	// transaction, or inside a group's.
+	Submit Submitter
 	// Notify tells other processes' idle workers that a task became
 	// claimable; without it only this process's are woken.
 	Notify Notifier
@@ -108,24 +109,31 @@ func Name(name string) Query { return Query{name} }
 // String returns the section's name.
 func (q Query) String() string { return q.name }
 
-// Tx is a write transaction as a store's Claim and Notify see it: the
-// time the operation runs at and the store's statements, by name.
+// Querier runs a store's named statement that returns rows: as its own
+// transaction (Runner) or inside a write transaction (Tx).
+type Querier interface {
+	Query(name Query, args ...any) (*sql.Rows, error)
+}
+
+// Tx is a write transaction as a store's Claim, Submit and Notify see
+// it: the time the operation runs at and the store's statements, by
+// name.
 type Tx interface {
+	Querier
 	// Now is the operation's time, at the precision the queue stores.
 	Now() time.Time
-	// Query runs a named statement that returns rows.
-	Query(name Query, args ...any) (*sql.Rows, error)
 	// Exec runs a named statement and returns the rows it affected.
 	Exec(name Query, args ...any) (int64, error)
 }
 
 // Runner runs a store's statements that are each their own transaction
-// (a fused group, a lone submit), and gives the text of a statement for a
-// connection of the store's own (the wake listener's).
+// (a fused group, a lone submit): its Query runs one outside any
+// transaction, where no caller's cancellation may end it (its outcome
+// would be unknown), and names a failed statement's error by the
+// statement alone. Text gives a statement's text for a connection of the
+// store's own (the wake listener's).
 type Runner interface {
-	// QueryAlone runs a named statement outside any transaction; a failed
-	// statement's error is named by the statement alone.
-	QueryAlone(ctx context.Context, name Query, args ...any) (*sql.Rows, error)
+	Querier
 	// Text is a named statement's text as the store's driver takes it.
 	Text(name Query) string
 }
@@ -255,15 +263,17 @@ type FusedParams struct {
 	Scope string
 }
 
-// SubmitAloner is a store that runs a lone submit in one statement.
-type SubmitAloner interface {
-	// SubmitOne runs p as one statement outside any transaction and
-	// returns its outcome. An error is the statement's: unknown reports
-	// whether it may have committed.
-	SubmitOne(r Runner, p SubmitParams) (out SubmitOutcome, unknown bool, err error)
+// Submitter is a store that runs a submit in one statement, the same
+// alone and in a group.
+type Submitter interface {
+	// SubmitOne runs p as one statement through q, alone (a Runner) or
+	// inside a transaction (a Tx), and returns its outcome. An error is
+	// the statement's: unknown reports whether, run alone, it may have
+	// committed.
+	SubmitOne(q Querier, p SubmitParams) (out SubmitOutcome, unknown bool, err error)
 }
 
-// SubmitParams is a lone submit: the normalized request, the ID its task
+// SubmitParams is a submit: the normalized request, the ID its task
 // gets if inserted, when it runs, and its event's actor and scope.
 type SubmitParams struct {
 	ID      string
@@ -275,7 +285,7 @@ type SubmitParams struct {
 	Scope   string
 }
 
-// SubmitOutcome is how a lone submit ended: its kind, the task's ID where
+// SubmitOutcome is how a submit ended: its kind, the task's ID where
 // there is one, and the count and limit a full queue's refusal names.
 type SubmitOutcome struct {
 	Kind     SubmitKind
@@ -283,10 +293,10 @@ type SubmitOutcome struct {
 	N, Limit int64
 }
 
-// SubmitKind is how a lone submit ended.
+// SubmitKind is how a submit ended.
 type SubmitKind string
 
-// The ways a lone submit ends.
+// The ways a submit ends.
 const (
 	SubmitInserted  SubmitKind = "inserted"
 	SubmitReplay    SubmitKind = "replay"
