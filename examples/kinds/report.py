@@ -4,8 +4,8 @@ Its service kind is dedup: the outbox is a tiny service that keeps each
 delivery under the operation ID it was given and ignores a second
 delivery of the same ID, so running this again after a crash delivers
 the report once. "seconds" makes the report take that long (the demos'
-long-running step); SIGTERM stops it, noted in signals.log, with exit 75
-(EX_TEMPFAIL: nothing was delivered, try again).
+long-running step); signals.log notes its start and a SIGTERM, which
+stops it with exit 75 (EX_TEMPFAIL: nothing was delivered, try again).
 """
 
 import json
@@ -26,6 +26,7 @@ def stopped(signum, frame):
 
 
 signal.signal(signal.SIGTERM, stopped)
+state.note("started " + op)
 
 deadline = time.monotonic() + float(payload.get("seconds", 0))
 while time.monotonic() < deadline:
