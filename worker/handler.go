@@ -61,9 +61,11 @@ type RunLedger struct {
 	Kind ServiceKind
 	// Status answers, for a kind that can (ServiceKind.CanAnswer),
 	// whether the operation was applied, and its result; a Fenced target
-	// also registers fence. It is called from the slot's own Step, so it
-	// should answer quickly. An error leaves the outcome unknown and is
-	// asked again after a backoff.
+	// also registers fence. It runs through the executor as the step's
+	// run does, heartbeated, under the step's timeout, its context
+	// cancelled when the claim ends (not when cancellation is requested:
+	// the effect is settled first). An error leaves the outcome unknown
+	// and is asked again after a backoff.
 	Status func(ctx context.Context, opID string, fence int64) (applied bool, result string, err error)
 }
 

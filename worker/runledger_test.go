@@ -21,6 +21,8 @@ type runTarget struct {
 	applied map[string]int
 	runs    int
 	asked   []string
+	// gate, when set, holds each status query until it is closed.
+	gate chan struct{}
 }
 
 func newRunTarget(kind worker.ServiceKind) *runTarget {
@@ -37,7 +39,14 @@ func (r *runTarget) apply(op string) {
 	r.applied[op]++
 }
 
-func (r *runTarget) status(_ context.Context, op string, _ int64) (bool, string, error) {
+func (r *runTarget) status(ctx context.Context, op string, _ int64) (bool, string, error) {
+	if r.gate != nil {
+		select {
+		case <-r.gate:
+		case <-ctx.Done():
+			return false, "", context.Cause(ctx)
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.asked = append(r.asked, op)
@@ -207,4 +216,42 @@ func TestRunLedgerQueryableNeedsStatus(t *testing.T) {
 	require.Contains(t, task.LastError, "has no Status")
 	require.Empty(t, b.eventsOf(id, model.EventEffectIntent))
 	require.Zero(t, target.runs)
+}
+
+// A status query that takes longer than the lease runs through the
+// executor like a step's run: the slot heartbeats meanwhile, and the
+// claim that asked records the receipt.
+func TestRunLedgerStatusIsHeartbeated(t *testing.T) {
+	b := setup(t)
+	id := b.submit(`{}`, 5, 5)
+	target := newRunTarget(worker.Queryable)
+	h := &ledgerHandler{b: b, target: target, failAfterApply: 1}
+	w := b.newWorker("w1", nil, func(c *worker.Config) { c.Handler, c.Executor = h, worker.Goroutines{} })
+	// The first attempt applies and fails: wait for its end (its run ends
+	// in a goroutine), then let the retry come due.
+	b.stepUntil(w, is(worker.ActionFail, ""))
+	b.untilDue(id)
+	target.gate = make(chan struct{})
+	b.stepUntil(w, is(worker.ActionReconcile, "status query started"))
+	heartbeats := 0
+	for heartbeats < 2*int(testLease/testHeartbeat) {
+		r := b.step(w)
+		if r.Action == worker.ActionHeartbeat {
+			require.True(t, r.Accepted, "%s", r)
+			heartbeats++
+		}
+		if r.Action == worker.ActionIdle {
+			b.clock.Advance(r.Wait)
+		}
+	}
+	close(target.gate)
+	b.run(w, stepsMax)
+
+	task := b.task(id)
+	require.Equal(t, model.Completed, task.State, "the claim held through the query")
+	require.Equal(t, 2, task.Attempt)
+	require.Equal(t, 1, target.runs)
+	effects, err := b.q.Effects(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), effects[0].ReceiptFence)
 }

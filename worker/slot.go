@@ -53,6 +53,9 @@ type Slot struct {
 	runFresh   bool
 	runTimeout time.Time
 	pollAt     time.Time
+	// asking says the run under way asks the step's RunLedger.Status
+	// whether its effect was applied, rather than running the step.
+	asking bool
 	// lost is a run the slot left behind when its claim ended under it:
 	// cancelled, its result to be dropped when it ends.
 	lost       *Run
@@ -436,7 +439,7 @@ func (s *Slot) work(ctx context.Context, now time.Time) Report {
 	s.runFresh = false
 	if !run.Ended() {
 		switch {
-		case s.task.CancelRequested:
+		case s.task.CancelRequested && !s.asking:
 			s.cancelRun(ErrCancelRequested, now)
 		case !s.runTimeout.IsZero() && !now.Before(s.runTimeout):
 			s.cancelRun(ErrStepTimeout, now)
@@ -445,7 +448,10 @@ func (s *Slot) work(ctx context.Context, now time.Time) Report {
 	}
 	if !run.Ended() {
 		r := s.report(ActionWait)
-		if fresh {
+		switch {
+		case fresh && s.asking:
+			r.Action, r.Outcome, r.OpID = ActionReconcile, "status query started", s.opID
+		case fresh:
 			r.Action, r.Outcome = ActionRun, fmt.Sprintf("step %d started", run.Index)
 		}
 		if wait := s.ReadyAt().Sub(now); wait > 0 {
@@ -496,6 +502,17 @@ func (s *Slot) runEnded(ctx context.Context, now time.Time) Report {
 	run, cause, timeout := s.run, s.runCause, s.runTimeout
 	checkpoint, err := run.Result()
 	s.run, s.runCause, s.pollAt, s.runTimeout = nil, nil, time.Time{}, time.Time{}
+	if s.asking {
+		s.asking, s.phase = false, phaseReconcile
+		kind, _ := s.effectTarget()
+		r := s.report(ActionReconcile)
+		r.OpID, r.Called = s.opID, true
+		applied := err == nil
+		if errors.Is(err, errNotApplied) {
+			err = nil
+		}
+		return s.reconciled(r, kind, applied, checkpoint, err, now)
+	}
 	most := model.CheckpointMax
 	if run.Step.Ledger != nil {
 		most = model.ResultMax // the checkpoint is the receipt's result too
@@ -613,7 +630,7 @@ func (s *Slot) heartbeat(ctx context.Context, now time.Time) Report {
 		s.log(slog.LevelInfo, "heartbeat", r, "step", s.run.Index, "run_ms", ran.Milliseconds(),
 			"lease_until_ms", res.LeaseUntil.UnixMilli())
 	}
-	if s.task.CancelRequested {
+	if s.task.CancelRequested && !s.asking {
 		s.cancelRun(ErrCancelRequested, now)
 	}
 	return r
@@ -724,7 +741,16 @@ func (s *Slot) reconcile(ctx context.Context, now time.Time) Report {
 		return r
 	}
 	r.Called = true
+	if s.plan[s.task.StepsUsed].Ledger != nil {
+		s.startStatus(now) // a run of its own, heartbeated like the step's
+		return s.work(ctx, now)
+	}
 	applied, result, err := status(ctx, s.opID, s.claim.Fence)
+	return s.reconciled(r, kind, applied, result, err, now)
+}
+
+// reconciled goes on from a status answer (err: none could be had).
+func (s *Slot) reconciled(r Report, kind ServiceKind, applied bool, result string, err error, now time.Time) Report {
 	r.Err = err
 	if err == nil {
 		s.serviceBackoff = 0
@@ -747,6 +773,35 @@ func (s *Slot) reconcile(ctx context.Context, now time.Time) Report {
 	}
 	s.log(slog.LevelInfo, "effect reconcile", r)
 	return r
+}
+
+// errNotApplied is how a status run says the operation was not applied.
+var errNotApplied = errors.New("operation not applied")
+
+// startStatus hands the executor a run that asks the step's
+// RunLedger.Status about the pending operation, under the step's timeout
+// and cancelled as any run when the claim ends. A requested cancellation
+// does not stop it: an effect whose intent is recorded is settled first.
+func (s *Slot) startStatus(now time.Time) {
+	index, spec, op, fence := s.task.StepsUsed, s.plan[s.task.StepsUsed], s.opID, s.claim.Fence
+	status := spec.Ledger.Status
+	spec.Duration = 0
+	run := newRun(s.task, index, spec, s.cfg.Clock, func(ctx context.Context) (string, error) {
+		applied, result, err := status(ctx, op, fence)
+		switch {
+		case err != nil:
+			return "", err
+		case !applied:
+			return "", errNotApplied
+		}
+		return result, nil
+	}, s.dropLog(index))
+	s.run, s.runCause, s.runFresh, s.pollAt, s.runTimeout, s.asking = run, nil, true, now, time.Time{}, true
+	if timeout := s.timeoutOf(spec); timeout > 0 {
+		s.runTimeout = now.Add(timeout)
+	}
+	s.phase = phaseWork
+	s.cfg.Executor.Start(run)
 }
 
 // effectTarget returns what the current step's effect target can do and
