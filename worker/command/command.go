@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -69,6 +70,10 @@ type Config struct {
 // Handler runs a kind's command once per task (see the package doc).
 type Handler struct {
 	cfg Config
+
+	mu       sync.Mutex
+	inFlight int           // processes started and not yet waited for
+	idle     chan struct{} // closed when inFlight drops to zero; nil while it is
 }
 
 var _ worker.Handler = (*Handler)(nil)
@@ -226,6 +231,8 @@ func (h *Handler) run(ctx context.Context, argv, env []string, stdin string, gra
 		return outcome{}, fmt.Errorf("%w: command %s did not start: %v", worker.ErrPermanent, h.cfg.Kind, err)
 	}
 	group := cmd.Process.Pid // the group's ID: the process leads it
+	h.started()
+	defer h.ended()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
@@ -284,6 +291,48 @@ func signalName(out outcome) string {
 	}
 	return out.signal.String()
 }
+
+func (h *Handler) started() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inFlight++
+}
+
+func (h *Handler) ended() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inFlight--; h.inFlight == 0 && h.idle != nil {
+		close(h.idle)
+		h.idle = nil
+	}
+}
+
+// Wait returns once no process of the handler is running, or when ctx is
+// done (with its error). A worker that stops calls it after its Runner
+// has returned: a run the shutdown grace cut short has had SIGTERM, and
+// gets SIGKILL Grace later, so waiting up to Grace keeps a command from
+// outliving its worker.
+func (h *Handler) Wait(ctx context.Context) error {
+	h.mu.Lock()
+	if h.inFlight == 0 {
+		h.mu.Unlock()
+		return nil
+	}
+	if h.idle == nil {
+		h.idle = make(chan struct{})
+	}
+	idle := h.idle
+	h.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Grace returns the handler's SIGTERM-to-SIGKILL grace.
+func (h *Handler) Grace() time.Duration { return h.cfg.Grace }
 
 // withoutOwn drops the LEASEHOLD_ variables of env.
 func withoutOwn(env []string) []string {

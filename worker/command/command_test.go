@@ -280,3 +280,29 @@ func TestNewRefuses(t *testing.T) {
 		require.Error(t, err, "%+v", cfg)
 	}
 }
+
+// Wait returns once the handler's processes have ended, and not before.
+func TestWaitForRunsInFlight(t *testing.T) {
+	dir := t.TempDir()
+	ready, wait := fifo(t, dir)
+	sh := script(t, dir, "wait.sh", `echo ready > "`+ready+`"
+while :; do sleep 1; done
+`)
+	h := handler(t, command.Config{Command: []string{"/bin/sh", sh}, Grace: time.Second})
+	require.NoError(t, h.Wait(context.Background()), "nothing in flight")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = runOnce(t, h, ctx)
+	}()
+	require.Equal(t, "ready", wait())
+	short, stop := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer stop()
+	require.ErrorIs(t, h.Wait(short), context.DeadlineExceeded, "a process still runs")
+	cancel(worker.ErrShutdown)
+	bounded, stop2 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop2()
+	require.NoError(t, h.Wait(bounded))
+	<-done
+}
