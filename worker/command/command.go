@@ -227,12 +227,12 @@ func (h *Handler) run(ctx context.Context, argv, env []string, stdin string, gra
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = waitDelay
+	h.started() // before the process can show it runs
+	defer h.ended()
 	if err := cmd.Start(); err != nil {
 		return outcome{}, fmt.Errorf("%w: command %s did not start: %v", worker.ErrPermanent, h.cfg.Kind, err)
 	}
 	group := cmd.Process.Pid // the group's ID: the process leads it
-	h.started()
-	defer h.ended()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
