@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/faults/storagefault"
+	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -59,34 +58,11 @@ func pooledSession(t *testing.T, q *Queue) ([]string, []int) {
 	var socket []int
 	require.NoError(t, conn.Raw(func(dc any) error {
 		if c, ok := dc.(*stdlib.Conn); ok {
-			socket = socketOptions(t, c.Conn().PgConn().Conn())
+			socket = pgtest.SocketOptions(t, c.Conn().PgConn().Conn())
 		}
 		return nil
 	}))
 	return settings, socket
-}
-
-// socketOptions reads the client side of a connection's socket:
-// SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT (seconds,
-// seconds, probes) and TCP_USER_TIMEOUT (milliseconds).
-func socketOptions(t *testing.T, c net.Conn) []int {
-	t.Helper()
-	tcp, ok := c.(*net.TCPConn)
-	require.True(t, ok, "a TCP connection, got %T", c)
-	raw, err := tcp.SyscallConn()
-	require.NoError(t, err)
-	var out []int
-	var serr error
-	require.NoError(t, raw.Control(func(fd uintptr) {
-		for _, o := range [][2]int{{unix.SOL_SOCKET, unix.SO_KEEPALIVE}, {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE},
-			{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL}, {unix.IPPROTO_TCP, unix.TCP_KEEPCNT}, {unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT}} {
-			v, err := unix.GetsockoptInt(int(fd), o[0], o[1])
-			serr = errors.Join(serr, err)
-			out = append(out, v)
-		}
-	}))
-	require.NoError(t, serr)
-	return out
 }
 
 // TestPostgresSessionSettingsReadBack: every connection the store opens

@@ -4,12 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/queue/internal/seam"
@@ -74,20 +72,6 @@ func TestListenerCarriesTheSessionSettings(t *testing.T) {
 		"tcp_keepalives_count=3", "tcp_user_timeout=20000", "statement_timeout=0", "idle_session_timeout=0",
 		"application_name=leasehold wake"}, got)
 
-	tcp, ok := conn.PgConn().Conn().(*net.TCPConn)
-	require.True(t, ok, "a TCP connection, got %T", conn.PgConn().Conn())
-	raw, err := tcp.SyscallConn()
-	require.NoError(t, err)
-	var socket []int
-	var serr error
-	require.NoError(t, raw.Control(func(fd uintptr) {
-		for _, o := range [][2]int{{unix.SOL_SOCKET, unix.SO_KEEPALIVE}, {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE},
-			{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL}, {unix.IPPROTO_TCP, unix.TCP_KEEPCNT}, {unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT}} {
-			v, err := unix.GetsockoptInt(int(fd), o[0], o[1])
-			serr = errors.Join(serr, err)
-			socket = append(socket, v)
-		}
-	}))
-	require.NoError(t, serr)
+	socket := pgtest.SocketOptions(t, conn.PgConn().Conn())
 	require.Equal(t, []int{1, 5, 5, 3, 20000}, socket)
 }
