@@ -1,6 +1,7 @@
 // Package queue is leasehold's durable task queue. Its protocol is written
-// once over a storage seam (seam.go): SQLite (modernc.org/sqlite, pure Go,
-// sqlite.go) is the default store.
+// once over a storage seam (queue/internal/seam): SQLite
+// (modernc.org/sqlite, pure Go, queue/internal/sqlite) is the default
+// store, PostgreSQL (queue/internal/postgres) the shared one.
 //
 // Callers submit tasks and get an ID at once; workers claim them under a
 // lease with a fence token (the task's version), run them step by step
@@ -22,7 +23,7 @@
 // The queue never reads the wall clock or the database's clock: time comes
 // from the clockwork.Clock in Options and is bound as a parameter. IDs come
 // from the model.IDSource in Options; backoff jitter from its model.Rand.
-// SQL lives in sql/<dialect> as embedded .sql files: numbered migrations and
-// named queries, whose {broken:...} placeholders are the only place the
+// Each store's SQL lives in its package's sql/ as embedded .sql files:
+// numbered migrations and named queries, whose {broken:...} placeholders are the only place the
 // broken variants (internal/broken) change a statement.
 package queue

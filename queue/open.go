@@ -69,7 +69,7 @@ type Options struct {
 	// store may sit idle inside a transaction before the server ends it
 	// (idle_in_transaction_session_timeout): zero means
 	// PostgresIdleInTransactionTimeout (5 s), NoIdleInTransactionTimeout
-	// turns it off; the URL's own setting wins. See pgsession.go.
+	// turns it off; the URL's own setting wins. See queue/internal/postgres/session.go.
 	IdleInTransactionTimeout time.Duration
 	// Driver replaces the SQLite driver, for fault injection; it must open
 	// modernc.org/sqlite connections underneath.

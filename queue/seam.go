@@ -12,7 +12,8 @@ import (
 // The storage seam. The protocol (intake, fencing, settle, charging
 // attempts, admission, the effects ledger, events, group commit) is written
 // once, in this package, over a seam.Store: what one database supplies
-// (queue/internal/seam says what). Its SQL is in sql/<dialect>/:
+// (queue/internal/seam says what). Each store is a package of its own,
+// queue/internal/<dialect>, with its SQL in that package's sql/:
 //
 //   - queries.sql: every named query the protocol runs ("-- name: NAME"
 //     sections; see parseQueries), with named parameters (:name), which

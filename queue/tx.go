@@ -25,7 +25,7 @@ type txn struct {
 	unprepared []string
 	local      map[string]*sql.Stmt
 	// ready is set once the operation made a task claimable now: the
-	// group then wakes idle workers elsewhere (pgnotify.go) and, once
+	// group then wakes idle workers elsewhere (wake.go) and, once
 	// committed, in this process (localwake.go).
 	ready bool
 	// buffer, when set, takes the events emit makes, for the group to

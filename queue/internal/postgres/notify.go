@@ -16,7 +16,7 @@ const ReadyChannel = "leasehold_ready"
 
 // wakeConnectTimeout bounds one attempt to open the listening connection.
 // How soon a link that went silent (a cut cable, a partition) is found
-// dead is the store's keepalive, as for every connection (pgsession.go).
+// dead is the store's keepalive, as for every connection (session.go).
 var wakeConnectTimeout = 10 * time.Second
 
 // NotifyReady sends, inside tx, the notification that a task became

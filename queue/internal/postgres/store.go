@@ -80,7 +80,7 @@ func (Store) SQLFiles() fs.FS {
 const pgConnsDefault = 8
 
 // connect opens a pool on the URL in o.Path, every connection with the
-// store's session settings (pgsession.go). The settings it reports are
+// store's session settings (session.go). The settings it reports are
 // for evidence and hold no password. Options.Driver, when set, must open
 // pgx connections through stdlib's default driver (a fault injector
 // wrapping stdlib.GetDefaultDriver()): it is given the name of the whole
