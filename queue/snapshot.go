@@ -9,12 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/model"
@@ -52,36 +50,10 @@ const manifestFormat = "leasehold-snapshot-1"
 // ManifestPath is where a snapshot's manifest lives.
 func ManifestPath(snapshot string) string { return snapshot + ".manifest.json" }
 
-// openRaw opens a database file with the queue's PRAGMAs, without checking
-// or migrating its schema: snapshots and upgrades work on databases of
-// other versions. With readOnly it opens it query_only where this process
-// could write it, and otherwise with SQLite's read-only mode (see
-// OpenReadOnlyDB), in which PRAGMA integrity_check does not check CHECK
-// constraints: checksConstraints says whether it does.
+// openRaw opens a database file as sqlite.OpenRaw does: snapshots and
+// upgrades work on databases of other versions.
 func openRaw(path string, readOnly bool) (db *sql.DB, checksConstraints bool, err error) {
-	v := url.Values{}
-	v.Add("_pragma", "busy_timeout(5000)")
-	if readOnly {
-		if !writable(path) {
-			db, err := OpenReadOnlyDB(context.Background(), path)
-			return db, false, err
-		}
-		v.Add("_pragma", "query_only(1)")
-	}
-	db = sqlite.OpenDSN(path + "?" + v.Encode())
-	db.SetMaxOpenConns(1)
-	if err := db.Ping(); err != nil {
-		db.Close()
-		return nil, false, err
-	}
-	return db, true, nil
-}
-
-// writable reports whether this process can write the file at path and
-// create files beside it (a journal, the -wal and -shm).
-func writable(path string) bool {
-	const wOK = 2 // access(2)'s W_OK
-	return syscall.Access(path, wOK) == nil && syscall.Access(filepath.Dir(path), wOK) == nil
+	return sqlite.OpenRaw(path, readOnly)
 }
 
 // CreateSnapshot writes a consistent copy of the database at src to out

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	sqlitedriver "modernc.org/sqlite"
@@ -198,11 +199,43 @@ const (
 	SynchronousNormal = "NORMAL"
 )
 
-// OpenDSN is a pool on a database file's DSN (modernc.org/sqlite's,
+// OpenRaw opens a database file with the store's PRAGMAs, without checking
+// or migrating its schema: snapshots and upgrades work on databases of
+// other versions. With readOnly it opens it query_only where this process
+// could write it, and otherwise with SQLite's read-only mode (see
+// OpenReadOnly), in which PRAGMA integrity_check does not check CHECK
+// constraints: checksConstraints says whether it does.
+func OpenRaw(path string, readOnly bool) (db *sql.DB, checksConstraints bool, err error) {
+	v := url.Values{}
+	v.Add("_pragma", "busy_timeout(5000)")
+	if readOnly {
+		if !writable(path) {
+			db, err := OpenReadOnly(context.Background(), path)
+			return db, false, err
+		}
+		v.Add("_pragma", "query_only(1)")
+	}
+	db = openDSN(path + "?" + v.Encode())
+	db.SetMaxOpenConns(1)
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, false, err
+	}
+	return db, true, nil
+}
+
+// writable reports whether this process can write the file at path and
+// create files beside it (a journal, the -wal and -shm).
+func writable(path string) bool {
+	const wOK = 2 // access(2)'s W_OK
+	return syscall.Access(path, wOK) == nil && syscall.Access(filepath.Dir(path), wOK) == nil
+}
+
+// openDSN is a pool on a database file's DSN (modernc.org/sqlite's,
 // PRAGMAs included) with this store's connections (a statement cache,
 // an open that survives a race to switch a new file to WAL), for reads
 // of databases of any version (snapshots).
-func OpenDSN(dsn string) *sql.DB {
+func openDSN(dsn string) *sql.DB {
 	return sql.OpenDB(connector{dsn: dsn, drv: &sqlitedriver.Driver{}})
 }
 
