@@ -16,9 +16,9 @@ import state
 op = os.environ["LEASEHOLD_OPERATION_ID"]
 payload = json.load(sys.stdin)
 
-with state.locked("payments") as payments:
-    state.append("payments", {"op": op, "cents": payload["cents"]})
 with open(state.path("charge.pid"), "w") as f:
     f.write(str(os.getpid()))
+with state.locked("payments") as payments:
+    state.append("payments", {"op": op, "cents": payload["cents"]})
 time.sleep(float(payload.get("pause_seconds", 0)))
 print(json.dumps({"charged": op, "cents": payload["cents"]}))

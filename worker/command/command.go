@@ -220,8 +220,8 @@ type outcome struct {
 // group when the process has exited is killed. An error means the process
 // did not start.
 func (h *Handler) run(ctx context.Context, argv, env []string, stdin string, grace time.Duration, log *slog.Logger) (outcome, error) {
-	stdout := &lastLine{}
-	stderr := &logLines{log: log}
+	stdout := newLastLine()
+	stderr := newLogLines(log)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = h.cfg.Dir, env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), stdout, stderr
@@ -246,7 +246,7 @@ func (h *Handler) run(ctx context.Context, argv, env []string, stdin string, gra
 		err = h.stop(group, exited, grace, out.killedBy, log)
 	}
 	_ = syscall.Kill(-group, syscall.SIGKILL) // what the process left behind in its group
-	stderr.flush()
+	stderr.close()
 	out.last = stdout.result()
 	var exit *exec.ExitError
 	switch {

@@ -10,18 +10,18 @@ import (
 	"github.com/leasehold/leasehold/model"
 )
 
-// lastLine keeps the last non-empty line written to it, at most
-// model.ResultMax bytes of it (cut at a character's boundary); it holds
-// no more than that however much is written.
-type lastLine struct {
+// lineWriter splits what is written to it into lines, keeping at most
+// most bytes of each, and hands each line ended to end (under its lock).
+type lineWriter struct {
 	mu      sync.Mutex
-	current []byte // the line being written, cut to ResultMax
-	last    []byte // the last non-empty line ended
+	most    int
+	current []byte
+	end     func(line []byte)
 }
 
-func (l *lastLine) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	n := len(p)
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
@@ -29,32 +29,59 @@ func (l *lastLine) Write(p []byte) (int, error) {
 		if i >= 0 {
 			chunk = p[:i]
 		}
-		if room := model.ResultMax - len(l.current); room > 0 {
-			l.current = append(l.current, chunk[:min(room, len(chunk))]...)
+		if room := w.most - len(w.current); room > 0 {
+			w.current = append(w.current, chunk[:min(room, len(chunk))]...)
 		}
 		if i < 0 {
 			break
 		}
-		l.endLine()
+		w.endLine()
 		p = p[i+1:]
 	}
 	return n, nil
 }
 
-func (l *lastLine) endLine() {
-	if len(bytes.TrimSpace(l.current)) > 0 {
-		l.last = append(l.last[:0], l.current...)
+// endLine hands the line being written to end; the caller holds the lock.
+func (w *lineWriter) endLine() {
+	w.end(bytes.TrimRight(w.current, "\r"))
+	w.current = w.current[:0]
+}
+
+// flush ends a last line written without its newline.
+func (w *lineWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.current) > 0 {
+		w.endLine()
 	}
-	l.current = l.current[:0]
+}
+
+// lastLine keeps the last non-empty line written to it, at most
+// model.ResultMax bytes of it (cut at a character's boundary); it holds
+// no more than that however much is written.
+type lastLine struct {
+	lineWriter
+	last []byte
+}
+
+func newLastLine() *lastLine {
+	l := &lastLine{}
+	l.most = model.ResultMax
+	l.end = func(line []byte) {
+		if len(bytes.TrimSpace(line)) > 0 {
+			l.last = append(l.last[:0], line...)
+		}
+	}
+	return l
 }
 
 // result returns the last non-empty line, a final line without its
-// newline included, as valid UTF-8 without a trailing carriage return.
+// newline included, as valid UTF-8.
 func (l *lastLine) result() string {
+	l.flush()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.endLine()
-	b := bytes.TrimRight(l.last, "\r")
+	b := l.last
 	for len(b) > 0 && !utf8.Valid(b) {
 		b = b[:len(b)-1] // a character cut at the bound
 	}
@@ -62,56 +89,34 @@ func (l *lastLine) result() string {
 }
 
 // logLines logs each line written to it, each cut to StderrLineMax
-// bytes, at most StderrLinesMax lines, then one line saying the rest was
-// dropped.
+// bytes, at most StderrLinesMax lines, then one line saying how many more
+// were dropped.
 type logLines struct {
-	mu      sync.Mutex
+	lineWriter
 	log     *slog.Logger
-	current []byte
 	logged  int
 	dropped int
 }
 
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := len(p)
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		chunk := p
-		if i >= 0 {
-			chunk = p[:i]
+func newLogLines(log *slog.Logger) *logLines {
+	l := &logLines{log: log}
+	l.most = StderrLineMax
+	l.end = func(line []byte) {
+		if l.logged >= StderrLinesMax {
+			l.dropped++
+			return
 		}
-		if room := StderrLineMax - len(l.current); room > 0 {
-			l.current = append(l.current, chunk[:min(room, len(chunk))]...)
-		}
-		if i < 0 {
-			break
-		}
-		l.emit()
-		p = p[i+1:]
+		l.logged++
+		l.log.Info("command stderr", "line", strings.ToValidUTF8(string(line), "\uFFFD"))
 	}
-	return n, nil
+	return l
 }
 
-func (l *logLines) emit() {
-	line := strings.ToValidUTF8(string(bytes.TrimRight(l.current, "\r")), "\uFFFD")
-	l.current = l.current[:0]
-	if l.logged >= StderrLinesMax {
-		l.dropped++
-		return
-	}
-	l.logged++
-	l.log.Info("command stderr", "line", line)
-}
-
-// flush logs a last line without its newline, and how many were dropped.
-func (l *logLines) flush() {
+// close logs a last line without its newline, and how many were dropped.
+func (l *logLines) close() {
+	l.flush()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.current) > 0 {
-		l.emit()
-	}
 	if l.dropped > 0 {
 		l.log.Warn("command stderr cut", "lines_dropped", l.dropped, "lines_logged", l.logged)
 	}
