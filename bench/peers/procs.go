@@ -360,7 +360,8 @@ func backendCPU(ctx context.Context, base, app string) (map[int64]time.Duration,
 
 // procCPU is the CPU process pid has spent: from /proc/PID/schedstat (in
 // nanoseconds) where the kernel keeps it, else from /proc/PID/stat (in
-// clock ticks).
+// clock ticks). schedstat counts the process's main thread alone, which
+// is all of a PostgreSQL backend (one thread each).
 func procCPU(pid int64) (time.Duration, bool) {
 	dir := "/proc/" + strconv.FormatInt(pid, 10)
 	if data, err := os.ReadFile(dir + "/schedstat"); err == nil {
