@@ -125,7 +125,7 @@ func TestStoreNeutral(t *testing.T) {
 	pg := `13 +100ms step w1: w1 claim -> storage error; retry in 50ms err="queue: claim: open: FATAL: the database system is not accepting connections (SQLSTATE 57P03) (faults: injected unavailable)"`
 	lite := `13 +100ms step w1: w1 claim -> storage error; retry in 50ms err="queue: claim: statement: storage unavailable (faults: injected unavailable)"`
 	require.Equal(t, storeNeutral(lite), storeNeutral(pg))
-	require.Equal(t, `13 +100ms step w1: w1 claim -> storage error; retry in 50ms err="queue: claim: <unavailable>"`, storeNeutral(pg))
+	require.Equal(t, `13 +100ms step w1: w1 claim -> storage error; retry in 50ms err="<unavailable>"`, storeNeutral(pg))
 	busy := `x: queue: heartbeat: begin: begin: database is locked (5) (SQLITE_BUSY) (faults: injected busy)`
 	require.NotEqual(t, storeNeutral(busy), storeNeutral(lite))
 }
