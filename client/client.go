@@ -302,7 +302,7 @@ func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
 
 // AddSchedule adds a periodic task.
 func (c *Client) AddSchedule(ctx context.Context, s ScheduleSpec) (Schedule, error) {
-	body := wire.ScheduleRequest{User: s.User, Payload: json.RawMessage(s.Payload), CostBudget: s.CostBudget,
+	body := wire.ScheduleRequest{User: s.User, Kind: s.Kind, Payload: json.RawMessage(s.Payload), CostBudget: s.CostBudget,
 		StepsMax: s.StepsMax, Priority: s.Priority, Origin: wire.TimeOf(s.Origin).String(), PeriodMs: s.Period.Milliseconds()}
 	var out Schedule
 	_, err := c.do(ctx, http.MethodPost, "/v1/schedules", nil, body, &out)

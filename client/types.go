@@ -72,6 +72,7 @@ func Value[T any](v T) *T { return &v }
 // ScheduleSpec is a schedule to add.
 type ScheduleSpec struct {
 	User       string
+	Kind       string // each run's kind; empty is synthetic
 	Payload    string // JSON
 	CostBudget int64
 	StepsMax   int

@@ -72,7 +72,7 @@ func setup(t testing.TB, edit ...func(*Options)) *bundle {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(epoch)
 	q, err := queue.Open(context.Background(), queue.Options{Path: filepath.Join(t.TempDir(), "console.db"), Clock: clock,
-		IDs: model.NewSeededIDs(7), ValidatePayload: worker.ValidateSynthetic})
+		IDs: model.NewSeededIDs(7), Validators: map[string]model.PayloadValidator{model.KindSynthetic: worker.ValidateSynthetic}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Close() })
 	tokens, err := httpapi.ParseTokens(tokenLines, true)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -118,36 +119,41 @@ func (s *Server) SubmitMany(ctx context.Context, p Principal, reqs []model.Submi
 	return s.q.SubmitMany(ctx, reqs)
 }
 
-// checkRequest runs Options.ValidatePayload, if set, on req once the
-// request's own fields pass the queue's intake rules (the queue checks
-// them again, and refuses first what they refuse).
+// checkRequest runs the validator of req's kind (Options.Validators), if
+// it has one, once the request's own fields pass the queue's intake rules
+// (the queue checks them again, and refuses first what they refuse).
 func (s *Server) checkRequest(req model.SubmitRequest) error {
-	if s.validate == nil {
+	if len(s.validators) == 0 {
 		return nil
 	}
 	n, err := model.Normalize(req)
 	if err != nil {
 		return err
 	}
-	if err := s.validate(n.SubmitRequest); err != nil {
-		return queue.PayloadError(err)
-	}
-	return nil
+	return s.checkPayload(n.Kind, n.Payload)
 }
 
-// checkSchedule runs Options.ValidatePayload, if set, on a schedule's
-// template: the request each of its runs will submit, without its key.
+// checkSchedule runs the validator of a schedule's kind, if it has one,
+// on its template's payload.
 func (s *Server) checkSchedule(spec model.ScheduleSpec) error {
-	if s.validate == nil {
+	if len(s.validators) == 0 {
 		return nil
 	}
 	spec, err := spec.Validate()
 	if err != nil {
 		return err
 	}
-	req := model.SubmitRequest{User: spec.User, Payload: spec.Payload, CostBudget: spec.CostBudget,
-		StepsMax: spec.StepsMax, Priority: spec.Priority}
-	if err := s.validate(req); err != nil {
+	return s.checkPayload(spec.Kind, spec.Payload)
+}
+
+// checkPayload runs kind's validator, if it has one, on a canonical
+// payload.
+func (s *Server) checkPayload(kind, payload string) error {
+	validate := s.validators[kind]
+	if validate == nil {
+		return nil
+	}
+	if err := validate(json.RawMessage(payload)); err != nil {
 		return queue.PayloadError(err)
 	}
 	return nil

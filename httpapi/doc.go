@@ -14,7 +14,8 @@
 // payload rule, on its own mux beside its own routes, and the console
 // with it (Example runs this):
 //
-//	api, err := httpapi.New(httpapi.Options{Queue: q, Tokens: tokens, ValidatePayload: checkInvoice})
+//	api, err := httpapi.New(httpapi.Options{Queue: q, Tokens: tokens,
+//		Validators: map[string]model.PayloadValidator{"invoice": checkInvoice}})
 //	if err != nil {
 //		return err
 //	}
@@ -39,12 +40,12 @@
 //
 // # Payloads
 //
-// A payload is a JSON object; the queue checks what its
-// queue.Options.ValidatePayload says, and Options.ValidatePayload adds the
-// program's rule at the API (and so at the console) before the queue is
-// called. The rule is given the whole request, so that it can choose a
-// check by what the request names; its refusal is a 400 naming the path
-// inside the payload ("payload.amount"), and nothing is written.
+// A payload is a JSON object of the task's kind; the queue checks what
+// its queue.Options.Validators say for that kind, and Options.Validators
+// add the program's rules at the API (and so at the console) before the
+// queue is called. A kind without a validator accepts any object. A
+// refusal is a 400 naming the path inside the payload
+// ("payload.amount"), and nothing is written.
 //
 // # The document
 //

@@ -24,7 +24,8 @@ import (
 // queue, with its own tokens and payload rule, mounted on its own mux
 // beside its own page, until ctx is done.
 func serveInvoices(ctx context.Context, q *queue.Queue, tokens []httpapi.Token, ln net.Listener) error {
-	api, err := httpapi.New(httpapi.Options{Queue: q, Tokens: tokens, ValidatePayload: checkInvoice})
+	api, err := httpapi.New(httpapi.Options{Queue: q, Tokens: tokens,
+		Validators: map[string]model.PayloadValidator{"invoice": checkInvoice}})
 	if err != nil {
 		return err
 	}
@@ -40,14 +41,14 @@ func serveInvoices(ctx context.Context, q *queue.Queue, tokens []httpapi.Token, 
 	return api.Serve(ctx, ln, mux) // until ctx is done
 }
 
-// checkInvoice is the program's rule for its payloads: an invoice of a
-// positive amount. Its refusals name the field and the rule, never the
-// value.
-func checkInvoice(req model.SubmitRequest) error {
+// checkInvoice is the program's rule for the payloads of its kind
+// invoice: an invoice of a positive amount. Its refusals name the field
+// and the rule, never the value.
+func checkInvoice(payload json.RawMessage) error {
 	var invoice struct {
 		Amount int64 `json:"amount"`
 	}
-	if err := json.Unmarshal([]byte(req.Payload), &invoice); err != nil {
+	if err := json.Unmarshal(payload, &invoice); err != nil {
 		return &model.ValidationError{Field: "amount", Problem: "must be a whole number"}
 	}
 	if invoice.Amount <= 0 {
@@ -93,9 +94,9 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	res, err := c.Submit(ctx, model.SubmitRequest{User: "acme", Key: "invoice-42", Payload: `{"amount": 30}`, CostBudget: 10, StepsMax: 1})
+	res, err := c.Submit(ctx, model.SubmitRequest{User: "acme", Key: "invoice-42", Kind: "invoice", Payload: `{"amount": 30}`, CostBudget: 10, StepsMax: 1})
 	fmt.Println("invoice-42:", err == nil && !res.Replay)
-	_, err = c.Submit(ctx, model.SubmitRequest{User: "acme", Key: "invoice-43", Payload: `{"amount": -5}`, CostBudget: 10, StepsMax: 1})
+	_, err = c.Submit(ctx, model.SubmitRequest{User: "acme", Key: "invoice-43", Kind: "invoice", Payload: `{"amount": -5}`, CostBudget: 10, StepsMax: 1})
 	fmt.Println("invoice-43:", err)
 	for _, path := range []string{"/", "/ui/signin"} {
 		resp, err := http.Get(base + path)

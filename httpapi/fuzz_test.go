@@ -65,7 +65,7 @@ func newFuzzWorld(f *testing.F) *fuzzWorld {
 	clock := clockwork.NewFakeClockAt(apiEpoch)
 	path := filepath.Join(f.TempDir(), "fuzz.db")
 	q, err := queue.Open(ctx, queue.Options{Path: path, Clock: clock,
-		IDs: model.NewSeededIDs(77), BusyTimeout: time.Second, ValidatePayload: worker.ValidateSynthetic}) // as openQueue sets it
+		IDs: model.NewSeededIDs(77), BusyTimeout: time.Second, Validators: map[string]model.PayloadValidator{model.KindSynthetic: worker.ValidateSynthetic}}) // as openQueue sets it
 	require.NoError(f, err)
 	tokens, err := ParseTokens(testTokens, false)
 	require.NoError(f, err)

@@ -400,7 +400,7 @@ func (s *Server) addSchedule(w http.ResponseWriter, r *http.Request, p Principal
 	if err != nil {
 		return err
 	}
-	sch, err := s.AddSchedule(r.Context(), p, model.ScheduleSpec{User: b.User, Payload: string(b.Payload),
+	sch, err := s.AddSchedule(r.Context(), p, model.ScheduleSpec{User: b.User, Kind: b.Kind, Payload: string(b.Payload),
 		CostBudget: b.CostBudget, StepsMax: b.StepsMax, Priority: b.Priority, Origin: origin,
 		Period: durationMs(b.PeriodMs)})
 	if err != nil {

@@ -118,38 +118,40 @@ func TestRefuseDotSegmentsGuardsAProgramsOwnServer(t *testing.T) {
 	require.NotEqual(t, 1, limits.DepthMax, "nothing followed a redirect")
 }
 
-// TestValidatePayloadRefusesBeforeTheQueue: the program's payload check
-// runs on a submit, on each item of a batch and on a schedule, sees the
-// request in canonical form, and its refusal is a 400 naming the path
-// inside the payload; nothing is written. Requests it accepts go through.
-func TestValidatePayloadRefusesBeforeTheQueue(t *testing.T) {
-	var seen []model.SubmitRequest
-	check := func(req model.SubmitRequest) error {
-		seen = append(seen, req)
-		if strings.Contains(req.Payload, `"forbidden"`) {
+// TestValidatorsRefuseBeforeTheQueue: the program's validator of a kind
+// runs on a submit, on each item of a batch and on a schedule of that
+// kind, sees the payload in canonical form, and its refusal is a 400
+// naming the path inside the payload; nothing is written. Payloads it
+// accepts go through, and a kind without a validator takes any object.
+func TestValidatorsRefuseBeforeTheQueue(t *testing.T) {
+	var seen []string
+	check := func(payload json.RawMessage) error {
+		seen = append(seen, string(payload))
+		if strings.Contains(string(payload), `"forbidden"`) {
 			return &model.ValidationError{Field: "note", Problem: "must not be the forbidden word"}
 		}
 		return nil
 	}
-	a := setupAPIWith(t, func(o *Options) { o.ValidatePayload = check }, func(o *queue.Options) { o.ValidatePayload = nil })
+	a := setupAPIWith(t, func(o *Options) { o.Validators = map[string]model.PayloadValidator{"note": check} },
+		func(o *queue.Options) { o.Validators = nil })
+	note := func(payload string) func(b map[string]any) {
+		return func(b map[string]any) { b["kind"], b["payload"] = "note", json.RawMessage(payload) }
+	}
 	before := a.counts(t)
-	msg := a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, submitJSON(t, "alice", "v1", func(b map[string]any) {
-		b["payload"] = json.RawMessage(`{ "note" : "forbidden" }`)
-	}), http.StatusBadRequest, "payload.note")
+	msg := a.refused(t, http.MethodPost, "/v1/tasks", secretSubmit, submitJSON(t, "alice", "v1", note(`{ "note" : "forbidden" }`)),
+		http.StatusBadRequest, "payload.note")
 	require.Contains(t, msg, "must not be the forbidden word")
 	require.NotContains(t, msg, `"forbidden"`, "the refusal quotes no value")
-	require.Equal(t, model.SubmitRequest{User: "alice", Key: "v1", Payload: `{"note":"forbidden"}`, CostBudget: 10, StepsMax: 5}, seen[0],
-		"the check sees the request, its payload canonical")
+	require.Equal(t, []string{`{"note":"forbidden"}`}, seen, "the check sees the payload canonical")
 
-	batch := fmt.Sprintf(`{"tasks":[%s,%s]}`, submitJSON(t, "alice", "v2", nil), submitJSON(t, "alice", "v3", func(b map[string]any) {
-		b["payload"] = json.RawMessage(`{"note":"forbidden"}`)
-	}))
+	batch := fmt.Sprintf(`{"tasks":[%s,%s]}`, submitJSON(t, "alice", "v2", note(`{}`)), submitJSON(t, "alice", "v3", note(`{"note":"forbidden"}`)))
 	a.refused(t, http.MethodPost, "/v1/tasks/batch", secretSubmit, batch, http.StatusBadRequest, "tasks[1].payload.note")
 	a.refused(t, http.MethodPost, "/v1/schedules", secretOperate,
-		`{"user":"alice","payload":{"note":"forbidden"},"cost_budget":5,"steps_max":1,"origin":"2030-01-01T09:00:00Z","period_ms":3600000}`,
+		`{"user":"alice","kind":"note","payload":{"note":"forbidden"},"cost_budget":5,"steps_max":1,"origin":"2030-01-01T09:00:00Z","period_ms":3600000}`,
 		http.StatusBadRequest, "payload.note")
 	require.Equal(t, before, a.counts(t), "nothing was written")
 
-	a.submit(t, "alice", "v4", func(b map[string]any) { b["payload"] = json.RawMessage(`{"note":"fine"}`) })
-	require.Equal(t, before[0]+1, a.counts(t)[0])
+	a.submit(t, "alice", "v4", note(`{"note":"fine"}`))
+	a.submit(t, "alice", "v5", func(b map[string]any) { b["kind"], b["payload"] = "other", json.RawMessage(`{"note":"forbidden"}`) })
+	require.Equal(t, before[0]+2, a.counts(t)[0])
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -79,18 +80,17 @@ type Options struct {
 	// each bound to its scopes and users. New warns once for each token
 	// whose line names no users.
 	Tokens []Token
-	// ValidatePayload, when set, checks each task the API is asked to
-	// make, after the request's own fields are checked and before the
-	// queue sees it: a submit, each item of a batch (the batch refused,
-	// naming the item), and a schedule's template (a request without a
-	// key). It is given the whole request, payload in canonical form, so
-	// that one function can apply a rule per kind of task. A refusal is a
-	// 400 naming payload, or the path inside it that a
-	// *model.ValidationError names (queue.PayloadError); nothing is
-	// written. Its messages must name fields and rules, never quote a
-	// value. Nil leaves payloads to the queue's own check
-	// (queue.Options.ValidatePayload), which runs in any case.
-	ValidatePayload func(req model.SubmitRequest) error
+	// Validators, by kind, check the payload of each task the API is
+	// asked to make, after the request's own fields are checked and
+	// before the queue sees it: a submit, each item of a batch (the batch
+	// refused, naming the item), and a schedule's template. A validator
+	// is given the payload in canonical form. A refusal is a 400 naming
+	// payload, or the path inside it that a *model.ValidationError names
+	// (queue.PayloadError); nothing is written. Its messages must name
+	// fields and rules, never quote a value. A kind without one leaves
+	// its payloads to the queue's own check (queue.Options.Validators),
+	// which runs in any case.
+	Validators map[string]model.PayloadValidator
 	// Logger receives one line per request and the refusals an operator
 	// should see, never a secret or a payload; nil discards them.
 	Logger *slog.Logger
@@ -111,12 +111,12 @@ type Options struct {
 
 // Server is the HTTP face of one queue.
 type Server struct {
-	q        *queue.Queue
-	tokens   []Token
-	validate func(model.SubmitRequest) error // nil: none of the API's own
-	log      *slog.Logger
-	clock    clockwork.Clock
-	gate     *authGate
+	q          *queue.Queue
+	tokens     []Token
+	validators map[string]model.PayloadValidator // by kind; Options.Validators
+	log        *slog.Logger
+	clock      clockwork.Clock
+	gate       *authGate
 	// streamsMax bounds the event streams one token holds open.
 	streamsMax int
 	streamsMu  sync.Mutex
@@ -160,7 +160,7 @@ func New(o Options) (*Server, error) {
 	if o.StreamsPerToken == 0 {
 		o.StreamsPerToken = StreamsPerTokenDefault
 	}
-	s := &Server{q: o.Queue, tokens: slices.Clone(o.Tokens), validate: o.ValidatePayload, log: o.Logger, clock: o.Clock,
+	s := &Server{q: o.Queue, tokens: slices.Clone(o.Tokens), validators: maps.Clone(o.Validators), log: o.Logger, clock: o.Clock,
 		gate: &authGate{base: o.AuthDelay, clock: o.Clock}, streamsMax: o.StreamsPerToken,
 		streams: map[string][]*streamSlot{}, timeouts: timeouts}
 	s.closing, s.close = context.WithCancel(context.Background())

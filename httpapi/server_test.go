@@ -84,7 +84,7 @@ func setupAPIWith(t *testing.T, server func(*Options), edit ...func(*queue.Optio
 	path := filepath.Join(t.TempDir(), "api.db")
 	clock := clockwork.NewFakeClockAt(apiEpoch)
 	o := queue.Options{Path: path, Clock: clock, IDs: model.NewSeededIDs(41), BusyTimeout: 50 * time.Millisecond,
-		ValidatePayload: worker.ValidateSynthetic} // as openQueue sets it
+		Validators: map[string]model.PayloadValidator{model.KindSynthetic: worker.ValidateSynthetic}} // as openQueue sets it
 	for _, e := range edit {
 		e(&o)
 	}

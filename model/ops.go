@@ -258,7 +258,9 @@ func (u UserLimit) Effective(defaults Limits) (runningMax, depthMax int) {
 // Origin + k·Period (k = 0, 1, ...), never computed from when the last run
 // finished.
 type ScheduleSpec struct {
-	User       string
+	User string
+	// Kind is each run's kind; empty is KindSynthetic.
+	Kind       string
 	Payload    string
 	CostBudget int64
 	StepsMax   int
@@ -284,12 +286,12 @@ func (s ScheduleSpec) Validate() (ScheduleSpec, error) {
 	if s.Origin.IsZero() {
 		return s, invalid("origin", "required")
 	}
-	n, err := Normalize(SubmitRequest{User: s.User, Key: "schedule", Payload: s.Payload,
+	n, err := Normalize(SubmitRequest{User: s.User, Key: "schedule", Kind: s.Kind, Payload: s.Payload,
 		CostBudget: s.CostBudget, StepsMax: s.StepsMax, Priority: s.Priority, RunAt: s.Origin})
 	if err != nil {
 		return s, err
 	}
-	s.Payload, s.Origin = n.Payload, n.RunAt
+	s.Kind, s.Payload, s.Origin = n.Kind, n.Payload, n.RunAt
 	return s, nil
 }
 

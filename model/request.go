@@ -3,6 +3,7 @@ package model
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,7 +21,18 @@ const (
 	StepsMaxLimit   = 10_000
 	PriorityMin     = -100
 	PriorityMax     = 100
+	KindLengthMax   = 64
 )
+
+// PayloadValidator checks a payload of one kind, given in canonical JSON,
+// before anything is stored. A refusal names the path inside the payload
+// (a *ValidationError whose Field is steps[2].fail) and the rule, never a
+// value: its message may reach a caller, a log or an event.
+type PayloadValidator func(payload json.RawMessage) error
+
+// KindSynthetic is the kind of a request that names none: the synthetic
+// payload the demo, the simulator and the chaos workload run.
+const KindSynthetic = "synthetic"
 
 // timeMin and timeMax bound run_at and deadline, both included: a time
 // outside them is almost certainly a unit mistake (seconds for
@@ -32,8 +44,11 @@ var (
 
 // SubmitRequest is a caller's request to run a task.
 type SubmitRequest struct {
-	User       string
-	Key        string // idempotency key, unique per user
+	User string
+	Key  string // idempotency key, unique per user
+	// Kind names the handler that runs the task (CheckKind); empty is
+	// KindSynthetic.
+	Kind       string
 	Payload    string // a JSON object
 	CostBudget int64
 	StepsMax   int
@@ -72,6 +87,10 @@ func Normalize(r SubmitRequest) (Normalized, error) {
 	if err := checkName("key", r.Key, KeyLengthMax, isKeyByte); err != nil {
 		return Normalized{}, err
 	}
+	kind, err := NormalizeKind("kind", r.Kind)
+	if err != nil {
+		return Normalized{}, err
+	}
 	payload, err := normalizePayload(r.Payload)
 	if err != nil {
 		return Normalized{}, err
@@ -97,7 +116,7 @@ func Normalize(r SubmitRequest) (Normalized, error) {
 		return Normalized{}, invalid("deadline", "must be after run_at")
 	}
 	n := Normalized{SubmitRequest: r}
-	n.Payload, n.RunAt, n.Deadline = payload, runAt, deadline
+	n.Kind, n.Payload, n.RunAt, n.Deadline = kind, payload, runAt, deadline
 	n.Hash = requestHash(n.SubmitRequest)
 	return n, nil
 }
@@ -151,6 +170,35 @@ func isUserByte(c byte) bool { return isAlnum(c) || c == '.' || c == '_' || c ==
 
 func isKeyByte(c byte) bool {
 	return isAlnum(c) || c == '.' || c == '_' || c == '-' || c == ':' || c == '/'
+}
+
+// NormalizeKind returns a request's kind: KindSynthetic when empty, else
+// the name itself once CheckKind passes it.
+func NormalizeKind(field, kind string) (string, error) {
+	if kind == "" {
+		return KindSynthetic, nil
+	}
+	if err := CheckKind(field, kind); err != nil {
+		return "", err
+	}
+	return kind, nil
+}
+
+// CheckKind validates a kind's name: 1 to 64 bytes, a lower-case letter
+// first, then lower-case letters, digits and ._- (a name that is safe in
+// a URL's query, a metric label and a file name). The error names field.
+func CheckKind(field, kind string) error {
+	if err := checkName(field, kind, KindLengthMax, isKindByte); err != nil {
+		return err
+	}
+	if kind[0] < 'a' || kind[0] > 'z' {
+		return invalid(field, "must start with a lower-case letter")
+	}
+	return nil
+}
+
+func isKindByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
 // CheckName validates a user, actor or worker name: 1 to 64 bytes of
@@ -216,7 +264,12 @@ func CheckTimeRange(field string, t time.Time) error {
 }
 
 // requestHash hashes the canonical request: every field, in a fixed order,
-// each length-prefixed so that no two requests share an encoding.
+// each length-prefixed so that no two requests share an encoding. The
+// kind is hashed only when it is not KindSynthetic, after the other
+// fields under a tag of its own: a synthetic request, whether it names
+// its kind or not, hashes as every request did before tasks had kinds,
+// so the hashes stored before then (tombstones keep only hashes) still
+// recognise their replays.
 func requestHash(r SubmitRequest) string {
 	h := sha256.New()
 	field := func(s string) {
@@ -235,5 +288,9 @@ func requestHash(r SubmitRequest) string {
 	field(strconv.FormatInt(Millis(r.Deadline), 10))
 	field(r.ScheduleID)
 	field(strconv.FormatInt(r.ScheduleRun, 10))
+	if r.Kind != KindSynthetic && r.Kind != "" {
+		field("kind")
+		field(r.Kind)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }

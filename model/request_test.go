@@ -50,6 +50,7 @@ func TestRequestHashCoversEveryField(t *testing.T) {
 		"deadline":     func(r *SubmitRequest) { r.Deadline = testEpoch },
 		"schedule_id":  func(r *SubmitRequest) { r.ScheduleID = "s_1" },
 		"schedule_run": func(r *SubmitRequest) { r.ScheduleRun = 1 },
+		"kind":         func(r *SubmitRequest) { r.Kind = "report" },
 		// Length prefixes keep field boundaries: moving a byte from one
 		// field to the next is a different request.
 		"boundary": func(r *SubmitRequest) { r.User, r.Key = "an", "ak1" },
@@ -63,6 +64,44 @@ func TestRequestHashCoversEveryField(t *testing.T) {
 		other, dup := seen[n.Hash]
 		require.False(t, dup, "%s hashes like %s", name, other)
 		seen[n.Hash] = name
+	}
+}
+
+// TestSyntheticRequestHashUnchanged pins the hash of requests that name
+// no kind, as computed before tasks had kinds: a stored hash (a tombstone
+// keeps nothing else) must still recognise its replay. Naming the kind
+// synthetic is the same request.
+func TestSyntheticRequestHashUnchanged(t *testing.T) {
+	full := SubmitRequest{User: "ana", Key: "k1", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 10, StepsMax: 5,
+		Priority: 3, RunAt: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC), Deadline: time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC),
+		ScheduleID: "s_1", ScheduleRun: 4}
+	for _, tc := range []struct {
+		req  SubmitRequest
+		hash string
+	}{
+		{validRequest(), "82e6c2202e65bb633be0395b9784a3f87fafc9bf7caac8b118d68d412c1fb002"},
+		{full, "4f3f36f5eb292188eb898767054539a6b36f75e835a8d8a411276edf17d5f094"},
+	} {
+		for _, kind := range []string{"", KindSynthetic} {
+			r := tc.req
+			r.Kind = kind
+			n, err := Normalize(r)
+			require.NoError(t, err)
+			require.Equal(t, tc.hash, n.Hash, "kind %q", kind)
+			require.Equal(t, KindSynthetic, n.Kind)
+		}
+	}
+}
+
+func TestCheckKind(t *testing.T) {
+	for _, ok := range []string{"a", "report", "send-email", "billing.invoice_v2", strings.Repeat("k", KindLengthMax)} {
+		require.NoError(t, CheckKind("kind", ok), ok)
+	}
+	for _, bad := range []string{"", "Report", "1st", "-x", ".", "a b", "a/b", "é", strings.Repeat("k", KindLengthMax+1)} {
+		err := CheckKind("kind", bad)
+		var v *ValidationError
+		require.True(t, errors.As(err, &v), "%q: %v", bad, err)
+		require.Equal(t, "kind", v.Field)
 	}
 }
 

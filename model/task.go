@@ -10,6 +10,7 @@ type Task struct {
 	User        string
 	Key         string // idempotency key, unique per user
 	RequestHash string // SHA-256 of the canonical request, hex
+	Kind        string // the handler that runs it (SubmitRequest.Kind)
 	Payload     string // canonical JSON
 	State       State
 	Reason      Reason

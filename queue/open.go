@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -86,12 +87,13 @@ type Options struct {
 	// Queue.Image) to start from instead of an empty database: the
 	// simulator opens thousands of worlds from one migrated image.
 	Image []byte
-	// ValidatePayload, when set, checks every payload at intake (Submit,
-	// AddSchedule), after normalization and before anything is written; a
-	// refusal is returned as an ErrInvalidInput naming the payload's field
-	// (see PayloadError). Its messages must name fields and rules, never
-	// quote a value. Nil accepts any well-formed JSON object.
-	ValidatePayload func(payload string) error
+	// Validators check the payloads of each kind at intake (Submit,
+	// SubmitMany, AddSchedule), after normalization and before anything
+	// is written; a refusal is returned as an ErrInvalidInput naming the
+	// payload's field (see PayloadError). Their messages must name fields
+	// and rules, never quote a value. A kind without a validator accepts
+	// any well-formed JSON object.
+	Validators map[string]model.PayloadValidator
 	// Ungrouped turns group commit off: each write operation runs in a
 	// transaction of its own on its caller's goroutine (for comparison;
 	// see group.go).
@@ -114,8 +116,8 @@ type Queue struct {
 	clock   clockwork.Clock
 	ids     model.IDSource
 	backoff model.Backoff
-	// validatePayload is Options.ValidatePayload.
-	validatePayload func(payload string) error
+	// validators is Options.Validators.
+	validators map[string]model.PayloadValidator
 
 	stmtMu  sync.Mutex
 	stmts   map[string]*sql.Stmt // prepared on first use
@@ -180,7 +182,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	}
 	db := pool.DB
 	q := &Queue{db: db, leaseMin: pool.LeaseMin, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), params: o.connectParams(),
-		pragmas: pool.Settings, stmts: map[string]*sql.Stmt{}, validatePayload: o.ValidatePayload}
+		pragmas: pool.Settings, stmts: map[string]*sql.Stmt{}, validators: maps.Clone(o.Validators)}
 	q.fuse = b.Capabilities().Fuse != nil && !o.Unfused
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff

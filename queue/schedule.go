@@ -19,7 +19,7 @@ func (q *Queue) AddSchedule(ctx context.Context, spec model.ScheduleSpec, actor 
 	if err != nil {
 		return model.Schedule{}, err
 	}
-	if err := q.checkPayload(spec.Payload); err != nil {
+	if err := q.checkPayload(spec.Kind, spec.Payload); err != nil {
 		return model.Schedule{}, err
 	}
 	var s model.Schedule

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,7 +28,7 @@ func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.Subm
 	if err := model.CheckCallerKey(n.Key); err != nil {
 		return model.SubmitResult{}, err
 	}
-	if err := q.checkPayload(n.Payload); err != nil {
+	if err := q.checkPayload(n.Kind, n.Payload); err != nil {
 		return model.SubmitResult{}, err
 	}
 	var res model.SubmitResult
@@ -51,13 +52,14 @@ func submitter(ctx context.Context, actor string) string {
 	return actor
 }
 
-// checkPayload runs Options.ValidatePayload, if set, on a normalized
-// payload.
-func (q *Queue) checkPayload(payload string) error {
-	if q.validatePayload == nil {
+// checkPayload runs the kind's validator (Options.Validators), if it has
+// one, on a normalized payload.
+func (q *Queue) checkPayload(kind, payload string) error {
+	validate := q.validators[kind]
+	if validate == nil {
 		return nil
 	}
-	if err := q.validatePayload(payload); err != nil {
+	if err := validate(json.RawMessage(payload)); err != nil {
 		return PayloadError(err)
 	}
 	return nil

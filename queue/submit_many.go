@@ -58,7 +58,7 @@ func (q *Queue) normalizeCaller(req model.SubmitRequest) (model.Normalized, erro
 	if err := model.CheckCallerKey(n.Key); err != nil {
 		return model.Normalized{}, err
 	}
-	if err := q.checkPayload(n.Payload); err != nil {
+	if err := q.checkPayload(n.Kind, n.Payload); err != nil {
 		return model.Normalized{}, err
 	}
 	return n, nil

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -70,12 +71,12 @@ func TestSubmitManyWritesWhatSubmitWrites(t *testing.T) {
 // the payload's field.
 func TestSubmitManyValidatesPayloads(t *testing.T) {
 	b := setup(t, func(o *Options) {
-		o.ValidatePayload = func(payload string) error {
-			if payload == `{"bad":true}` {
+		o.Validators = map[string]model.PayloadValidator{model.KindSynthetic: func(payload json.RawMessage) error {
+			if string(payload) == `{"bad":true}` {
 				return &model.ValidationError{Field: "bad", Problem: "not allowed"}
 			}
 			return nil
-		}
+		}}
 	})
 	reqs := batchRequests(3)
 	reqs[1].Payload = `{"bad":true}`

@@ -12,6 +12,7 @@ import (
 type SubmitRequest struct {
 	User       string          `json:"user"`
 	Key        string          `json:"key"`
+	Kind       string          `json:"kind,omitempty"`
 	Payload    json.RawMessage `json:"payload"`
 	CostBudget int64           `json:"cost_budget"`
 	StepsMax   int             `json:"steps_max"`
@@ -22,7 +23,7 @@ type SubmitRequest struct {
 
 // SubmitRequestOf is r on the wire.
 func SubmitRequestOf(r model.SubmitRequest) SubmitRequest {
-	return SubmitRequest{User: r.User, Key: r.Key, Payload: json.RawMessage(r.Payload), CostBudget: r.CostBudget,
+	return SubmitRequest{User: r.User, Key: r.Key, Kind: r.Kind, Payload: json.RawMessage(r.Payload), CostBudget: r.CostBudget,
 		StepsMax: r.StepsMax, Priority: r.Priority, RunAt: TimeOf(r.RunAt).String(), Deadline: TimeOf(r.Deadline).String()}
 }
 
@@ -30,7 +31,7 @@ func SubmitRequestOf(r model.SubmitRequest) SubmitRequest {
 // *model.ValidationError naming run_at or deadline. The queue validates
 // the rest.
 func (b SubmitRequest) Model() (model.SubmitRequest, error) {
-	req := model.SubmitRequest{User: b.User, Key: b.Key, Payload: string(b.Payload), CostBudget: b.CostBudget,
+	req := model.SubmitRequest{User: b.User, Key: b.Key, Kind: b.Kind, Payload: string(b.Payload), CostBudget: b.CostBudget,
 		StepsMax: b.StepsMax, Priority: b.Priority}
 	var err error
 	if req.RunAt, err = ParseTime("run_at", b.RunAt); err != nil {
@@ -70,6 +71,7 @@ type BatchResult struct {
 // first run (Origin, RFC 3339, required) and its period.
 type ScheduleRequest struct {
 	User       string          `json:"user"`
+	Kind       string          `json:"kind,omitempty"`
 	Payload    json.RawMessage `json:"payload"`
 	CostBudget int64           `json:"cost_budget"`
 	StepsMax   int             `json:"steps_max"`

@@ -63,6 +63,7 @@ func LimitsViewOf(limits model.Limits, users []model.UserLimit) LimitsView {
 type Schedule struct {
 	ID         string          `json:"id"`
 	User       string          `json:"user"`
+	Kind       string          `json:"kind"`
 	Payload    json.RawMessage `json:"payload"`
 	CostBudget int64           `json:"cost_budget"`
 	StepsMax   int             `json:"steps_max"`
@@ -75,7 +76,7 @@ type Schedule struct {
 
 // ScheduleOf is s's record.
 func ScheduleOf(s model.Schedule) Schedule {
-	return Schedule{ID: s.ID, User: s.User, Payload: json.RawMessage(s.Payload), CostBudget: s.CostBudget,
+	return Schedule{ID: s.ID, User: s.User, Kind: s.Kind, Payload: json.RawMessage(s.Payload), CostBudget: s.CostBudget,
 		StepsMax: s.StepsMax, Priority: s.Priority, Origin: TimeOf(s.Origin), PeriodMs: s.Period.Milliseconds(),
 		LastRun: s.LastRun, CreatedAt: TimeOf(s.CreatedAt)}
 }

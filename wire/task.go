@@ -7,6 +7,7 @@ type Task struct {
 	ID              string       `json:"id"`
 	User            string       `json:"user"`
 	Key             string       `json:"key"`
+	Kind            string       `json:"kind"`
 	State           model.State  `json:"state"`
 	Reason          model.Reason `json:"reason"`
 	Version         int64        `json:"version"`
@@ -47,7 +48,7 @@ type Task struct {
 
 // TaskOf is t's record, without LastEventSeq.
 func TaskOf(t model.Task) Task {
-	return Task{ID: t.ID, User: t.User, Key: t.Key, State: t.State, Reason: t.Reason,
+	return Task{ID: t.ID, User: t.User, Key: t.Key, Kind: t.Kind, State: t.State, Reason: t.Reason,
 		Version: t.Version, Attempt: t.Attempt, AttemptsCharged: t.AttemptsCharged, AttemptsMax: t.AttemptsMax,
 		AttemptsFailed: t.AttemptsFailed, CostUsed: t.CostUsed, CostBudget: t.CostBudget, StepsUsed: t.StepsUsed, StepsMax: t.StepsMax,
 		Priority: t.Priority, Owner: t.Owner, LeaseUntil: TimeOf(t.LeaseUntil), HeartbeatAt: TimeOf(t.HeartbeatAt),

@@ -187,9 +187,10 @@ func (Synthetic) MakesEffects() bool { return true }
 
 // ValidateSynthetic checks a payload the way the synthetic handler will
 // plan it, so a queue can refuse at intake what would fail on the first
-// claim (queue.Options.ValidatePayload).
-func ValidateSynthetic(payload string) error {
-	_, err := ParseSynthetic(payload)
+// claim: it is the validator of model.KindSynthetic
+// (queue.Options.Validators).
+func ValidateSynthetic(payload json.RawMessage) error {
+	_, err := ParseSynthetic(string(payload))
 	return err
 }
 

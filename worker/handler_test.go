@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,7 +59,7 @@ func TestParseSyntheticRefusesBadPayloads(t *testing.T) {
 			require.ErrorIs(t, err, model.ErrInvalidInput)
 			require.Equal(t, tc.field, v.Field)
 			require.Contains(t, v.Problem, tc.problem)
-			require.Equal(t, err, worker.ValidateSynthetic(tc.payload))
+			require.Equal(t, err, worker.ValidateSynthetic(json.RawMessage(tc.payload)))
 		})
 	}
 }

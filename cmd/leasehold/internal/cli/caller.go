@@ -138,7 +138,7 @@ func checkSubmit(req model.SubmitRequest) error {
 		err = model.CheckCallerKey(n.Key)
 	}
 	if err == nil {
-		err = checkIntakePayload(n.Payload)
+		err = checkIntakePayload(n.Kind, n.Payload)
 	}
 	return err
 }

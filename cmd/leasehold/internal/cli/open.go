@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -185,7 +186,7 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 			return nil, err
 		}
 		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
-			Migrate: mode, BusyTimeout: busy, ValidatePayload: worker.ValidateSynthetic})
+			Migrate: mode, BusyTimeout: busy, Validators: intakeValidators})
 		return q, explainOpen(loc.String(), err)
 	}
 	if err := checkDBPath(*c.db); err != nil {
@@ -199,7 +200,7 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 		return nil, err
 	}
 	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
-		Synchronous: sync, Migrate: mode, BusyTimeout: busy, ValidatePayload: worker.ValidateSynthetic})
+		Synchronous: sync, Migrate: mode, BusyTimeout: busy, Validators: intakeValidators})
 	return q, explainOpen(*c.db, err)
 }
 
@@ -318,11 +319,21 @@ func explainOpen(path string, err error) error {
 	return err
 }
 
+// intakeValidators are the payload validators of the queue openQueue
+// opens, by kind.
+var intakeValidators = map[string]model.PayloadValidator{model.KindSynthetic: worker.ValidateSynthetic}
+
 // checkIntakePayload refuses, as the queue opened by openQueue would, a
-// payload the synthetic handler could not run, before anything is opened.
-func checkIntakePayload(payload string) error {
-	if err := worker.ValidateSynthetic(payload); err != nil {
-		return queue.PayloadError(err)
+// payload of kind its validator refuses, before anything is opened.
+func checkIntakePayload(kind, payload string) error {
+	kind, err := model.NormalizeKind("kind", kind)
+	if err != nil {
+		return err
+	}
+	if validate := intakeValidators[kind]; validate != nil {
+		if err := validate(json.RawMessage(payload)); err != nil {
+			return queue.PayloadError(err)
+		}
 	}
 	return nil
 }
