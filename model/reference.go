@@ -127,7 +127,7 @@ func (r *Reference) submitAs(n Normalized, actor, id string) (SubmitResult, erro
 	}
 	t := &Task{
 		ID: id, Seq: r.seq, User: n.User, Key: n.Key,
-		RequestHash: n.Hash, Payload: n.Payload, State: Queued, Priority: n.Priority,
+		RequestHash: n.Hash, Kind: n.Kind, Payload: n.Payload, State: Queued, Priority: n.Priority,
 		RunAt: runAt, Deadline: n.Deadline, AttemptsMax: r.limits.AttemptsMax,
 		QueuedAt: now, CostBudget: n.CostBudget, StepsMax: n.StepsMax,
 		ScheduleID: n.ScheduleID, ScheduleRun: n.ScheduleRun,
@@ -973,7 +973,7 @@ func (r *Reference) EnqueueDue(ctx context.Context) (EnqueueResult, error) {
 		if k <= s.LastRun {
 			continue
 		}
-		n, err := Normalize(SubmitRequest{User: s.User, Key: RunKey(s.ID, k), Payload: s.Payload,
+		n, err := Normalize(SubmitRequest{User: s.User, Key: RunKey(s.ID, k), Kind: s.Kind, Payload: s.Payload,
 			CostBudget: s.CostBudget, StepsMax: s.StepsMax, Priority: s.Priority,
 			RunAt: s.Origin.Add(time.Duration(k) * s.Period), ScheduleID: s.ID, ScheduleRun: k})
 		if err != nil {

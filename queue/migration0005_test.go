@@ -46,6 +46,7 @@ func TestUpgradeFromEverySchemaVersion(t *testing.T) {
 				task, err := q.Task(ctx, id)
 				require.NoError(t, err)
 				require.Equal(t, user, task.User, id)
+				require.Equal(t, model.KindSynthetic, task.Kind, "a task written before kinds is synthetic")
 			}
 			_, users, err := q.Limits(ctx)
 			require.NoError(t, err)
@@ -54,6 +55,7 @@ func TestUpgradeFromEverySchemaVersion(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, schedules, 1)
 			require.Equal(t, "bob", schedules[0].User)
+			require.Equal(t, model.KindSynthetic, schedules[0].Kind, "a schedule written before kinds is synthetic")
 
 			// ana runs t_a1 at her limit of one: only bob's task is claimable,
 			// and t_a2 follows once t_a1 completes.

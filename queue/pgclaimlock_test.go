@@ -46,7 +46,7 @@ func TestPostgresSubmitPassesAClaimedUser(t *testing.T) {
 	_, err = submit.ExecContext(f.ctx, "SET LOCAL lock_timeout = '10s'")
 	require.NoError(t, err)
 	text, bound := f.args("task_insert", sql.Named("id", "a3"), sql.Named("user", "alice"),
-		sql.Named("key", "k-a3"), sql.Named("hash", "h"), sql.Named("payload", "{}"), sql.Named("priority", 5),
+		sql.Named("key", "k-a3"), sql.Named("hash", "h"), sql.Named("kind", "synthetic"), sql.Named("payload", "{}"), sql.Named("priority", 5),
 		sql.Named("run_at", int64(1000)), sql.Named("deadline", 0), sql.Named("attempts_max", 3),
 		sql.Named("now", int64(1000)), sql.Named("cost_budget", 10), sql.Named("steps_max", 10),
 		sql.Named("schedule_id", ""), sql.Named("schedule_run", 0))

@@ -23,7 +23,7 @@ func TestPostgresClassifiesServerErrors(t *testing.T) {
 
 	f.insertTask("t1", "ana", 1000)
 	text, args := f.args("task_insert", sql.Named("id", "t1"), sql.Named("user", "ana"),
-		sql.Named("key", "k-t1"), sql.Named("hash", "h"), sql.Named("payload", "{}"), sql.Named("priority", 0),
+		sql.Named("key", "k-t1"), sql.Named("hash", "h"), sql.Named("kind", "synthetic"), sql.Named("payload", "{}"), sql.Named("priority", 0),
 		sql.Named("run_at", 0), sql.Named("deadline", 0), sql.Named("attempts_max", 3), sql.Named("now", 0),
 		sql.Named("cost_budget", 10), sql.Named("steps_max", 10), sql.Named("schedule_id", ""), sql.Named("schedule_run", 0))
 	_, err := f.db.ExecContext(f.ctx, text, args...)

@@ -28,6 +28,7 @@ import (
 // file: committed migrations never change.
 var pinnedPostgresMigrations = map[string]string{
 	"0001_baseline.sql": "33032e05b9cc9b5a928755d48592a3ee969aef7386f64d4365757db71ef5a365",
+	"0002_kinds.sql":    "6f50df76dda8ffe01d6cdc319d2d6e8e5596a62aeecb323ca3795e729fe88528",
 }
 
 // pinnedPostgresFunctions holds the SHA-256 of functions.sql's safe text at
@@ -36,6 +37,7 @@ var pinnedPostgresFunctions = map[int]string{
 	1: "b560e7c7e5e76890e50d231f01f23799a70655a3656db4ea0d91023b57f2b0b8",
 	2: "0fecd2a61368abc304b07040fd68b963a459e9cc261e94515d2d8c4e40a943d3",
 	3: "3cf83a2ba0ddf89ce60ab37d7fc9b6932e77ee27d6143cdc75f6448700de6b01",
+	4: "4ce59e4db69f7bd740b26ae8bf4f44924d6551abd237da9a498b7f8ce1ec4939",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the
@@ -288,7 +290,7 @@ func (f *pgFixture) insertTask(id, user string, now int64) {
 	f.t.Helper()
 	f.exec("user_ensure", sql.Named("user", user))
 	f.exec("task_insert", sql.Named("id", id), sql.Named("user", user),
-		sql.Named("key", "k-"+id), sql.Named("hash", "h"), sql.Named("payload", "{}"), sql.Named("priority", 0),
+		sql.Named("key", "k-"+id), sql.Named("hash", "h"), sql.Named("kind", "synthetic"), sql.Named("payload", "{}"), sql.Named("priority", 0),
 		sql.Named("run_at", now), sql.Named("deadline", 0), sql.Named("attempts_max", 3), sql.Named("now", now),
 		sql.Named("cost_budget", 10), sql.Named("steps_max", 10), sql.Named("schedule_id", ""), sql.Named("schedule_run", 0))
 }

@@ -153,7 +153,7 @@ ANALYZE users; ANALYZE tasks; ANALYZE user_deltas; ANALYZE tally_deltas`, users,
 	var outcome string
 	read := f.usersRowsRead(func(tx *sql.Tx) {
 		text, bound := f.args("submit_one", sql.Named("id", "new1"), sql.Named("user", "u00042"),
-			sql.Named("key", "fresh"), sql.Named("hash", "h"), sql.Named("payload", "{}"), sql.Named("priority", 0),
+			sql.Named("key", "fresh"), sql.Named("hash", "h"), sql.Named("kind", "synthetic"), sql.Named("payload", "{}"), sql.Named("priority", 0),
 			sql.Named("run_at", int64(0)), sql.Named("deadline", int64(0)), sql.Named("now", int64(1000)),
 			sql.Named("cost_budget", int64(1)), sql.Named("steps_max", int64(1)), sql.Named("schedule_id", ""),
 			sql.Named("schedule_run", int64(0)), sql.Named("actor", "a"), sql.Named("scope", ""),

@@ -37,7 +37,7 @@ func (q *Queue) AddSchedule(ctx context.Context, spec model.ScheduleSpec, actor 
 		}
 		s = model.Schedule{ID: id, ScheduleSpec: spec, LastRun: -1, CreatedAt: t.now}
 		if err := t.execOne(qScheduleInsert, sql.Named("id", s.ID), sql.Named("user", s.User),
-			sql.Named("payload", s.Payload), sql.Named("cost_budget", s.CostBudget),
+			sql.Named("kind", s.Kind), sql.Named("payload", s.Payload), sql.Named("cost_budget", s.CostBudget),
 			sql.Named("steps_max", s.StepsMax), sql.Named("priority", s.Priority),
 			sql.Named("origin", model.Millis(s.Origin)), sql.Named("period_ms", s.Period.Milliseconds()),
 			sql.Named("now", model.Millis(t.now))); err != nil {
@@ -54,7 +54,7 @@ func scanSchedules(rows *sql.Rows) ([]model.Schedule, error) {
 	for rows.Next() {
 		var s model.Schedule
 		var origin, period, created int64
-		if err := rows.Scan(&s.ID, &s.User, &s.Payload, &s.CostBudget, &s.StepsMax, &s.Priority,
+		if err := rows.Scan(&s.ID, &s.User, &s.Kind, &s.Payload, &s.CostBudget, &s.StepsMax, &s.Priority,
 			&origin, &period, &s.LastRun, &created); err != nil {
 			return nil, fmt.Errorf("queue: scan schedule: %w", err)
 		}
@@ -129,7 +129,7 @@ func (q *Queue) EnqueueDue(ctx context.Context) (model.EnqueueResult, error) {
 			if k <= s.LastRun {
 				continue
 			}
-			n, err := model.Normalize(model.SubmitRequest{User: s.User, Key: model.RunKey(s.ID, k), Payload: s.Payload,
+			n, err := model.Normalize(model.SubmitRequest{User: s.User, Key: model.RunKey(s.ID, k), Kind: s.Kind, Payload: s.Payload,
 				CostBudget: s.CostBudget, StepsMax: s.StepsMax, Priority: s.Priority,
 				RunAt: s.Origin.Add(time.Duration(k) * s.Period), ScheduleID: s.ID, ScheduleRun: k})
 			if err != nil {

@@ -385,9 +385,10 @@ func checkTaskInvariants(ctx context.Context, db *sql.DB) error {
 // forSchemaOf returns a query text of this build (the {task_columns} or a
 // whole query) as db's schema can run it: as it is, or, for a database
 // older than schema version 4, with attempts_charged in place of the
-// attempts_failed it lacks (what migration 0004 starts it at), and older
+// attempts_failed it lacks (what migration 0004 starts it at), older
 // than version 5, with user in place of user_id (migration 0005 renames
-// it).
+// it), and older than version 9, with the kind synthetic, which migration
+// 0009 gives every task it finds.
 func forSchemaOf(ctx context.Context, db *sql.DB, text string) (string, error) {
 	has := func(column string) (bool, error) {
 		var n int
@@ -396,6 +397,14 @@ func forSchemaOf(ctx context.Context, db *sql.DB, text string) (string, error) {
 			return false, fmt.Errorf("queue: read the tasks' columns: %w", err)
 		}
 		return n > 0, nil
+	}
+	kind, err := has("kind")
+	if err != nil {
+		return "", err
+	}
+	if !kind {
+		// Before migration 0009 every task was synthetic.
+		text = strings.Replace(text, "updated_at, attempts_failed, kind", "updated_at, attempts_failed, '"+model.KindSynthetic+"' AS kind", 1)
 	}
 	failed, err := has("attempts_failed")
 	if err != nil {

@@ -222,6 +222,7 @@ type batchRow struct {
 	User        string `json:"u"`
 	Key         string `json:"k"`
 	Hash        string `json:"h"`
+	Kind        string `json:"kd"`
 	Payload     string `json:"p"`
 	Priority    int    `json:"r"`
 	RunAt       int64  `json:"t"`
@@ -310,7 +311,7 @@ func (t *txn) newRow(n model.Normalized) (batchRow, submittedEvent, error) {
 	}
 	return batchRow{
 		ID: id, User: n.User, Key: n.Key,
-		Hash: n.Hash, Payload: n.Payload, Priority: n.Priority, RunAt: model.Millis(runAt),
+		Hash: n.Hash, Kind: n.Kind, Payload: n.Payload, Priority: n.Priority, RunAt: model.Millis(runAt),
 		Deadline: model.Millis(n.Deadline), CostBudget: n.CostBudget, StepsMax: n.StepsMax,
 		ScheduleID: n.ScheduleID, ScheduleRun: n.ScheduleRun,
 	}, submittedEvent{ID: id, Actor: actor}, nil
@@ -371,7 +372,7 @@ func (t *txn) insertTask(n model.Normalized, actor string, limits model.Limits) 
 	}
 	if err := t.execOne(qTaskInsert,
 		sql.Named("id", id), sql.Named("user", n.User), sql.Named("key", n.Key),
-		sql.Named("hash", n.Hash), sql.Named("payload", n.Payload), sql.Named("priority", n.Priority),
+		sql.Named("hash", n.Hash), sql.Named("kind", n.Kind), sql.Named("payload", n.Payload), sql.Named("priority", n.Priority),
 		sql.Named("run_at", model.Millis(runAt)), sql.Named("deadline", model.Millis(n.Deadline)),
 		sql.Named("attempts_max", limits.AttemptsMax), sql.Named("now", model.Millis(t.now)),
 		sql.Named("cost_budget", n.CostBudget), sql.Named("steps_max", n.StepsMax),

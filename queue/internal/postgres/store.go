@@ -331,7 +331,7 @@ func (Store) CompleteAndClaim(r seam.Runner, f seam.FusedParams) ([]model.Task, 
 func (Store) SubmitOne(q seam.Querier, p seam.SubmitParams) (seam.SubmitOutcome, bool, error) {
 	n := p.Request
 	rows, err := q.Query(qSubmitOne, sql.Named("id", p.ID), sql.Named("user", n.User),
-		sql.Named("key", n.Key), sql.Named("hash", n.Hash), sql.Named("payload", n.Payload),
+		sql.Named("key", n.Key), sql.Named("hash", n.Hash), sql.Named("kind", n.Kind), sql.Named("payload", n.Payload),
 		sql.Named("priority", n.Priority), sql.Named("run_at", model.Millis(p.RunAt)),
 		sql.Named("deadline", model.Millis(n.Deadline)), sql.Named("now", model.Millis(p.Now)),
 		sql.Named("cost_budget", n.CostBudget), sql.Named("steps_max", n.StepsMax),

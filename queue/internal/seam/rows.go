@@ -22,7 +22,7 @@ func ScanTask(s Scanner) (model.Task, error) {
 		&t.Priority, &runAt, &deadline, &t.Version, &t.AttemptsCharged, &t.AttemptsMax, &t.Owner,
 		&leaseUntil, &heartbeatAt, &claimedAt, &queuedAt, &t.CostBudget, &t.CostUsed, &t.StepsMax,
 		&t.StepsUsed, &t.Checkpoint, &cancelRequested, &t.CancelledBy, &t.ApprovedBy, &t.ApprovalGate,
-		&t.ApprovalVersion, &t.ScheduleID, &t.ScheduleRun, &t.LastError, &createdAt, &updatedAt, &t.AttemptsFailed)
+		&t.ApprovalVersion, &t.ScheduleID, &t.ScheduleRun, &t.LastError, &createdAt, &updatedAt, &t.AttemptsFailed, &t.Kind)
 	if err != nil {
 		return model.Task{}, err
 	}

@@ -1,4 +1,4 @@
--- version: 3
+-- version: 4
 -- The PostgreSQL store's functions and the triggers that call them: code,
 -- not schema. migrate installs this file whole (CREATE OR REPLACE) after
 -- the migrations, in the transaction that runs them, and records its
@@ -517,7 +517,8 @@ $$;
 -- submit_one runs a lone submit (queue/submitone.go) as one statement:
 -- the key's lookup, admission, the task with its key and its submitted
 -- event, and the counts; its outcome is the usual way's.
-CREATE OR REPLACE FUNCTION submit_one(p_id text, p_user text, p_key text, p_hash text, p_payload text, p_priority bigint, p_run_at bigint, p_deadline bigint, p_now bigint, p_cost_budget bigint, p_steps_max bigint, p_schedule_id text, p_schedule_run bigint, p_actor text, p_scope text, p_timely boolean) RETURNS TABLE(outcome text, task_id text, n bigint, lim bigint)
+DROP FUNCTION IF EXISTS submit_one(text, text, text, text, text, bigint, bigint, bigint, bigint, bigint, bigint, text, bigint, text, text, boolean);
+CREATE OR REPLACE FUNCTION submit_one(p_id text, p_user text, p_key text, p_hash text, p_kind text, p_payload text, p_priority bigint, p_run_at bigint, p_deadline bigint, p_now bigint, p_cost_budget bigint, p_steps_max bigint, p_schedule_id text, p_schedule_run bigint, p_actor text, p_scope text, p_timely boolean) RETURNS TABLE(outcome text, task_id text, n bigint, lim bigint)
     LANGUAGE plpgsql
     SET "leasehold.counted" TO 'on'
     AS $$
@@ -572,10 +573,10 @@ BEGIN
     -- shared lock is held, as event_insert numbers it) and their counts,
     -- as tasks_inserted and events_counted would add them.
     WITH task AS (
-        INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
+        INSERT INTO tasks (id, user_id, idem_key, request_hash, kind, payload, state, priority, run_at, deadline,
                            attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
                            created_at, updated_at)
-        VALUES (p_id, p_user, p_key, p_hash, p_payload, 'queued', p_priority, p_run_at, p_deadline,
+        VALUES (p_id, p_user, p_key, p_hash, p_kind, p_payload, 'queued', p_priority, p_run_at, p_deadline,
                 attempts, p_now, p_cost_budget, p_steps_max, p_schedule_id, p_schedule_run, p_now, p_now)
         RETURNING seq
     ), keyed AS (

@@ -17,7 +17,7 @@ seq, id, user_id, idem_key, request_hash, payload, state, reason, priority, run_
 version, attempts_charged, attempts_max, owner, lease_until, heartbeat_at, claimed_at,
 queued_at, cost_budget, cost_used, steps_max, steps_used, checkpoint, cancel_requested,
 cancelled_by, approved_by, approval_gate, approval_version, schedule_id, schedule_run,
-last_error, created_at, updated_at, attempts_failed
+last_error, created_at, updated_at, attempts_failed, kind
 
 -- name: schema_version
 SELECT COALESCE(MAX(version), 0) FROM schema_migrations;
@@ -73,10 +73,10 @@ SELECT active_tasks(leasehold_fold_rows());
 -- name: task_insert
 -- The task and its key (task_keys: a used key fails here, unique_violation).
 WITH task AS (
-    INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
+    INSERT INTO tasks (id, user_id, idem_key, request_hash, kind, payload, state, priority, run_at, deadline,
                        attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
                        created_at, updated_at)
-    VALUES (:id, :user, :key, :hash, :payload, 'queued', :priority, :run_at, :deadline,
+    VALUES (:id, :user, :key, :hash, :kind, :payload, 'queued', :priority, :run_at, :deadline,
             :attempts_max, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :now, :now)
     RETURNING seq
 )
@@ -124,15 +124,15 @@ JOIN user_caps AS c ON c.user_id = b.value;
 -- a JSON array of objects (see batchRow in submit_many.go), each parsed
 -- once; and their keys, as task_insert.
 WITH task AS (
-    INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
+    INSERT INTO tasks (id, user_id, idem_key, request_hash, kind, payload, state, priority, run_at, deadline,
                        attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
                        created_at, updated_at)
-    SELECT b.i, b.u, b.k, b.h, b.p, 'queued', b.r, b.t, b.d, :attempts_max::BIGINT, :now::BIGINT,
+    SELECT b.i, b.u, b.k, b.h, b.kd, b.p, 'queued', b.r, b.t, b.d, :attempts_max::BIGINT, :now::BIGINT,
            b.c, b.s, b.si, b.sr, :now::BIGINT, :now::BIGINT
     FROM ROWS FROM (json_to_recordset((:rows::text)::json)
-             AS (i TEXT, u TEXT, k TEXT, h TEXT, p TEXT, r BIGINT, t BIGINT, d BIGINT, c BIGINT, s BIGINT,
+             AS (i TEXT, u TEXT, k TEXT, h TEXT, kd TEXT, p TEXT, r BIGINT, t BIGINT, d BIGINT, c BIGINT, s BIGINT,
                  si TEXT, sr BIGINT))
-         WITH ORDINALITY AS b(i, u, k, h, p, r, t, d, c, s, si, sr, ord)
+         WITH ORDINALITY AS b(i, u, k, h, kd, p, r, t, d, c, s, si, sr, ord)
     ORDER BY b.ord
     RETURNING user_id, idem_key, seq
 )
@@ -163,7 +163,7 @@ ORDER BY priority DESC, run_at, seq;
 -- A Submit alone in its group in one statement, its own transaction
 -- (functions.sql's submit_one): the key's lookup, admission and the task
 -- with its submitted event, or the refusal's outcome with nothing written.
-SELECT outcome, task_id, n, lim FROM submit_one(:id, :user, :key, :hash, :payload, :priority, :run_at,
+SELECT outcome, task_id, n, lim FROM submit_one(:id, :user, :key, :hash, :kind, :payload, :priority, :run_at,
     :deadline, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :actor, :scope, :timely);
 
 -- name: complete_and_claim
@@ -360,14 +360,14 @@ INSERT INTO users (user_id, running_max, depth_max) VALUES (:user, :running_max,
 ON CONFLICT (user_id) DO UPDATE SET running_max = excluded.running_max, depth_max = excluded.depth_max;
 
 -- name: schedule_insert
-INSERT INTO schedules (id, user_id, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
-VALUES (:id, :user, :payload, :cost_budget, :steps_max, :priority, :origin, :period_ms, :now);
+INSERT INTO schedules (id, user_id, kind, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
+VALUES (:id, :user, :kind, :payload, :cost_budget, :steps_max, :priority, :origin, :period_ms, :now);
 
 -- name: schedule_count
 SELECT COUNT(*) FROM schedules;
 
 -- name: schedules_all
-SELECT id, user_id, payload, cost_budget, steps_max, priority, origin, period_ms, last_run, created_at
+SELECT id, user_id, kind, payload, cost_budget, steps_max, priority, origin, period_ms, last_run, created_at
 FROM schedules ORDER BY id COLLATE "C";
 
 -- name: schedule_delete

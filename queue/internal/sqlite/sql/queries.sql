@@ -17,7 +17,7 @@ seq, id, user_id, idem_key, request_hash, payload, state, reason, priority, run_
 version, attempts_charged, attempts_max, owner, lease_until, heartbeat_at, claimed_at,
 queued_at, cost_budget, cost_used, steps_max, steps_used, checkpoint, cancel_requested,
 cancelled_by, approved_by, approval_gate, approval_version, schedule_id, schedule_run,
-last_error, created_at, updated_at, attempts_failed
+last_error, created_at, updated_at, attempts_failed, kind
 
 -- name: schema_version
 SELECT COALESCE(MAX(version), 0) FROM schema_migrations;
@@ -57,10 +57,10 @@ FROM user_caps WHERE user_id = :user;
 SELECT SUM(n) FROM tallies WHERE name IN ('state:queued', 'state:running', 'state:waiting_for_approval');
 
 -- name: task_insert
-INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
+INSERT INTO tasks (id, user_id, idem_key, request_hash, kind, payload, state, priority, run_at, deadline,
                    attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
                    created_at, updated_at)
-VALUES (:id, :user, :key, :hash, :payload, 'queued', :priority, :run_at, :deadline,
+VALUES (:id, :user, :key, :hash, :kind, :payload, 'queued', :priority, :run_at, :deadline,
         :attempts_max, :now, :cost_budget, :steps_max, :schedule_id, :schedule_run, :now, :now);
 
 -- name: event_insert
@@ -95,10 +95,10 @@ JOIN user_caps AS c ON c.user_id = b.value;
 -- name: tasks_insert
 -- task_insert for each new task of a batch, in the batch's order: :rows is
 -- a JSON array of objects (see batchRow in submit_many.go).
-INSERT INTO tasks (id, user_id, idem_key, request_hash, payload, state, priority, run_at, deadline,
+INSERT INTO tasks (id, user_id, idem_key, request_hash, kind, payload, state, priority, run_at, deadline,
                    attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
                    created_at, updated_at)
-SELECT value ->> 'i', value ->> 'u', value ->> 'k', value ->> 'h', value ->> 'p', 'queued',
+SELECT value ->> 'i', value ->> 'u', value ->> 'k', value ->> 'h', value ->> 'kd', value ->> 'p', 'queued',
        value ->> 'r', value ->> 't', value ->> 'd', :attempts_max, :now, value ->> 'c', value ->> 's',
        value ->> 'si', value ->> 'sr', :now, :now
 FROM jsonb_each(:rows) WHERE true ORDER BY key;
@@ -315,14 +315,14 @@ SET blocked = (SELECT running_limit > 0 AND running >= running_limit FROM user_c
 WHERE state = 'queued';
 
 -- name: schedule_insert
-INSERT INTO schedules (id, user_id, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
-VALUES (:id, :user, :payload, :cost_budget, :steps_max, :priority, :origin, :period_ms, :now);
+INSERT INTO schedules (id, user_id, kind, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
+VALUES (:id, :user, :kind, :payload, :cost_budget, :steps_max, :priority, :origin, :period_ms, :now);
 
 -- name: schedule_count
 SELECT COUNT(*) FROM schedules;
 
 -- name: schedules_all
-SELECT id, user_id, payload, cost_budget, steps_max, priority, origin, period_ms, last_run, created_at
+SELECT id, user_id, kind, payload, cost_budget, steps_max, priority, origin, period_ms, last_run, created_at
 FROM schedules ORDER BY id;
 
 -- name: schedule_delete
