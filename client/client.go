@@ -173,6 +173,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) (TaskPage, error) {
 	set("state", string(o.State))
 	set("user", o.User)
 	set("schedule_id", o.ScheduleID)
+	set("kind", o.Kind)
 	set("after", o.After)
 	if !o.CreatedFrom.IsZero() {
 		q.Set("created_from", o.CreatedFrom.UTC().Format(time.RFC3339Nano))

@@ -58,6 +58,7 @@ type ListOptions struct {
 	CreatedFrom  time.Time
 	CreatedUntil time.Time // exclusive
 	ScheduleID   string
+	Kind         string // "": every kind
 	Limit        int    // 0: the server's default
 	After        string // the Next of the previous page
 	// Newest lists the newest task first, each page's Next leading to

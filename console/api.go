@@ -79,7 +79,7 @@ func (b apiBackend) TaskByKey(ctx context.Context, p Principal, user, key string
 }
 
 func (b apiBackend) List(ctx context.Context, p Principal, f TaskFilter) (TaskPage, error) {
-	page, err := b.s.List(ctx, apiPrincipal(p), httpapi.ListFilter{State: f.State, User: f.User, After: f.After, Limit: f.Limit, Newest: f.Newest})
+	page, err := b.s.List(ctx, apiPrincipal(p), httpapi.ListFilter{State: f.State, User: f.User, Kind: f.Kind, After: f.After, Limit: f.Limit, Newest: f.Newest})
 	if err != nil {
 		return TaskPage{}, mapped(err)
 	}

@@ -41,6 +41,7 @@ var (
 type TaskFilter struct {
 	State model.State // "": every state
 	User  string      // "": every user the principal may act for
+	Kind  string      // "": every kind
 	After string      // a page's Next; "": from the start
 	Limit int
 	// Newest lists the newest task first (and each page's Next leads to

@@ -105,6 +105,7 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request, req *request) 
 type tasksView struct {
 	State  string
 	User   string
+	Kind   string
 	Order  string // "newest" or "oldest"
 	States []model.State
 	Tasks  []model.Task
@@ -132,7 +133,7 @@ const searchUsersMax = 16
 
 func (c *Console) tasksPage(w http.ResponseWriter, r *http.Request, req *request) error {
 	q := r.URL.Query()
-	tv := tasksView{User: q.Get("user"), Order: q.Get("order"), States: model.States(), First: q.Get("after") == ""}
+	tv := tasksView{User: q.Get("user"), Kind: q.Get("kind"), Order: q.Get("order"), States: model.States(), First: q.Get("after") == ""}
 	switch tv.Order {
 	case "":
 		tv.Order = orderNewest
@@ -140,7 +141,7 @@ func (c *Console) tasksPage(w http.ResponseWriter, r *http.Request, req *request
 	default:
 		return &model.ValidationError{Field: "order", Problem: "want newest or oldest, got " + strconv.Quote(oneLine(tv.Order))}
 	}
-	f := TaskFilter{User: tv.User, After: q.Get("after"), Limit: c.pageSize, Newest: tv.Order == orderNewest}
+	f := TaskFilter{User: tv.User, Kind: tv.Kind, After: q.Get("after"), Limit: c.pageSize, Newest: tv.Order == orderNewest}
 	if s := q.Get("state"); s != "" {
 		state, err := model.ParseState(s)
 		if err != nil {
@@ -154,8 +155,13 @@ func (c *Console) tasksPage(w http.ResponseWriter, r *http.Request, req *request
 			return err
 		}
 	}
+	if f.Kind != "" {
+		if err := model.CheckKind("kind", f.Kind); err != nil {
+			return err
+		}
+	}
 	filters := url.Values{}
-	for k, v := range map[string]string{"state": tv.State, "user": tv.User, "order": tv.Order} {
+	for k, v := range map[string]string{"state": tv.State, "user": tv.User, "kind": tv.Kind, "order": tv.Order} {
 		if v != "" && (k != "order" || v != orderNewest) {
 			filters.Set(k, v)
 		}

@@ -25,7 +25,7 @@ type submitView struct {
 }
 
 type submitForm struct {
-	User, Key, Payload, CostBudget, StepsMax, Priority, RunAt, Deadline string
+	User, Key, Kind, Payload, CostBudget, StepsMax, Priority, RunAt, Deadline string
 }
 
 type bulkResult struct {
@@ -69,7 +69,7 @@ func (c *Console) renderSubmit(w http.ResponseWriter, req *request, sv submitVie
 func (c *Console) submit(w http.ResponseWriter, r *http.Request, req *request) error {
 	f := r.PostForm
 	sv := c.submitView(req)
-	sv.Form = submitForm{User: f.Get("user"), Key: f.Get("key"), Payload: f.Get("payload"), CostBudget: f.Get("cost_budget"),
+	sv.Form = submitForm{User: f.Get("user"), Key: f.Get("key"), Kind: f.Get("kind"), Payload: f.Get("payload"), CostBudget: f.Get("cost_budget"),
 		StepsMax: f.Get("steps_max"), Priority: f.Get("priority"), RunAt: f.Get("run_at"), Deadline: f.Get("deadline")}
 	sr, err := sv.Form.request()
 	if err == nil {
@@ -89,7 +89,8 @@ func (c *Console) submit(w http.ResponseWriter, r *http.Request, req *request) e
 // request turns the form into a submit request; the Backend validates it
 // further, as the API does.
 func (f submitForm) request() (model.SubmitRequest, error) {
-	req := model.SubmitRequest{User: strings.TrimSpace(f.User), Key: strings.TrimSpace(f.Key), Payload: f.Payload}
+	req := model.SubmitRequest{User: strings.TrimSpace(f.User), Key: strings.TrimSpace(f.Key), Kind: strings.TrimSpace(f.Kind),
+		Payload: f.Payload}
 	if err := repeatedKey("payload", []byte(f.Payload)); err != nil {
 		return req, err
 	}
@@ -151,6 +152,7 @@ func parseTime(field, s string) (time.Time, error) {
 type bulkLine struct {
 	User       string          `json:"user"`
 	Key        string          `json:"key"`
+	Kind       string          `json:"kind"`
 	Payload    json.RawMessage `json:"payload"`
 	CostBudget int64           `json:"cost_budget"`
 	StepsMax   int             `json:"steps_max"`
@@ -183,7 +185,7 @@ func parseBulk(text string) ([]model.SubmitRequest, []int, error) {
 		if err := repeatedKey("batch", line); err != nil {
 			return nil, nil, fmt.Errorf("line %d: %w", n, err)
 		}
-		req := model.SubmitRequest{User: b.User, Key: b.Key, Payload: string(b.Payload), CostBudget: b.CostBudget, StepsMax: b.StepsMax, Priority: b.Priority}
+		req := model.SubmitRequest{User: b.User, Key: b.Key, Kind: b.Kind, Payload: string(b.Payload), CostBudget: b.CostBudget, StepsMax: b.StepsMax, Priority: b.Priority}
 		var err error
 		if req.RunAt, err = parseTime("run_at", b.RunAt); err == nil {
 			req.Deadline, err = parseTime("deadline", b.Deadline)

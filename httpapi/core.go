@@ -209,6 +209,7 @@ type ListFilter struct {
 	CreatedFrom  time.Time
 	CreatedUntil time.Time // exclusive
 	ScheduleID   string
+	Kind         string // "": every kind
 	After        string // a page's Next; "": from the start
 	Limit        int    // 0: model.ListLimitDefault
 	// Newest lists the newest task first, each page's Next leading to
@@ -242,7 +243,7 @@ func (s *Server) List(ctx context.Context, p Principal, f ListFilter) (Page, err
 		}
 	}
 	page, err := s.q.ListPage(ctx, queue.PageFilter{State: f.State, User: f.User, Users: p.visible(),
-		CreatedFrom: f.CreatedFrom, CreatedUntil: f.CreatedUntil, ScheduleID: f.ScheduleID, After: after, Limit: f.Limit,
+		CreatedFrom: f.CreatedFrom, CreatedUntil: f.CreatedUntil, ScheduleID: f.ScheduleID, Kind: f.Kind, After: after, Limit: f.Limit,
 		Newest: f.Newest})
 	if err != nil {
 		return Page{}, err

@@ -165,7 +165,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, p Principa
 			return nil
 		}
 		for _, e := range events {
-			data, err := json.Marshal(wire.EventOf(e.Event, e.User))
+			data, err := json.Marshal(wire.EventOf(e.Event, e.User, e.TaskKind))
 			if err != nil {
 				return nil
 			}

@@ -145,12 +145,12 @@ const (
 
 // listTasks is GET /v1/tasks.
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, p Principal) error {
-	query, err := queryOf(r, "state", "user", "created_from", "created_until", "schedule_id", "limit", "after", "order")
+	query, err := queryOf(r, "state", "user", "created_from", "created_until", "schedule_id", "kind", "limit", "after", "order")
 	if err != nil {
 		return err
 	}
 	f := ListFilter{State: model.State(query.Get("state")), User: query.Get("user"),
-		ScheduleID: query.Get("schedule_id"), After: query.Get("after"), Limit: model.ListLimitDefault}
+		ScheduleID: query.Get("schedule_id"), Kind: query.Get("kind"), After: query.Get("after"), Limit: model.ListLimitDefault}
 	if query.Has("limit") {
 		n, err := strconv.Atoi(query.Get("limit"))
 		if err != nil || n < 1 || n > model.ListLimitMax {
@@ -214,7 +214,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request, p Principal)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, wire.All(events, func(e model.Event) wire.Event { return wire.EventOf(e, t.User) }))
+	writeJSON(w, http.StatusOK, wire.All(events, func(e model.Event) wire.Event { return wire.EventOf(e, t.User, t.Kind) }))
 	return nil
 }
 

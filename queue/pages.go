@@ -23,6 +23,8 @@ type PageFilter struct {
 	CreatedFrom  time.Time
 	CreatedUntil time.Time
 	ScheduleID   string
+	// Kind selects the tasks of one kind.
+	Kind string
 	// After is a cursor: the Next of the previous page, 0 for the first.
 	After int64
 	Limit int // 0 means model.ListLimitDefault
@@ -62,6 +64,11 @@ func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
+	if f.Kind != "" {
+		if err := model.CheckKind("kind", f.Kind); err != nil {
+			return Page{}, err
+		}
+	}
 	if f.After < 0 {
 		return Page{}, &model.ValidationError{Field: "after", Problem: fmt.Sprintf("must be a cursor a page returned, got %d", f.After)}
 	}
@@ -78,7 +85,7 @@ func (q *Queue) ListPage(ctx context.Context, f PageFilter) (Page, error) {
 	}
 	args := []any{sql.Named("after", after), sql.Named("state", string(f.State)),
 		sql.Named("created_from", model.Millis(f.CreatedFrom)), sql.Named("created_until", until),
-		sql.Named("schedule_id", f.ScheduleID), sql.Named("limit", limit+1)}
+		sql.Named("schedule_id", f.ScheduleID), sql.Named("kind", f.Kind), sql.Named("limit", limit+1)}
 	name := qListPage
 	switch {
 	case f.User != "" && f.Users != nil && !contains(f.Users, f.User):

@@ -151,3 +151,58 @@ func TestPostgresUpgradesBaselineToKinds(t *testing.T) {
 	require.NoError(t, q.CheckCounters(ctx))
 	require.Equal(t, describeSchema(ctx, t, pgtest.Fresh(t, migratePostgresURL)), describeSchema(ctx, t, dbURL))
 }
+
+// TestListAndTrailByKind: tasks keep the kind they were submitted with
+// (synthetic when none is named), a page lists one kind's tasks by every
+// way a page is read, and the trail names each event's task's kind.
+func TestListAndTrailByKind(t *testing.T) {
+	stores(t, func(t *testing.T, store string) {
+		ctx := context.Background()
+		q, _ := openPrunable(t, store)
+		submit := func(user, key, kind string) string {
+			res, err := q.Submit(ctx, model.SubmitRequest{User: user, Key: key, Kind: kind, Payload: `{"steps":[]}`,
+				CostBudget: 5, StepsMax: 2})
+			require.NoError(t, err)
+			return res.TaskID
+		}
+		a1 := submit("ana", "a1", "report")
+		a2 := submit("ana", "a2", "")
+		b1 := submit("bob", "b1", "report")
+		b2 := submit("bob", "b2", "email")
+		kinds := map[string]string{a1: "report", a2: model.KindSynthetic, b1: "report", b2: "email"}
+		for id, kind := range kinds {
+			task, err := q.Task(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, kind, task.Kind, id)
+		}
+		for _, c := range []struct {
+			name string
+			f    PageFilter
+			want []string
+		}{
+			{"every user", PageFilter{Kind: "report"}, []string{a1, b1}},
+			{"one user", PageFilter{Kind: "report", User: "bob"}, []string{b1}},
+			{"some users", PageFilter{Kind: "report", Users: []string{"ana"}}, []string{a1}},
+			{"newest", PageFilter{Kind: "report", Newest: true}, []string{b1, a1}},
+			{"one user newest", PageFilter{Kind: model.KindSynthetic, User: "ana", Newest: true}, []string{a2}},
+			{"some users newest", PageFilter{Kind: "email", Users: []string{"ana", "bob"}, Newest: true}, []string{b2}},
+			{"no such kind", PageFilter{Kind: "nothing"}, []string{}},
+			{"every kind", PageFilter{}, []string{a1, a2, b1, b2}},
+		} {
+			page, err := q.ListPage(ctx, c.f)
+			require.NoError(t, err, c.name)
+			require.Equal(t, c.want, ids(page.Tasks), c.name)
+		}
+		_, err := q.ListPage(ctx, PageFilter{Kind: "Not A Kind"})
+		require.ErrorIs(t, err, ErrInvalidInput)
+
+		for _, f := range []EventFilter{{}, {Users: []string{"ana", "bob"}}, {TaskID: b2}} {
+			events, err := q.EventsSince(ctx, f)
+			require.NoError(t, err)
+			require.NotEmpty(t, events)
+			for _, e := range events {
+				require.Equal(t, kinds[e.TaskID], e.TaskKind, "event %d of %s", e.Seq, e.TaskID)
+			}
+		}
+	})
+}

@@ -30,11 +30,12 @@ type EventFilter struct {
 	Limit int // 0 means model.ListLimitDefault
 }
 
-// TrailEvent is an audit event with the user of its task beside it (""
-// for an event that concerns no task).
+// TrailEvent is an audit event with the user and the kind of its task
+// beside it ("" for an event that concerns no task).
 type TrailEvent struct {
 	model.Event
-	User string
+	User     string
+	TaskKind string
 }
 
 // EventsSince returns up to f.Limit of the events f selects with a
@@ -147,7 +148,7 @@ func scanTrail(rows *sql.Rows) ([]TrailEvent, error) {
 		var kind, from, to, reason string
 		var at int64
 		if err := rows.Scan(&e.Seq, &e.TaskID, &kind, &e.Attempt, &e.Fence, &e.OpID, &from, &to,
-			&reason, &e.Actor, &at, &e.Detail, &e.Scope, &e.User); err != nil {
+			&reason, &e.Actor, &at, &e.Detail, &e.Scope, &e.User, &e.TaskKind); err != nil {
 			return nil, fmt.Errorf("queue: scan event: %w", err)
 		}
 		e.Kind, e.From, e.To, e.Reason = model.EventKind(kind), model.State(from), model.State(to), model.Reason(reason)

@@ -78,17 +78,20 @@ type Event struct {
 	Actor   string          `json:"actor"`
 	// User is the user of the event's task, where the sender read it (the
 	// API always does); left out for an event that concerns no task.
-	User   string `json:"user,omitempty"`
-	At     Time   `json:"at"`
-	Detail string `json:"detail"`
-	Scope  string `json:"scope"`
+	User string `json:"user,omitempty"`
+	// TaskKind is the kind of the event's task, beside User where the
+	// sender read it (Kind is the event's own kind).
+	TaskKind string `json:"task_kind,omitempty"`
+	At       Time   `json:"at"`
+	Detail   string `json:"detail"`
+	Scope    string `json:"scope"`
 }
 
-// EventOf is e's record; user is its task's user ("" when unknown or
-// when it concerns no task).
-func EventOf(e model.Event, user string) Event {
+// EventOf is e's record; user and taskKind are its task's user and kind
+// ("" when unknown or when it concerns no task).
+func EventOf(e model.Event, user, taskKind string) Event {
 	return Event{Seq: e.Seq, TaskID: e.TaskID, Kind: e.Kind, Attempt: e.Attempt, Fence: e.Fence,
-		OpID: e.OpID, From: e.From, To: e.To, Reason: e.Reason, Actor: e.Actor, User: user,
+		OpID: e.OpID, From: e.From, To: e.To, Reason: e.Reason, Actor: e.Actor, User: user, TaskKind: taskKind,
 		At: TimeOf(e.At), Detail: e.Detail, Scope: e.Scope}
 }
 

@@ -42,16 +42,20 @@ func TestTaskRecordHasTheDesignedFields(t *testing.T) {
 }
 
 // TestEventRecordNamesItsUserWhenKnown: the API's events carry their
-// task's user; a record made without one leaves the field out rather
-// than claim the empty user.
+// task's user and kind (as task_kind: kind is the event's own); a record
+// made without them leaves the fields out rather than claim the empty
+// user.
 func TestEventRecordNamesItsUserWhenKnown(t *testing.T) {
 	e := model.Event{Seq: 7, TaskID: "t_0a", Kind: model.EventSubmitted, To: model.Queued, Actor: "ana"}
-	with, err := json.Marshal(EventOf(e, "ana"))
+	with, err := json.Marshal(EventOf(e, "ana", "report"))
 	require.NoError(t, err)
 	require.Contains(t, string(with), `"user":"ana"`)
-	without, err := json.Marshal(EventOf(e, ""))
+	require.Contains(t, string(with), `"task_kind":"report"`)
+	require.Contains(t, string(with), `"kind":"submitted"`)
+	without, err := json.Marshal(EventOf(e, "", ""))
 	require.NoError(t, err)
 	require.NotContains(t, string(without), `"user"`)
+	require.NotContains(t, string(without), `"task_kind"`)
 	require.Contains(t, string(without), `"kind":"submitted"`)
 }
 

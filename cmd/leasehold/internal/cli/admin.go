@@ -246,6 +246,7 @@ func runSchedule(e *env, args []string) int {
 // scheduleAdd adds a schedule: schedule add --user U --payload P ... --period D.
 func scheduleAdd(e *env, fs *flag.FlagSet, c common, args []string) int {
 	user := fs.String("user", "", "user the runs belong to; required")
+	kind := fs.String("kind", "", "each run's kind (default synthetic)")
 	payload := fs.String("payload", "", "each run's payload: JSON, or @FILE; required")
 	costBudget := fs.Int64("cost-budget", 0, "each run's cost budget; required")
 	stepsMax := fs.Int("steps-max", 0, "each run's step limit; required")
@@ -263,7 +264,7 @@ func scheduleAdd(e *env, fs *flag.FlagSet, c common, args []string) int {
 	if err == nil {
 		at, err = parseTime("origin", *origin)
 	}
-	spec := model.ScheduleSpec{User: *user, Payload: body, CostBudget: *costBudget, StepsMax: *stepsMax,
+	spec := model.ScheduleSpec{User: *user, Kind: *kind, Payload: body, CostBudget: *costBudget, StepsMax: *stepsMax,
 		Priority: *priority, Origin: at, Period: *period}
 	if err == nil {
 		_, err = spec.Validate()
@@ -295,8 +296,8 @@ func scheduleList(e *env, fs *flag.FlagSet, c common, args []string) int {
 			return printJSON(e.stdout, wire.All(schedules, wire.ScheduleOf))
 		}
 		for _, s := range schedules {
-			fmt.Fprintf(e.stdout, "%s user=%s origin=%s period=%s last_run=%d next_due=%s\n", s.ID, s.User,
-				wire.TimeOf(s.Origin), s.Period, s.LastRun, wire.TimeOf(s.Origin.Add(time.Duration(s.LastRun+1)*s.Period)))
+			fmt.Fprintf(e.stdout, "%s user=%s origin=%s period=%s last_run=%d next_due=%s kind=%s\n", s.ID, s.User,
+				wire.TimeOf(s.Origin), s.Period, s.LastRun, wire.TimeOf(s.Origin.Add(time.Duration(s.LastRun+1)*s.Period)), s.Kind)
 		}
 		return nil
 	})

@@ -57,7 +57,7 @@ func runAudit(e *env, args []string) int {
 		if *format == "jsonl" || *c.json {
 			w := bufio.NewWriter(e.stdout)
 			for _, ev := range events {
-				if err := printJSON(w, wire.EventOf(ev, "")); err != nil {
+				if err := printJSON(w, wire.EventOf(ev, "", "")); err != nil {
 					return err
 				}
 			}

@@ -63,6 +63,7 @@ func runSubmit(e *env, args []string) int {
 	c := commonFlags(fs, false)
 	user := fs.String("user", "", "user ID")
 	key := fs.String("key", "", "idempotency key (unique per user)")
+	kind := fs.String("kind", "", "the task's kind (default synthetic)")
 	payload := fs.String("payload", "", "the task's payload: JSON, or @FILE")
 	costBudget := fs.Int64("cost-budget", 0, "cost budget")
 	stepsMax := fs.Int("steps-max", 0, "step limit")
@@ -83,7 +84,7 @@ func runSubmit(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "submit", err)
 	}
-	req := model.SubmitRequest{User: *user, Key: *key, Payload: body, CostBudget: *costBudget, StepsMax: *stepsMax, Priority: *priority}
+	req := model.SubmitRequest{User: *user, Key: *key, Kind: *kind, Payload: body, CostBudget: *costBudget, StepsMax: *stepsMax, Priority: *priority}
 	if req.RunAt, err = parseTime("run-at", *runAt); err != nil {
 		return fail(e, "submit", err)
 	}
@@ -117,7 +118,7 @@ func runSubmit(e *env, args []string) int {
 // batchOnly refuses the single request's flags beside --batch.
 func batchOnly(fs *flag.FlagSet) error {
 	var single []string
-	requestFlags := map[string]bool{"user": true, "key": true, "payload": true, "cost-budget": true,
+	requestFlags := map[string]bool{"user": true, "key": true, "kind": true, "payload": true, "cost-budget": true,
 		"steps-max": true, "priority": true, "run-at": true, "deadline": true}
 	fs.Visit(func(f *flag.Flag) {
 		if requestFlags[f.Name] {
@@ -206,12 +207,13 @@ func runList(e *env, args []string) int {
 	c := commonFlags(fs, false)
 	state := fs.String("state", "", "only tasks in this state")
 	user := fs.String("user", "", "only this user's tasks")
+	kind := fs.String("kind", "", "only tasks of this kind")
 	limit := fs.Int("limit", model.ListLimitDefault, fmt.Sprintf("at most this many tasks (1 to %d)", model.ListLimitMax))
 	after := fs.String("after", "", "continue after this cursor (the next a cut-short list printed)")
 	if err := parse(fs, args); err != nil {
 		return fail(e, "list", err)
 	}
-	f := queue.PageFilter{State: model.State(*state), User: *user, Limit: *limit}
+	f := queue.PageFilter{State: model.State(*state), User: *user, Kind: *kind, Limit: *limit}
 	if *state != "" {
 		if _, err := model.ParseState(*state); err != nil {
 			return fail(e, "list", badUsage("--state: %v", err))
@@ -219,6 +221,11 @@ func runList(e *env, args []string) int {
 	}
 	if *user != "" {
 		if err := model.CheckName("user", *user); err != nil {
+			return fail(e, "list", err)
+		}
+	}
+	if *kind != "" {
+		if err := model.CheckKind("kind", *kind); err != nil {
 			return fail(e, "list", err)
 		}
 	}

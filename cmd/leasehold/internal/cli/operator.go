@@ -212,13 +212,13 @@ func runEvents(e *env, args []string) int {
 		return fail(e, "events", badUsage("--after: needs --follow and a sequence number of 0 or more, got %d", *after))
 	}
 	return withReader(e, "events", c, func(q *queue.Queue) error {
-		var user string // the task's, for its events' records
+		var user, kind string // the task's, for its events' records
 		if id != "" {
 			t, err := q.Task(e.ctx, id)
 			if err != nil {
 				return err
 			}
-			user = t.User
+			user, kind = t.User, t.Kind
 		}
 		if *followFlag {
 			return followEvents(e, q, id, *after, *c.json)
@@ -228,7 +228,7 @@ func runEvents(e *env, args []string) int {
 			return err
 		}
 		if *c.json {
-			return printJSON(e.stdout, wire.All(events, func(ev model.Event) wire.Event { return wire.EventOf(ev, user) }))
+			return printJSON(e.stdout, wire.All(events, func(ev model.Event) wire.Event { return wire.EventOf(ev, user, kind) }))
 		}
 		printEvents(e.stdout, events)
 		return nil

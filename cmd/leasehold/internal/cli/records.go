@@ -36,7 +36,7 @@ func printStatus(w io.Writer, t model.Task) {
 	if reason == "" {
 		reason = "-"
 	}
-	fmt.Fprintf(w, "task %s (user %s, key %s)\n", t.ID, t.User, t.Key)
+	fmt.Fprintf(w, "task %s (user %s, key %s, kind %s)\n", t.ID, t.User, t.Key, t.Kind)
 	fmt.Fprintf(w, "  state     %s (reason %s)\n", t.State, reason)
 	fmt.Fprintf(w, "  version   %d (attempt %d; %d of %d attempts charged)\n", t.Version, t.Attempt, t.AttemptsCharged, t.AttemptsMax)
 	fmt.Fprintf(w, "  budget    %d of %d spent; %d of %d steps\n", t.CostUsed, t.CostBudget, t.StepsUsed, t.StepsMax)

@@ -53,7 +53,7 @@ func followEvents(e *env, q *queue.Queue, id string, after int64, asJSON bool) e
 		}
 		for _, ev := range events {
 			if asJSON {
-				if err := printJSON(e.stdout, wire.EventOf(ev.Event, ev.User)); err != nil {
+				if err := printJSON(e.stdout, wire.EventOf(ev.Event, ev.User, ev.TaskKind)); err != nil {
 					return err
 				}
 			}

@@ -10,6 +10,7 @@ WHERE seq > :after
   AND (:users = '' OR user_id IN (SELECT jsonb_array_elements_text(NULLIF(:users, '')::jsonb)))
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
+  AND (:kind = '' OR kind = :kind)
 ORDER BY seq LIMIT :limit;
 
 -- name: list_page_by_user
@@ -22,6 +23,7 @@ SELECT {task_columns} FROM (
       AND (:state = '' OR t.state = :state)
       AND t.created_at >= :created_from AND t.created_at < :created_until
       AND (:schedule_id = '' OR t.schedule_id = :schedule_id)
+      AND (:kind = '' OR t.kind = :kind)
     ORDER BY k.seq LIMIT :limit) AS tasks
 ORDER BY seq;
 
@@ -40,6 +42,7 @@ SELECT {task_columns} FROM (
           AND (:state = '' OR tt.state = :state)
           AND tt.created_at >= :created_from AND tt.created_at < :created_until
           AND (:schedule_id = '' OR tt.schedule_id = :schedule_id)
+          AND (:kind = '' OR tt.kind = :kind)
         ORDER BY k.seq LIMIT :limit) AS t
     ORDER BY t.seq LIMIT :limit) AS tasks
 ORDER BY seq;
@@ -53,6 +56,7 @@ WHERE seq < :after
   AND (:users = '' OR user_id IN (SELECT jsonb_array_elements_text(NULLIF(:users, '')::jsonb)))
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
+  AND (:kind = '' OR kind = :kind)
 ORDER BY seq DESC LIMIT :limit;
 
 -- name: list_page_by_user_newest
@@ -63,6 +67,7 @@ SELECT {task_columns} FROM (
       AND (:state = '' OR t.state = :state)
       AND t.created_at >= :created_from AND t.created_at < :created_until
       AND (:schedule_id = '' OR t.schedule_id = :schedule_id)
+      AND (:kind = '' OR t.kind = :kind)
     ORDER BY k.seq DESC LIMIT :limit) AS tasks
 ORDER BY seq DESC;
 
@@ -76,6 +81,7 @@ SELECT {task_columns} FROM (
           AND (:state = '' OR tt.state = :state)
           AND tt.created_at >= :created_from AND tt.created_at < :created_until
           AND (:schedule_id = '' OR tt.schedule_id = :schedule_id)
+          AND (:kind = '' OR tt.kind = :kind)
         ORDER BY k.seq DESC LIMIT :limit) AS t
     ORDER BY t.seq DESC LIMIT :limit) AS tasks
 ORDER BY seq DESC;
@@ -93,14 +99,14 @@ WHERE seq = (SELECT k.seq FROM task_keys k WHERE k.user_id = :user AND k.idem_ke
 
 -- name: trail_by_task_after
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
-       COALESCE(t.user_id, '')
+       COALESCE(t.user_id, ''), COALESCE(t.kind, '')
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
 WHERE e.task_id = :task_id AND e.seq > :after AND e.seq <= (SELECT last_value FROM events_seq)
 ORDER BY e.seq LIMIT :limit;
 
 -- name: trail_after
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
-       COALESCE(t.user_id, '')
+       COALESCE(t.user_id, ''), COALESCE(t.kind, '')
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
 WHERE e.seq > :after AND e.seq <= (SELECT last_value FROM events_seq)
 ORDER BY e.seq LIMIT :limit;
@@ -117,7 +123,7 @@ SELECT GREATEST(CAST(:after AS BIGINT), LEAST(CAST(:after AS BIGINT) + CAST(:win
 -- name: trail_after_for_users
 -- The events after :after and up to :through of the tasks of :users.
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
-       t.user_id
+       t.user_id, t.kind
 FROM events e JOIN tasks t ON t.id = e.task_id
 WHERE e.seq > :after AND e.seq <= :through
   AND t.user_id IN (SELECT jsonb_array_elements_text(NULLIF(:users, '')::jsonb))

@@ -13,6 +13,7 @@ WHERE seq > :after
   AND (:users = '' OR user_id IN (SELECT value FROM json_each(:users)))
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
+  AND (:kind = '' OR kind = :kind)
 ORDER BY seq LIMIT :limit;
 
 -- name: list_page_by_user
@@ -21,6 +22,7 @@ WHERE user_id = :user AND seq > :after
   AND (:state = '' OR state = :state)
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
+  AND (:kind = '' OR kind = :kind)
 ORDER BY seq LIMIT :limit;
 
 -- name: list_page_for_users
@@ -36,6 +38,7 @@ WHERE seq IN (
                       AND (:state = '' OR t.state = :state)
                       AND t.created_at >= :created_from AND t.created_at < :created_until
                       AND (:schedule_id = '' OR t.schedule_id = :schedule_id)
+                      AND (:kind = '' OR t.kind = :kind)
                     ORDER BY t.seq LIMIT :limit))
 ORDER BY seq LIMIT :limit;
 
@@ -48,6 +51,7 @@ WHERE seq < :after
   AND (:users = '' OR user_id IN (SELECT value FROM json_each(:users)))
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
+  AND (:kind = '' OR kind = :kind)
 ORDER BY seq DESC LIMIT :limit;
 
 -- name: list_page_by_user_newest
@@ -56,6 +60,7 @@ WHERE user_id = :user AND seq < :after
   AND (:state = '' OR state = :state)
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
+  AND (:kind = '' OR kind = :kind)
 ORDER BY seq DESC LIMIT :limit;
 
 -- name: list_page_for_users_newest
@@ -67,6 +72,7 @@ WHERE seq IN (
                       AND (:state = '' OR t.state = :state)
                       AND t.created_at >= :created_from AND t.created_at < :created_until
                       AND (:schedule_id = '' OR t.schedule_id = :schedule_id)
+                      AND (:kind = '' OR t.kind = :kind)
                     ORDER BY t.seq DESC LIMIT :limit))
 ORDER BY seq DESC LIMIT :limit;
 
@@ -80,14 +86,14 @@ SELECT {task_columns} FROM tasks WHERE user_id = :user AND idem_key = :key;
 
 -- name: trail_by_task_after
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
-       COALESCE(t.user_id, '')
+       COALESCE(t.user_id, ''), COALESCE(t.kind, '')
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
 WHERE e.task_seq = (SELECT s.seq FROM tasks s WHERE s.id = :task_id) AND e.task_id = :task_id AND e.seq > :after
 ORDER BY e.seq LIMIT :limit;
 
 -- name: trail_after
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
-       COALESCE(t.user_id, '')
+       COALESCE(t.user_id, ''), COALESCE(t.kind, '')
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
 WHERE e.seq > :after ORDER BY e.seq LIMIT :limit;
 
@@ -101,7 +107,7 @@ SELECT MAX(:after, MIN(:after + :window, COALESCE((SELECT MAX(seq) FROM events),
 -- name: trail_after_for_users
 -- The events after :after and up to :through of the tasks of :users.
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
-       t.user_id
+       t.user_id, t.kind
 FROM events e JOIN tasks t ON t.id = e.task_id
 WHERE e.seq > :after AND e.seq <= :through AND t.user_id IN (SELECT value FROM json_each(:users))
 ORDER BY e.seq LIMIT :limit;
