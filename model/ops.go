@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -19,6 +20,7 @@ const (
 	SchedulesMax    = 1000                   // periodic schedules kept
 	PeriodMin       = time.Second            // shortest schedule period
 	PeriodMax       = 366 * 24 * time.Hour   // longest schedule period
+	ClaimKindsMax   = 64                     // kinds one claim may name
 )
 
 // ClaimRequest asks for up to Max queued tasks for Worker under a lease of
@@ -27,6 +29,10 @@ type ClaimRequest struct {
 	Worker string
 	Max    int
 	Lease  time.Duration
+	// Kinds are the kinds the worker serves: the claim takes tasks of
+	// these kinds only, and reads no task of another. Nil takes tasks of
+	// every kind (tools and tests that serve them all).
+	Kinds []string
 }
 
 // Validate checks the request against the batch bound batchMax.
@@ -37,7 +43,52 @@ func (r ClaimRequest) Validate(batchMax int) error {
 	if r.Max < 1 || r.Max > batchMax {
 		return invalid("max", "must be between 1 and %d, got %d", batchMax, r.Max)
 	}
+	if err := checkClaimKinds(r.Kinds); err != nil {
+		return err
+	}
 	return CheckLease(r.Lease)
+}
+
+// checkClaimKinds checks a claim's kinds: nil, or 1 to ClaimKindsMax
+// valid kind names, none twice.
+func checkClaimKinds(kinds []string) error {
+	if kinds == nil {
+		return nil
+	}
+	if len(kinds) == 0 || len(kinds) > ClaimKindsMax {
+		return invalid("kinds", "must name 1 to %d kinds, got %d (nil names every kind)", ClaimKindsMax, len(kinds))
+	}
+	seen := make(map[string]bool, len(kinds))
+	for i, k := range kinds {
+		if err := CheckKind(fmt.Sprintf("kinds[%d]", i), k); err != nil {
+			return err
+		}
+		if seen[k] {
+			return invalid(fmt.Sprintf("kinds[%d]", i), "%s is named twice", k)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+// KindsKey is a claim's kinds as one string, the same for the same set
+// named in any order, and "" for every kind: claims of equal keys take
+// from the same tasks, so a group may merge them.
+func (r ClaimRequest) KindsKey() string { return KindsKey(r.Kinds) }
+
+// KindsKey is ClaimRequest.KindsKey of kinds.
+func KindsKey(kinds []string) string {
+	if kinds == nil {
+		return ""
+	}
+	sorted := slices.Clone(kinds)
+	slices.Sort(sorted)
+	return "[" + strings.Join(sorted, ",") + "]"
+}
+
+// Serves reports whether a claim for r may take a task of kind.
+func (r ClaimRequest) Serves(kind string) bool {
+	return r.Kinds == nil || slices.Contains(r.Kinds, kind)
 }
 
 // CheckLease validates a lease duration: bounded, and in whole

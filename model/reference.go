@@ -200,7 +200,7 @@ func (r *Reference) Claim(_ context.Context, req ClaimRequest) ([]Claimed, error
 		return nil, err
 	}
 	now := r.now()
-	if len(r.claimable(now)) == 0 {
+	if len(r.claimable(now, req)) == 0 {
 		return nil, nil
 	}
 	if err := req.Validate(r.limits.ClaimBatchMax); err != nil {
@@ -214,7 +214,7 @@ func (r *Reference) Claim(_ context.Context, req ClaimRequest) ([]Claimed, error
 func (r *Reference) claimUpTo(req ClaimRequest, now time.Time) []Claimed {
 	var out []Claimed
 	for len(out) < req.Max {
-		candidates := r.claimable(now)
+		candidates := r.claimable(now, req)
 		if len(candidates) == 0 {
 			break
 		}
@@ -252,12 +252,13 @@ func (r *Reference) CompleteAndClaim(ctx context.Context, c Claim, next ClaimReq
 	return r.claimUpTo(next, r.now()), nil
 }
 
-// claimable returns the queued tasks a claim at now may take: due, within
-// their deadline, and of a user below its running limit.
-func (r *Reference) claimable(now time.Time) []*Task {
+// claimable returns the queued tasks a claim for req at now may take: of
+// a kind it serves, due, within their deadline, and of a user below its
+// running limit.
+func (r *Reference) claimable(now time.Time, req ClaimRequest) []*Task {
 	var out []*Task
 	for _, t := range r.tasks {
-		if t.State != Queued || t.RunAt.After(now) || t.PastDeadline(now) {
+		if t.State != Queued || t.RunAt.After(now) || t.PastDeadline(now) || !req.Serves(t.Kind) {
 			continue
 		}
 		if limit, _ := r.userLimit(t.User); limit > 0 && r.running(t.User) >= limit {

@@ -156,7 +156,7 @@ func (g *group) parts() ([]part, bool) {
 
 // Merged claims. The claims that follow the batch's completions
 // (CompleteAndClaim's next) are made by one store claim for each run of
-// members asking for the same worker and lease at the same millisecond,
+// members asking for the same worker, lease and kinds at the same millisecond,
 // of the sum of their Max (up to model.ClaimBatchLimit a store claim),
 // instead of one store claim each (five statements on PostgreSQL). The
 // merged claim runs in the turn of the run's first member, and the tasks
@@ -172,10 +172,11 @@ func (g *group) parts() ([]part, bool) {
 // before merging.
 
 // mergeKey is what the members of one merged claim share: the claim's
-// worker and lease and the millisecond the claim runs at.
+// worker, lease and kinds and the millisecond the claim runs at.
 type mergeKey struct {
 	worker string
 	lease  time.Duration
+	kinds  string // model.ClaimRequest.KindsKey
 	now    int64
 }
 
@@ -191,7 +192,8 @@ func (g *group) mergeClaims(batch []int, matched map[string]bool, parts []part) 
 		if !matched[c.claim.TaskID] || c.next == nil || c.then != nil {
 			continue
 		}
-		key := mergeKey{worker: c.next.req.Worker, lease: c.next.req.Lease, now: model.Millis(g.txns[i].now)}
+		key := mergeKey{worker: c.next.req.Worker, lease: c.next.req.Lease, kinds: c.next.req.KindsKey(),
+			now: model.Millis(g.txns[i].now)}
 		r, ok := open[key]
 		if !ok || sums[r]+c.next.req.Max > model.ClaimBatchLimit {
 			r = len(runs)

@@ -29,7 +29,13 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 		return nil, err
 	}
 	var found int
-	err := q.readRow(ctx, qClaimAny, sql.Named("now", model.Millis(q.now()))).Scan(&found)
+	var err error
+	if req.Kinds == nil {
+		err = q.readRow(ctx, qClaimAny, sql.Named("now", model.Millis(q.now()))).Scan(&found)
+	} else {
+		err = q.readRow(ctx, qClaimAnyKinds, sql.Named("now", model.Millis(q.now())),
+			sql.Named("kinds", seam.KindsArg(req.Kinds))).Scan(&found)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -61,7 +67,7 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 // returns the claims made, none when nothing is due. In a group commit
 // its completion is batched with the group's others (batch.go), and its
 // claim made after them, merged with the claims of the group's other
-// CompleteAndClaim of the same worker and lease into one store claim.
+// CompleteAndClaim of the same worker, lease and kinds into one store claim.
 func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error) {
 	if err := next.Validate(model.ClaimBatchLimit); err != nil {
 		return nil, err
@@ -116,7 +122,7 @@ func (t *txn) claim(req model.ClaimRequest, out *[]model.Claimed) error {
 
 // claimParams is req as a store's Claim takes it, for up to max tasks.
 func claimParams(req model.ClaimRequest, max int) seam.ClaimParams {
-	return seam.ClaimParams{Worker: req.Worker, Lease: req.Lease, Max: max}
+	return seam.ClaimParams{Worker: req.Worker, Lease: req.Lease, Max: max, Kinds: req.Kinds}
 }
 
 // claimed records the claim of task, which the store has just taken for

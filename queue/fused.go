@@ -23,8 +23,8 @@ import (
 // completions (batchMin), each of a task no other member completes, whose
 // text JSON carries (jsonSafe), with nothing to check first (a claim of
 // one: CompleteAndClaim's check reads the limits only for more) and
-// nothing to run after but its claim; every claim of the same worker and
-// lease, at most model.ClaimBatchLimit tasks in all; and one scope, the
+// nothing to run after but its claim; every claim of the same worker,
+// lease and kinds, at most model.ClaimBatchLimit tasks in all; and one scope, the
 // events'. Every member runs at one time, the group's.
 //
 // The outcomes are a group's. The statement matched every claim and
@@ -114,10 +114,11 @@ func (q *Queue) planFused(members []*member) (fusedGroup, bool) {
 			continue
 		}
 		req := c.next.req
-		if claiming > 0 && (req.Worker != f.Claim.Worker || req.Lease != f.Claim.Lease) {
+		if claiming > 0 && (req.Worker != f.Claim.Worker || req.Lease != f.Claim.Lease ||
+			req.KindsKey() != model.KindsKey(f.Claim.Kinds)) {
 			return fusedGroup{}, false
 		}
-		f.Claim.Worker, f.Claim.Lease = req.Worker, req.Lease
+		f.Claim.Worker, f.Claim.Lease, f.Claim.Kinds = req.Worker, req.Lease, req.Kinds
 		f.Claim.Max += req.Max
 		claiming++
 	}

@@ -116,7 +116,7 @@ func walkPages(t *testing.T, q *Queue, name queryName, users []string, state mod
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 1000, "paging did not end")
 		rows, err := q.readRows(context.Background(), name, sql.Named("after", after), sql.Named("state", string(state)),
-			sql.Named("created_from", int64(0)), sql.Named("created_until", until), sql.Named("schedule_id", ""),
+			sql.Named("created_from", int64(0)), sql.Named("created_until", until), sql.Named("schedule_id", ""), sql.Named("kind", ""),
 			sql.Named("limit", pageLen), sql.Named("users", arg))
 		require.NoError(t, err)
 		tasks, err := scanTasks(rows)
@@ -177,7 +177,7 @@ func TestListPageForUsersMatchesTheScan(t *testing.T) {
 	checkPagesForUsers(t, b.q)
 	plan := strings.Join(queryPlan(t, b, "list_page_for_users", sql.Named("after", int64(0)), sql.Named("state", ""),
 		sql.Named("created_from", int64(0)), sql.Named("created_until", int64(math.MaxInt64)),
-		sql.Named("schedule_id", ""), sql.Named("limit", 7), sql.Named("users", `["ana","bob"]`)), " | ")
+		sql.Named("schedule_id", ""), sql.Named("kind", ""), sql.Named("limit", 7), sql.Named("users", `["ana","bob"]`)), " | ")
 	require.Regexp(t, `SEARCH t USING (COVERING )?INDEX tasks_user \(user_id=\? AND seq>\?\)`, plan, plan)
 }
 
@@ -188,7 +188,7 @@ func TestPostgresListPageForUsersMatchesTheScan(t *testing.T) {
 	checkPagesForUsers(t, f.q)
 	plan := f.plan("list_page_for_users", sql.Named("after", int64(0)), sql.Named("state", ""),
 		sql.Named("created_from", int64(0)), sql.Named("created_until", int64(math.MaxInt64)),
-		sql.Named("schedule_id", ""), sql.Named("limit", 7), sql.Named("users", `["ana","bob"]`))
+		sql.Named("schedule_id", ""), sql.Named("kind", ""), sql.Named("limit", 7), sql.Named("users", `["ana","bob"]`))
 	require.Contains(t, plan, "task_keys_user", plan)
 	require.Contains(t, plan, "Index Cond: (seq = k.seq)", plan)
 }
@@ -345,7 +345,7 @@ func checkPagesNewest(t *testing.T, q *Queue) {
 // page of two users.
 var newestPlanArgs = []any{sql.Named("after", int64(math.MaxInt64)), sql.Named("state", ""),
 	sql.Named("created_from", int64(0)), sql.Named("created_until", int64(math.MaxInt64)),
-	sql.Named("schedule_id", ""), sql.Named("limit", 7), sql.Named("users", `["ana","bob"]`)}
+	sql.Named("schedule_id", ""), sql.Named("kind", ""), sql.Named("limit", 7), sql.Named("users", `["ana","bob"]`)}
 
 // TestListPageNewestFirst: checkPagesNewest on SQLite, and a few users'
 // pages read each user's tasks by the user index, backwards.

@@ -12,7 +12,7 @@ func (f *pgFixture) claimIn(tx *sql.Tx, owner string, max int, now int64) []stri
 	f.t.Helper()
 	text, bound := f.args("claim_batch", sql.Named("now", now), sql.Named("due", now), sql.Named("alive", now),
 		sql.Named("max", max), sql.Named("owner", owner), sql.Named("lease_until", now+5000),
-		sql.Named("user_limits", true))
+		sql.Named("user_limits", true), sql.Named("kinds", ""))
 	rows, err := tx.QueryContext(f.ctx, text, bound...)
 	require.NoError(f.t, err)
 	tasks, err := scanTasks(rows)

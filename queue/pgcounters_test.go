@@ -143,7 +143,7 @@ func TestPostgresFusedGroupCountsItself(t *testing.T) {
 	conn, err := f.db.Conn(f.ctx)
 	require.NoError(t, err)
 	defer conn.Close()
-	text, bound := f.args("complete_and_claim",
+	text, bound := f.args("complete_and_claim", sql.Named("kinds", ""),
 		sql.Named("claims", `[["a1",1,1500],["b1",1,1700]]`),
 		sql.Named("events", `[
 		  ["a1","completed",1,1,"","running","completed","","w1",1500,"",""],

@@ -35,7 +35,7 @@ ANALYZE task_keys`)
 		{"list_by_user", []any{sql.Named("user", "u1"), sql.Named("limit", 50)}},
 		{"list_by_user_state", []any{sql.Named("user", "u1"), sql.Named("state", "completed"), sql.Named("limit", 50)}},
 		{"list_page_by_user", []any{sql.Named("user", "u1"), sql.Named("after", last), sql.Named("state", ""),
-			sql.Named("created_from", int64(0)), sql.Named("created_until", int64(1)), sql.Named("schedule_id", ""),
+			sql.Named("created_from", int64(0)), sql.Named("created_until", int64(1)), sql.Named("schedule_id", ""), sql.Named("kind", ""),
 			sql.Named("limit", 50)}},
 	} {
 		whole := f.plan(c.name, c.args...)

@@ -37,7 +37,7 @@ var pinnedPostgresFunctions = map[int]string{
 	1: "b560e7c7e5e76890e50d231f01f23799a70655a3656db4ea0d91023b57f2b0b8",
 	2: "0fecd2a61368abc304b07040fd68b963a459e9cc261e94515d2d8c4e40a943d3",
 	3: "3cf83a2ba0ddf89ce60ab37d7fc9b6932e77ee27d6143cdc75f6448700de6b01",
-	4: "4ce59e4db69f7bd740b26ae8bf4f44924d6551abd237da9a498b7f8ce1ec4939",
+	4: "84efba875d70859c803c0b4b7640de3a110dae3cf9127e7031d362cab5cf6b0f",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the
@@ -89,7 +89,7 @@ var (
 	postgresOnlyQueries = []string{"claim_batch", "complete_and_claim", "events_after_lock", "functions_applied", "functions_record",
 		"functions_table", "functions_table_exists", "migrations_forget", "migrations_lock", "ready_listen", "ready_notify",
 		"ready_schema", "submit_one", "tally_compact", "tally_rows"}
-	sqliteOnlyQueries = []string{"claim_next", "claim_room", "claim_task", "claim_tasks", "reblock_all", "reblock_user", "wal_truncate"}
+	sqliteOnlyQueries = []string{"claim_next", "claim_next_kinds", "claim_room", "claim_task", "claim_tasks", "reblock_all", "reblock_user", "wal_truncate"}
 )
 
 func TestPostgresQueriesMatchSQLite(t *testing.T) {
@@ -315,7 +315,7 @@ func (f *pgFixture) take(seqs []int64, owner string, leaseUntil, now int64) int6
 func (f *pgFixture) claimBatch(owner string, max int, now int64) []string {
 	f.t.Helper()
 	rows := f.query("claim_batch", sql.Named("now", now), sql.Named("max", max), sql.Named("owner", owner),
-		sql.Named("lease_until", now+5000))
+		sql.Named("lease_until", now+5000), sql.Named("kinds", ""))
 	tasks, err := scanTasks(rows)
 	require.NoError(f.t, err)
 	var out []string

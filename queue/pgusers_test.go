@@ -72,7 +72,7 @@ ANALYZE users; ANALYZE tasks; ANALYZE user_deltas`, users, users))
 	claimArgs := func(max int) []any {
 		return []any{sql.Named("now", int64(1000)), sql.Named("due", int64(1000)), sql.Named("alive", int64(1000)),
 			sql.Named("max", max), sql.Named("owner", "w"), sql.Named("lease_until", int64(6000)),
-			sql.Named("user_limits", true)}
+			sql.Named("user_limits", true), sql.Named("kinds", "")}
 	}
 	first8 := []string{"a1", "a2", "t00001", "t00002", "t00003", "t00004", "t00005", "t00006"}
 

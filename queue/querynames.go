@@ -18,6 +18,7 @@ var (
 	qAuditByTime            = seam.Name("audit_by_time")
 	qCancelRequest          = seam.Name("cancel_request")
 	qClaimAny               = seam.Name("claim_any")
+	qClaimAnyKinds          = seam.Name("claim_any_kinds")
 	qCompleteBatch          = seam.Name("complete_batch")
 	qCompleteFenced         = seam.Name("complete_fenced")
 	qCountersCheck          = seam.Name("counters_check")

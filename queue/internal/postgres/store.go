@@ -269,7 +269,8 @@ func classOfSQLState(code string) seam.Class {
 func (Store) Claim(tx seam.Tx, p seam.ClaimParams, took func(model.Task) error) error {
 	now := tx.Now()
 	rows, err := tx.Query(qClaimBatch, sql.Named("now", model.Millis(now)), sql.Named("max", p.Max),
-		sql.Named("owner", p.Worker), sql.Named("lease_until", model.Millis(now.Add(p.Lease))))
+		sql.Named("owner", p.Worker), sql.Named("lease_until", model.Millis(now.Add(p.Lease))),
+		sql.Named("kinds", seam.KindsArg(p.Kinds)))
 	if err != nil {
 		return fmt.Errorf("queue: claim: %w", err)
 	}
@@ -304,7 +305,7 @@ func (Store) CompleteAndClaim(r seam.Runner, f seam.FusedParams) ([]model.Task, 
 	rows, err := r.Query(qCompleteAndClaim, sql.Named("claims", string(claims)),
 		sql.Named("events", string(events)), sql.Named("now", model.Millis(f.Now)), sql.Named("max", f.Claim.Max),
 		sql.Named("owner", f.Claim.Worker), sql.Named("lease_until", model.Millis(f.Now.Add(f.Claim.Lease))),
-		sql.Named("scope", f.Scope))
+		sql.Named("scope", f.Scope), sql.Named("kinds", seam.KindsArg(f.Claim.Kinds)))
 	if err == nil {
 		var taken []model.Task
 		// The statement has committed once its rows are read to the end

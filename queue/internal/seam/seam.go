@@ -12,6 +12,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"time"
@@ -143,6 +144,22 @@ type ClaimParams struct {
 	Worker string
 	Lease  time.Duration
 	Max    int
+	// Kinds are the kinds the claim serves (model.ClaimRequest.Kinds):
+	// it reads and takes no task of another kind. Nil: every kind.
+	Kinds []string
+}
+
+// KindsArg is a claim's kinds as the stores' statements take them: ""
+// for every kind (nil), else a JSON array.
+func KindsArg(kinds []string) string {
+	if kinds == nil {
+		return ""
+	}
+	b, err := json.Marshal(kinds)
+	if err != nil {
+		panic("seam: kinds: " + err.Error()) // a []string always marshals
+	}
+	return string(b)
 }
 
 // ConnectParams is what a store's Connect is given: the queue's Options
@@ -257,8 +274,8 @@ type FusedParams struct {
 	Now    time.Time
 	Claims [][3]any  // [task id, fence, now] of each completion, as complete_batch takes them
 	Events [][12]any // the completed event of each, in member order
-	// Claim is the merged claim's worker, lease and tasks (the sum of the
-	// members' Max), Max zero when no member claims.
+	// Claim is the merged claim's worker, lease, kinds and tasks (the sum
+	// of the members' Max), Max zero when no member claims.
 	Claim ClaimParams
 	Scope string
 }

@@ -334,7 +334,14 @@ func (Store) Claim(t seam.Tx, p seam.ClaimParams, took func(model.Task) error) e
 	now := model.Millis(t.Now())
 	leaseUntil := model.Millis(t.Now().Add(p.Lease))
 	for max := p.Max; max > 0; {
-		rows, err := t.Query(qClaimNext, sql.Named("now", now), sql.Named("limit", max))
+		var rows *sql.Rows
+		var err error
+		if p.Kinds == nil {
+			rows, err = t.Query(qClaimNext, sql.Named("now", now), sql.Named("limit", max))
+		} else {
+			rows, err = t.Query(qClaimNextKinds, sql.Named("now", now), sql.Named("limit", max),
+				sql.Named("kinds", seam.KindsArg(p.Kinds)))
+		}
 		if err != nil {
 			return fmt.Errorf("queue: claim: select: %w", err)
 		}

@@ -266,7 +266,8 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
 -- runs it inline in its own frame (a call of one PL/pgSQL function from
 -- another costs a frame and the rows passed between them). It takes up to p_max claimable tasks at p_now in
 -- claim order (priority, then run_at, then submission; due, within their
--- deadline, their user below its running limit) for p_owner until
+-- deadline, their user below its running limit; of the kinds p_kinds
+-- names, when it is not NULL) for p_owner until
 -- p_lease_until, and leaves them in taken, as they were, in claim order.
 -- The candidates are locked FOR UPDATE SKIP LOCKED, so two claimers never
 -- wait on each other over tasks; SKIP LOCKED alone does not hold a
@@ -279,6 +280,9 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
 -- user's row was skipped, or whose user has no room, is left. The users'
 -- running counts are raised here, under their locks, not by tasks_moved.
 -- fragment: claim_declare
+    -- kinds are the kinds the claim serves (p_kinds, a JSON array), NULL
+    -- for every kind.
+    kinds TEXT[] := CASE WHEN p_kinds IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(p_kinds)) END;
     -- room_unlimited is the room of a user without a running limit: more
     -- than any claim takes.
     room_unlimited CONSTANT BIGINT := 4611686018427387904;
@@ -302,17 +306,41 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
         -- scan of tasks_claim_queued, locked and read whole; and when some
         -- candidates' user has less room than it has candidates, each
         -- user's first few instead.
-        SELECT COALESCE(array_agg(q.t ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
-               COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
-               COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
-        INTO cand, cand_seqs, cand_users
-        FROM (
-            SELECT tasks AS t, tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
-            WHERE tasks.state = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
-              AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
-            ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
-            LIMIT p_max
-            FOR UPDATE SKIP LOCKED) AS q;
+        IF kinds IS NULL THEN
+            SELECT COALESCE(array_agg(q.t ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
+                   COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
+                   COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
+            INTO cand, cand_seqs, cand_users
+            FROM (
+                SELECT tasks AS t, tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
+                WHERE tasks.state = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
+                  AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
+                LIMIT p_max
+                FOR UPDATE SKIP LOCKED) AS q;
+        ELSE
+            -- A claim that names its kinds: each kind's first p_max due
+            -- tasks, by one scan of tasks_claim_kind a kind, merged in
+            -- claim order, so that no task of another kind is read.
+            SELECT COALESCE(array_agg(q.t ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
+                   COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
+                   COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
+            INTO cand, cand_seqs, cand_users
+            FROM (
+                SELECT tasks AS t, tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
+                WHERE tasks.seq = ANY(ARRAY(
+                        SELECT e.seq FROM unnest(kinds) AS k(kind) CROSS JOIN LATERAL (
+                            SELECT t.seq FROM tasks t
+                            WHERE t.kind = k.kind AND t.state = 'queued'
+                              AND t.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1} AND (t.deadline = 0 OR t.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                            ORDER BY t.priority DESC, t.run_at, t.seq
+                            LIMIT p_max) e))
+                  AND COALESCE(tasks.state, '') = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
+                  AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
+                LIMIT p_max
+                FOR UPDATE SKIP LOCKED) AS q;
+        END IF;
         IF {broken:no-user-limit|true|false} AND cardinality(cand_seqs) > 0 AND EXISTS (
                 SELECT 1 FROM (SELECT c.user_id, COUNT(*) AS cnt FROM unnest(cand_users) AS c(user_id) GROUP BY c.user_id) AS c
                 JOIN user_caps u ON u.user_id = c.user_id
@@ -334,6 +362,7 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
                         SELECT e.seq FROM room r CROSS JOIN LATERAL (
                             SELECT t.seq FROM tasks t
                             WHERE t.user_id = r.user_id AND t.state = 'queued'
+                              AND (kinds IS NULL OR t.kind = ANY(kinds))
                               AND t.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1} AND (t.deadline = 0 OR t.deadline >= p_now{broken:claim-past-deadline|| OR true})
                             ORDER BY t.priority DESC, t.run_at, t.seq
                             LIMIT r.n) e))
@@ -420,7 +449,8 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
 -- claim_batch is the claim alone: the claim's tasks, as they were. The
 -- claim raises its users' running counts itself (claim_counted); the
 -- triggers count the rest.
-CREATE OR REPLACE FUNCTION claim_batch(p_now bigint, p_max integer, p_owner text, p_lease_until bigint) RETURNS SETOF tasks
+DROP FUNCTION IF EXISTS claim_batch(bigint, integer, text, bigint);
+CREATE OR REPLACE FUNCTION claim_batch(p_now bigint, p_max integer, p_owner text, p_lease_until bigint, p_kinds jsonb) RETURNS SETOF tasks
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_bitmapscan TO 'off'
@@ -440,7 +470,8 @@ $$;
 -- events of p_events and the claimed events, and the counts (the
 -- function runs with leasehold.counted on, so the triggers stand aside). A claim that does not match fails with LH001 and
 -- nothing written.
-CREATE OR REPLACE FUNCTION complete_and_claim(p_claims jsonb, p_events jsonb, p_now bigint, p_max integer, p_owner text, p_lease_until bigint, p_scope text) RETURNS SETOF tasks
+DROP FUNCTION IF EXISTS complete_and_claim(jsonb, jsonb, bigint, integer, text, bigint, text);
+CREATE OR REPLACE FUNCTION complete_and_claim(p_claims jsonb, p_events jsonb, p_now bigint, p_max integer, p_owner text, p_lease_until bigint, p_scope text, p_kinds jsonb) RETURNS SETOF tasks
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_bitmapscan TO 'off'

@@ -156,7 +156,8 @@ ORDER BY b.ord;
 -- holds; those users' counter changes folded; and the tasks of users with
 -- room taken (running, version + 1, the owner and lease). It returns the
 -- tasks taken as they were before, sorted here in claim order.
-SELECT {task_columns} FROM claim_batch(:now, :max, :owner, :lease_until)
+-- :kinds is '' (every kind) or a JSON array of the kinds the claim serves.
+SELECT {task_columns} FROM claim_batch(:now, :max, :owner, :lease_until, NULLIF(:kinds, '')::jsonb)
 ORDER BY priority DESC, run_at, seq;
 
 -- name: submit_one
@@ -174,7 +175,8 @@ SELECT outcome, task_id, n, lim FROM submit_one(:id, :user, :key, :hash, :kind, 
 -- It fails with SQLSTATE LH001, having written nothing, when a claim does
 -- not match. It returns the tasks taken as they were before, sorted here
 -- in claim order.
-SELECT {task_columns} FROM complete_and_claim(:claims::jsonb, :events::jsonb, :now, :max, :owner, :lease_until, :scope)
+SELECT {task_columns} FROM complete_and_claim(:claims::jsonb, :events::jsonb, :now, :max, :owner, :lease_until, :scope,
+    NULLIF(:kinds, '')::jsonb)
 ORDER BY priority DESC, run_at, seq;
 
 -- name: claim_any
@@ -199,6 +201,29 @@ SELECT 1 FROM prio CROSS JOIN LATERAL (
       AND run_at {broken:claim-exclusive-run-at|<=|<} :now {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|}
       {broken:no-user-limit|AND user_id IN (SELECT user_id FROM user_caps WHERE running_limit <= 0 OR running < running_limit)|}
     LIMIT 1) AS due
+WHERE prio.p IS NOT NULL
+LIMIT 1;
+
+-- name: claim_any_kinds
+-- claim_any for a claim that names its kinds (:kinds, a JSON array): the
+-- same walk of the priorities, kind by kind, by tasks_claim_kind, so that
+-- no task of another kind is read.
+WITH RECURSIVE k(kind) AS (SELECT DISTINCT jsonb_array_elements_text(:kinds::jsonb)),
+prio(kind, p) AS (
+    SELECT k.kind, (SELECT priority FROM tasks WHERE kind = k.kind AND state = 'queued' ORDER BY priority DESC LIMIT 1)
+    FROM k
+    UNION ALL
+    SELECT prio.kind, (SELECT priority FROM tasks WHERE kind = prio.kind AND state = 'queued' AND priority < prio.p
+                       ORDER BY priority DESC LIMIT 1)
+    FROM prio WHERE prio.p IS NOT NULL
+)
+SELECT 1 FROM prio CROSS JOIN LATERAL (
+    SELECT 1 FROM tasks
+    WHERE kind = prio.kind AND state = 'queued' AND priority = prio.p
+      AND run_at <= :now AND (deadline = 0 OR deadline >= :now)
+    -- The order is tasks_claim_kind's: without it the planner may read
+    -- this as a scan of tasks, every kind's.
+    ORDER BY run_at LIMIT 1) AS due
 WHERE prio.p IS NOT NULL
 LIMIT 1;
 

@@ -121,6 +121,21 @@ WHERE state = 'queued' {broken:no-user-limit|AND blocked = 0|}
 ORDER BY priority DESC, run_at, seq
 LIMIT :limit;
 
+-- name: claim_next_kinds
+-- claim_next for a claim that names its kinds (:kinds, a JSON array): each
+-- kind's first :limit tasks in claim order, by one descent of
+-- tasks_claim_kind a kind, then the first :limit of them all, so that no
+-- task of another kind is read.
+SELECT {task_columns} FROM tasks
+WHERE seq IN (
+    SELECT s.seq FROM (SELECT DISTINCT value AS kind FROM json_each(:kinds)) AS k, tasks AS s
+    WHERE s.seq IN (SELECT t.seq FROM tasks AS t
+                    WHERE t.kind = k.kind AND t.state = 'queued' AND t.blocked = 0
+                      AND t.run_at <= :now AND (t.deadline = 0 OR t.deadline >= :now)
+                    ORDER BY t.priority DESC, t.run_at, t.seq LIMIT :limit))
+ORDER BY priority DESC, run_at, seq
+LIMIT :limit;
+
 -- name: claim_room
 -- Each user's running count and running limit (0: none), for the users
 -- of a claim's candidates (:users, a JSON array).
@@ -150,6 +165,26 @@ WHERE prio.p IS NOT NULL AND EXISTS (
     WHERE state = 'queued' {broken:no-user-limit|AND blocked = 0|} AND priority = prio.p
       AND run_at {broken:claim-exclusive-run-at|<=|<} :now
       {broken:claim-past-deadline|AND (deadline = 0 OR deadline >= :now)|})
+LIMIT 1;
+
+-- name: claim_any_kinds
+-- claim_any for a claim that names its kinds (:kinds, a JSON array): the
+-- same walk of the priorities, kind by kind, by tasks_claim_kind.
+WITH RECURSIVE k(kind) AS (SELECT DISTINCT value FROM json_each(:kinds)),
+prio(kind, p) AS (
+    SELECT k.kind, (SELECT priority FROM tasks WHERE kind = k.kind AND state = 'queued' AND blocked = 0
+                    ORDER BY priority DESC LIMIT 1)
+    FROM k
+    UNION ALL
+    SELECT prio.kind, (SELECT priority FROM tasks WHERE kind = prio.kind AND state = 'queued' AND blocked = 0
+                         AND priority < prio.p ORDER BY priority DESC LIMIT 1)
+    FROM prio WHERE prio.p IS NOT NULL
+)
+SELECT 1 FROM prio
+WHERE prio.p IS NOT NULL AND EXISTS (
+    SELECT 1 FROM tasks
+    WHERE kind = prio.kind AND state = 'queued' AND blocked = 0 AND priority = prio.p
+      AND run_at <= :now AND (deadline = 0 OR deadline >= :now))
 LIMIT 1;
 
 -- name: claim_task
