@@ -59,6 +59,17 @@ type Task struct {
 	UpdatedAt       time.Time
 }
 
+// Result is the task's result: what its last step returned (the
+// checkpoint saved with it, at most CheckpointMax bytes: a larger one is
+// refused when the step is written, never cut), once the task has
+// completed; "" before, and for a task that ended otherwise.
+func (t Task) Result() string {
+	if t.State != Completed {
+		return ""
+	}
+	return t.Checkpoint
+}
+
 // PastDeadline reports whether the task's deadline has passed at now: only
 // once the clock is beyond it, so a task is still claimable and may still
 // be written at its deadline. A task without a deadline never passes it.

@@ -206,3 +206,45 @@ func TestListAndTrailByKind(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitTask: the library's long-poll returns the task once it has an
+// event past the sequence number given (at once when it has), with its
+// latest event's number; it returns the context's error when the context
+// ends first, and refuses a task that does not exist.
+func TestWaitTask(t *testing.T) {
+	b := setup(t)
+	id := b.submit()
+	task, seq, err := b.q.WaitTask(b.ctx, id, 0)
+	require.NoError(t, err)
+	require.Equal(t, model.Queued, task.State)
+	require.Positive(t, seq)
+
+	ended, cancel := context.WithCancel(b.ctx)
+	cancel()
+	_, _, err = b.q.WaitTask(ended, id, seq)
+	require.ErrorIs(t, err, context.Canceled, "nothing past seq: it waits until the context ends")
+
+	done := make(chan error, 1)
+	var waited model.Task
+	var waitedSeq int64
+	go func() {
+		var err error
+		waited, waitedSeq, err = b.q.WaitTask(b.ctx, id, seq)
+		done <- err
+	}()
+	c := b.claim("w1")
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("WaitTask did not return after the task was claimed")
+	}
+	require.Equal(t, model.Running, waited.State)
+	require.Equal(t, c.Claim.Fence, waited.Version)
+	require.Greater(t, waitedSeq, seq)
+
+	_, _, err = b.q.WaitTask(b.ctx, "t_nosuchtask", 0)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, _, err = b.q.WaitTask(b.ctx, id, -1)
+	require.ErrorIs(t, err, ErrInvalidInput)
+}

@@ -181,6 +181,37 @@ func (q *Queue) WaitEvents(ctx context.Context, f EventFilter) ([]TrailEvent, er
 	return events, err
 }
 
+// WaitTask returns task id once it has an event past afterSeq (at once
+// if it has one already), waiting for it until ctx ends; with the
+// sequence number of its latest event, read before the task, so that the
+// task is at least as new and the next wait starts after it. When ctx
+// ends first it returns ctx's error: a caller that waits with a timeout
+// reads the task again if it wants it unchanged. A task that does not
+// exist is ErrNotFound. It is the library's long-poll, as GET
+// /v1/tasks/{id}?wait= is the API's:
+//
+//	task, seq, err := q.WaitTask(ctx, id, 0)
+//	for err == nil && !task.State.Terminal() {
+//		task, seq, err = q.WaitTask(ctx, id, seq)
+//	}
+func (q *Queue) WaitTask(ctx context.Context, id string, afterSeq int64) (model.Task, int64, error) {
+	if afterSeq < 0 {
+		return model.Task{}, 0, &model.ValidationError{Field: "after_seq", Problem: fmt.Sprintf("must be 0 or more, got %d", afterSeq)}
+	}
+	if _, err := q.Task(ctx, id); err != nil {
+		return model.Task{}, 0, err
+	}
+	if _, err := q.WaitEvents(ctx, EventFilter{TaskID: id, After: afterSeq, Limit: 1}); err != nil {
+		return model.Task{}, 0, err
+	}
+	seq, err := q.LastEventSeq(ctx, id)
+	if err != nil {
+		return model.Task{}, 0, err
+	}
+	t, err := q.Task(ctx, id)
+	return t, seq, err
+}
+
 // WaitEventsThrough is WaitEvents, and also returns how far it looked
 // (see EventsThrough), with its events and also when ctx ends: a follower
 // resumes after it, not after the last event it was sent. On a storage

@@ -35,10 +35,13 @@ type Task struct {
 	ScheduleID      string `json:"schedule_id,omitempty"`
 	ScheduleRun     int64  `json:"schedule_run,omitempty"`
 	LastError       string `json:"last_error"`
-	RunAt           Time   `json:"run_at"`
-	Deadline        Time   `json:"deadline"`
-	CreatedAt       Time   `json:"created_at"`
-	UpdatedAt       Time   `json:"updated_at"`
+	// Result is what the last step of a completed task returned
+	// (model.Task.Result); left out before the task completes.
+	Result    string `json:"result,omitempty"`
+	RunAt     Time   `json:"run_at"`
+	Deadline  Time   `json:"deadline"`
+	CreatedAt Time   `json:"created_at"`
+	UpdatedAt Time   `json:"updated_at"`
 	// LastEventSeq is the sequence number of the task's latest audit
 	// event, sent by GET /v1/tasks/{id} (read before the record, so the
 	// record is at least as new): what a long-poll waits past. Listed
@@ -54,7 +57,7 @@ func TaskOf(t model.Task) Task {
 		Priority: t.Priority, Owner: t.Owner, LeaseUntil: TimeOf(t.LeaseUntil), HeartbeatAt: TimeOf(t.HeartbeatAt),
 		CancelRequested: CancelPending(t), CancelledBy: t.CancelledBy, ApprovedBy: t.ApprovedBy,
 		ApprovalGate: t.ApprovalGate, ApprovalVersion: t.ApprovalVersion, ScheduleID: t.ScheduleID,
-		ScheduleRun: t.ScheduleRun, LastError: t.LastError, RunAt: TimeOf(t.RunAt), Deadline: TimeOf(t.Deadline),
+		ScheduleRun: t.ScheduleRun, LastError: t.LastError, Result: t.Result(), RunAt: TimeOf(t.RunAt), Deadline: TimeOf(t.Deadline),
 		CreatedAt: TimeOf(t.CreatedAt), UpdatedAt: TimeOf(t.UpdatedAt)}
 }
 

@@ -99,3 +99,18 @@ func TestTimeReadsWhatItWrites(t *testing.T) {
 	require.Error(t, json.Unmarshal([]byte(`"yesterday"`), &back))
 	require.Error(t, json.Unmarshal([]byte(`17`), &back))
 }
+
+// TestTaskRecordShowsAResultOnceCompleted: a task's record carries its
+// kind, and its result (its last step's checkpoint) once it has completed
+// only.
+func TestTaskRecordShowsAResultOnceCompleted(t *testing.T) {
+	task := model.Task{ID: "t_1", Kind: "report", State: model.Running, Checkpoint: "half"}
+	running, err := json.Marshal(TaskOf(task))
+	require.NoError(t, err)
+	require.Contains(t, string(running), `"kind":"report"`)
+	require.NotContains(t, string(running), `"result"`)
+	task.State, task.Checkpoint = model.Completed, "report written"
+	done, err := json.Marshal(TaskOf(task))
+	require.NoError(t, err)
+	require.Contains(t, string(done), `"result":"report written"`)
+}

@@ -56,7 +56,7 @@ func (c *claimer) claim(ctx context.Context, room int) (Report, []model.Claimed,
 		batch = min(batch, c.batchMax)
 	}
 	r := Report{Worker: cfg.ID, Action: ActionClaim, Write: model.WriteClaim}
-	claimed, err := cfg.Queue.Claim(ctx, model.ClaimRequest{Worker: cfg.ID, Max: batch, Lease: cfg.Lease})
+	claimed, err := cfg.Queue.Claim(ctx, model.ClaimRequest{Worker: cfg.ID, Max: batch, Lease: cfg.Lease, Kinds: cfg.kinds})
 	r.Err = err
 	var invalid *model.ValidationError
 	switch {

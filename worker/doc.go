@@ -42,6 +42,25 @@
 // a transient failure). What a Run returns after its claim was lost is
 // dropped and logged, never written. See Example for a whole program.
 //
+// # Several kinds
+//
+// A worker serves the kinds of task it has handlers for. Kinds is a
+// registry of them, each kind's handler and the validator of its
+// payloads; as the Config's Handler it routes each task to its kind's
+// handler, and the worker's claims name its kinds, so it never claims a
+// task of another kind. Its Validators go to queue.Options.Validators
+// (and httpapi.Options.Validators), so that a payload its handler could
+// not run is refused at submit:
+//
+//	kinds := worker.Kinds{
+//		"report": {Handler: worker.HandlerFunc(writeReport), Validate: checkReport},
+//		"email":  {Handler: worker.HandlerFunc(sendEmail)},
+//	}
+//	q, err := queue.Open(ctx, queue.Options{Path: path, Clock: clock, IDs: randomid.Source{},
+//		Validators: kinds.Validators()}) // a payload its handler could not run is refused at submit
+//
+// A worker whose Handler is not a Kinds claims tasks of every kind.
+//
 // # Stepping a worker
 //
 //	w, err := worker.New(worker.Config{ID: "w1", Queue: q, Handler: worker.Synthetic{}, Service: svc, Clock: clock})

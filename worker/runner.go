@@ -394,7 +394,7 @@ func (r *Runner) refillRequest(s *Slot) (model.ClaimRequest, bool) {
 	if r.claimer.room(1, failing, exposure) == 0 {
 		return model.ClaimRequest{}, false
 	}
-	return model.ClaimRequest{Worker: r.cfg.ID, Max: 1, Lease: r.cfg.Lease}, true
+	return model.ClaimRequest{Worker: r.cfg.ID, Max: 1, Lease: r.cfg.Lease, Kinds: r.cfg.kinds}, true
 }
 
 // handOver records slot s, whose completing write claimed the task next

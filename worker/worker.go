@@ -24,7 +24,8 @@ const (
 	ConcurrencyMax = 64
 )
 
-// Config configures a Worker. ID, Queue, Handler and Clock are required;
+// Config configures a Worker. ID, Queue, Handler and Clock are required
+// (a Kinds as Handler serves several kinds, each by its own handler);
 // Service is required when the handler may declare ledgered effects (see
 // Effectful); zero durations take the defaults shown.
 type Config struct {
@@ -58,6 +59,10 @@ type Config struct {
 	// between the same bounds while it is unavailable, on a backoff of their
 	// own that queue writes (heartbeats included) do not reset.
 	StorageBackoffMin, StorageBackoffMax time.Duration
+
+	// kinds is what the worker's claims name: its Handler's kinds when it
+	// is a Kinds, nil (every kind) otherwise.
+	kinds []string
 }
 
 // withDefaults fills zero fields and validates the rest.
@@ -65,6 +70,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Queue == nil || c.Handler == nil || c.Clock == nil {
 		return c, errors.New("worker: Queue, Handler and Clock are required")
 	}
+	if k, ok := c.Handler.(Kinds); ok {
+		if err := k.Check(); err != nil {
+			return c, err
+		}
+	}
+	c.kinds = servedKinds(c.Handler)
 	if e, ok := c.Handler.(Effectful); ok && e.MakesEffects() && c.Service == nil {
 		return c, fmt.Errorf("worker: the handler (%T) may declare ledgered effects, so a Service is required to apply them", c.Handler)
 	}

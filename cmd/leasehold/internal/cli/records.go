@@ -55,6 +55,9 @@ func printStatus(w io.Writer, t model.Task) {
 	if t.LastError != "" {
 		fmt.Fprintf(w, "  error     %s\n", t.LastError)
 	}
+	if r := t.Result(); r != "" {
+		fmt.Fprintf(w, "  result    %s\n", model.Quote(r, 256))
+	}
 	fmt.Fprintf(w, "  times     created %s, updated %s, run at %s", stamp(t.CreatedAt), stamp(t.UpdatedAt), stamp(t.RunAt))
 	if !t.Deadline.IsZero() {
 		fmt.Fprintf(w, ", deadline %s", stamp(t.Deadline))

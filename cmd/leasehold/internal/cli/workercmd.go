@@ -41,7 +41,9 @@ func runWorker(e *env, args []string) int {
 		return fail(e, "worker", err)
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := worker.Config{ID: *id, Handler: worker.Synthetic{}, Clock: clockwork.NewRealClock(), Logger: logger,
+	// The synthetic kind's handler, as a registry: the worker claims
+	// synthetic tasks only, never a task of a kind it cannot run.
+	cfg := worker.Config{ID: *id, Handler: worker.Kinds{model.KindSynthetic: worker.SyntheticKind()}, Clock: clockwork.NewRealClock(), Logger: logger,
 		Concurrency: *concurrency, Lease: *lease, Heartbeat: *heartbeat, CostCapacity: *costCapacity}
 	if err := checkWorkerFlags(cfg, *shutdownGrace); err != nil {
 		return fail(e, "worker", err)

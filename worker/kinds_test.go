@@ -1,0 +1,92 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// TestKindsRouteEachTaskToItsHandler: a worker whose handler is a Kinds
+// runs each claimed task by its kind's handler, needs no Service when no
+// kind's handler makes effects, and never claims a task of a kind it has
+// no handler for, which stays queued.
+func TestKindsRouteEachTaskToItsHandler(t *testing.T) {
+	b := setup(t)
+	ran := map[string]string{}
+	handler := func(name string) worker.Handler {
+		return worker.HandlerFunc(func(_ context.Context, task model.Task, opID string) (string, error) {
+			ran[task.ID] = name
+			require.Equal(t, model.OperationID(task.ID, 0), opID)
+			return name + " done", nil
+		})
+	}
+	kinds := worker.Kinds{"report": {Handler: handler("report")}, "email": {Handler: handler("email")}}
+	w := b.newWorker("w1", nil, func(c *worker.Config) { c.Handler = kinds })
+	submit := func(key, kind string) string {
+		return b.submitRequest(model.SubmitRequest{User: "ana", Key: key, Kind: kind, Payload: `{"any":["json",1]}`,
+			CostBudget: 5, StepsMax: 3})
+	}
+	report, email, other, synthetic := submit("r", "report"), submit("e", "email"), submit("o", "other"), submit("s", "")
+	b.run(w, stepsMax)
+	require.Equal(t, map[string]string{report: "report", email: "email"}, ran)
+	for id, kind := range map[string]string{report: "report", email: "email"} {
+		task := b.task(id)
+		require.Equal(t, model.Completed, task.State, id)
+		require.Equal(t, kind+" done", task.Result(), "the result is what the handler returned")
+	}
+	for _, id := range []string{other, synthetic} {
+		task := b.task(id)
+		require.Equal(t, model.Queued, task.State, "a task of a kind the worker does not serve: %s", task.Kind)
+		require.Zero(t, task.Attempt)
+		require.Empty(t, task.Result())
+	}
+}
+
+// TestKindsNeedAServiceOnlyForEffects: a registry holding a handler that
+// may declare ledgered effects needs a Service, as that handler alone
+// would; a registry without handlers, or naming a bad kind, is refused.
+func TestKindsNeedAServiceOnlyForEffects(t *testing.T) {
+	b := setup(t)
+	plain := worker.HandlerFunc(func(context.Context, model.Task, string) (string, error) { return "", nil })
+	for _, c := range []struct {
+		name  string
+		kinds worker.Kinds
+		ok    bool
+	}{
+		{"plain", worker.Kinds{"a": {Handler: plain}}, true},
+		{"effects", worker.Kinds{"a": {Handler: plain}, model.KindSynthetic: worker.SyntheticKind()}, false},
+		{"empty", worker.Kinds{}, false},
+		{"no handler", worker.Kinds{"a": {}}, false},
+		{"bad name", worker.Kinds{"Bad": {Handler: plain}}, false},
+	} {
+		_, err := worker.New(worker.Config{ID: "w", Queue: b.q, Handler: c.kinds, Clock: b.clock})
+		if c.ok {
+			require.NoError(t, err, c.name)
+		} else {
+			require.Error(t, err, c.name)
+		}
+	}
+}
+
+// TestKindsValidators: a registry's validators are those of its kinds
+// that have one, under their kinds' names.
+func TestKindsValidators(t *testing.T) {
+	refuse := errors.New("no")
+	kinds := worker.Kinds{
+		"a":                 {Handler: worker.Synthetic{}, Validate: func(json.RawMessage) error { return refuse }},
+		"b":                 {Handler: worker.Synthetic{}},
+		model.KindSynthetic: worker.SyntheticKind(),
+	}
+	v := kinds.Validators()
+	require.Len(t, v, 2)
+	require.ErrorIs(t, v["a"](json.RawMessage(`{}`)), refuse)
+	require.Error(t, v[model.KindSynthetic](json.RawMessage(`{"x":1}`)))
+	require.NoError(t, v[model.KindSynthetic](json.RawMessage(`{"steps":[{"cost":1}]}`)))
+	require.Equal(t, []string{"a", "b", model.KindSynthetic}, kinds.Served())
+}
