@@ -20,15 +20,15 @@ import (
 
 // Bounds of a kinds file.
 const (
-	FileBytesMax    = 1 << 20          // a whole kinds file
-	KindsMax        = 256              // kinds in one file
-	KindNameMax     = 64               // bytes of a kind's name
-	ArgsMax         = 64               // arguments of one command
-	ArgBytesMax     = 4096             // bytes of one argument
-	AttemptsMaxMost = 1000             // a default attempts_max
-	TimeoutMost     = 24 * time.Hour   // a default step timeout
-	GraceMost       = time.Hour        // a command's SIGTERM-to-SIGKILL grace
-	GraceDefault    = 10 * time.Second // the grace when a kind names none
+	FileBytesMax    = 1 << 20             // a whole kinds file
+	KindsMax        = 256                 // kinds in one file
+	KindNameMax     = model.KindLengthMax // bytes of a kind's name
+	ArgsMax         = 64                  // arguments of one command
+	ArgBytesMax     = 4096                // bytes of one argument
+	AttemptsMaxMost = 1000                // a default attempts_max
+	TimeoutMost     = 24 * time.Hour      // a default step timeout
+	GraceMost       = time.Hour           // a command's SIGTERM-to-SIGKILL grace
+	GraceDefault    = 10 * time.Second    // the grace when a kind names none
 )
 
 // Synthetic is the built-in kind of the synthetic payload; a kinds file
@@ -186,24 +186,16 @@ func Parse(data []byte, dir string) (*File, error) {
 	return f, nil
 }
 
-// CheckName validates a kind's name: 1 to KindNameMax bytes of lower-case
-// letters, digits and ._-, a letter first (a name safe in a URL's query, a
-// metric label and a file name), and not Synthetic, which is built in.
+// CheckName validates a kind's name in a kinds file: model.CheckKind's
+// rule (the one every request's kind is held to: 1 to
+// model.KindLengthMax bytes of lower-case letters, digits and ._-, a
+// letter first), and not Synthetic, which is built in.
 func CheckName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("empty")
-	case len(name) > KindNameMax:
-		return fmt.Errorf("longer than %d bytes", KindNameMax)
-	case name[0] < 'a' || name[0] > 'z':
-		return errors.New("must start with a lower-case letter")
-	case name == Synthetic:
-		return fmt.Errorf("%s is built in", Synthetic)
+	if err := model.CheckKind("kind", name); err != nil {
+		return err
 	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return errors.New("only lower-case letters, digits and ._- may follow the first letter")
-		}
+	if name == Synthetic {
+		return fmt.Errorf("%s is built in", Synthetic)
 	}
 	return nil
 }
