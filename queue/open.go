@@ -148,9 +148,10 @@ type Queue struct {
 	closing  chan struct{}
 	stopOnce sync.Once
 	stats    groupStats
-	// fuse, set where the store is a fuser and Options.Unfused is not,
-	// runs qualifying groups (fused.go) and a lone submit (submitone.go)
-	// as one statement; a test of the usual way's statements clears it.
+	// fuse, set where the store fuses groups (its Fuse capability) and
+	// Options.Unfused is not, runs qualifying groups (fused.go) and a lone
+	// submit (submitone.go) as one statement that is its own transaction;
+	// a test of the usual way's statements clears it.
 	fuse bool
 
 	commits notifier   // woken after every write; see WaitEvents

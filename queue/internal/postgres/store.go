@@ -370,7 +370,7 @@ const pgStateFusedMismatch = "LH001"
 
 // pgMayHaveCommitted reports whether a statement run as its own
 // transaction that failed with err may have committed (see
-// completeAndClaim).
+// CompleteAndClaim).
 func pgMayHaveCommitted(err error) bool {
 	var st sqlStater
 	if errors.As(err, &st) && st.SQLState() != "" {
