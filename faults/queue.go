@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // Queue is a queue.WorkerWrites that wraps another (the real queue) and
@@ -53,7 +54,10 @@ type Redelivery struct {
 // HeldMax bounds the writes a Queue keeps for late delivery.
 const HeldMax = 8
 
-var _ queue.WorkerWrites = (*Queue)(nil)
+var (
+	_ queue.WorkerWrites     = (*Queue)(nil)
+	_ worker.CompleteClaimer = (*Queue)(nil)
+)
 
 // Duplicate records one duplicated write and its second delivery's error.
 type Duplicate struct {
@@ -282,4 +286,23 @@ func (q *Queue) Release(ctx context.Context, c model.Claim) (model.State, error)
 func (q *Queue) AcknowledgeCancel(ctx context.Context, c model.Claim) error {
 	_, err := deliver(q, "cancel_ack", c, func() (none, error) { return none{}, q.inner.AcknowledgeCancel(ctx, c) })
 	return err
+}
+
+// ClaimsOnCompletion reports whether the wrapped queue completes and
+// claims in one write and says to (see CompleteAndClaim).
+func (q *Queue) ClaimsOnCompletion() bool {
+	cc, ok := q.inner.(worker.CompleteClaimer)
+	return ok && cc.ClaimsOnCompletion()
+}
+
+// CompleteAndClaim forwards the completion and its claim as one write,
+// twice if a duplicate is armed (the second delivery's completion is
+// stale, and a stale completion claims nothing). A wrapped queue without
+// the write refuses it as invalid, writing nothing.
+func (q *Queue) CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error) {
+	cc, ok := q.inner.(worker.CompleteClaimer)
+	if !ok {
+		return nil, &model.ValidationError{Field: "next", Problem: fmt.Sprintf("%T does not claim on completion", q.inner)}
+	}
+	return deliver(q, "complete", c, func() ([]model.Claimed, error) { return cc.CompleteAndClaim(ctx, c, next) })
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -71,6 +72,9 @@ func (c *completion) run(t *txn) error {
 		}
 	}
 	if err := t.complete(c.claim); err != nil {
+		if broken.On(broken.CompleteClaimWhenStale) && errors.Is(err, model.ErrStaleClaim) && c.next != nil {
+			return errors.Join(err, t.claim(c.next.req, c.next.out))
+		}
 		return err
 	}
 	return c.after(t)

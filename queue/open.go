@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -105,6 +106,11 @@ type Options struct {
 	// COMMIT, which a statement that commits itself has none of, and its
 	// traces must match SQLite's, whose groups are never fused.
 	Unfused bool
+	// TrailWindow bounds how far past its cursor one read of the trail
+	// for some users looks (EventsThrough); zero means EventsScanWindow.
+	// The simulator sets a small one, so that its followers, in runs of
+	// a few hundred events, cross window marks.
+	TrailWindow int
 }
 
 // Queue is the durable queue. It is safe for concurrent use; writes are
@@ -118,6 +124,8 @@ type Queue struct {
 	backoff model.Backoff
 	// validators is Options.Validators.
 	validators map[string]model.PayloadValidator
+	// trailWindow is Options.TrailWindow, its default filled.
+	trailWindow int64
 
 	stmtMu  sync.Mutex
 	stmts   map[string]*sql.Stmt // prepared on first use
@@ -185,6 +193,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	q := &Queue{db: db, leaseMin: pool.LeaseMin, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), params: o.connectParams(),
 		pragmas: pool.Settings, stmts: map[string]*sql.Stmt{}, validators: maps.Clone(o.Validators)}
 	q.fuse = b.Capabilities().Fuse != nil && !o.Unfused
+	q.trailWindow = int64(cmp.Or(o.TrailWindow, eventsScanWindow))
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff
 	}

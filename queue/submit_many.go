@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -251,14 +252,14 @@ func (t *txn) planBatch(ns []model.Normalized, found map[string]stored, adm admi
 	for i, n := range ns {
 		key := model.TaskKey(n.User, n.Key)
 		if j, ok := earlier[key]; ok {
-			if ns[j].Hash != n.Hash {
+			if broken.Pick(broken.BatchChangedReplayed, ns[j].Hash != n.Hash, false) {
 				return nil, newTasks{}, &model.BatchItemError{Index: i, Err: model.BatchConflict(n, j)}
 			}
 			out[i] = model.SubmitResult{TaskID: out[j].TaskID, Replay: true}
 			continue
 		}
 		if s, ok := found[key]; ok {
-			if s.hash != n.Hash {
+			if broken.Pick(broken.BatchChangedReplayed, s.hash != n.Hash, false) {
 				err := fmt.Errorf("user %s key %s is task %s: %w", n.User, n.Key, s.id, model.ErrIdempotencyConflict)
 				return nil, newTasks{}, &model.BatchItemError{Index: i, Err: err}
 			}

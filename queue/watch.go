@@ -66,9 +66,10 @@ const EventsScanWindow = eventsScanWindow
 // a sequence number at or above f.After up to which every event f selects
 // has been returned, so that the next read may start after it (and pass
 // events of other users that it did not return). For a selection of some
-// users, one read looks at most eventsScanWindow past f.After, and no
-// further than the events that can no longer appear behind a cursor (see
-// readSettled); otherwise it is the last event returned, or f.After.
+// users, one read looks at most eventsScanWindow (or Options.TrailWindow)
+// past f.After, and no further than the events that can no longer appear
+// behind a cursor (see readSettled); otherwise it is the last event
+// returned, or f.After.
 func (q *Queue) EventsThrough(ctx context.Context, f EventFilter) ([]TrailEvent, int64, error) {
 	limit, err := model.ListFilter{Limit: f.Limit}.CheckedLimit()
 	if err != nil {
@@ -97,7 +98,7 @@ func (q *Queue) EventsThrough(ctx context.Context, f EventFilter) ([]TrailEvent,
 			return nil, 0, uerr
 		}
 		err = q.readSettledSteps(ctx, "trail_after_for_users", func(read readFunc) error {
-			rows, err := read(qTrailThrough, sql.Named("after", f.After), sql.Named("window", int64(eventsScanWindow)))
+			rows, err := read(qTrailThrough, sql.Named("after", f.After), sql.Named("window", q.trailWindow))
 			if err != nil {
 				return err
 			}
@@ -229,7 +230,7 @@ func (q *Queue) WaitEventsThrough(ctx context.Context, f EventFilter) ([]TrailEv
 		if len(events) > 0 {
 			return events, through, nil
 		}
-		more := f.Users != nil && through >= f.After+eventsScanWindow // looked a whole window: look on
+		more := f.Users != nil && through >= f.After+q.trailWindow // looked a whole window: look on
 		f.After = through
 		if more {
 			continue

@@ -129,7 +129,7 @@ func (q *Queue) CompleteStep(ctx context.Context, w model.StepWrite) (model.Step
 			return nil
 		case index > task.StepsUsed:
 			return fmt.Errorf("step %d of task %s: next step is %d: %w", w.Index, task.ID, task.StepsUsed, model.ErrStepConflict)
-		case task.StepsUsed+1 > task.StepsMax:
+		case task.StepsUsed+broken.Pick(broken.StepLimitOffByOne, 1, 0) > task.StepsMax:
 			return t.exhaust(task, model.StepsExhausted, w, model.ErrStepsExhausted)
 		case task.CostUsed+w.Cost > task.CostBudget:
 			return t.exhaust(task, model.BudgetExhausted, w, model.ErrBudgetExhausted)

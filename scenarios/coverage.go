@@ -29,6 +29,11 @@ const (
 	// CellRun is how a step's run (the handler's call) ended: "returned",
 	// "outlived_lease", "cancel_requested", "timeout", "lease_lost".
 	CellRun CellKind = "run"
+	// CellPath is a path of the protocol a write took: how many tasks a
+	// complete-and-claim took ("complete_and_claim:several"), a batch
+	// submit with a replay and a conflict, a replay inside a tombstone's
+	// window, a follower crossing a window mark, ...
+	CellPath CellKind = "path"
 )
 
 // Cell is one cell of a coverage map.
@@ -50,6 +55,9 @@ func FaultCell(fault, phase string) Cell { return Cell{Kind: CellFault, Name: fa
 
 // RunCell names how a step's run ended.
 func RunCell(outcome string) Cell { return Cell{Kind: CellRun, Name: outcome} }
+
+// PathCell names a path of the protocol.
+func PathCell(name string) Cell { return Cell{Kind: CellPath, Name: name} }
 
 // String renders the cell as "kind name".
 func (c Cell) String() string { return string(c.Kind) + " " + c.Name }
@@ -75,7 +83,7 @@ func ParseCell(s string) (Cell, error) {
 	switch {
 	case !ok || name == "":
 		return Cell{}, fmt.Errorf("coverage cell %q: want \"kind name\"", s)
-	case c.Kind != CellTransition && c.Kind != CellRefusal && c.Kind != CellFault && c.Kind != CellRun:
+	case c.Kind != CellTransition && c.Kind != CellRefusal && c.Kind != CellFault && c.Kind != CellRun && c.Kind != CellPath:
 		return Cell{}, fmt.Errorf("coverage cell %q: unknown kind %q", s, kind)
 	}
 	return c, nil
@@ -124,6 +132,26 @@ func runs(outcomes ...string) []Cell {
 		out = append(out, RunCell(o))
 	}
 	return out
+}
+
+// paths returns the path cells of names.
+func paths(names ...string) []Cell {
+	out := make([]Cell, 0, len(names))
+	for _, n := range names {
+		out = append(out, PathCell(n))
+	}
+	return out
+}
+
+// protocolPaths returns the path cells of the writes production makes
+// that a sweep of the portfolio reaches: a completion that claims the
+// slot's next task in the same write (none, one, several), a batch
+// submit answered with a replay and one refused for a conflict beside a
+// replay, a follower's read stopping at a window mark, and the queue's
+// own refusal of a step past the budget.
+func protocolPaths() []Cell {
+	return cells(paths("complete_and_claim:none", "complete_and_claim:one", "complete_and_claim:several",
+		"submit_many:replay", "submit_many:replay_and_conflict", "follow:window_mark"), refusals("budget"))
 }
 
 // cells joins lists of cells.

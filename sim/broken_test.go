@@ -53,6 +53,15 @@ var brokenVariants = []struct{ variant, scenario, check string }{
 	// Runs longer than the lease lose their claims: the tasks that should
 	// complete end failed after the operator's recoveries (seed 1).
 	{"no-heartbeat-during-run", "long-running", ""},
+	// The paths the simulator's batch caller, follower, careless client
+	// and refilling workers take (first caught: portfolio seed 1;
+	// boundaries seed 137, the careless client's step past the limit;
+	// portfolio seed 4; portfolio seed 23, the careless client's
+	// complete-and-claim after its lease ran out).
+	{"batch-changed-replayed", "portfolio", InvOracleOutcome},
+	{"step-limit-off-by-one", "boundaries", ""},
+	{"follower-skips-mark", "portfolio", InvFollower},
+	{"complete-claim-when-stale", "portfolio", ""},
 }
 
 // TestBrokenVariantsListed: every variant of internal/broken is swept here.

@@ -19,6 +19,9 @@ const (
 	InvEffectWithinBudget  = "effect-within-budget"
 	InvNoWorkAfterDeadline = "no-work-after-deadline"
 	InvNoEarlyExpiry       = "no-early-expiry"
+	// InvFollower: a follower reading the trail for some users gets each
+	// of their events once, in order, and none of anyone else's.
+	InvFollower = "follower-exactly-once"
 )
 
 // checker checks the invariants after every event, incrementally: it
@@ -127,8 +130,17 @@ func (c *checker) report(r worker.Report) {
 		}
 		return
 	}
-	c.pending = c.keep(c.history.Accept(model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: string(r.Write), At: at,
-		Owner: r.Worker, LeaseUntil: r.LeaseUntil}))
+	if c.pending = c.keep(c.history.Accept(model.AcceptedWrite{TaskID: r.TaskID, Fence: r.Fence, Kind: string(r.Write), At: at,
+		Owner: r.Worker, LeaseUntil: r.LeaseUntil})); c.pending != nil {
+		return
+	}
+	// A completion that claimed the slot's next task in the same write.
+	for _, cl := range r.Claims {
+		if c.pending = c.keep(c.history.Accept(model.AcceptedWrite{TaskID: cl.TaskID, Fence: cl.Fence, Kind: "claim", At: at,
+			Owner: r.Worker, LeaseUntil: cl.LeaseUntil})); c.pending != nil {
+			return
+		}
+	}
 }
 
 // check reads what the last event changed and checks every invariant on it.

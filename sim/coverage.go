@@ -289,6 +289,8 @@ const (
 	OpCaller   = "caller"
 	OpCareless = "careless"
 	OpOperator = "operator"
+	OpBatch    = "batch"
+	OpFollow   = "follow"
 )
 
 // Phases lists every phase a fault cell may name: a worker slot's phases
@@ -307,7 +309,7 @@ func Phases() []string {
 			out = append(out, string(write))
 		}
 	}
-	return append(out, OpReap, OpEnqueue, OpCaller, OpCareless, OpOperator, FaultRedeliver)
+	return append(out, OpReap, OpEnqueue, OpCaller, OpCareless, OpOperator, FaultRedeliver, OpBatch, OpFollow)
 }
 
 // KnownCell reports whether cell names something the simulator can reach:
@@ -329,6 +331,8 @@ func KnownCell(cell scenarios.Cell) bool {
 		return slices.Contains(FaultKinds(), kind) && slices.Contains(Phases(), phase)
 	case scenarios.CellRun:
 		return slices.Contains(RunOutcomes(), cell.Name)
+	case scenarios.CellPath:
+		return knownPath(cell.Name)
 	}
 	return false
 }

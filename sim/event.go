@@ -39,6 +39,8 @@ const (
 	EvCareless       EventKind = "careless"       // the careless client takes its next action
 	EvLimit          EventKind = "limit"          // the operator changes a stored limit (Name) and probes it
 	EvLimitsRestore  EventKind = "limits_restore" // the operator puts the scenario's limits back
+	EvBatch          EventKind = "batch"          // the batch caller submits a batch of a shape (Name)
+	EvFollow         EventKind = "follow"         // the follower reads its next page of the trail
 )
 
 // Boundaries an EvAdvanceTo lands on: the earliest held lease_until, the
@@ -113,7 +115,7 @@ func (e Event) String() string {
 			return fmt.Sprintf("%s %s-%dms", e.Kind, e.Name, e.Delay.Milliseconds())
 		}
 		return fmt.Sprintf("%s %s", e.Kind, e.Name)
-	case EvLimit:
+	case EvLimit, EvBatch:
 		return fmt.Sprintf("%s %s", e.Kind, e.Name)
 	}
 	return string(e.Kind)
@@ -163,7 +165,10 @@ func ParseEvent(s string) (Event, error) {
 		}
 	case k == EvLimit:
 		e.Name, err = oneOf(s, arg, LimitNames())
-	case k == EvReap || k == EvTick || k == EvLoseResponse || k == EvCareless || k == EvLimitsRestore || k == EvRunStart || k == EvRunEnd:
+	case k == EvBatch:
+		e.Name, err = oneOf(s, arg, BatchShapes())
+	case k == EvReap || k == EvTick || k == EvLoseResponse || k == EvCareless || k == EvLimitsRestore || k == EvRunStart || k == EvRunEnd ||
+		k == EvFollow:
 		if arg != "" {
 			err = fmt.Errorf("event %q takes no argument", s)
 		}

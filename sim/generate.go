@@ -31,6 +31,14 @@ type FaultMix struct {
 	Boundary int
 	Careless int
 	Limits   int
+	// The batch caller's SubmitMany batches and the follower's reads of
+	// the trail.
+	Batch  int
+	Follow int
+	// Refill has the workers' slots claim their next task with the write
+	// that completes their last, as the live runner's do (worker.Config's
+	// Refill): drawn on in half the runs, so that both paths stay covered.
+	Refill bool
 }
 
 // rate is one fault kind's rate in a mix, by the name traces, String and
@@ -44,7 +52,8 @@ type rate struct {
 func (m *FaultMix) rates() []rate {
 	return []rate{{"crash", &m.Crash}, {"stall", &m.Stall}, {"storage_down", &m.StorageDown}, {"storage_fault", &m.StorageFault},
 		{"duplicate", &m.Duplicate}, {"lose_response", &m.LoseResponse}, {"crash_after_call", &m.CrashAfterCall},
-		{"shutdown", &m.Shutdown}, {"boundary", &m.Boundary}, {"careless", &m.Careless}, {"limits", &m.Limits}}
+		{"shutdown", &m.Shutdown}, {"boundary", &m.Boundary}, {"careless", &m.Careless}, {"limits", &m.Limits},
+		{"batch", &m.Batch}, {"follow", &m.Follow}}
 }
 
 // String lists the service kind and every fault's rate, in a fixed order.
@@ -55,13 +64,16 @@ func (m FaultMix) String() string {
 		fmt.Fprintf(&b, " %s=%d", r.name, *r.per)
 	}
 	b.WriteString(" (per mille)")
+	if m.Refill {
+		b.WriteString(" refill")
+	}
 	return b.String()
 }
 
 // DefaultMix turns every fault on at a moderate rate.
 func DefaultMix(kind worker.ServiceKind) FaultMix {
 	return FaultMix{ServiceKind: kind, Crash: 8, Stall: 8, StorageDown: 6, StorageFault: 12, Duplicate: 15,
-		LoseResponse: 10, CrashAfterCall: 6, Shutdown: 6, Boundary: 15, Careless: 10, Limits: 6}
+		LoseResponse: 10, CrashAfterCall: 6, Shutdown: 6, Boundary: 15, Careless: 10, Limits: 6, Batch: 10, Follow: 10}
 }
 
 // drawMix picks the run's fault mix from the mix stream (swarm
@@ -83,6 +95,7 @@ func drawMix(rng *rand.Rand) FaultMix {
 // the scenario's floors applied.
 func MixFor(sc scenarios.Scenario, seed uint64) FaultMix {
 	m := drawMix(source(seed, streamMix))
+	m.Refill = source(seed, streamRefill).IntN(2) == 1
 	for _, r := range m.rates() {
 		if floor := sc.FaultFloors[r.name]; *r.per < floor {
 			*r.per = floor
@@ -168,6 +181,11 @@ func drawFault(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) []Event {
 			return Event{Kind: EvLimit, Name: names[rng.IntN(len(names))]}
 		})},
 		{mix.Limits, one(func() Event { return Event{Kind: EvLimitsRestore} })},
+		{mix.Batch, one(func() Event {
+			shapes := BatchShapes()
+			return Event{Kind: EvBatch, Name: shapes[rng.IntN(len(shapes))]}
+		})},
+		{mix.Follow, one(func() Event { return Event{Kind: EvFollow} })},
 	}
 	r := rng.IntN(1000)
 	for _, f := range rates {

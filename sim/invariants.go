@@ -70,11 +70,21 @@ func (l *lockstep) claimable(now time.Time) (model.Task, bool) {
 // returns the check, after the claim, that a short batch left nothing
 // claimable.
 func (l *lockstep) checkClaim(req model.ClaimRequest, res []model.Claimed, err error) func() {
+	return l.checkClaimFreeing(req, res, err, "")
+}
+
+// checkClaimFreeing is checkClaim for a claim made in the write that
+// completed a running task of user freed ("" for none): the claim sees
+// that user's running count down by one.
+func (l *lockstep) checkClaimFreeing(req model.ClaimRequest, res []model.Claimed, err error, freed string) func() {
 	if err != nil {
 		return nil
 	}
 	now := model.Truncate(l.clock.Now())
 	extra := map[string]int{}
+	if freed != "" {
+		extra[freed] = -1
+	}
 	for _, c := range res {
 		t, known := l.rows[c.Claim.TaskID]
 		switch {
@@ -251,6 +261,16 @@ func (w watcher) Pause(ctx context.Context, c model.Claim, step int, gate string
 func (w watcher) Complete(ctx context.Context, c model.Claim) error {
 	w.l.startedAfterCancel(c, "complete", w.l.rows[c.TaskID].StepsUsed)
 	return w.inner.Complete(ctx, c)
+}
+
+func (w watcher) CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error) {
+	w.l.startedAfterCancel(c, "complete", w.l.rows[c.TaskID].StepsUsed)
+	return w.inner.(worker.CompleteClaimer).CompleteAndClaim(ctx, c, next)
+}
+
+func (w watcher) ClaimsOnCompletion() bool {
+	cc, ok := w.inner.(worker.CompleteClaimer)
+	return ok && cc.ClaimsOnCompletion()
 }
 
 func (w watcher) Fail(ctx context.Context, c model.Claim, f model.Failure) (model.State, error) {

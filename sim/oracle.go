@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -50,6 +51,8 @@ type lockstep struct {
 	report  func(kind, taskID, detail string)
 	// limitsChanged is told the limits in force after every change.
 	limitsChanged func(model.Limits, []model.UserLimit)
+	// cover is the world's coverage map, for the paths writes take.
+	cover *recorder
 
 	lastSeq int64                 // real events compared so far
 	refSeen int                   // reference events compared so far
@@ -86,7 +89,7 @@ func (l *lockstep) row(id string) (model.Task, error) {
 // newLockstep returns the lockstep over q, with a reference whose sources
 // derive from seed as the queue's do, or none when oracle is false.
 func newLockstep(ctx context.Context, q *queue.Queue, storage *faults.Storage, clock clockwork.Clock, seed uint64, oracle bool) (*lockstep, error) {
-	l := &lockstep{Queue: q, ctx: ctx, storage: storage, clock: clock, rows: map[string]model.Task{},
+	l := &lockstep{Queue: q, ctx: ctx, storage: storage, clock: clock, rows: map[string]model.Task{}, cover: &recorder{},
 		users: map[string]model.UserLimit{}, watch: map[claimKey]*cancelSeen{}, report: func(string, string, string) {},
 		limitsChanged: func(model.Limits, []model.UserLimit) {}}
 	limits, _, err := q.Limits(ctx)
@@ -586,24 +589,28 @@ func claimName(write string, c model.Claim) string {
 // order under the same fences and leases.
 func (l *lockstep) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
 	return run(l, op[[]model.Claimed]{name: fmt.Sprintf("claim worker=%s max=%d", req.Worker, req.Max),
-		real: func() ([]model.Claimed, error) { return l.Queue.Claim(ctx, req) },
-		ref:  func(r *model.Reference) ([]model.Claimed, error) { return r.Claim(ctx, req) },
-		same: func(a, b []model.Claimed) string {
-			if len(a) != len(b) {
-				return fmt.Sprintf("%d tasks from the queue, %d from the reference", len(a), len(b))
-			}
-			for i := range a {
-				if differ(a[i].Claim, b[i].Claim) != "" {
-					return fmt.Sprintf("claim %d: queue %+v, reference %+v", i, a[i].Claim, b[i].Claim)
-				}
-				if d := rowDiff(a[i].Task, b[i].Task); d != "" {
-					return fmt.Sprintf("claim %d: %s", i, d)
-				}
-			}
-			return ""
-		},
+		real:  func() ([]model.Claimed, error) { return l.Queue.Claim(ctx, req) },
+		ref:   func(r *model.Reference) ([]model.Claimed, error) { return r.Claim(ctx, req) },
+		same:  sameClaims,
 		check: func(res []model.Claimed, err error) func() { return l.checkClaim(req, res, err) },
 	})
+}
+
+// sameClaims compares the claims the two sides made: the same tasks in the
+// same order under the same fences and leases, the rows as claimed.
+func sameClaims(a, b []model.Claimed) string {
+	if len(a) != len(b) {
+		return fmt.Sprintf("%d tasks from the queue, %d from the reference", len(a), len(b))
+	}
+	for i := range a {
+		if differ(a[i].Claim, b[i].Claim) != "" {
+			return fmt.Sprintf("claim %d: queue %+v, reference %+v", i, a[i].Claim, b[i].Claim)
+		}
+		if d := rowDiff(a[i].Task, b[i].Task); d != "" {
+			return fmt.Sprintf("claim %d: %s", i, d)
+		}
+	}
+	return ""
 }
 
 // Heartbeat extends the lease on both sides.
@@ -664,6 +671,26 @@ func (l *lockstep) Complete(ctx context.Context, c model.Claim) error {
 	return err
 }
 
+// CompleteAndClaim completes the task and claims the next in one write on
+// both sides; they must claim the same tasks as Claim must, the claim
+// seeing the completion.
+func (l *lockstep) CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error) {
+	user := l.rows[c.TaskID].User
+	res, err := run(l, op[[]model.Claimed]{name: claimName("complete_and_claim", c) + fmt.Sprintf(" worker=%s max=%d", next.Worker, next.Max),
+		targets: []string{c.TaskID},
+		real:    func() ([]model.Claimed, error) { return l.Queue.CompleteAndClaim(ctx, c, next) },
+		ref:     func(r *model.Reference) ([]model.Claimed, error) { return r.CompleteAndClaim(ctx, c, next) },
+		same:    sameClaims,
+		check: func(res []model.Claimed, err error) func() {
+			return l.checkClaimFreeing(next, res, err, user)
+		},
+	})
+	if err == nil {
+		l.cover.path(completeClaimPath(len(res)))
+	}
+	return res, err
+}
+
 // Fail fails the claim on both sides.
 func (l *lockstep) Fail(ctx context.Context, c model.Claim, f model.Failure) (model.State, error) {
 	return run(l, op[model.State]{name: claimName("fail", c) + fmt.Sprintf(" class=%s reason=%s", f.Class, f.Reason),
@@ -711,6 +738,29 @@ func (l *lockstep) Submit(ctx context.Context, req model.SubmitRequest) (model.S
 				return nil
 			}
 			return l.checkDepth("submit")
+		},
+	})
+}
+
+// SubmitMany submits a batch on both sides; they must agree on every
+// request's task ID and replay flag, or refuse the batch for the same
+// reason.
+func (l *lockstep) SubmitMany(ctx context.Context, reqs []model.SubmitRequest) ([]model.SubmitResult, error) {
+	var targets []string
+	for _, r := range reqs {
+		if t, ok := l.byKey(r.User, r.Key); ok && !slices.Contains(targets, t) {
+			targets = append(targets, t)
+		}
+	}
+	return run(l, op[[]model.SubmitResult]{name: fmt.Sprintf("submit_many of %d", len(reqs)), targets: targets,
+		real: func() ([]model.SubmitResult, error) { return l.Queue.SubmitMany(ctx, reqs) },
+		ref:  func(r *model.Reference) ([]model.SubmitResult, error) { return r.SubmitMany(ctx, reqs) },
+		same: func(a, b []model.SubmitResult) string { return differ(fmt.Sprint(a), fmt.Sprint(b)) },
+		check: func(res []model.SubmitResult, err error) func() {
+			if err != nil {
+				return nil
+			}
+			return l.checkDepth("submit_many")
 		},
 	})
 }

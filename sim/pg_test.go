@@ -80,7 +80,7 @@ func TestPostgresSweeps(t *testing.T) {
 							problem = fmt.Sprintf("fails on postgres: %s\n%s", pg.Summary(), strings.Join(pg.Tail, "\n"))
 						case !lite.Pass:
 							problem = "fails on sqlite: " + lite.Summary()
-						case !reflect.DeepEqual(pg.Coverage, lite.Coverage):
+						case !reflect.DeepEqual(withoutSeqCells(pg.Coverage), withoutSeqCells(lite.Coverage)):
 							problem = fmt.Sprintf("coverage differs from sqlite's:\npostgres: %+v\nsqlite:   %+v", pg.Coverage, lite.Coverage)
 						default:
 							problem = traceDifference(pg.Trace, lite.Trace)
@@ -106,10 +106,33 @@ func TestPostgresSweeps(t *testing.T) {
 	}
 }
 
+// followLine matches the trace line of a follower's read: what a page
+// holds depends on the events' sequence numbers (a window is a range of
+// them), which PostgreSQL may skip where a transaction rolled back and
+// SQLite does not. The read changes nothing and takes no fault, so the
+// traces meet again on the next line.
+var followLine = regexp.MustCompile(`^\d+ \+\d+ms follow: follow -> `)
+
+// withoutSeqCells is c without the cells whose reaching depends on the
+// events' sequence numbers (a follower's read stopping at a window mark).
+func withoutSeqCells(c Coverage) Coverage {
+	out := Coverage{Seeds: c.Seeds, Cells: map[scenarios.Cell]int{}}
+	for cell, n := range c.Cells {
+		if cell != scenarios.PathCell(PathFollowWindowMark) {
+			out.Cells[cell] = n
+		}
+	}
+	return out
+}
+
 // traceDifference names the first line where two stores' traces differ
-// other than in the wording of an injected storage error, or "".
+// other than in the wording of an injected storage error or in what a
+// follower's page holds, or "".
 func traceDifference(pg, lite []string) string {
 	for i := range min(len(pg), len(lite)) {
+		if followLine.MatchString(pg[i]) && followLine.MatchString(lite[i]) {
+			continue
+		}
 		if a, b := storeNeutral(pg[i]), storeNeutral(lite[i]); a != b {
 			return fmt.Sprintf("trace line %d differs from sqlite's:\npostgres: %s\nsqlite:   %s", i, pg[i], lite[i])
 		}

@@ -14,6 +14,7 @@ const (
 	streamFaults    = "faults"
 	streamJitter    = "jitter"
 	streamIDs       = "ids"
+	streamRefill    = "refill" // whether the workers claim with their completions
 )
 
 // subSeed derives a subsystem's seed from the root seed.

@@ -128,7 +128,7 @@ func (s Store) open(ctx context.Context, clock clockwork.Clock, seed uint64) (op
 		}
 		storage := faults.NewStorage(pool, clock)
 		q, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clock, IDs: ids, Rand: rand,
-			Driver: storage, BusyTimeout: queue.NoBusyTimeout})
+			Driver: storage, BusyTimeout: queue.NoBusyTimeout, TrailWindow: simTrailWindow})
 		if err != nil {
 			return opened{}, fmt.Errorf("sim: open queue: %w", err)
 		}
@@ -145,7 +145,8 @@ func (s Store) open(ctx context.Context, clock clockwork.Clock, seed uint64) (op
 	// descheduled would be ended by the server, and the trace would then
 	// depend on the machine's speed.
 	q, err := queue.Open(ctx, queue.Options{Path: ws.url, Clock: clock, IDs: ids, Rand: rand,
-		Driver: storage, MaxConns: storeConnsMax, Unfused: true, IdleInTransactionTimeout: queue.NoIdleInTransactionTimeout})
+		Driver: storage, MaxConns: storeConnsMax, Unfused: true, IdleInTransactionTimeout: queue.NoIdleInTransactionTimeout,
+		TrailWindow: simTrailWindow})
 	if err != nil {
 		s.pg.give(ws)
 		return opened{}, fmt.Errorf("sim: open queue on schema %s: %w", ws.name, err)

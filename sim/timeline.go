@@ -64,6 +64,10 @@ func (w *World) timelineReport(r worker.Report) {
 		return
 	}
 	w.timelineAdd(e)
+	for _, c := range r.Claims { // a completion's claim of the slot's next task
+		w.timelineAdd(TimelineEntry{Worker: r.Worker, Kind: string(worker.ActionClaim), TaskID: c.TaskID, Attempt: c.Attempt,
+			Fence: c.Fence, Detail: "claimed with the completion"})
+	}
 }
 
 // timelineEvent records the audit events a picture needs: expiries,

@@ -95,8 +95,11 @@ type World struct {
 	// "work" when it is a heartbeat of a slot whose step's run is under
 	// way.
 	duringRun string
-	// careless is the careless client (see carelessClient).
+	// careless is the careless client (see carelessClient); batcher the
+	// batch caller and follower the trail's follower (world_protocol.go).
 	careless carelessClient
+	batcher  batchCaller
+	follower follower
 	// base is the scenario's limits as set up; limitsMoved says the
 	// operator has changed the stored limits since; probes counts the
 	// operator's probes (probe task keys, and the values they try).
@@ -129,7 +132,7 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix, opts worldOption
 		service: workertest.NewService(mix.ServiceKind, clock)}
 	w.svc = faults.NewService(w.service)
 	w.checker = newChecker(w, opts.only)
-	ls.report, ls.limitsChanged = w.checker.lockstepReport, w.checker.limitsChanged
+	ls.report, ls.limitsChanged, ls.cover = w.checker.lockstepReport, w.checker.limitsChanged, &w.cover
 	if err := w.setup(); err != nil {
 		return nil, errors.Join(err, db.close())
 	}
@@ -212,6 +215,7 @@ func (w *World) newWorker(i int, sw *simWorker) (*worker.Worker, error) {
 	sw.exec = &runExecutor{started: &w.runsStarted}
 	return worker.New(worker.Config{ID: workerName(i), Queue: q, Handler: worker.Synthetic{}, Service: w.svc,
 		Executor: sw.exec, Clock: w.clock, Concurrency: w.sc.Concurrency, Lease: w.sc.Lease, Heartbeat: w.sc.Heartbeat,
+		Refill:  w.mix.Refill,
 		PollMin: 50 * time.Millisecond, PollMax: 500 * time.Millisecond,
 		StorageBackoffMin: 50 * time.Millisecond, StorageBackoffMax: time.Second})
 }

@@ -30,12 +30,24 @@ const probePayload = `{"steps":[{"cost":1}]}`
 // which need the handler, and no step whose run outlasts the lease, which
 // needs heartbeats) whose callers wait on no worker's claim; any other
 // task it claims it releases at once.
+//
+// A task that is no scenario's (a probe's, a batch caller's, a schedule's
+// run), whose end no expectation names, it does not complete: past its
+// plan it writes steps on (of cost 1, or, on an odd fence, one more than
+// the budget left) until the queue refuses one for the step limit or the
+// budget. Where the run's workers claim with their completions
+// (FaultMix.Refill) it completes with a claim of one to three tasks in
+// the same write, keeps the first it can run and releases the others.
 type carelessClient struct {
 	held   bool
 	claim  model.Claim
 	plan   []worker.SyntheticStep
 	next   int  // the step index it writes next
 	cancel bool // a step reply said cancellation was requested
+	// overrun: the task is no scenario's, and the client writes past its
+	// plan; costLeft is its budget left as the client counts it.
+	overrun  bool
+	costLeft int64
 }
 
 // applyCovered applies one schedule event and records in the coverage map
@@ -91,6 +103,10 @@ func whereOf(e Event) string {
 		return OpOperator
 	case EvRedeliver:
 		return FaultRedeliver
+	case EvBatch:
+		return OpBatch
+	case EvFollow:
+		return OpFollow
 	}
 	return string(e.Kind)
 }
@@ -110,6 +126,10 @@ func (w *World) applyEvent(e Event) string {
 		return w.limit(e.Name)
 	case EvLimitsRestore:
 		return w.restoreLimits()
+	case EvBatch:
+		return w.batch(e.Name)
+	case EvFollow:
+		return w.follow()
 	case EvCrash, EvStall:
 		if e.Kind == EvStall && w.workers[e.Worker].stopped {
 			return "no-op: shut down"
@@ -268,30 +288,50 @@ func (w *World) carelessAct() string {
 	var write model.Write
 	var err error
 	var res model.StepResult
+	var claimed []model.Claimed
+	var cost int64
+	var line string
 	switch {
 	case c.cancel:
 		write, err = model.WriteCancelAck, w.q.AcknowledgeCancel(w.ctx, c.claim)
-	case c.next >= len(c.plan):
+		line = fmt.Sprintf("%s task=%s fence=%d", write, c.claim.TaskID, c.claim.Fence)
+	case c.next >= len(c.plan) && !c.overrun && w.mix.Refill && w.q.ClaimsOnCompletion():
+		write = model.WriteComplete
+		next := model.ClaimRequest{Worker: carelessActor, Max: 1 + int(c.claim.Fence%3), Lease: w.sc.Lease}
+		claimed, err = w.q.CompleteAndClaim(w.ctx, c.claim, next)
+		line = fmt.Sprintf("complete and claim %d task=%s fence=%d", next.Max, c.claim.TaskID, c.claim.Fence)
+	case c.next >= len(c.plan) && !c.overrun:
 		write, err = model.WriteComplete, w.q.Complete(w.ctx, c.claim)
+		line = fmt.Sprintf("complete task=%s fence=%d", c.claim.TaskID, c.claim.Fence)
 	default:
-		write = model.WriteStep
-		res, err = w.q.CompleteStep(w.ctx, model.StepWrite{Claim: c.claim, Index: c.next, Cost: c.plan[c.next].Cost})
+		write, cost = model.WriteStep, 1
+		switch {
+		case c.next < len(c.plan):
+			cost = c.plan[c.next].Cost
+		case c.claim.Fence%2 == 1:
+			cost = c.costLeft + 1
+		}
+		res, err = w.q.CompleteStep(w.ctx, model.StepWrite{Claim: c.claim, Index: c.next, Cost: cost})
+		line = fmt.Sprintf("step %d cost %d task=%s fence=%d", c.next, cost, c.claim.TaskID, c.claim.Fence)
 	}
 	w.cover.refusal(err)
 	settled := errors.Is(err, model.ErrBudgetExhausted) || errors.Is(err, model.ErrStepsExhausted) ||
 		errors.Is(err, model.ErrDeadlineExceeded)
 	r := worker.Report{Worker: carelessActor, Action: worker.Action(write), TaskID: c.claim.TaskID, Attempt: c.claim.Attempt,
 		Fence: c.claim.Fence, Write: write, Accepted: err == nil || settled}
-	w.checker.report(r)
-	line := fmt.Sprintf("%s task=%s fence=%d", write, c.claim.TaskID, c.claim.Fence)
-	if write == "step" {
-		line = fmt.Sprintf("step %d cost %d task=%s fence=%d", c.next, c.plan[c.next].Cost, c.claim.TaskID, c.claim.Fence)
+	for _, cl := range claimed {
+		r.Claims = append(r.Claims, cl.Claim)
 	}
+	w.checker.report(r)
 	switch {
 	case err == nil && write == "step":
 		c.next++
+		c.costLeft -= cost
 		c.cancel = res.CancelRequested
 		return line + " -> accepted"
+	case err == nil && len(claimed) > 0:
+		c.held = false
+		return line + " -> accepted; claim over; " + w.carelessTake(claimed)
 	case err == nil:
 		c.held = false
 		return line + " -> accepted; claim over"
@@ -305,7 +345,6 @@ func (w *World) carelessAct() string {
 // carelessClaim claims one task for the careless client; one it cannot run
 // without the handler it releases at once.
 func (w *World) carelessClaim() string {
-	c := &w.careless
 	claimed, err := w.q.Claim(w.ctx, model.ClaimRequest{Worker: carelessActor, Max: 1, Lease: w.sc.Lease})
 	w.cover.refusal(err)
 	if err != nil {
@@ -317,6 +356,27 @@ func (w *World) carelessClaim() string {
 	cl := claimed[0]
 	w.checker.report(worker.Report{Worker: carelessActor, Action: worker.ActionClaim, Write: "claim", Accepted: true,
 		Claims: []model.Claim{cl.Claim}})
+	return w.carelessHold(cl)
+}
+
+// carelessTake takes the tasks a completion of the careless client
+// claimed: the first it can run it holds, the others it releases.
+func (w *World) carelessTake(claimed []model.Claimed) string {
+	var out []string
+	for _, cl := range claimed {
+		if w.careless.held {
+			out = append(out, fmt.Sprintf("claimed %s/%d, one is enough: %s", cl.Claim.TaskID, cl.Claim.Fence, w.release(carelessActor, cl.Claim)))
+			continue
+		}
+		out = append(out, w.carelessHold(cl))
+	}
+	return strings.Join(out, "; ")
+}
+
+// carelessHold keeps a task the careless client claimed, or releases it
+// when the client cannot run it without the handler.
+func (w *World) carelessHold(cl model.Claimed) string {
+	c := &w.careless
 	plan, err := worker.ParseSynthetic(cl.Task.Payload)
 	plain := err == nil
 	for _, s := range plan {
@@ -329,8 +389,21 @@ func (w *World) carelessClaim() string {
 	if w.awaitsWorker(cl.Claim.TaskID) {
 		return fmt.Sprintf("claimed %s/%d, its caller waits on a worker's claim: %s", cl.Claim.TaskID, cl.Claim.Fence, w.release(carelessActor, cl.Claim))
 	}
-	*c = carelessClient{held: true, claim: cl.Claim, plan: plan, next: cl.Task.StepsUsed, cancel: cl.Task.CancelRequested}
+	*c = carelessClient{held: true, claim: cl.Claim, plan: plan, next: cl.Task.StepsUsed, cancel: cl.Task.CancelRequested,
+		overrun: !w.scenarioTask(cl.Task), costLeft: cl.Task.CostBudget - cl.Task.CostUsed}
 	return fmt.Sprintf("claimed %s/%d at step %d", cl.Claim.TaskID, cl.Claim.Fence, c.next)
+}
+
+// scenarioTask reports whether t is one of the scenario's tasks, by its
+// user and key (its caller may not know its ID yet: a submit whose
+// outcome was unknown).
+func (w *World) scenarioTask(t model.Task) bool {
+	for _, s := range w.tasks {
+		if s.spec.Request.User == t.User && s.spec.Request.Key == t.Key {
+			return true
+		}
+	}
+	return false
 }
 
 // awaitsWorker reports whether the scripted caller of task id has an act

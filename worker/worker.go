@@ -52,6 +52,11 @@ type Config struct {
 	// CostCapacity bounds the unspent budget of the tasks held at once; the
 	// worker claims nothing new while it is reached. Zero: no bound.
 	CostCapacity int64
+	// Refill has a stepped Worker's slot that completes its task claim its
+	// next in the same write, as a live Runner's slots do, when Queue is a
+	// CompleteClaimer that ClaimsOnCompletion: one task, when the claimer
+	// would have room for it with the slot free. (A Runner always does.)
+	Refill bool
 
 	PollMin, PollMax time.Duration // idle polling backoff (100ms to 2s)
 	// StorageBackoffMin and StorageBackoffMax bound the backoff while
@@ -228,6 +233,8 @@ type Worker struct {
 	claimer  claimer
 	claimAt  time.Time // the claimer is due again (polling or backing off)
 	draining bool
+	// refills: Config.Refill over a queue that claims on completion.
+	refills bool
 }
 
 // New returns a worker with no claims.
@@ -241,7 +248,33 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: &cfg, slots: make([]*Slot, cfg.Concurrency)}
 	w.claimer.cfg = w.cfg
+	if cc, ok := cfg.Queue.(CompleteClaimer); ok && cfg.Refill {
+		w.refills = cc.ClaimsOnCompletion()
+	}
 	return w, nil
+}
+
+// refillRequest says whether slot s, about to complete its task, may claim
+// its next one in the same write, and the claim to ask for: one task, when
+// the claimer would have room for one with s free (the other slots'
+// failing heartbeats and unspent budget counted), and none while shutting
+// down.
+func (w *Worker) refillRequest(s *Slot) (model.ClaimRequest, bool) {
+	if w.draining {
+		return model.ClaimRequest{}, false
+	}
+	failing := false
+	var exposure int64
+	for _, other := range w.slots {
+		if other != nil && other != s {
+			failing = failing || other.heartbeatFailing
+			exposure += other.task.CostBudget - other.task.CostUsed
+		}
+	}
+	if w.claimer.room(1, failing, exposure) == 0 {
+		return model.ClaimRequest{}, false
+	}
+	return model.ClaimRequest{Worker: w.cfg.ID, Max: 1, Lease: w.cfg.Lease}, true
 }
 
 // ID returns the worker's name.
@@ -307,9 +340,15 @@ func (w *Worker) Step(ctx context.Context) Report {
 			continue
 		}
 		w.next = (at + 1) % n
+		if w.refills {
+			s.refill = func() (model.ClaimRequest, bool) { return w.refillRequest(s) }
+		}
 		r := s.Step(ctx)
 		if s.Done() {
 			w.slots[at] = nil
+			if len(s.refilled) > 0 {
+				w.slots[at] = newSlot(w.cfg, s.refilled[0], w.cfg.Clock.Now())
+			}
 		}
 		return r
 	}

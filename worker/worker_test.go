@@ -215,3 +215,42 @@ func TestConcurrencyAboveTheClaimBatchLimit(t *testing.T) {
 		require.Equal(t, model.Completed, b.task(id).State)
 	}
 }
+
+// A stepped worker with Refill completes its task and claims the next in
+// the same write, as the live runner's slots do: one claim write for three
+// tasks; without room (shutting down) it completes alone.
+func TestRefillClaimsWithTheCompletion(t *testing.T) {
+	b := setup(t)
+	var ids []string
+	for range 3 {
+		ids = append(ids, b.submit(`{"steps":[{"cost":1}]}`, 10, 5))
+	}
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) { c.Refill = true })
+	reports := b.run(w, stepsMax)
+	var claims, completes, refilled int
+	for _, r := range reports {
+		switch r.Action {
+		case worker.ActionClaim:
+			claims += len(r.Claims)
+		case worker.ActionComplete:
+			completes++
+			refilled += len(r.Claims)
+		}
+	}
+	require.Equal(t, 1, claims, "the claimer claimed the first task only")
+	require.Equal(t, 3, completes)
+	require.Equal(t, 2, refilled, "each completion but the last claimed the next task")
+	for _, id := range ids {
+		require.Equal(t, model.Completed, b.task(id).State)
+		require.Equal(t, 1, b.task(id).Attempt)
+	}
+
+	// Shutting down, a completion claims nothing.
+	last := b.submit(`{"steps":[{"cost":1}]}`, 10, 5)
+	next := b.submit(`{"steps":[{"cost":1}]}`, 10, 5)
+	r := b.stepUntil(w, func(r worker.Report) bool { return r.Action == worker.ActionStep })
+	require.Equal(t, last, r.TaskID)
+	w.Shutdown()
+	b.run(w, stepsMax)
+	require.Equal(t, model.Queued, b.task(next).State, "a draining worker refills nothing")
+}

@@ -82,6 +82,19 @@ const (
 	// NoHeartbeatDuringRun: a slot stops heartbeating while its handler's
 	// run is under way, so a run longer than the lease loses its claim.
 	NoHeartbeatDuringRun
+	// BatchChangedReplayed: a batch submit answers a changed request under
+	// a used key (an earlier request's of the batch, or a stored task's)
+	// as a replay.
+	BatchChangedReplayed
+	// StepLimitOffByOne: the queue accepts a step one past the task's
+	// step limit.
+	StepLimitOffByOne
+	// FollowerSkipsMark: a read of the trail for some users leaves out
+	// the event at the mark it says it looked through.
+	FollowerSkipsMark
+	// CompleteClaimWhenStale: a complete-and-claim whose completion is
+	// refused as stale still makes its claim.
+	CompleteClaimWhenStale
 
 	variantEnd // one past the last variant
 )
@@ -113,6 +126,10 @@ var names = [variantEnd]string{
 	WriteAtLeaseUntil:       "write-at-lease-until",
 	ReleaseRecordedAsRetry:  "release-recorded-as-retry",
 	NoHeartbeatDuringRun:    "no-heartbeat-during-run",
+	BatchChangedReplayed:    "batch-changed-replayed",
+	StepLimitOffByOne:       "step-limit-off-by-one",
+	FollowerSkipsMark:       "follower-skips-mark",
+	CompleteClaimWhenStale:  "complete-claim-when-stale",
 }
 
 // String returns the variant's name.

@@ -109,7 +109,7 @@ SELECT MAX(:after, MIN(:after + :window, COALESCE((SELECT MAX(seq) FROM events),
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
        t.user_id, t.kind
 FROM events e JOIN tasks t ON t.id = e.task_id
-WHERE e.seq > :after AND e.seq <= :through AND t.user_id IN (SELECT value FROM json_each(:users))
+WHERE e.seq > :after AND e.seq {broken:follower-skips-mark|<=|<} :through AND t.user_id IN (SELECT value FROM json_each(:users))
 ORDER BY e.seq LIMIT :limit;
 
 -- name: task_last_event_seq

@@ -1,0 +1,47 @@
+package sim
+
+import (
+	"slices"
+
+	"github.com/leasehold/leasehold/scenarios"
+)
+
+// Paths of the protocol a coverage map names (scenarios.CellPath): the
+// writes whose outcome a transition or a refusal does not tell apart.
+const (
+	// A complete-and-claim accepted, by how many tasks its claim took.
+	PathCompleteClaimNone    = "complete_and_claim:none"
+	PathCompleteClaimOne     = "complete_and_claim:one"
+	PathCompleteClaimSeveral = "complete_and_claim:several"
+	// A batch submit answered with an exact replay among its results; one
+	// refused for a conflict that held an exact replay too.
+	PathBatchReplay         = "submit_many:replay"
+	PathBatchReplayConflict = "submit_many:replay_and_conflict"
+	// A follower's read that stopped at a window mark short of the end of
+	// the trail.
+	PathFollowWindowMark = "follow:window_mark"
+)
+
+// PathNames lists the path cells' names in a fixed order.
+func PathNames() []string {
+	return []string{PathCompleteClaimNone, PathCompleteClaimOne, PathCompleteClaimSeveral, PathBatchReplay,
+		PathBatchReplayConflict, PathFollowWindowMark}
+}
+
+// knownPath reports whether name is a path cell's.
+func knownPath(name string) bool { return slices.Contains(PathNames(), name) }
+
+// path records a path cell, when the run keeps a coverage map.
+func (r *recorder) path(name string) { r.add(scenarios.PathCell(name)) }
+
+// completeClaimPath is the path of an accepted complete-and-claim that
+// took n tasks.
+func completeClaimPath(n int) string {
+	switch {
+	case n == 0:
+		return PathCompleteClaimNone
+	case n == 1:
+		return PathCompleteClaimOne
+	}
+	return PathCompleteClaimSeveral
+}
