@@ -125,7 +125,7 @@ SELECT GREATEST(CAST(:after AS BIGINT), LEAST(CAST(:after AS BIGINT) + CAST(:win
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
        t.user_id, t.kind
 FROM events e JOIN tasks t ON t.id = e.task_id
-WHERE e.seq > :after AND e.seq <= :through
+WHERE e.seq > :after AND e.seq {broken:follower-skips-mark|<=|<} :through
   AND t.user_id IN (SELECT jsonb_array_elements_text(NULLIF(:users, '')::jsonb))
 ORDER BY e.seq LIMIT :limit;
 
