@@ -36,9 +36,11 @@ func (s *Server) writeTask(w http.ResponseWriter, r *http.Request, p Principal, 
 	return nil
 }
 
-// taskRecord is t's record with the sequence number of its latest event.
+// taskRecord is t's record, with its payload (for a principal that may
+// read the task) and the sequence number of its latest event.
 func taskRecord(t model.Task, lastEventSeq int64) wire.Task {
 	out := wire.TaskOf(t)
+	out.Payload = json.RawMessage(t.Payload)
 	out.LastEventSeq = lastEventSeq
 	return out
 }

@@ -1,6 +1,10 @@
 package wire
 
-import "github.com/leasehold/leasehold/model"
+import (
+	"encoding/json"
+
+	"github.com/leasehold/leasehold/model"
+)
 
 // Task is a task on the wire.
 type Task struct {
@@ -42,6 +46,10 @@ type Task struct {
 	Deadline  Time   `json:"deadline"`
 	CreatedAt Time   `json:"created_at"`
 	UpdatedAt Time   `json:"updated_at"`
+	// Payload is the task's payload, sent by GET /v1/tasks/{id} to a
+	// token that may read the task (one acting for its user); listed
+	// tasks and the command line's records leave it out.
+	Payload json.RawMessage `json:"payload,omitempty"`
 	// LastEventSeq is the sequence number of the task's latest audit
 	// event, sent by GET /v1/tasks/{id} (read before the record, so the
 	// record is at least as new): what a long-poll waits past. Listed

@@ -245,6 +245,7 @@ func runSchedule(e *env, args []string) int {
 
 // scheduleAdd adds a schedule: schedule add --user U --payload P ... --period D.
 func scheduleAdd(e *env, fs *flag.FlagSet, c common, args []string) int {
+	kindsFlag(fs, &c)
 	user := fs.String("user", "", "user the runs belong to; required")
 	kind := fs.String("kind", "", "each run's kind (default synthetic)")
 	payload := fs.String("payload", "", "each run's payload: JSON, or @FILE; required")

@@ -104,7 +104,7 @@ func submitBatch(e *env, c common, name string) int {
 			err = model.CheckCallerKey(n.Key)
 		}
 		if err == nil {
-			err = checkIntakePayload(n.Kind, n.Payload)
+			err = checkIntakePayload(c, n.Kind, n.Payload)
 		}
 		if err != nil {
 			return fail(e, "submit", fmt.Errorf("--batch: %s line %d: %w", name, lines[i], err))

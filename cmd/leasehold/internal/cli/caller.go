@@ -61,6 +61,7 @@ func checkKeys(where string, doc []byte) error {
 func runSubmit(e *env, args []string) int {
 	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
 	c := commonFlags(fs, false)
+	kindsFlag(fs, &c)
 	user := fs.String("user", "", "user ID")
 	key := fs.String("key", "", "idempotency key (unique per user)")
 	kind := fs.String("kind", "", "the task's kind (default synthetic)")
@@ -91,7 +92,7 @@ func runSubmit(e *env, args []string) int {
 	if req.Deadline, err = parseTime("deadline", *deadline); err != nil {
 		return fail(e, "submit", err)
 	}
-	if err := checkSubmit(req); err != nil {
+	if err := checkSubmit(c, req); err != nil {
 		return fail(e, "submit", err)
 	}
 	q, err := openExisting(e.ctx, c)
@@ -133,13 +134,13 @@ func batchOnly(fs *flag.FlagSet) error {
 
 // checkSubmit validates a submit before anything is opened: the queue's
 // own checks too, and the reserved key.
-func checkSubmit(req model.SubmitRequest) error {
+func checkSubmit(c common, req model.SubmitRequest) error {
 	n, err := model.Normalize(req)
 	if err == nil {
 		err = model.CheckCallerKey(n.Key)
 	}
 	if err == nil {
-		err = checkIntakePayload(n.Kind, n.Payload)
+		err = checkIntakePayload(c, n.Kind, n.Payload)
 	}
 	return err
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/randomid"
@@ -40,6 +41,14 @@ type common struct {
 	actor       *string
 	synchronous *string
 	busyTimeout *time.Duration
+	// kinds is --kinds, the kinds file whose schemas check payloads; nil
+	// for a command without the flag.
+	kinds *string
+}
+
+// kindsFlag defines --kinds on fs for c.
+func kindsFlag(fs *flag.FlagSet, c *common) {
+	c.kinds = fs.String("kinds", "", "a kinds file: each kind's JSON Schema checks the payloads of its tasks, refused naming the path inside the payload (without it, a kind other than synthetic takes any JSON object)")
 }
 
 func commonFlags(fs *flag.FlagSet, actor bool) common {
@@ -180,13 +189,17 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 	if err != nil {
 		return nil, err
 	}
+	validators, err := c.validators()
+	if err != nil {
+		return nil, err
+	}
 	if loc.Kind == queue.StorePostgres {
 		busy, _, err := c.settings() // --busy-timeout is PostgreSQL's lock_timeout
 		if err != nil {
 			return nil, err
 		}
 		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
-			Migrate: mode, BusyTimeout: busy, Validators: intakeValidators})
+			Migrate: mode, BusyTimeout: busy, Validators: validators})
 		return q, explainOpen(loc.String(), err)
 	}
 	if err := checkDBPath(*c.db); err != nil {
@@ -200,7 +213,7 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 		return nil, err
 	}
 	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
-		Synchronous: sync, Migrate: mode, BusyTimeout: busy, Validators: intakeValidators})
+		Synchronous: sync, Migrate: mode, BusyTimeout: busy, Validators: validators})
 	return q, explainOpen(*c.db, err)
 }
 
@@ -319,18 +332,38 @@ func explainOpen(path string, err error) error {
 	return err
 }
 
-// intakeValidators are the payload validators of the queue openQueue
-// opens, by kind.
-var intakeValidators = map[string]model.PayloadValidator{model.KindSynthetic: worker.ValidateSynthetic}
+// validators are the payload validators of the queue openQueue opens, by
+// kind: the synthetic handler's, and the schemas of the kinds file
+// --kinds names, if any. A kinds file that cannot be read or is refused
+// is a usage error naming the file.
+func (c common) validators() (map[string]model.PayloadValidator, error) {
+	out := map[string]model.PayloadValidator{model.KindSynthetic: worker.ValidateSynthetic}
+	if c.kinds == nil || *c.kinds == "" {
+		return out, nil
+	}
+	f, err := kinds.Load(*c.kinds)
+	if err != nil {
+		return nil, badUsage("--kinds: %v", err)
+	}
+	for _, name := range f.Names() {
+		k, _ := f.Kind(name)
+		out[name] = func(payload json.RawMessage) error { return k.Validate(payload) }
+	}
+	return out, nil
+}
 
 // checkIntakePayload refuses, as the queue opened by openQueue would, a
 // payload of kind its validator refuses, before anything is opened.
-func checkIntakePayload(kind, payload string) error {
+func checkIntakePayload(c common, kind, payload string) error {
 	kind, err := model.NormalizeKind("kind", kind)
 	if err != nil {
 		return err
 	}
-	if validate := intakeValidators[kind]; validate != nil {
+	validators, err := c.validators()
+	if err != nil {
+		return err
+	}
+	if validate := validators[kind]; validate != nil {
 		if err := validate(json.RawMessage(payload)); err != nil {
 			return queue.PayloadError(err)
 		}

@@ -65,21 +65,39 @@ type captured struct {
 	texts []labelled
 }
 
-type labelled struct{ label, text string }
+// labelled is one capture; payloadShown marks a task's record as the API
+// sends it to a token that may read the task, which shows the task's
+// payload by design.
+type labelled struct {
+	label, text  string
+	payloadShown bool
+}
 
 func (c *captured) add(label, text string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.texts = append(c.texts, labelled{label, text})
+	c.texts = append(c.texts, labelled{label: label, text: text})
 }
 
-// requireClean fails naming the first capture that holds a secret.
+// addRecord adds a task's record as a reader of the task is sent it: it
+// may show the payload's secret, and no other.
+func (c *captured) addRecord(label, text string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.texts = append(c.texts, labelled{label: label, text: text, payloadShown: true})
+}
+
+// requireClean fails naming the first capture that holds a secret (the
+// payload's is allowed in a reader's task record, and nowhere else).
 func (c *captured) requireClean(t *testing.T, secrets map[string]string) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, l := range c.texts {
 		for name, s := range secrets {
+			if l.payloadShown && s == payloadSecret {
+				continue
+			}
 			require.False(t, strings.Contains(l.text, s), "the %s secret appears in %s", name, l.label)
 		}
 	}
@@ -385,7 +403,14 @@ func serveWithSecrets(t *testing.T, db string, out *captured, secret string) {
 		require.NoError(t, err)
 		var headers strings.Builder
 		require.NoError(t, resp.Header.Write(&headers))
-		out.add(fmt.Sprintf("the response to %s %s", method, path), headers.String()+string(b))
+		label := fmt.Sprintf("the response to %s %s", method, path)
+		if resp.StatusCode < 300 && strings.HasPrefix(path, "/v1/tasks/") && !strings.HasSuffix(path, "/events") {
+			// The task's record, to a token that may read the task: its
+			// payload shown.
+			out.addRecord(label, headers.String()+string(b))
+		} else {
+			out.add(label, headers.String()+string(b))
+		}
 		require.Equal(t, want, resp.StatusCode, "%s %s: %s", method, path, b)
 		return string(b)
 	}

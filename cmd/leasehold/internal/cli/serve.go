@@ -13,12 +13,13 @@ import (
 )
 
 func init() {
-	register("serve", "the HTTP JSON API, the console at /ui/, /metrics and /healthz: serve --addr 127.0.0.1:PORT --tokens FILE", runServe)
+	register("serve", "the HTTP JSON API, the console at /ui/, /metrics and /healthz: serve --addr 127.0.0.1:PORT --tokens FILE [--kinds FILE]", runServe)
 }
 
 func runServe(e *env, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	c := commonFlags(fs, false)
+	kindsFlag(fs, &c)
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	tokensFile := fs.String("tokens", "", "file of NAME SCOPES SECRET USERS lines (or set LEASEHOLD_TOKENS)")
 	strict := fs.Bool("strict-tokens", false, "refuse a token line without USERS (otherwise it acts for every user, with a warning)")
@@ -41,8 +42,8 @@ func runServe(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "serve", err)
 	}
-	// The queue validates payloads (the synthetic handler's, openQueue):
-	// the API adds no check of its own.
+	// The queue validates payloads (the synthetic handler's and the kinds
+	// file's schemas, openQueue): the API adds no check of its own.
 	srv, err := newServer(httpapi.Options{Queue: q, Tokens: tokens, Logger: slog.New(slog.NewJSONHandler(e.stderr, nil)),
 		Clock: clockwork.NewRealClock()})
 	if err != nil {

@@ -1,0 +1,76 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/kinds"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// reportKinds is a kinds file with one kind whose payloads a JSON Schema
+// checks.
+const reportKinds = `{"kinds": {"report": {"schema": {
+  "type": "object", "required": ["month"], "additionalProperties": false,
+  "properties": {"month": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}}}}}}`
+
+// secretCara is a token acting for cara alone.
+const secretCara = "cara-secret-0123456789abcdef"
+
+// TestKindWithSchemaOverHTTP: with the queue's validators taken from a
+// kinds file (as serve --kinds sets them), a payload its kind's schema
+// refuses is a 400 naming the path inside the payload and the rule,
+// never the value, and nothing is written; a good one is stored with its
+// kind, and its record shows the payload to a token of its own user
+// only.
+func TestKindWithSchemaOverHTTP(t *testing.T) {
+	f, err := kinds.Parse([]byte(reportKinds), t.TempDir())
+	require.NoError(t, err)
+	validators := map[string]model.PayloadValidator{model.KindSynthetic: worker.ValidateSynthetic}
+	for _, name := range f.Names() {
+		k, _ := f.Kind(name)
+		validators[name] = func(p json.RawMessage) error { return k.Validate(p) }
+	}
+	a := setupAPIWith(t, func(o *Options) {
+		cara, err := ParseTokens("cara submit "+secretCara+" cara", true)
+		require.NoError(t, err)
+		o.Tokens = append(o.Tokens, cara...)
+	}, func(o *queue.Options) { o.Validators = validators })
+	report := func(key, payload string) string {
+		return submitJSON(t, "ana", key, func(b map[string]any) { b["kind"], b["payload"] = "report", json.RawMessage(payload) })
+	}
+	before := a.counts(t)
+	msg := a.refused(t, http.MethodPost, "/v1/tasks", secretAnaPhone, report("r1", `{"month":"March-SECRET"}`),
+		http.StatusBadRequest, "payload.month")
+	require.Contains(t, msg, "pattern")
+	require.NotContains(t, msg, "SECRET", "the refusal quotes no value")
+	for _, bad := range []string{`{}`, `{"month":"2026-03","note":"SECRET"}`, `{"month":7}`} {
+		_, _, body := a.do(t, http.MethodPost, "/v1/tasks", secretAnaPhone, report("r2", bad))
+		var e struct{ Error, Code, Field string }
+		require.NoError(t, json.Unmarshal(body, &e), "%s", body)
+		require.Equal(t, "bad_input", e.Code, "%s: %s", bad, body)
+		require.True(t, strings.HasPrefix(e.Field, "payload"), "%s: %s", bad, body)
+		require.NotContains(t, string(body), "SECRET")
+	}
+	require.Equal(t, before, a.counts(t), "nothing was written")
+
+	created := a.call(t, http.MethodPost, "/v1/tasks", secretAnaPhone, report("r3", `{"month":"2026-03"}`), http.StatusCreated)
+	id := created["task_id"].(string)
+	task := a.call(t, http.MethodGet, "/v1/tasks/"+id, secretAnaPhone, "", http.StatusOK)
+	require.Equal(t, "report", task["kind"])
+	require.Equal(t, map[string]any{"month": "2026-03"}, task["payload"], "its own user's token sees the payload")
+	a.refused(t, http.MethodGet, "/v1/tasks/"+id, secretCara, "", http.StatusNotFound, "id")
+	page := a.call(t, http.MethodGet, "/v1/tasks?kind=report", secretAnaPhone, "", http.StatusOK)
+	require.Len(t, page["tasks"], 1)
+	require.NotContains(t, page["tasks"].([]any)[0], "payload", "a listed task leaves its payload out")
+	page = a.call(t, http.MethodGet, "/v1/tasks?kind=report", secretCara, "", http.StatusOK)
+	require.Empty(t, page["tasks"])
+	page = a.call(t, http.MethodGet, "/v1/tasks?kind=synthetic", secretAnaPhone, "", http.StatusOK)
+	require.Empty(t, page["tasks"])
+}
