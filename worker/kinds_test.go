@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/require"
 
@@ -89,4 +91,46 @@ func TestKindsValidators(t *testing.T) {
 	require.Error(t, v[model.KindSynthetic](json.RawMessage(`{"x":1}`)))
 	require.NoError(t, v[model.KindSynthetic](json.RawMessage(`{"steps":[{"cost":1}]}`)))
 	require.Equal(t, []string{"a", "b", model.KindSynthetic}, kinds.Served())
+}
+
+// TestRunnerClaimsOnlyItsKinds: a live runner whose handler is a Kinds
+// claims tasks of its kinds only, by its claimer and by the claims its
+// completions make (CompleteAndClaim); the other kind's tasks stay
+// queued, never claimed.
+func TestRunnerClaimsOnlyItsKinds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t)
+		l := newLive(b)
+		var mine, other []string
+		for i := range 6 {
+			kind := "report"
+			if i%3 == 2 {
+				kind = "other"
+			}
+			id := b.submitRequest(model.SubmitRequest{User: "ana", Key: fmt.Sprintf("k%d", i), Kind: kind,
+				Payload: `{"steps":[{"cost":1,"duration_ms":1000}]}`, CostBudget: 10, StepsMax: 5})
+			if kind == "report" {
+				mine = append(mine, id)
+			} else {
+				other = append(other, id)
+			}
+		}
+		kinds := worker.Kinds{"report": {Handler: worker.Synthetic{}}}
+		lr := l.start("w1", newLiveService(worker.Dedup, nil), func(c *worker.Config, _ *worker.RunOptions) {
+			c.Concurrency, c.Handler = 2, kinds
+		})
+		l.drive(100, nil, func() bool { return l.all(mine, model.Completed) })
+		lr.stop(t)
+		refilled := 0
+		for _, c := range l.q.refillCalls() {
+			refilled += c.claimed
+		}
+		require.Positive(t, refilled, "completions claimed the next tasks")
+		for _, id := range other {
+			task := b.task(id)
+			require.Equal(t, model.Queued, task.State, id)
+			require.Zero(t, task.Version, "%s was never claimed", id)
+		}
+		l.checkReports()
+	})
 }
