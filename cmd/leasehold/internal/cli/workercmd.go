@@ -18,7 +18,7 @@ import (
 )
 
 func init() {
-	register("worker", "run a worker process: worker --id NAME [--concurrency N] (graceful stop on SIGTERM)", runWorker)
+	register("worker", "run a worker process: worker --id NAME [--kinds FILE] [--concurrency N] (graceful stop on SIGTERM)", runWorker)
 }
 
 func runWorker(e *env, args []string) int {
@@ -33,6 +33,7 @@ func runWorker(e *env, args []string) int {
 	costCapacity := fs.Int64("cost-capacity", 0, "claim nothing new while the held tasks' unspent budget reaches this (0: no bound)")
 	serviceDB := fs.String("service-db", "", "the external service's ledger file (default: next to --db)")
 	serviceKind := fs.String("service-kind", string(worker.Dedup), "what the service can do: dedup, fenced, queryable or plain")
+	kindsFile := fs.String("kinds", "", "a kinds file: run each kind it gives a command, and no synthetic tasks (see docs/KINDS.md)")
 	if err := parse(fs, args); err != nil {
 		return fail(e, "worker", err)
 	}
@@ -41,9 +42,21 @@ func runWorker(e *env, args []string) int {
 		return fail(e, "worker", err)
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	// The synthetic kind's handler, as a registry: the worker claims
-	// synthetic tasks only, never a task of a kind it cannot run.
-	cfg := worker.Config{ID: *id, Handler: worker.Kinds{model.KindSynthetic: worker.SyntheticKind()}, Clock: clockwork.NewRealClock(), Logger: logger,
+	clock := clockwork.NewRealClock()
+	// The kinds the worker serves, as a registry: it claims tasks of these
+	// kinds only, never one it cannot run. Without --kinds, the synthetic
+	// kind; with it, the file's kinds that have a command.
+	registry := worker.Kinds{model.KindSynthetic: worker.SyntheticKind()}
+	if *kindsFile != "" {
+		var kindsLease time.Duration
+		if registry, kindsLease, err = kindHandlers(*kindsFile, clock, logger); err != nil {
+			return fail(e, "worker", err)
+		}
+		if kindsLease > 0 && !given(fs, "lease") {
+			*lease = kindsLease
+		}
+	}
+	cfg := worker.Config{ID: *id, Handler: registry, Clock: clock, Logger: logger,
 		Concurrency: *concurrency, Lease: *lease, Heartbeat: *heartbeat, CostCapacity: *costCapacity}
 	if err := checkWorkerFlags(cfg, *shutdownGrace); err != nil {
 		return fail(e, "worker", err)
@@ -52,10 +65,14 @@ func runWorker(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "worker", err)
 	}
-	svc, err := workertest.OpenLedger(ledger, kind, clockwork.NewRealClock())
-	if err != nil {
-		q.Close()
-		return fail(e, "worker", err)
+	// The service's ledger serves the synthetic payload's effects; a
+	// command's effects are its own, under the queue's ledger.
+	var svc *workertest.Ledger
+	if registry.MakesEffects() {
+		if svc, err = workertest.OpenLedger(ledger, kind, clock); err != nil {
+			q.Close()
+			return fail(e, "worker", err)
+		}
 	}
 	// A shutdown that left claims may have left calls under way too; closing
 	// waits for them (a statement in use cannot close), so the worker exits
@@ -63,7 +80,9 @@ func runWorker(e *env, args []string) int {
 	leftClaims := false
 	defer func() {
 		closeAll := func() {
-			svc.Close()
+			if svc != nil {
+				svc.Close()
+			}
 			q.Close()
 		}
 		if leftClaims {
@@ -72,7 +91,9 @@ func runWorker(e *env, args []string) int {
 		}
 		closeAll()
 	}()
-	cfg.Service = svc
+	if svc != nil {
+		cfg.Service = svc
+	}
 	if cfg.Queue, err = liverun.WorkerQueue(q, os.Getenv); err != nil {
 		return fail(e, "worker", err)
 	}
@@ -81,8 +102,10 @@ func runWorker(e *env, args []string) int {
 		return fail(e, "worker", err)
 	}
 	logger.Info("worker started", "worker", *id, "pid", os.Getpid(), "db", printableDB(*c.db), "concurrency", *concurrency,
-		"lease_ms", lease.Milliseconds(), "service_kind", string(kind))
-	if err := r.Run(e.ctx); err != nil {
+		"lease_ms", lease.Milliseconds(), "service_kind", string(kind), "kinds", registry.Served())
+	err = r.Run(e.ctx)
+	awaitCommands(registry, logger)
+	if err != nil {
 		leftClaims = errors.Is(err, worker.ErrClaimsLeft)
 		return fail(e, "worker", err)
 	}
