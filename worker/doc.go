@@ -92,4 +92,11 @@
 // with a receipt is never called again; one with intent but no receipt is
 // reconciled according to what the service can do (see ServiceKind), and
 // otherwise the task goes to needs_review.
+//
+// A step whose run makes its effect itself (StepSpec.Ledger: a program
+// the worker runs, as package worker/command's handler does) follows the
+// same protocol around the run: intent before the run begins, receipt
+// (the run's checkpoint) once it succeeds; an intent an earlier run left
+// is settled, through the run ledger's own Status for a kind that can
+// answer, before anything runs again.
 package worker
