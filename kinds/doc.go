@@ -20,8 +20,8 @@
 // A relative "dir" (the commands' working directory) is taken from the
 // kinds file's own directory, which is also the default. "service" says
 // what the command's side effects allow the worker to do when a run's
-// outcome is unknown (see ServiceKind); a "queryable" kind names a
-// "reconcile" command.
+// outcome is unknown (see ServiceKind); a "queryable" or "fenced" kind
+// names a "reconcile" command.
 //
 // A file is refused whole, with an error naming the path of what is
 // wrong, when a key repeats in one object (at any depth, the schemas'

@@ -55,12 +55,19 @@ const (
 	// ServiceQueryable: the kind's reconcile command answers, for an
 	// operation ID, whether it was applied.
 	ServiceQueryable ServiceKind = "queryable"
+	// ServiceFenced: as queryable, and the service the command calls
+	// refuses an operation under a fence lower than one it has seen for
+	// it; asking (the reconcile command, given LEASEHOLD_FENCE) registers
+	// the asker's fence.
+	ServiceFenced ServiceKind = "fenced"
 	// ServiceNone: neither; an unknown outcome goes to an operator.
 	ServiceNone ServiceKind = "none"
 )
 
 // ServiceKinds lists the service kinds a kinds file may name.
-func ServiceKinds() []ServiceKind { return []ServiceKind{ServiceDedup, ServiceQueryable, ServiceNone} }
+func ServiceKinds() []ServiceKind {
+	return []ServiceKind{ServiceDedup, ServiceQueryable, ServiceFenced, ServiceNone}
+}
 
 // File is a parsed kinds file. It is immutable and safe for concurrent
 // use.
@@ -100,7 +107,7 @@ type Worker struct {
 	Dir     string
 	Service ServiceKind
 	// Reconcile is the command that answers whether an operation was
-	// applied: set for ServiceQueryable, nil otherwise.
+	// applied: set for ServiceQueryable and ServiceFenced, nil otherwise.
 	Reconcile []string
 	// Grace is how long a command has between SIGTERM and SIGKILL.
 	Grace time.Duration
@@ -308,9 +315,9 @@ func parseWorker(at string, raw json.RawMessage, base string) (*Worker, error) {
 	switch ServiceKind(wj.Service) {
 	case ServiceDedup, ServiceNone:
 		if wj.Reconcile != nil {
-			return nil, invalidFile(at+".reconcile", "only a queryable kind has a reconcile command")
+			return nil, invalidFile(at+".reconcile", "only a queryable or fenced kind has a reconcile command")
 		}
-	case ServiceQueryable:
+	case ServiceQueryable, ServiceFenced:
 		if err := checkArgv(at+".reconcile", wj.Reconcile); err != nil {
 			return nil, err
 		}

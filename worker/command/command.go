@@ -41,13 +41,13 @@ const (
 )
 
 // Config configures a Handler. Kind, Command, Service, Grace and Clock
-// are required; a Queryable service needs Reconcile.
+// are required; a Queryable or Fenced service needs Reconcile.
 type Config struct {
 	Kind    string   // the kind's name, LEASEHOLD_KIND
 	Command []string // the program and its arguments
 	Dir     string   // working directory; empty: the worker's
 	// Service is what the command's side effects allow: worker.Dedup,
-	// worker.Queryable (with Reconcile) or worker.Plain.
+	// worker.Queryable or worker.Fenced (with Reconcile), or worker.Plain.
 	Service   worker.ServiceKind
 	Reconcile []string
 	// Grace is how long a cancelled command has between SIGTERM and
@@ -88,12 +88,12 @@ func New(cfg Config) (*Handler, error) {
 	}
 	switch cfg.Service {
 	case worker.Dedup, worker.Plain:
-	case worker.Queryable:
+	case worker.Queryable, worker.Fenced:
 		if len(cfg.Reconcile) == 0 || cfg.Reconcile[0] == "" {
-			return nil, fmt.Errorf("command handler %s: a queryable command needs Reconcile", cfg.Kind)
+			return nil, fmt.Errorf("command handler %s: a %s command needs Reconcile", cfg.Kind, cfg.Service)
 		}
 	default:
-		return nil, fmt.Errorf("command handler %s: Service must be dedup, queryable or plain, got %q", cfg.Kind, cfg.Service)
+		return nil, fmt.Errorf("command handler %s: Service must be dedup, queryable, fenced or plain, got %q", cfg.Kind, cfg.Service)
 	}
 	if cfg.Grace <= 0 || cfg.Clock == nil {
 		return nil, fmt.Errorf("command handler %s: a positive Grace and a Clock are required", cfg.Kind)
@@ -127,6 +127,8 @@ func FromKind(k *kinds.Kind, clock clockwork.Clock, logger *slog.Logger) (*Handl
 		svc = worker.Dedup
 	case kinds.ServiceQueryable:
 		svc = worker.Queryable
+	case kinds.ServiceFenced:
+		svc = worker.Fenced
 	}
 	return New(Config{Kind: k.Name, Command: k.Worker.Command, Dir: k.Worker.Dir, Service: svc,
 		Reconcile: k.Worker.Reconcile, Grace: k.Worker.Grace, Timeout: k.Defaults.Timeout, Clock: clock, Logger: logger})
@@ -139,7 +141,7 @@ func (h *Handler) Kind() string { return h.cfg.Kind }
 // effect under the ledger.
 func (h *Handler) Plan(model.Task) ([]worker.StepSpec, error) {
 	l := &worker.RunLedger{Kind: h.cfg.Service}
-	if h.cfg.Service == worker.Queryable {
+	if h.cfg.Service.CanAnswer() {
 		l.Status = h.reconcile
 	}
 	return []worker.StepSpec{{Effect: h.cfg.Kind, Timeout: h.cfg.Timeout, Ledger: l}}, nil

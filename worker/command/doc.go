@@ -52,6 +52,11 @@
 //     Not applied: the task goes to needs_review, since the earlier run
 //     may still be going (its worker stalled, or killed with its command
 //     left running) and apply it late. At most once.
+//   - fenced (worker.Fenced): as queryable, and the reconcile command
+//     registers LEASEHOLD_FENCE with the service, which refuses the
+//     operation under a lower fence (the command passes its own). Not
+//     applied: the command runs again under the new fence, and the
+//     earlier run, should it come late, is refused. Exactly once.
 //   - none (worker.Plain): the task goes to needs_review for an operator
 //     to settle. At most once.
 //

@@ -3,6 +3,7 @@ package command_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -113,4 +114,67 @@ echo found
 			}
 		})
 	}
+}
+
+// A fenced command: the service it calls keeps the highest fence it has
+// seen for each operation and refuses a lower one, and the reconcile
+// command registers the asker's fence. An intent left by a claim that
+// crashed before running is asked about (registering fence 2), found not
+// applied, and run again under fence 2; the crashed claim's run, arriving
+// late under fence 1, is refused. Applied once.
+func TestFencedCommandRunsAgainWhenNotApplied(t *testing.T) {
+	dir := t.TempDir()
+	run := script(t, dir, "run.sh", `op=$LEASEHOLD_OPERATION_ID
+seen=$(grep "^$op " fences 2>/dev/null | cut -d' ' -f2 | sort -n | tail -1)
+if [ -n "$seen" ] && [ "$seen" -gt "$LEASEHOLD_FENCE" ]; then exit 75; fi
+echo "$op $LEASEHOLD_FENCE" >> fences
+grep -qx "$op" applied 2>/dev/null || echo "$op" >> applied
+echo "done under $LEASEHOLD_FENCE"
+`)
+	check := script(t, dir, "check.sh", `echo "$LEASEHOLD_OPERATION_ID $LEASEHOLD_FENCE" >> fences
+grep -qx "$LEASEHOLD_OPERATION_ID" applied 2>/dev/null || exit 1
+echo found
+`)
+	ctx := context.Background()
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h := handler(t, command.Config{Kind: "mail", Command: []string{"/bin/sh", run}, Dir: dir, Service: worker.Fenced,
+		Reconcile: []string{"/bin/sh", check}, Clock: clock})
+	q, err := queue.Open(ctx, queue.Options{Path: queue.Memory, Clock: clock, IDs: model.NewSeededIDs(1)})
+	require.NoError(t, err)
+	defer q.Close()
+	res, err := q.Submit(ctx, model.SubmitRequest{User: "ana", Key: "k1", Payload: `{}`, CostBudget: 1, StepsMax: 1})
+	require.NoError(t, err)
+	newWorker := func(id string) *worker.Worker {
+		w, err := worker.New(worker.Config{ID: id, Queue: q, Handler: h, Clock: clock, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond})
+		require.NoError(t, err)
+		return w
+	}
+	a := newWorker("w1")
+	for range 50 {
+		if r := a.Step(ctx); r.Action == worker.ActionIntent {
+			break
+		}
+	}
+	effects, err := q.Effects(ctx, res.TaskID)
+	require.NoError(t, err)
+	require.Len(t, effects, 1, "the crashed claim recorded its intent")
+	clock.Advance(3 * time.Second)
+	reaped, err := q.Reap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, reaped.Expired)
+
+	task := drive(t, ctx, clock, q, newWorker("w2"), res.TaskID)
+	require.Equal(t, model.Completed, task.State)
+	require.Equal(t, "done under 2", task.Checkpoint)
+	op := model.OperationID(res.TaskID, 0)
+
+	late := exec.Command("/bin/sh", run)
+	late.Dir, late.Env = dir, []string{"PATH=/usr/bin:/bin", "LEASEHOLD_OPERATION_ID=" + op, "LEASEHOLD_FENCE=1"}
+	err = late.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, command.ExitTransient, exit.ExitCode(), "the late run under fence 1 is refused")
+	applied, err := os.ReadFile(filepath.Join(dir, "applied"))
+	require.NoError(t, err)
+	require.Equal(t, op+"\n", string(applied), "applied once")
 }
