@@ -74,3 +74,28 @@ func TestKindWithSchemaOverHTTP(t *testing.T) {
 	page = a.call(t, http.MethodGet, "/v1/tasks?kind=synthetic", secretAnaPhone, "", http.StatusOK)
 	require.Empty(t, page["tasks"])
 }
+
+// TestMetricsByKind: /metrics counts the queued tasks of each kind the
+// server names, and every other kind's under other, so the label's values
+// are bounded by the server's kinds however many kinds are submitted.
+func TestMetricsByKind(t *testing.T) {
+	a := setupAPIWith(t, func(o *Options) { o.Kinds = []string{"report", model.KindSynthetic, "other"} },
+		func(o *queue.Options) { o.Validators = nil })
+	for i, kind := range []string{"report", "report", "", "stray-1", "stray-2", "other"} {
+		a.submit(t, "carol", "k"+strings.Repeat("x", i), func(b map[string]any) { b["kind"] = kind })
+	}
+	a.claim(t, a.submit(t, "carol", "running", func(b map[string]any) { b["kind"], b["priority"] = "report", 100 }))
+	status, _, b := a.do(t, http.MethodGet, "/metrics", "", "")
+	require.Equal(t, http.StatusOK, status, "%s", b)
+	body := string(b)
+	for series, value := range map[string]float64{
+		`leasehold_queued_tasks_by_kind{kind="report"}`:    2,
+		`leasehold_queued_tasks_by_kind{kind="synthetic"}`: 1,
+		`leasehold_queued_tasks_by_kind{kind="other"}`:     3,
+	} {
+		require.InDelta(t, value, metricValue(t, body, series), 1e-9, series)
+	}
+	require.NotContains(t, body, "stray")
+	require.Equal(t, []string{model.KindSynthetic}, metricKinds(Options{}), "by default: the synthetic kind")
+	require.Equal(t, []string{"a", model.KindSynthetic}, metricKinds(Options{Validators: map[string]model.PayloadValidator{"a": nil}}))
+}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,9 @@ import (
 type queueCollector struct {
 	q   *queue.Queue
 	log *slog.Logger
+	// kinds are the kinds the depth by kind names, sorted; every other
+	// kind's tasks count as kindOther, so the label's values are bounded.
+	kinds []string
 	// timeout bounds one scrape's read; zero means scrapeTimeout.
 	timeout time.Duration
 }
@@ -37,8 +41,14 @@ var (
 		"Time from a task becoming eligible (queued and due) to its claim.", nil, nil)
 	descRun = prometheus.NewDesc("leasehold_run_seconds",
 		"Time from a claim to its end (settled, paused, released or expired).", nil, nil)
-	descUp = prometheus.NewDesc("leasehold_metrics_up", "1 if the queue's metrics could be read.", nil, nil)
+	descUp   = prometheus.NewDesc("leasehold_metrics_up", "1 if the queue's metrics could be read.", nil, nil)
+	descKind = prometheus.NewDesc("leasehold_queued_tasks_by_kind",
+		"Queued tasks by kind: the server's kinds by name, every other kind as other.", []string{"kind"}, nil)
 )
+
+// kindOther is the kind label of the tasks of a kind the server does not
+// name.
+const kindOther = "other"
 
 // totals are the counters, in a fixed order.
 var totals = []struct {
@@ -73,6 +83,7 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descWait
 	ch <- descRun
 	ch <- descUp
+	ch <- descKind
 }
 
 // Collect reads the snapshot and sends it.
@@ -99,6 +110,21 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- histogram(descWait, m.QueueWait)
 	ch <- histogram(descRun, m.RunTime)
+	byKind, err := c.q.QueuedByKind(ctx)
+	if err != nil {
+		c.log.Warn("metrics by kind unreadable", "error", oneLine(err.Error()))
+		return
+	}
+	other := int64(0)
+	for kind, n := range byKind {
+		if !slices.Contains(c.kinds, kind) {
+			other += n
+		}
+	}
+	for _, kind := range c.kinds {
+		ch <- prometheus.MustNewConstMetric(descKind, prometheus.GaugeValue, float64(byKind[kind]), kind)
+	}
+	ch <- prometheus.MustNewConstMetric(descKind, prometheus.GaugeValue, float64(other), kindOther)
 }
 
 // histogram converts a fixed-bucket millisecond histogram to Prometheus's

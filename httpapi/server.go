@@ -91,6 +91,11 @@ type Options struct {
 	// its payloads to the queue's own check (queue.Options.Validators),
 	// which runs in any case.
 	Validators map[string]model.PayloadValidator
+	// Kinds are the kinds /metrics names in its depth by kind
+	// (leasehold_queued_tasks_by_kind); the tasks of every other kind
+	// count as "other", so the label's values stay bounded. Nil names
+	// the kinds of Validators and the synthetic kind.
+	Kinds []string
 	// Logger receives one line per request and the refusals an operator
 	// should see, never a secret or a payload; nil discards them.
 	Logger *slog.Logger
@@ -114,6 +119,7 @@ type Server struct {
 	q          *queue.Queue
 	tokens     []Token
 	validators map[string]model.PayloadValidator // by kind; Options.Validators
+	kinds      []string                          // Options.Kinds, sorted
 	log        *slog.Logger
 	clock      clockwork.Clock
 	gate       *authGate
@@ -160,7 +166,8 @@ func New(o Options) (*Server, error) {
 	if o.StreamsPerToken == 0 {
 		o.StreamsPerToken = StreamsPerTokenDefault
 	}
-	s := &Server{q: o.Queue, tokens: slices.Clone(o.Tokens), validators: maps.Clone(o.Validators), log: o.Logger, clock: o.Clock,
+	s := &Server{q: o.Queue, tokens: slices.Clone(o.Tokens), validators: maps.Clone(o.Validators), kinds: metricKinds(o),
+		log: o.Logger, clock: o.Clock,
 		gate: &authGate{base: o.AuthDelay, clock: o.Clock}, streamsMax: o.StreamsPerToken,
 		streams: map[string][]*streamSlot{}, timeouts: timeouts}
 	s.closing, s.close = context.WithCancel(context.Background())
@@ -417,7 +424,7 @@ func (s *Server) routes() http.Handler {
 	m.Handle("DELETE /v1/schedules/{id}", s.route(operateScope, s.removeSchedule))
 	m.HandleFunc("GET /openapi.json", serveDocument)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&queueCollector{q: s.q, log: s.log})
+	reg.MustRegister(&queueCollector{q: s.q, log: s.log, kinds: s.kinds})
 	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	m.HandleFunc("GET /healthz", s.healthz)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.noRoute(m, w, r) })
@@ -570,3 +577,17 @@ func pathError(name string, err error) error {
 
 // oneLine is s with its runs of white space made one space.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// metricKinds is the sorted, deduplicated list of the kinds /metrics
+// names: Options.Kinds, or, when nil, the synthetic kind and those of
+// Options.Validators. A kind named other is left out: its tasks are
+// counted under the other label, which is theirs anyway.
+func metricKinds(o Options) []string {
+	kinds := slices.Clone(o.Kinds)
+	if kinds == nil {
+		kinds = append([]string{model.KindSynthetic}, slices.Collect(maps.Keys(o.Validators))...)
+	}
+	kinds = slices.DeleteFunc(kinds, func(k string) bool { return k == kindOther })
+	slices.Sort(kinds)
+	return slices.Compact(kinds)
+}

@@ -195,6 +195,9 @@ func TestListAndTrailByKind(t *testing.T) {
 		}
 		_, err := q.ListPage(ctx, PageFilter{Kind: "Not A Kind"})
 		require.ErrorIs(t, err, ErrInvalidInput)
+		byKind, err := q.QueuedByKind(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[string]int64{"report": 2, model.KindSynthetic: 1, "email": 1}, byKind)
 
 		for _, f := range []EventFilter{{}, {Users: []string{"ana", "bob"}}, {TaskID: b2}} {
 			events, err := q.EventsSince(ctx, f)

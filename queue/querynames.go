@@ -12,6 +12,7 @@ type queryName = seam.Query
 // The statements both stores define.
 var (
 	qActiveTotal            = seam.Name("active_total")
+	qQueuedByKind           = seam.Name("queued_by_kind")
 	qAuditAll               = seam.Name("audit_all")
 	qAuditByActor           = seam.Name("audit_by_actor")
 	qAuditByTask            = seam.Name("audit_by_task")

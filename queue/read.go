@@ -197,3 +197,28 @@ func checkCounters(r interface{ Scan(...any) error }, third string) error {
 	}
 	return nil
 }
+
+// QueuedByKind returns how many tasks of each kind are queued (a kind
+// with none is absent): the metrics' depth by kind. It reads the queued
+// tasks' kind index, so its cost grows with the queued tasks, not with
+// the tasks that have ended.
+func (q *Queue) QueuedByKind(ctx context.Context) (map[string]int64, error) {
+	rows, err := q.readRows(ctx, qQueuedByKind)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var kind string
+		var n int64
+		if err := rows.Scan(&kind, &n); err != nil {
+			return nil, fmt.Errorf("queue: queued by kind: %w", err)
+		}
+		out[kind] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queue: queued by kind: %w", err)
+	}
+	return out, nil
+}

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -350,6 +352,16 @@ func (c common) validators() (map[string]model.PayloadValidator, error) {
 		out[name] = func(payload json.RawMessage) error { return k.Validate(payload) }
 	}
 	return out, nil
+}
+
+// kindNames are the kinds the command knows: the synthetic kind and those
+// of the kinds file --kinds names, if any.
+func (c common) kindNames() ([]string, error) {
+	validators, err := c.validators()
+	if err != nil {
+		return nil, err
+	}
+	return slices.Sorted(maps.Keys(validators)), nil
 }
 
 // checkIntakePayload refuses, as the queue opened by openQueue would, a

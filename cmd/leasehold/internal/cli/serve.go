@@ -42,10 +42,15 @@ func runServe(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "serve", err)
 	}
+	kindNames, err := c.kindNames()
+	if err != nil {
+		return fail(e, "serve", err)
+	}
 	// The queue validates payloads (the synthetic handler's and the kinds
-	// file's schemas, openQueue): the API adds no check of its own.
+	// file's schemas, openQueue): the API adds no check of its own. Its
+	// metrics name the kinds the file names.
 	srv, err := newServer(httpapi.Options{Queue: q, Tokens: tokens, Logger: slog.New(slog.NewJSONHandler(e.stderr, nil)),
-		Clock: clockwork.NewRealClock()})
+		Clock: clockwork.NewRealClock(), Kinds: kindNames})
 	if err != nil {
 		return fail(e, "serve", err)
 	}

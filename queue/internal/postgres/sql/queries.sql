@@ -70,6 +70,12 @@ FROM user_caps WHERE user_id = :user;
 -- admission's lock, after users_ensure.
 SELECT active_tasks(leasehold_fold_rows());
 
+-- name: queued_by_kind
+-- The queued tasks of each kind (metrics by kind): one scan of
+-- tasks_claim_kind, the queued tasks' index, however many tasks have
+-- ended.
+SELECT kind, COUNT(*) FROM tasks WHERE state = 'queued' GROUP BY kind ORDER BY kind COLLATE "C";
+
 -- name: task_insert
 -- The task and its key (task_keys: a used key fails here, unique_violation).
 WITH task AS (

@@ -56,6 +56,12 @@ FROM user_caps WHERE user_id = :user;
 -- name: active_total
 SELECT SUM(n) FROM tallies WHERE name IN ('state:queued', 'state:running', 'state:waiting_for_approval');
 
+-- name: queued_by_kind
+-- The queued tasks of each kind (metrics by kind): one scan of
+-- tasks_claim_kind, the queued tasks' index, however many tasks have
+-- ended.
+SELECT kind, COUNT(*) FROM tasks WHERE state = 'queued' GROUP BY kind ORDER BY kind;
+
 -- name: task_insert
 INSERT INTO tasks (id, user_id, idem_key, request_hash, kind, payload, state, priority, run_at, deadline,
                    attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
