@@ -251,3 +251,44 @@ func TestWaitTask(t *testing.T) {
 	_, _, err = b.q.WaitTask(b.ctx, id, -1)
 	require.ErrorIs(t, err, ErrInvalidInput)
 }
+
+// TestKindsThroughBatchesAndSchedules: a batch's tasks keep each its own
+// kind, and a schedule's runs take the schedule's kind, on both stores.
+func TestKindsThroughBatchesAndSchedules(t *testing.T) {
+	stores(t, func(t *testing.T, store string) {
+		ctx := context.Background()
+		q, clock := openPrunable(t, store)
+		var reqs []model.SubmitRequest
+		for i, kind := range []string{"report", "", "email"} {
+			reqs = append(reqs, model.SubmitRequest{User: "ana", Key: fmt.Sprintf("b%d", i), Kind: kind, Payload: `{"steps":[]}`,
+				CostBudget: 5, StepsMax: 2})
+		}
+		results, err := q.SubmitMany(ctx, reqs)
+		require.NoError(t, err)
+		for i, want := range []string{"report", model.KindSynthetic, "email"} {
+			task, err := q.Task(ctx, results[i].TaskID)
+			require.NoError(t, err)
+			require.Equal(t, want, task.Kind)
+		}
+		again, err := q.SubmitMany(ctx, reqs)
+		require.NoError(t, err)
+		for i := range again {
+			require.True(t, again[i].Replay, "the same batch again replays, kinds and all")
+		}
+
+		s, err := q.AddSchedule(ctx, model.ScheduleSpec{User: "bob", Kind: "report", Payload: `{"day":1}`, CostBudget: 5,
+			StepsMax: 1, Origin: clock.Now(), Period: time.Hour}, "ops")
+		require.NoError(t, err)
+		require.Equal(t, "report", s.Kind)
+		schedules, err := q.Schedules(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "report", schedules[0].Kind)
+		res, err := q.EnqueueDue(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Enqueued)
+		page, err := q.ListPage(ctx, PageFilter{ScheduleID: s.ID})
+		require.NoError(t, err)
+		require.Len(t, page.Tasks, 1)
+		require.Equal(t, "report", page.Tasks[0].Kind, "a schedule's run takes the schedule's kind")
+	})
+}
