@@ -99,3 +99,37 @@ func TestMetricsByKind(t *testing.T) {
 	require.Equal(t, []string{model.KindSynthetic}, metricKinds(Options{}), "by default: the synthetic kind")
 	require.Equal(t, []string{"a", model.KindSynthetic}, metricKinds(Options{Validators: map[string]model.PayloadValidator{"a": nil}}))
 }
+
+// TestUnknownKindOverHTTP: with the queue's UnknownKind set (as serve
+// --kinds sets it), a submit, a batch item or a schedule of a kind
+// without a validator is a 400 naming kind and the kind, and nothing is
+// written; the file's kinds and the synthetic kind are still taken.
+func TestUnknownKindOverHTTP(t *testing.T) {
+	validators := map[string]model.PayloadValidator{model.KindSynthetic: worker.ValidateSynthetic, "report": nil}
+	a := setupAPIWith(t, nil, func(o *queue.Options) {
+		o.Validators = validators
+		o.UnknownKind = func(kind string) error {
+			return &model.ValidationError{Field: "kind", Problem: kind + " is not in the kinds file"}
+		}
+	})
+	kind := func(k, payload string) func(b map[string]any) {
+		return func(b map[string]any) { b["kind"], b["payload"] = k, json.RawMessage(payload) }
+	}
+	before := a.counts(t)
+	msg := a.refused(t, http.MethodPost, "/v1/tasks", secretRoot, submitJSON(t, "alice", "u1", kind("report2", `{}`)),
+		http.StatusBadRequest, "kind")
+	require.Equal(t, "kind: report2 is not in the kinds file", msg)
+	batch := `{"tasks":[` + submitJSON(t, "alice", "u2", kind("report", `{}`)) + "," +
+		submitJSON(t, "alice", "u3", kind("report2", `{}`)) + "]}"
+	msg = a.refused(t, http.MethodPost, "/v1/tasks/batch", secretRoot, batch, http.StatusBadRequest, "tasks[1].kind")
+	require.Contains(t, msg, "report2 is not in the kinds file")
+	msg = a.refused(t, http.MethodPost, "/v1/schedules", secretOperate,
+		`{"user":"alice","kind":"report2","payload":{},"cost_budget":5,"steps_max":1,"origin":"2030-01-01T09:00:00Z","period_ms":3600000}`,
+		http.StatusBadRequest, "kind")
+	require.Contains(t, msg, "report2 is not in the kinds file")
+	require.Equal(t, before, a.counts(t), "nothing was written")
+
+	a.submit(t, "alice", "u4", kind("report", `{}`))
+	a.submit(t, "alice", "u5", nil)
+	require.Equal(t, before[0]+2, a.counts(t)[0])
+}

@@ -95,6 +95,13 @@ type Options struct {
 	// and rules, never quote a value. A kind without a validator accepts
 	// any well-formed JSON object.
 	Validators map[string]model.PayloadValidator
+	// UnknownKind, when set, is asked about each kind at intake (Submit,
+	// SubmitMany, AddSchedule) that Validators does not name; an
+	// error refuses the request as it is returned, before anything is
+	// written (it should be a *model.ValidationError naming the kind's
+	// field, so ErrInvalidInput). Nil: such a kind accepts any
+	// well-formed JSON object. Tasks a schedule already holds still run.
+	UnknownKind func(kind string) error
 	// Ungrouped turns group commit off: each write operation runs in a
 	// transaction of its own on its caller's goroutine (for comparison;
 	// see group.go).
@@ -124,6 +131,8 @@ type Queue struct {
 	backoff model.Backoff
 	// validators is Options.Validators.
 	validators map[string]model.PayloadValidator
+	// unknownKind is Options.UnknownKind.
+	unknownKind func(kind string) error
 	// trailWindow is Options.TrailWindow, its default filled.
 	trailWindow int64
 
@@ -191,7 +200,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	}
 	db := pool.DB
 	q := &Queue{db: db, leaseMin: pool.LeaseMin, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), params: o.connectParams(),
-		pragmas: pool.Settings, stmts: map[string]*sql.Stmt{}, validators: maps.Clone(o.Validators)}
+		pragmas: pool.Settings, stmts: map[string]*sql.Stmt{}, validators: maps.Clone(o.Validators), unknownKind: o.UnknownKind}
 	q.fuse = b.Capabilities().Fuse != nil && !o.Unfused
 	q.trailWindow = int64(cmp.Or(o.TrailWindow, eventsScanWindow))
 	if q.backoff == (model.Backoff{}) {

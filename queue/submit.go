@@ -53,9 +53,13 @@ func submitter(ctx context.Context, actor string) string {
 }
 
 // checkPayload runs the kind's validator (Options.Validators), if it has
-// one, on a normalized payload.
+// one, on a normalized payload; a kind Options.Validators does not name
+// is put to Options.UnknownKind, if set.
 func (q *Queue) checkPayload(kind, payload string) error {
-	validate := q.validators[kind]
+	validate, named := q.validators[kind]
+	if !named && q.unknownKind != nil {
+		return q.unknownKind(kind)
+	}
 	if validate == nil {
 		return nil
 	}

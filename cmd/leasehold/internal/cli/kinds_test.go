@@ -58,3 +58,31 @@ func TestSubmitWithKinds(t *testing.T) {
 	require.NotContains(t, r.stdout, id)
 	requireUsage(t, f.do("list", "--kind", "Not A Kind"), "kind")
 }
+
+// TestUnknownKindWithKinds: with --kinds FILE, submit, submit --batch and
+// schedule add refuse a kind the file does not name (exit 2, naming the
+// kind, nothing written); the synthetic kind is still taken, and without
+// --kinds any kind is.
+func TestUnknownKindWithKinds(t *testing.T) {
+	f := newFixture(t)
+	file := filepath.Join(t.TempDir(), "kinds.json")
+	require.NoError(t, os.WriteFile(file, []byte(reportKindsFile), 0o600))
+	submit := func(key, kind string, extra ...string) result {
+		return f.do("submit", append([]string{"--user", "ana", "--key", key, "--kind", kind, "--payload", `{"month":"2026-03"}`,
+			"--cost-budget", "1", "--steps-max", "1"}, extra...)...)
+	}
+	before := snapshot(t, f.dir)
+	requireUsage(t, submit("u1", "report2", "--kinds", file), "kind: report2 is not in the kinds file")
+	batch := f.batchFile(`{"user":"ana","key":"u2","kind":"report","payload":{"month":"2026-03"},"cost_budget":1,"steps_max":1}`,
+		`{"user":"ana","key":"u3","kind":"report2","payload":{"month":"2026-03"},"cost_budget":1,"steps_max":1}`)
+	requireUsage(t, f.do("submit", "--batch", batch, "--kinds", file), "report2 is not in the kinds file")
+	r := f.lh([]string{"schedule", "add"}, "--user", "ana", "--kind", "report2", "--payload", `{"month":"2026-03"}`, "--cost-budget", "1",
+		"--steps-max", "1", "--origin", "2030-01-01T00:00:00Z", "--period", "1h", "--actor", "ops", "--kinds", file)
+	requireUsage(t, r, "kind: report2 is not in the kinds file")
+	require.Equal(t, before, snapshot(t, f.dir), "a refused kind changed the database's files")
+
+	requireOK(t, submit("u4", "report", "--kinds", file))
+	requireOK(t, f.do("submit", "--user", "ana", "--key", "u5", "--payload", `{"steps":[{"cost":1}]}`,
+		"--cost-budget", "1", "--steps-max", "1", "--kinds", file))
+	requireOK(t, submit("u6", "report2"))
+}

@@ -50,7 +50,7 @@ type common struct {
 
 // kindsFlag defines --kinds on fs for c.
 func kindsFlag(fs *flag.FlagSet, c *common) {
-	c.kinds = fs.String("kinds", "", "a kinds file: each kind's JSON Schema checks the payloads of its tasks, refused naming the path inside the payload (without it, a kind other than synthetic takes any JSON object)")
+	c.kinds = fs.String("kinds", "", "a kinds file: each kind's JSON Schema checks the payloads of its tasks, refused naming the path inside the payload and a kind it does not name (synthetic aside) is refused (without it, a kind other than synthetic takes any JSON object)")
 }
 
 func commonFlags(fs *flag.FlagSet, actor bool) common {
@@ -201,7 +201,7 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 			return nil, err
 		}
 		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
-			Migrate: mode, BusyTimeout: busy, Validators: validators})
+			Migrate: mode, BusyTimeout: busy, Validators: validators, UnknownKind: c.unknownKind()})
 		return q, explainOpen(loc.String(), err)
 	}
 	if err := checkDBPath(*c.db); err != nil {
@@ -215,7 +215,7 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 		return nil, err
 	}
 	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
-		Synchronous: sync, Migrate: mode, BusyTimeout: busy, Validators: validators})
+		Synchronous: sync, Migrate: mode, BusyTimeout: busy, Validators: validators, UnknownKind: c.unknownKind()})
 	return q, explainOpen(*c.db, err)
 }
 
@@ -365,7 +365,8 @@ func (c common) kindNames() ([]string, error) {
 }
 
 // checkIntakePayload refuses, as the queue opened by openQueue would, a
-// payload of kind its validator refuses, before anything is opened.
+// payload of kind its validator refuses, or a kind --kinds does not name,
+// before anything is opened.
 func checkIntakePayload(c common, kind, payload string) error {
 	kind, err := model.NormalizeKind("kind", kind)
 	if err != nil {
@@ -375,12 +376,29 @@ func checkIntakePayload(c common, kind, payload string) error {
 	if err != nil {
 		return err
 	}
-	if validate := validators[kind]; validate != nil {
-		if err := validate(json.RawMessage(payload)); err != nil {
-			return queue.PayloadError(err)
-		}
+	validate, named := validators[kind]
+	if unknown := c.unknownKind(); !named && unknown != nil {
+		return unknown(kind)
+	}
+	if validate == nil {
+		return nil
+	}
+	if err := validate(json.RawMessage(payload)); err != nil {
+		return queue.PayloadError(err)
 	}
 	return nil
+}
+
+// unknownKind is queue.Options.UnknownKind for the queue openQueue opens:
+// with --kinds, a kind that neither the file nor the synthetic handler
+// names is refused, naming the kind; without it, nil (any kind is taken).
+func (c common) unknownKind() func(kind string) error {
+	if c.kinds == nil || *c.kinds == "" {
+		return nil
+	}
+	return func(kind string) error {
+		return &model.ValidationError{Field: "kind", Problem: kind + " is not in the kinds file"}
+	}
 }
 
 // openExisting opens for writing a database that must already exist:
