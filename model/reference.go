@@ -1069,6 +1069,24 @@ func (r *Reference) Clone() *Reference {
 // EventCount returns how many events the reference has appended.
 func (r *Reference) EventCount() int { return len(r.events) }
 
+// LastEventSeq returns the number of the last event the reference
+// appended (a prune removes events, never a number).
+func (r *Reference) LastEventSeq() int64 { return r.eventSeq }
+
+// EventsSince returns the events numbered above seq, in order: what was
+// appended since LastEventSeq returned seq, whatever a prune removed
+// before them.
+func (r *Reference) EventsSince(seq int64) []Event {
+	i := len(r.events)
+	for i > 0 && r.events[i-1].Seq > seq {
+		i--
+	}
+	if i == len(r.events) {
+		return nil
+	}
+	return append([]Event(nil), r.events[i:]...)
+}
+
 // EventsFrom returns the events after the first n, in order.
 func (r *Reference) EventsFrom(n int) []Event {
 	if n >= len(r.events) {

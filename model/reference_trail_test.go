@@ -54,3 +54,23 @@ func TestReferenceEventsThroughWindow(t *testing.T) {
 	_, _, err = r.EventsThrough(ctx, []string{"busy"}, -1, 1, 4)
 	require.ErrorIs(t, err, ErrInvalidInput)
 }
+
+// TestReferenceEventsSincePrune: EventsSince returns what was appended
+// after a number, whatever a prune removed before it.
+func TestReferenceEventsSincePrune(t *testing.T) {
+	ctx := context.Background()
+	clock := &stepClock{at: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
+	r := NewReference(ReferenceOptions{Clock: clock, IDs: NewSeededIDs(1), Rand: rand.New(rand.NewPCG(1, 2))})
+	settle(t, r, "k1", false)
+	settle(t, r, "k2", false)
+	clock.at = clock.at.Add(time.Hour)
+	seen := r.LastEventSeq()
+	_, err := r.Prune(ctx, PruneSpec{OlderThan: time.Minute, KeepKeys: time.Hour, Batch: 10, Actor: "ops"})
+	require.NoError(t, err)
+	since := r.EventsSince(seen)
+	require.Len(t, since, 1)
+	require.Equal(t, EventPruned, since[0].Kind)
+	require.Equal(t, seen+1, since[0].Seq)
+	require.Equal(t, since[0].Seq, r.LastEventSeq())
+	require.Nil(t, r.EventsSince(r.LastEventSeq()))
+}

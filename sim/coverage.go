@@ -337,9 +337,37 @@ func KnownCell(cell scenarios.Cell) bool {
 	return false
 }
 
-// recorder collects the cells one run reaches.
+// recorder collects the cells one run reaches; trailSeq is how far the
+// audit trail's transitions have been taken in (coverTrail).
 type recorder struct {
-	cells map[scenarios.Cell]bool
+	cells    map[scenarios.Cell]bool
+	trailSeq int64
+}
+
+// coverTrail takes in the transitions and stale-write refusals of the
+// audit trail since the last call: at the end of the run, and before a
+// prune removes the events of the tasks it prunes.
+func (w *World) coverTrail() error {
+	for {
+		var events []model.Event
+		var err error
+		w.storage.Bypass(func() { events, err = w.q.EventsAfter(w.ctx, w.cover.trailSeq, model.ListLimitMax) })
+		if err != nil {
+			return fmt.Errorf("coverage: read the audit trail: %w", err)
+		}
+		for _, e := range events {
+			w.cover.trailSeq = e.Seq
+			if cell, ok := transitionCell(e); ok {
+				w.cover.add(cell)
+			}
+			if e.Kind == model.EventStaleWrite {
+				w.cover.add(scenarios.RefusalCell(RefusalStaleClaim))
+			}
+		}
+		if len(events) < model.ListLimitMax {
+			return nil
+		}
+	}
 }
 
 func (r *recorder) add(cell scenarios.Cell) {
@@ -370,26 +398,8 @@ func (r *recorder) fault(kind string, phases ...string) {
 // coverage returns the run's coverage: the cells recorded as the run went,
 // and the transitions and stale-write refusals of the whole audit trail.
 func (w *World) coverage() (Coverage, error) {
-	after := int64(0)
-	for {
-		var events []model.Event
-		var err error
-		w.storage.Bypass(func() { events, err = w.q.EventsAfter(w.ctx, after, model.ListLimitMax) })
-		if err != nil {
-			return Coverage{}, fmt.Errorf("coverage: read the audit trail: %w", err)
-		}
-		for _, e := range events {
-			after = e.Seq
-			if cell, ok := transitionCell(e); ok {
-				w.cover.add(cell)
-			}
-			if e.Kind == model.EventStaleWrite {
-				w.cover.add(scenarios.RefusalCell(RefusalStaleClaim))
-			}
-		}
-		if len(events) < model.ListLimitMax {
-			break
-		}
+	if err := w.coverTrail(); err != nil {
+		return Coverage{}, err
 	}
 	c := Coverage{Seeds: 1, Cells: map[scenarios.Cell]int{}}
 	for cell := range w.cover.cells {

@@ -41,6 +41,7 @@ const (
 	EvLimitsRestore  EventKind = "limits_restore" // the operator puts the scenario's limits back
 	EvBatch          EventKind = "batch"          // the batch caller submits a batch of a shape (Name)
 	EvFollow         EventKind = "follow"         // the follower reads its next page of the trail
+	EvPrune          EventKind = "prune"          // the operator prunes settled tasks (Name: short or long)
 )
 
 // Boundaries an EvAdvanceTo lands on: the earliest held lease_until, the
@@ -115,7 +116,7 @@ func (e Event) String() string {
 			return fmt.Sprintf("%s %s-%dms", e.Kind, e.Name, e.Delay.Milliseconds())
 		}
 		return fmt.Sprintf("%s %s", e.Kind, e.Name)
-	case EvLimit, EvBatch:
+	case EvLimit, EvBatch, EvPrune:
 		return fmt.Sprintf("%s %s", e.Kind, e.Name)
 	}
 	return string(e.Kind)
@@ -167,6 +168,8 @@ func ParseEvent(s string) (Event, error) {
 		e.Name, err = oneOf(s, arg, LimitNames())
 	case k == EvBatch:
 		e.Name, err = oneOf(s, arg, BatchShapes())
+	case k == EvPrune:
+		e.Name, err = oneOf(s, arg, PruneNames())
 	case k == EvReap || k == EvTick || k == EvLoseResponse || k == EvCareless || k == EvLimitsRestore || k == EvRunStart || k == EvRunEnd ||
 		k == EvFollow:
 		if arg != "" {

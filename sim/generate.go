@@ -35,6 +35,8 @@ type FaultMix struct {
 	// the trail.
 	Batch  int
 	Follow int
+	// The operator's prunes.
+	Prune int
 	// Refill has the workers' slots claim their next task with the write
 	// that completes their last, as the live runner's do (worker.Config's
 	// Refill): drawn on in half the runs, so that both paths stay covered.
@@ -53,7 +55,7 @@ func (m *FaultMix) rates() []rate {
 	return []rate{{"crash", &m.Crash}, {"stall", &m.Stall}, {"storage_down", &m.StorageDown}, {"storage_fault", &m.StorageFault},
 		{"duplicate", &m.Duplicate}, {"lose_response", &m.LoseResponse}, {"crash_after_call", &m.CrashAfterCall},
 		{"shutdown", &m.Shutdown}, {"boundary", &m.Boundary}, {"careless", &m.Careless}, {"limits", &m.Limits},
-		{"batch", &m.Batch}, {"follow", &m.Follow}}
+		{"batch", &m.Batch}, {"follow", &m.Follow}, {"prune", &m.Prune}}
 }
 
 // String lists the service kind and every fault's rate, in a fixed order.
@@ -73,7 +75,7 @@ func (m FaultMix) String() string {
 // DefaultMix turns every fault on at a moderate rate.
 func DefaultMix(kind worker.ServiceKind) FaultMix {
 	return FaultMix{ServiceKind: kind, Crash: 8, Stall: 8, StorageDown: 6, StorageFault: 12, Duplicate: 15,
-		LoseResponse: 10, CrashAfterCall: 6, Shutdown: 6, Boundary: 15, Careless: 10, Limits: 6, Batch: 10, Follow: 10}
+		LoseResponse: 10, CrashAfterCall: 6, Shutdown: 6, Boundary: 15, Careless: 10, Limits: 6, Batch: 10, Follow: 10, Prune: 6}
 }
 
 // drawMix picks the run's fault mix from the mix stream (swarm
@@ -186,6 +188,10 @@ func drawFault(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) []Event {
 			return Event{Kind: EvBatch, Name: shapes[rng.IntN(len(shapes))]}
 		})},
 		{mix.Follow, one(func() Event { return Event{Kind: EvFollow} })},
+		{mix.Prune, one(func() Event {
+			names := PruneNames()
+			return Event{Kind: EvPrune, Name: names[rng.IntN(len(names))]}
+		})},
 	}
 	r := rng.IntN(1000)
 	for _, f := range rates {

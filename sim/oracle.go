@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,13 +56,16 @@ type lockstep struct {
 	cover *recorder
 
 	lastSeq int64                 // real events compared so far
-	refSeen int                   // reference events compared so far
+	refSeen int64                 // the last reference event compared (its number)
 	rows    map[string]model.Task // the real row of every task, as last read
 	order   []string              // task IDs in submission order
-	limits  model.Limits          // the limits in force
-	users   map[string]model.UserLimit
-	watch   map[claimKey]*cancelSeen // claims whose worker saw cancellation requested
-	ops     int                      // operations compared
+	// gone holds the last rows of the tasks a prune removed (forget), for
+	// the world's reads of its tasks' ends.
+	gone   map[string]model.Task
+	limits model.Limits // the limits in force
+	users  map[string]model.UserLimit
+	watch  map[claimKey]*cancelSeen // claims whose worker saw cancellation requested
+	ops    int                      // operations compared
 	// unchecked holds the real events read since the checker last took
 	// them (takeEvents), so that it need not read them again.
 	unchecked []model.Event
@@ -78,6 +82,9 @@ func (l *lockstep) takeEvents() []model.Event {
 // mirror does not have it (with the oracle off it has none).
 func (l *lockstep) row(id string) (model.Task, error) {
 	if t, ok := l.rows[id]; ok {
+		return t, nil
+	}
+	if t, ok := l.gone[id]; ok {
 		return t, nil
 	}
 	var t model.Task
@@ -235,11 +242,11 @@ type realView struct {
 // mirror. changed says whether the real queue committed anything.
 func (l *lockstep) settle(o opInfo, ref, before *model.Reference, changed bool) {
 	ids := append([]string(nil), o.taskIDs()...)
-	refEvents := ref.EventsFrom(l.refSeen)
+	refEvents := ref.EventsSince(l.refSeen)
 	ids = appendTasks(ids, refEvents)
 	var beforeEvents []model.Event
 	if before != nil {
-		beforeEvents = before.EventsFrom(l.refSeen)
+		beforeEvents = before.EventsSince(l.refSeen)
 		ids = appendTasks(ids, beforeEvents)
 	}
 	view, err := l.read(ids, changed, o.touchesEffects() || hasEffectEvent(refEvents) || hasEffectEvent(beforeEvents))
@@ -264,7 +271,7 @@ func (l *lockstep) settle(o opInfo, ref, before *model.Reference, changed bool) 
 		l.lastSeq = view.events[len(view.events)-1].Seq
 		l.unchecked = append(l.unchecked, view.events...)
 	}
-	l.refSeen = l.ref.EventCount()
+	l.refSeen = l.ref.LastEventSeq()
 	for id, t := range view.rows {
 		if _, known := l.rows[id]; !known {
 			l.order = append(l.order, id)
@@ -763,6 +770,41 @@ func (l *lockstep) SubmitMany(ctx context.Context, reqs []model.SubmitRequest) (
 			return l.checkDepth("submit_many")
 		},
 	})
+}
+
+// Prune prunes on both sides (the request's defaults filled as the queue
+// fills them); they must remove, keep and expire the same.
+func (l *lockstep) Prune(ctx context.Context, req queue.PruneRequest) (queue.PruneResult, error) {
+	spec := model.PruneSpec{OlderThan: req.OlderThan, KeepKeys: cmp.Or(req.KeepKeys, queue.DefaultKeepKeys),
+		Batch: cmp.Or(req.Batch, queue.PruneBatchMax), DryRun: req.DryRun, Actor: req.Actor}
+	return run(l, op[queue.PruneResult]{name: "prune " + model.FormatAge(req.OlderThan),
+		real: func() (queue.PruneResult, error) { return l.Queue.Prune(ctx, req) },
+		ref: func(r *model.Reference) (queue.PruneResult, error) {
+			if err := req.Check(); err != nil {
+				return queue.PruneResult{}, err
+			}
+			return r.Prune(ctx, spec)
+		},
+		same: func(a, b queue.PruneResult) string {
+			return differ(model.DetailPruned(req.OlderThan, a)+fmt.Sprintf(" transactions=%d", a.Transactions),
+				model.DetailPruned(req.OlderThan, b)+fmt.Sprintf(" transactions=%d", b.Transactions))
+		},
+	})
+}
+
+// forget moves a task a prune removed out of the mirror: its last row
+// stays readable by row, and no operation expects it any more.
+func (l *lockstep) forget(id string) {
+	t, ok := l.rows[id]
+	if !ok {
+		return
+	}
+	if l.gone == nil {
+		l.gone = map[string]model.Task{}
+	}
+	l.gone[id] = t
+	delete(l.rows, id)
+	l.order = slices.DeleteFunc(l.order, func(x string) bool { return x == id })
 }
 
 // byKey finds the mirror's task of user and key.

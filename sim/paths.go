@@ -20,12 +20,14 @@ const (
 	// A follower's read that stopped at a window mark short of the end of
 	// the trail.
 	PathFollowWindowMark = "follow:window_mark"
+	// A submit of a pruned task's key answered from its tombstone.
+	PathPruneReplayInWindow = "prune:replay_in_window"
 )
 
 // PathNames lists the path cells' names in a fixed order.
 func PathNames() []string {
 	return []string{PathCompleteClaimNone, PathCompleteClaimOne, PathCompleteClaimSeveral, PathBatchReplay,
-		PathBatchReplayConflict, PathFollowWindowMark}
+		PathBatchReplayConflict, PathFollowWindowMark, PathPruneReplayInWindow}
 }
 
 // knownPath reports whether name is a path cell's.

@@ -100,6 +100,10 @@ type World struct {
 	careless carelessClient
 	batcher  batchCaller
 	follower follower
+	// prunes counts the operator's prunes; pruned holds the tasks they
+	// removed, by TaskKey.
+	prunes int
+	pruned map[string]string
 	// base is the scenario's limits as set up; limitsMoved says the
 	// operator has changed the stored limits since; probes counts the
 	// operator's probes (probe task keys, and the values they try).
@@ -148,6 +152,7 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix, opts worldOption
 	}
 	w.schedDown = make([]int, max(1, sc.Schedulers))
 	w.recoveries = map[string]int{}
+	w.pruned = map[string]string{}
 	return w, nil
 }
 
@@ -505,6 +510,7 @@ func (w *World) submitAct(t *taskState, act scenarios.Act) (string, bool) {
 		if err != nil {
 			return "error (caller retries): " + err.Error(), false
 		}
+		w.replayed(t.request.User, t.request.Key, res)
 		if !res.Replay || res.TaskID != t.id {
 			t.failures = append(t.failures, fmt.Sprintf("exact replay returned %s replay=%t, want %s replay=true", res.TaskID, res.Replay, t.id))
 		}

@@ -107,6 +107,8 @@ func whereOf(e Event) string {
 		return OpBatch
 	case EvFollow:
 		return OpFollow
+	case EvPrune:
+		return OpOperator
 	}
 	return string(e.Kind)
 }
@@ -130,6 +132,8 @@ func (w *World) applyEvent(e Event) string {
 		return w.batch(e.Name)
 	case EvFollow:
 		return w.follow()
+	case EvPrune:
+		return w.prune(e.Name)
 	case EvCrash, EvStall:
 		if e.Kind == EvStall && w.workers[e.Worker].stopped {
 			return "no-op: shut down"

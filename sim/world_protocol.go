@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
@@ -58,7 +59,7 @@ func (w *World) batch(shape string) string {
 	replays := 0
 	if shape == BatchReplay || shape == BatchConflict {
 		if len(b.sent) > 0 {
-			reqs = append(reqs, b.sent[b.batches%len(b.sent)])
+			reqs = append(reqs, w.replayOf())
 			replays++
 		}
 		reqs = append(reqs, reqs[0])
@@ -89,7 +90,8 @@ func (w *World) batch(shape string) string {
 	}
 	var ids []string
 	replayed := false
-	for _, r := range res {
+	for i, r := range res {
+		w.replayed(reqs[i].User, reqs[i].Key, r)
 		w.checker.submitted(r.TaskID)
 		replayed = replayed || r.Replay
 		ids = append(ids, fmt.Sprintf("%s replay=%t", r.TaskID, r.Replay))
@@ -98,6 +100,18 @@ func (w *World) batch(shape string) string {
 		w.cover.path(PathBatchReplay)
 	}
 	return line + " -> " + strings.Join(ids, ", ")
+}
+
+// replayOf is the earlier request the batch caller replays: the first
+// whose task a prune removed (its tombstone answers), else one in turn.
+func (w *World) replayOf() model.SubmitRequest {
+	b := &w.batcher
+	for _, r := range b.sent {
+		if _, pruned := w.pruned[model.TaskKey(r.User, r.Key)]; pruned {
+			return r
+		}
+	}
+	return b.sent[b.batches%len(b.sent)]
 }
 
 // follower reads the audit trail for a set of users, from its cursor, a
@@ -204,4 +218,82 @@ func trailDiff(got, want []queue.TrailEvent) string {
 		return "read " + a + ", the trail holds " + b
 	}
 	return ""
+}
+
+// Prunes an EvPrune makes (its Name): of the tasks settled a second ago
+// or more, or ten seconds ago or more. Their tombstones outlive the run:
+// the simulator derives a task's ID from its user and key, so a task
+// made under a key whose tombstone expired would take the pruned task's
+// ID (production draws IDs at random), and the run would see one task
+// where there are two. Replays after the window stay with the
+// conformance suite (queuetest's PruneTombstones).
+const (
+	PruneShort = "short"
+	PruneLong  = "long"
+)
+
+// PruneNames lists the prunes in a fixed order.
+func PruneNames() []string { return []string{PruneShort, PruneLong} }
+
+// pruneKeepKeys is how long the simulator's prunes keep tombstones.
+const pruneKeepKeys = 24 * time.Hour
+
+// pruneRequest is the prune named, in passes of one to three tasks.
+func (w *World) pruneRequest(name string) queue.PruneRequest {
+	w.prunes++
+	r := queue.PruneRequest{OlderThan: time.Second, KeepKeys: pruneKeepKeys, Batch: 1 + w.prunes%3, Actor: operatorActor}
+	if name == PruneLong {
+		r.OlderThan = 10 * time.Second
+	}
+	return r
+}
+
+// prune prunes as the operator, around the fault plan (a prune of
+// several transactions cut short by a fault has committed some of them,
+// which the lockstep's two successors do not describe), and notes the
+// tasks it removed, by key, for the replays that follow.
+func (w *World) prune(name string) string {
+	if w.q.ref == nil {
+		return "no-op: the oracle is off" // the world reads pruned tasks' last rows from its mirror
+	}
+	if err := w.coverTrail(); err != nil { // the transitions of the tasks about to go
+		w.checker.lockstepReport(InvReadable, "", err.Error())
+		return "prune: trail unreadable: " + err.Error()
+	}
+	var before []model.Task
+	for _, t := range w.allTasks() {
+		if t.State.Terminal() {
+			before = append(before, t)
+		}
+	}
+	req := w.pruneRequest(name)
+	var res queue.PruneResult
+	var err error
+	w.storage.Bypass(func() { res, err = w.q.Prune(w.ctx, req) })
+	w.cover.refusal(err)
+	if err != nil {
+		return "prune -> error: " + err.Error()
+	}
+	for _, t := range before {
+		var gone bool
+		w.storage.Bypass(func() {
+			_, terr := w.q.Queue.Task(w.ctx, t.ID)
+			gone = errors.Is(terr, model.ErrNotFound)
+		})
+		if gone {
+			w.pruned[model.TaskKey(t.User, t.Key)] = t.ID
+			w.q.forget(t.ID)
+		}
+	}
+	return fmt.Sprintf("prune older_than=%s keep_keys=%s batch=%d -> tasks %d tombstones %d expired %d kept %d in %d transactions",
+		model.FormatAge(req.OlderThan), model.FormatAge(req.KeepKeys), req.Batch, res.TaskCount(), res.Tombstones, res.Expired,
+		res.Kept, res.Transactions)
+}
+
+// replayed notes the path a submit of user's key took when the key's task
+// was pruned: a replay answered from its tombstone.
+func (w *World) replayed(user, key string, res model.SubmitResult) {
+	if id, ok := w.pruned[model.TaskKey(user, key)]; ok && res.Replay && res.TaskID == id {
+		w.cover.path(PathPruneReplayInWindow)
+	}
 }
