@@ -247,6 +247,9 @@ func errText(err error) string {
 // retried reports whether the task's trail shows a charged attempt that
 // was retried: a transient failure, or a lease expiry.
 func (w *World) retried(id string) bool {
+	if r, pruned := w.prunedRetried[id]; pruned {
+		return r // its events went with it: as they were before the prune
+	}
 	var events []model.Event
 	w.storage.Bypass(func() { events, _ = w.q.Events(w.ctx, id) })
 	for _, e := range events {

@@ -104,6 +104,9 @@ type World struct {
 	// removed, by TaskKey.
 	prunes int
 	pruned map[string]string
+	// prunedRetried says, of each pruned task, whether its trail showed a
+	// retried attempt (expectations read it; its events are gone).
+	prunedRetried map[string]bool
 	// base is the scenario's limits as set up; limitsMoved says the
 	// operator has changed the stored limits since; probes counts the
 	// operator's probes (probe task keys, and the values they try).
@@ -152,7 +155,7 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix, opts worldOption
 	}
 	w.schedDown = make([]int, max(1, sc.Schedulers))
 	w.recoveries = map[string]int{}
-	w.pruned = map[string]string{}
+	w.pruned, w.prunedRetried = map[string]string{}, map[string]bool{}
 	return w, nil
 }
 

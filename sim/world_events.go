@@ -412,14 +412,16 @@ func (w *World) scenarioTask(t model.Task) bool {
 
 // awaitsWorker reports whether the scripted caller of task id has an act
 // left whose condition is a worker's claim (CancelThenCrash crashes the
-// claimant, which must be a worker process). The careless client leaves
+// claimant, which must be a worker process; CancelRunning waits for the
+// task running, which the client's bursts of writes pass by). The careless client leaves
 // such a task to the workers: run by it, a task of long steps finishes in
 // a few bursts of writes, before its caller ever finds a worker holding
 // it, and the story the script tells never happens.
 func (w *World) awaitsWorker(id string) bool {
 	for _, t := range w.tasks {
 		if t.id == id {
-			return t.next < len(t.spec.Script) && t.spec.Script[t.next] == scenarios.CancelThenCrash
+			return t.next < len(t.spec.Script) &&
+				(t.spec.Script[t.next] == scenarios.CancelThenCrash || t.spec.Script[t.next] == scenarios.CancelRunning)
 		}
 	}
 	return false

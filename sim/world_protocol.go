@@ -261,9 +261,11 @@ func (w *World) prune(name string) string {
 		return "prune: trail unreadable: " + err.Error()
 	}
 	var before []model.Task
+	retried := map[string]bool{}
 	for _, t := range w.allTasks() {
 		if t.State.Terminal() {
 			before = append(before, t)
+			retried[t.ID] = w.retried(t.ID)
 		}
 	}
 	req := w.pruneRequest(name)
@@ -282,6 +284,7 @@ func (w *World) prune(name string) string {
 		})
 		if gone {
 			w.pruned[model.TaskKey(t.User, t.Key)] = t.ID
+			w.prunedRetried[t.ID] = retried[t.ID]
 			w.q.forget(t.ID)
 		}
 	}
