@@ -169,7 +169,13 @@ func (k *kindsRun) await(name, want string) {
 	k.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(k.read(name), want) {
-		require.True(k.t, time.Now().Before(deadline), "%s never held %q", name, want)
+		if time.Now().After(deadline) {
+			var logs []string
+			for _, w := range k.workers {
+				logs = append(logs, w.log()...)
+			}
+			k.t.Fatalf("%s never held %q; workers' logs:\n%s", name, want, strings.Join(logs, "\n"))
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
