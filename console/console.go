@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
 	"embed"
 	"errors"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/randomid"
 )
 
 // Prefix is the path the console is served under.
@@ -53,7 +53,7 @@ type Options struct {
 	// alone).
 	Clock clockwork.Clock
 	// Random is the source of session IDs and CSRF tokens; nil means
-	// crypto/rand.
+	// randomid.Reader, the operating system's cryptographic randomness.
 	Random io.Reader
 	// Idle and Lifetime expire a session after that long unused and that
 	// long after sign-in; zero means DefaultIdle and DefaultLifetime.
@@ -100,7 +100,7 @@ func New(o Options) (*Console, error) {
 		o.Clock = clockwork.NewRealClock()
 	}
 	if o.Random == nil {
-		o.Random = rand.Reader
+		o.Random = randomid.Reader
 	}
 	if o.Idle == 0 {
 		o.Idle = DefaultIdle

@@ -13,6 +13,7 @@ package randomid
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 
 	"github.com/leasehold/leasehold/model"
 )
@@ -28,6 +29,12 @@ const DigitsLen = 16
 type Source struct{}
 
 var _ model.IDSource = Source{}
+
+// Reader is the operating system's cryptographic randomness, for a
+// program's secrets that are not IDs (the console's session IDs and CSRF
+// tokens): a package that needs such bytes takes an io.Reader and
+// defaults to this one, so that this stays the one place that reads it.
+var Reader io.Reader = rand.Reader
 
 // NewID returns prefix followed by DigitsLen random hex digits. It panics
 // if the operating system has no randomness to give, which crypto/rand

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/leasehold/leasehold/scenarios"
 )
 
@@ -73,6 +75,10 @@ type ProcessSweep struct {
 	// seeds it judged, and Run hands on only those judged from the first
 	// up to the first one not judged. Nil runs every seed.
 	Stop <-chan struct{}
+	// Clock times sweepProcessGrace after Stop; the caller gives the real
+	// clock (a sweep's processes live in real time, not the simulator's).
+	// Nil with a Stop is an error.
+	Clock clockwork.Clock
 }
 
 // Run starts the processes, reads their lines and hands each seed's line
@@ -87,13 +93,16 @@ func (p ProcessSweep) Run(each func(SeedLine)) error {
 		processes = runtime.NumCPU()
 	}
 	processes = min(processes, p.Count)
+	if p.Stop != nil && p.Clock == nil {
+		return errors.New("sim: a process sweep with a Stop needs a Clock for its grace")
+	}
 	children, err := p.start(processes)
 	if err != nil {
 		return err
 	}
 	done := make(chan struct{})
 	defer close(done)
-	go children.stopOn(p.Stop, done)
+	go children.stopOn(p.Clock, p.Stop, done)
 	whole := true // every child so far judged its whole range
 	for i, c := range children {
 		// Hand over the lines as they come, while they are in order; the
@@ -221,7 +230,7 @@ func (cs sweepProcesses) end() {
 // stopOn sends every process of cs SIGTERM once stop is closed, and kills
 // them if done is not closed within sweepProcessGrace after; it returns at
 // once when done is closed first.
-func (cs sweepProcesses) stopOn(stop, done <-chan struct{}) {
+func (cs sweepProcesses) stopOn(clock clockwork.Clock, stop, done <-chan struct{}) {
 	select {
 	case <-stop:
 	case <-done:
@@ -230,10 +239,10 @@ func (cs sweepProcesses) stopOn(stop, done <-chan struct{}) {
 	for _, c := range cs {
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	t := time.NewTimer(sweepProcessGrace)
+	t := clock.NewTimer(sweepProcessGrace)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.Chan():
 		cs.kill()
 	case <-done:
 	}

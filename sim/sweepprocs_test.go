@@ -83,3 +83,13 @@ func TestJudgedPrefixStopsAtTheFirstGap(t *testing.T) {
 	require.Len(t, judgedPrefix([]byte(cut), "quota", 10, 4), 1)
 	require.Empty(t, judgedPrefix([]byte(seedLine(t, 10, "pass")), "periodic", 10, 4))
 }
+
+// A sweep that can be stopped times its grace on the clock it is given:
+// without one it refuses to start rather than read the wall clock.
+func TestProcessSweepWithAStopNeedsAClock(t *testing.T) {
+	started := false
+	err := ProcessSweep{Scenario: scenarios.Portfolio(), From: 1, Count: 1, Stop: make(chan struct{}),
+		Command: func(uint64, int) []string { started = true; return []string{"true"} }}.Run(func(SeedLine) {})
+	require.ErrorContains(t, err, "needs a Clock")
+	require.False(t, started, "no process started")
+}

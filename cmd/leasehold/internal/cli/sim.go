@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/evidence"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/reports"
@@ -519,7 +521,7 @@ func sweepProcesses(e *env, o simOptions, sc scenarios.Scenario, stop <-chan str
 		return fmt.Errorf("find this binary to run sweep processes: %w", err)
 	}
 	var bad error // a seed line that is not a seed record, once judged
-	err = sim.ProcessSweep{Scenario: sc, From: o.seed, Count: o.count, Processes: o.parallel, Stderr: e.stderr, Stop: stop,
+	err = sim.ProcessSweep{Scenario: sc, From: o.seed, Count: o.count, Processes: o.parallel, Stderr: e.stderr, Stop: stop, Clock: clockwork.NewRealClock(),
 		Command: func(from uint64, n int) []string {
 			return []string{self, "sim", "--scenario", sc.Name, "--seed", strconv.FormatUint(from, 10),
 				"--seeds", strconv.Itoa(n), "--parallel", "1", "--json"}
