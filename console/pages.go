@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"html/template"
@@ -381,26 +382,20 @@ func (c *Console) stale(w http.ResponseWriter, r *http.Request, req *request, id
 }
 
 func (c *Console) approve(w http.ResponseWriter, r *http.Request, req *request) error {
-	id, err := taskID(r)
-	if err != nil {
-		return err
-	}
-	version, err := shownVersion(r)
-	if err != nil {
-		return err
-	}
-	if err := c.backend.Approve(r.Context(), req.p, id, version); err != nil {
-		if errors.Is(err, model.ErrVersionMismatch) || errors.Is(err, model.ErrInvalidTransition) {
-			return c.stale(w, r, req, id, version, err)
-		}
-		return err
-	}
-	return c.done(w, r, req, id, fmt.Sprintf("Approved version %d: the task is queued to resume.", version))
+	return c.decide(w, r, req, c.backend.Approve, "Approved version %d: the task is queued to resume.")
 }
 
 // reject names the version its button showed; the queue refuses it, and
 // writes nothing, when the task paused again since or is no longer waiting.
 func (c *Console) reject(w http.ResponseWriter, r *http.Request, req *request) error {
+	return c.decide(w, r, req, c.backend.Reject, "Rejected version %d: the task is cancelled.")
+}
+
+// decide runs an approval decision (the backend's Approve or Reject) on
+// the version the page showed: a task that moved on since is stale, and
+// done's message is told the version decided.
+func (c *Console) decide(w http.ResponseWriter, r *http.Request, req *request,
+	act func(ctx context.Context, p Principal, id string, version int64) error, message string) error {
 	id, err := taskID(r)
 	if err != nil {
 		return err
@@ -409,13 +404,13 @@ func (c *Console) reject(w http.ResponseWriter, r *http.Request, req *request) e
 	if err != nil {
 		return err
 	}
-	if err := c.backend.Reject(r.Context(), req.p, id, version); err != nil {
+	if err := act(r.Context(), req.p, id, version); err != nil {
 		if errors.Is(err, model.ErrVersionMismatch) || errors.Is(err, model.ErrInvalidTransition) {
 			return c.stale(w, r, req, id, version, err)
 		}
 		return err
 	}
-	return c.done(w, r, req, id, fmt.Sprintf("Rejected version %d: the task is cancelled.", version))
+	return c.done(w, r, req, id, fmt.Sprintf(message, version))
 }
 
 func (c *Console) requeue(w http.ResponseWriter, r *http.Request, req *request) error {
