@@ -31,7 +31,8 @@
 //	return api.Serve(ctx, ln, mux) // until ctx is done
 //
 // Tokens come from ParseTokens or LoadTokens (lines of NAME SCOPES SECRET
-// USERS, as leasehold serve reads them). Serve runs the mux with the
+// USERS, as leasehold serve reads them), or from NewToken, for a program
+// that defines its users and scopes in code (examples/embed does). Serve runs the mux with the
 // server's Timeouts and shuts down gracefully; a program with an
 // http.Server of its own serves Server.RefuseDotSegments(mux) there (a
 // ServeMux would redirect a path with a ".." segment to another resource)

@@ -136,13 +136,17 @@ type Server struct {
 }
 
 // New returns the server of o.Queue for o.Tokens. A missing queue or
-// token, or a negative bound, is an error naming it.
+// token, two tokens sharing a name or a secret, or a negative bound, is
+// an error naming it.
 func New(o Options) (*Server, error) {
 	if o.Queue == nil {
 		return nil, errors.New("httpapi: Options.Queue is required")
 	}
 	if len(o.Tokens) == 0 {
 		return nil, errors.New("httpapi: Options.Tokens is required: at least one token")
+	}
+	if err := distinct(o.Tokens); err != nil {
+		return nil, err
 	}
 	if o.StreamsPerToken < 0 {
 		return nil, fmt.Errorf("httpapi: Options.StreamsPerToken must not be negative, got %d", o.StreamsPerToken)

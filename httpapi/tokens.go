@@ -82,28 +82,62 @@ func parseToken(fields []string, strict bool) (Token, error) {
 	case len(fields) != 3 && len(fields) != 4:
 		return Token{}, errors.New("want NAME SCOPES SECRET USERS")
 	}
-	if err := model.CheckName("token name", fields[0]); err != nil {
+	t, err := newToken(fields[0], fields[2], strings.Split(fields[1], ","))
+	if err != nil {
 		return Token{}, err
-	}
-	t := Token{name: fields[0], scopes: map[string]bool{}, digest: sha256.Sum256([]byte(fields[2]))}
-	for _, s := range strings.Split(fields[1], ",") {
-		if s != model.ScopeSubmit && s != model.ScopeApprove && s != model.ScopeOperate {
-			return Token{}, fmt.Errorf("unknown scope %q (want submit, approve or operate)", s)
-		}
-		t.scopes[s] = true
-	}
-	if len(fields[2]) < 16 {
-		return Token{}, errors.New("secret shorter than 16 characters")
 	}
 	if len(fields) == 3 {
 		t.users, t.implicit = []string{AllUsers}, true
 		return t, nil
 	}
-	users, err := parseUsers(fields[3])
-	if err != nil {
+	if t.users, err = parseUsers(fields[3]); err != nil {
 		return Token{}, err
 	}
-	t.users = users
+	return t, nil
+}
+
+// NewToken returns a token made in code rather than read from lines
+// (ParseTokens): named name (the actor its actions are recorded under),
+// presenting secret, holding scopes (model.ScopeSubmit, ScopeApprove,
+// ScopeOperate) and acting for users, or for every user when users is
+// []string{AllUsers}. The rules are ParseTokens': a valid actor name,
+// known scopes, a secret of at least 16 characters, valid user IDs, at
+// least one scope and one user. Its errors name the token and never
+// quote the secret. New refuses two tokens that share a name or a
+// secret.
+func NewToken(name, secret string, scopes, users []string) (Token, error) {
+	t, err := newToken(name, secret, scopes)
+	if err == nil && len(users) == 0 {
+		err = errors.New("no users (name them, or AllUsers for every user)")
+	}
+	if err == nil {
+		t.users, err = parseUsers(strings.Join(users, ","))
+	}
+	if err != nil {
+		return Token{}, fmt.Errorf("token %s: %w", model.Quote(name, model.UserLengthMax), err)
+	}
+	return t, nil
+}
+
+// newToken checks a token's name, scopes and secret; its users are the
+// caller's to set.
+func newToken(name, secret string, scopes []string) (Token, error) {
+	if err := model.CheckName("token name", name); err != nil {
+		return Token{}, err
+	}
+	if len(scopes) == 0 {
+		return Token{}, errors.New("no scopes (want submit, approve or operate)")
+	}
+	t := Token{name: name, scopes: map[string]bool{}, digest: sha256.Sum256([]byte(secret))}
+	for _, s := range scopes {
+		if s != model.ScopeSubmit && s != model.ScopeApprove && s != model.ScopeOperate {
+			return Token{}, fmt.Errorf("unknown scope %q (want submit, approve or operate)", s)
+		}
+		t.scopes[s] = true
+	}
+	if len(secret) < 16 {
+		return Token{}, errors.New("secret shorter than 16 characters")
+	}
 	return t, nil
 }
 
@@ -129,6 +163,23 @@ func parseUsers(field string) ([]string, error) {
 	}
 	slices.Sort(users)
 	return users, nil
+}
+
+// distinct refuses tokens two of which share a name (one actor would be
+// two) or a secret (it would match neither). Its error names the token,
+// never the secret.
+func distinct(tokens []Token) error {
+	names, secrets := map[string]bool{}, map[[32]byte]bool{}
+	for i, t := range tokens {
+		if t.name == "" {
+			return fmt.Errorf("httpapi: Options.Tokens[%d] is not a token (make it with NewToken or ParseTokens)", i)
+		}
+		if names[t.name] || secrets[t.digest] {
+			return fmt.Errorf("httpapi: Options.Tokens: token %s shares its name or its secret with another", t.name)
+		}
+		names[t.name], secrets[t.digest] = true, true
+	}
+	return nil
 }
 
 // LoadTokens reads the tokens from a file, or from LEASEHOLD_TOKENS (lines
