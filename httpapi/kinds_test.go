@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -132,4 +134,62 @@ func TestUnknownKindOverHTTP(t *testing.T) {
 	a.submit(t, "alice", "u4", kind("report", `{}`))
 	a.submit(t, "alice", "u5", nil)
 	require.Equal(t, before[0]+2, a.counts(t)[0])
+}
+
+// TestKindAndResultConformToTheDocument: a task of a kind of its own,
+// with a free-form payload (nested objects, lists, null), read through
+// the conformance client at every stage (submitted, long-polled until it
+// completed, listed by kind, its events) answers as openapi.json says,
+// whose records admit no undocumented field: kind on the task, the list
+// and the events (task_kind), the payload as sent, and result only once
+// the task has completed. The event stream's records, which the
+// conformance client leaves to the test, match the document's Event.
+func TestKindAndResultConformToTheDocument(t *testing.T) {
+	ctx := context.Background()
+	a := setupAPIWith(t, nil, func(o *queue.Options) { o.Validators = nil })
+	const payload = `{"month":"2026-03","sections":[{"title":"sales","rows":[1,2.5]},{"title":"costs","rows":[]}],"draft":false,"note":null}`
+	id := a.submit(t, "alice", "kr1", func(b map[string]any) {
+		b["kind"], b["payload"], b["priority"] = "report", json.RawMessage(payload), model.PriorityMax
+	})
+	task := a.task(t, id)
+	require.Equal(t, "report", task["kind"])
+	require.NotContains(t, task, "result", "no result before the task completes")
+	payloadJSON, err := json.Marshal(task["payload"])
+	require.NoError(t, err)
+	require.JSONEq(t, payload, string(payloadJSON), "the payload as it was sent")
+
+	c := a.claim(t, id)
+	_, err = a.q.CompleteStep(ctx, model.StepWrite{Claim: c, Index: 0, Cost: 1, Checkpoint: "report for 2026-03 written"})
+	require.NoError(t, err)
+	running := a.task(t, id)
+	require.NotContains(t, running, "result", "a checkpoint is no result while the task runs")
+	require.NoError(t, a.q.Complete(ctx, c))
+	after := int64(running["last_event_seq"].(float64))
+	done := a.call(t, http.MethodGet, fmt.Sprintf("/v1/tasks/%s?wait=30s&after_seq=%d", id, after), secretRoot, "", http.StatusOK)
+	require.Equal(t, string(model.Completed), done["state"])
+	require.Equal(t, "report", done["kind"])
+	require.Equal(t, "report for 2026-03 written", done["result"])
+
+	page := a.call(t, http.MethodGet, "/v1/tasks?kind=report", secretRoot, "", http.StatusOK)
+	listed := page["tasks"].([]any)
+	require.Len(t, listed, 1)
+	require.Equal(t, "report", listed[0].(map[string]any)["kind"])
+	require.Equal(t, "report for 2026-03 written", listed[0].(map[string]any)["result"])
+
+	events := a.list(t, "/v1/tasks/"+id+"/events", secretRoot)
+	require.NotEmpty(t, events)
+	for _, e := range events {
+		require.Equal(t, "report", e["task_kind"], "event %v", e["kind"])
+	}
+
+	eventSchema := documentSchema(t, "Event")
+	s := a.openStream(t, secretRoot, nil, "?after=0")
+	for range events {
+		e := s.next(t, false)
+		require.Equal(t, "event", e.kind)
+		var record any
+		require.NoError(t, json.Unmarshal([]byte(e.data), &record))
+		require.NoError(t, eventSchema.VisitJSON(record), "a streamed event as the document says: %s", e.data)
+		require.Equal(t, "report", record.(map[string]any)["task_kind"])
+	}
 }
