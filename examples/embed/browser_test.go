@@ -18,7 +18,7 @@ import (
 )
 
 // browserTimeout bounds the browser test.
-const browserTimeout = 2 * time.Minute
+const browserTimeout = 3 * time.Minute
 
 // documentStatuses records the status of each document a tab loaded, by
 // path.
