@@ -27,8 +27,9 @@ import (
 // pinnedPostgresMigrations holds the SHA-256 of every PostgreSQL migration
 // file: committed migrations never change.
 var pinnedPostgresMigrations = map[string]string{
-	"0001_baseline.sql": "33032e05b9cc9b5a928755d48592a3ee969aef7386f64d4365757db71ef5a365",
-	"0002_kinds.sql":    "6f50df76dda8ffe01d6cdc319d2d6e8e5596a62aeecb323ca3795e729fe88528",
+	"0001_baseline.sql":        "33032e05b9cc9b5a928755d48592a3ee969aef7386f64d4365757db71ef5a365",
+	"0002_kinds.sql":           "6f50df76dda8ffe01d6cdc319d2d6e8e5596a62aeecb323ca3795e729fe88528",
+	"0003_admission_slots.sql": "f8628d5db191c206a65dcc793c9944872f91c3fd5d0996fde9a04a479517faf6",
 }
 
 // pinnedPostgresFunctions holds the SHA-256 of functions.sql's safe text at
@@ -38,6 +39,7 @@ var pinnedPostgresFunctions = map[int]string{
 	2: "0fecd2a61368abc304b07040fd68b963a459e9cc261e94515d2d8c4e40a943d3",
 	3: "3cf83a2ba0ddf89ce60ab37d7fc9b6932e77ee27d6143cdc75f6448700de6b01",
 	4: "84efba875d70859c803c0b4b7640de3a110dae3cf9127e7031d362cab5cf6b0f",
+	5: "e0ae6faa3bbbba7648058f2c5a5b31d19697ead73d1bc533cb1703b09ec77b3f",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the

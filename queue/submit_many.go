@@ -154,30 +154,42 @@ type admission struct {
 	total  int
 }
 
-// readAdmission ensures the rows of the users that have a key the store
-// does not hold (the users a new task of the batch may be for), reads
-// their depths and, when DepthMax caps it, the active total: what
-// userDepth and active_total read for the batch's first new task, before
-// any is inserted. A batch with no new task reads nothing.
+// readAdmission admits the requests whose key the store does not hold
+// (the batch's tasks that may be new) and ensures their users' rows,
+// then reads those users' depths and, when DepthMax caps it, the active
+// total: what userDepth and active_total read for the batch's first new
+// task, before any is inserted. A batch with no new task reads nothing.
+// Admission is told each such task's user once (a store that admits by
+// slots needs how many tasks of each user it admits); the depths are
+// read for each user once.
 func (t *txn) readAdmission(ns []model.Normalized, found map[string]stored, limits model.Limits) (admission, error) {
 	adm := admission{depths: map[string]*userDepth{}, total: -1}
-	var users []string
+	var admitted, users []string
+	seen := map[string]bool{}
 	for _, n := range ns {
-		if _, ok := found[model.TaskKey(n.User, n.Key)]; ok || adm.depths[n.User] != nil {
+		key := model.TaskKey(n.User, n.Key)
+		if _, ok := found[key]; ok || seen[key] {
 			continue
 		}
-		adm.depths[n.User] = nil
-		users = append(users, n.User)
+		seen[key] = true
+		admitted = append(admitted, n.User)
+		if _, ok := adm.depths[n.User]; !ok {
+			adm.depths[n.User] = nil
+			users = append(users, n.User)
+		}
 	}
 	if len(users) == 0 {
 		return adm, nil
 	}
-	arg, err := json.Marshal(users)
+	arg, err := json.Marshal(admitted)
 	if err != nil {
 		return admission{}, fmt.Errorf("queue: admission: %w", err)
 	}
 	if _, err := t.exec(qUsersEnsure, sql.Named("users", string(arg))); err != nil {
 		return admission{}, err
+	}
+	if arg, err = json.Marshal(users); err != nil {
+		return admission{}, fmt.Errorf("queue: admission: %w", err)
 	}
 	if err := t.readDepths(string(arg), adm.depths); err != nil {
 		return admission{}, err

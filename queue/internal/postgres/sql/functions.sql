@@ -1,4 +1,4 @@
--- version: 4
+-- version: 5
 -- The PostgreSQL store's functions and the triggers that call them: code,
 -- not schema. migrate installs this file whole (CREATE OR REPLACE) after
 -- the migrations, in the transaction that runs them, and records its
@@ -545,6 +545,200 @@ BEGIN
 END
 $$;
 
+-- Admission (the depth caps) without one lock for every submit. The
+-- queue has leasehold_admission_slots() slots, advisory locks keyed
+-- (7424610 + slot, the schema), each good for admitting up to
+-- settings.admission_slot_tasks tasks (B) in the transaction holding it.
+-- The rule every admitting transaction keeps: it admits on the fast path
+-- only while it holds enough slots for what it admitted, so the tasks
+-- other transactions admitted and have not committed are at most B for
+-- each slot they hold; and it admits on the fast path only when what it
+-- sees (the committed tasks and its own) plus what it admits plus B for
+-- each slot it does not hold is within every cap that applies. Far from
+-- the caps, submits on different connections hold different slots and
+-- do not wait for each other. Near a cap, admission takes the exclusive
+-- path: every slot, so no fast-path transaction is in flight and the
+-- next statement's snapshot counts every admitted task; a refusal is
+-- decided only there, on that exact count. Nothing is reserved beyond a
+-- transaction, so nothing leaks: a crashed process's slots are free when
+-- its backend's transaction ends.
+--
+-- The lock order, which makes a deadlock through admission impossible:
+--
+--   1. A transaction waits for admission only as its first lock: while
+--      it holds no slot and has written nothing (no transaction ID, so it
+--      holds no row, key or events lock). It then takes every slot, in
+--      slot order (the exclusive path). A lone submit (submit_one alone)
+--      and a SubmitMany batch (users_ensure) admit before they write, so
+--      they always may.
+--   2. Otherwise admission only tries slots (pg_try_advisory_xact_lock)
+--      and never waits: the fast path in every transaction, and the
+--      exclusive path in a transaction that has written or holds a slot
+--      (a group commit's later member, a schedule's second run). If a try
+--      of the exclusive path fails, the statement fails with LH002
+--      (a conflict, which the queue runs again) and its writes roll back.
+--   3. Then the rows: the users' rows, the task keys, the tasks, the rows
+--      of changes, the events' shared lock; as before.
+--
+-- A transaction waiting for a slot holds nothing any slot holder can wait
+-- for, and a slot holder waits only for rows and keys, never for a slot;
+-- so no cycle of waits passes through a slot. (A group whose first
+-- member inserted a key and whose later member is near a cap, while a
+-- lone submit of that key holds a slot and waits for the key: the group's
+-- try fails and it rolls back, the lone submit goes on.) A fast-path try
+-- that finds too few slots free, or a check that fails, is undone in a
+-- subtransaction (the BEGIN ... EXCEPTION block below), which releases the
+-- slots it took, so the exclusive path that follows starts holding none.
+-- The transaction's slots and its fast-path admissions are kept in
+-- transaction-local settings (leasehold.admission_held, a bit a slot, -1
+-- for all of them; leasehold.admission_used), which a savepoint's
+-- rollback undoes with the locks.
+
+-- leasehold_admission_slots is how many admission slots a queue has.
+CREATE OR REPLACE FUNCTION leasehold_admission_slots() RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 64 $$;
+
+-- admission admits p_users, one element a task that may be inserted (a
+-- user named once for each of its tasks), as the transaction's next
+-- tasks: it returns 'fast' when they were admitted within the margin (no
+-- check of the caps can refuse them), 'exact' when the transaction holds
+-- the exclusive path (the caller's next statements read the exact counts
+-- and check the caps), and 'none' when no cap applies to them.
+CREATE OR REPLACE FUNCTION admission(p_users text[]) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    slots CONSTANT INTEGER := leasehold_admission_slots();
+    schema_key CONSTANT INTEGER := hashtext(current_schema());
+    k CONSTANT BIGINT := COALESCE(cardinality(p_users), 0);
+    held BIGINT := COALESCE(NULLIF(current_setting('leasehold.admission_held', true), ''), '0')::BIGINT;
+    used BIGINT := COALESCE(NULLIF(current_setting('leasehold.admission_used', true), ''), '0')::BIGINT;
+    slot_tasks BIGINT;
+    slot_tasks_now BIGINT;
+    depth_max BIGINT;
+    capped BOOLEAN;
+    total BIGINT;
+    need INTEGER;
+    got INTEGER;
+    start INTEGER;
+    s INTEGER;
+    others BIGINT;
+BEGIN
+    IF held = -1 THEN
+        RETURN 'exact';
+    END IF;
+    IF k = 0 THEN
+        RETURN 'none';
+    END IF;
+    SELECT COALESCE(MAX(CASE WHEN st.key = 'depth_max' THEN st.value END), 0),
+           COALESCE(MAX(CASE WHEN st.key = 'admission_slot_tasks' THEN st.value END), 1)
+    INTO depth_max, slot_tasks
+    FROM settings st WHERE st.key IN ('depth_max', 'admission_slot_tasks');
+    SELECT depth_max <> 0 OR EXISTS (
+               SELECT 1 FROM unnest(p_users) AS w(user_id) LEFT JOIN users u ON u.user_id = w.user_id
+               WHERE CASE WHEN u.depth_max >= 0 THEN u.depth_max
+                          ELSE (SELECT value FROM settings WHERE key = 'user_depth_max') END <> 0)
+    INTO capped;
+    IF NOT capped THEN
+        RETURN 'none';
+    END IF;
+
+    -- The fast path: enough slots for this transaction's fast-path tasks,
+    -- tried from a slot of this connection's own, and the margin checked
+    -- in the statements after them.
+    BEGIN
+        need := CAST(ceil((used + k)::numeric / GREATEST(slot_tasks, 1)) AS INTEGER) - bit_count(held::bit(64))::INTEGER;
+        IF bit_count(held::bit(64)) + GREATEST(need, 0) > slots THEN
+            RAISE EXCEPTION 'admission: near' USING ERRCODE = 'LH902';
+        END IF;
+        got := 0;
+        start := pg_backend_pid() % slots;
+        FOR i IN 0 .. slots - 1 LOOP
+            EXIT WHEN got >= need;
+            s := (start + i) % slots;
+            CONTINUE WHEN (held >> s) & 1 = 1;
+            IF pg_try_advisory_xact_lock(7424610 + s, schema_key) THEN
+                held := held | (CAST(1 AS BIGINT) << s);
+                got := got + 1;
+            END IF;
+        END LOOP;
+        IF got < need THEN
+            RAISE EXCEPTION 'admission: too few slots free' USING ERRCODE = 'LH902';
+        END IF;
+        SELECT st.value INTO slot_tasks_now FROM settings st WHERE st.key = 'admission_slot_tasks';
+        IF slot_tasks_now IS DISTINCT FROM slot_tasks THEN
+            RAISE EXCEPTION 'admission: slots resized' USING ERRCODE = 'LH902';
+        END IF;
+        -- others is the most that the other transactions admitted and have
+        -- not committed: B for each slot this one does not hold.
+        others := (slots - bit_count(held::bit(64))) * slot_tasks;
+        IF depth_max <> 0 THEN
+            SELECT COALESCE(SUM(t.n), 0)::BIGINT INTO total
+            FROM tally_deltas t WHERE t.name IN ('state:queued', 'state:running', 'state:waiting_for_approval');
+            IF total + k + others > depth_max THEN
+                RAISE EXCEPTION 'admission: near the depth cap' USING ERRCODE = 'LH902';
+            END IF;
+        END IF;
+        IF EXISTS (SELECT 1 FROM (SELECT w.user_id, COUNT(*) AS n FROM unnest(p_users) AS w(user_id) GROUP BY w.user_id) w
+                   LEFT JOIN user_caps c ON c.user_id = w.user_id
+                   CROSS JOIN LATERAL (SELECT COALESCE(c.depth_limit,
+                                              (SELECT value FROM settings WHERE key = 'user_depth_max')) AS cap) l
+                   WHERE l.cap <> 0 AND COALESCE(c.active, 0) + w.n + others > l.cap) THEN
+            RAISE EXCEPTION 'admission: near a user''s depth cap' USING ERRCODE = 'LH902';
+        END IF;
+        PERFORM set_config('leasehold.admission_held', held::text, true),
+                set_config('leasehold.admission_used', (used + k)::text, true);
+        RETURN 'fast';
+    EXCEPTION WHEN SQLSTATE 'LH902' THEN
+        -- The slots this block took are released; held is as it was.
+        held := COALESCE(NULLIF(current_setting('leasehold.admission_held', true), ''), '0')::BIGINT;
+    END;
+
+    -- The exclusive path: every slot.
+    IF held = 0 AND txid_current_if_assigned() IS NULL THEN
+        FOR i IN 0 .. slots - 1 LOOP
+            PERFORM pg_advisory_xact_lock(7424610 + i, schema_key);
+        END LOOP;
+    ELSE
+        FOR i IN 0 .. slots - 1 LOOP
+            CONTINUE WHEN (held >> i) & 1 = 1;
+            IF NOT pg_try_advisory_xact_lock(7424610 + i, schema_key) THEN
+                RAISE EXCEPTION 'admission: the exclusive path is held by another transaction, and this one has written'
+                    USING ERRCODE = 'LH002';
+            END IF;
+        END LOOP;
+    END IF;
+    PERFORM set_config('leasehold.admission_held', '-1', true);
+    RETURN 'exact';
+END
+$$;
+
+-- admission_resize sets the tasks a slot admits (admission_slot_tasks)
+-- on the exclusive path, so that no transaction admits by the old figure
+-- while another counts by the new; it must be its transaction's first
+-- statement.
+CREATE OR REPLACE FUNCTION admission_resize(p_slot_tasks bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_slot_tasks < 1 THEN
+        RAISE EXCEPTION 'admission_resize: a slot admits at least one task, not %', p_slot_tasks;
+    END IF;
+    IF current_setting('leasehold.admission_held', true) IS DISTINCT FROM '-1' THEN
+        IF txid_current_if_assigned() IS NOT NULL
+           OR COALESCE(NULLIF(current_setting('leasehold.admission_held', true), ''), '0') <> '0' THEN
+            RAISE EXCEPTION 'admission_resize: must be its transaction''s first write';
+        END IF;
+        FOR i IN 0 .. leasehold_admission_slots() - 1 LOOP
+            PERFORM pg_advisory_xact_lock(7424610 + i, hashtext(current_schema()));
+        END LOOP;
+        PERFORM set_config('leasehold.admission_held', '-1', true);
+    END IF;
+    UPDATE settings SET value = p_slot_tasks WHERE key = 'admission_slot_tasks';
+END
+$$;
+
 -- submit_one runs a lone submit (queue/submitone.go) as one statement:
 -- the key's lookup, admission, the task with its key and its submitted
 -- event, and the counts; its outcome is the usual way's.
@@ -581,7 +775,10 @@ BEGIN
         RETURN;
     END IF;
 
-    PERFORM pg_advisory_xact_lock(7424601, hashtext(current_schema()));
+    -- Admission first, before anything is written (see admission): the
+    -- checks below refuse only on the exclusive path's exact counts, as
+    -- the fast path's margin keeps its task within every cap.
+    PERFORM admission(ARRAY[p_user]);
     PERFORM fold_user_deltas(leasehold_fold_rows());
     INSERT INTO users (user_id) VALUES (p_user) ON CONFLICT (user_id) DO NOTHING;
     SELECT COALESCE(MAX(CASE WHEN s.key = 'depth_max' THEN s.value END), 0),

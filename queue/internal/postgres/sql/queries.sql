@@ -45,14 +45,16 @@ SELECT task_id, request_hash FROM idem_tombstones WHERE user_id = :user AND idem
 LIMIT 1;
 
 -- name: user_ensure
--- Admission's lock, then the user's row. Every submit takes the same
--- transaction-scoped advisory lock first, so the depth checks that follow
--- (user_depth, a statement of its own and so reading after the lock is
--- held; active_total for a batch) see every earlier submit: the caps cannot be
--- raced by submits on other connections or machines. Claims and settles
--- only lower the counts, and do not take it. Under the lock, the users'
--- pending count changes are folded once they pile up (fold_user_deltas).
-WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked),
+-- Admission (functions.sql's admission: a slot of its own far from every
+-- cap, the exclusive path near one), then the user's row. It runs before
+-- the submit writes anything, so it may wait for the exclusive path, and
+-- the depth checks that follow (user_depth, a statement of its own and so
+-- reading after admission; active_total for a batch) see every task
+-- admitted before: the caps cannot be raced by submits on other
+-- connections or machines. Claims and settles only lower the counts, and
+-- do not take it. The users' pending count changes are folded once they
+-- pile up (fold_user_deltas).
+WITH admission AS (SELECT admission(ARRAY[CAST(:user AS TEXT)]) AS path),
 folded AS (SELECT fold_user_deltas(leasehold_fold_rows()) AS done FROM admission)
 INSERT INTO users (user_id) SELECT :user FROM admission, folded
 ON CONFLICT (user_id) DO NOTHING;
@@ -111,12 +113,13 @@ FROM json_array_elements((:pairs::text)::json) WITH ORDINALITY AS b(value, ord)
 JOIN idem_tombstones AS s ON s.user_id = b.value ->> 0 AND s.idem_key = b.value ->> 1;
 
 -- name: users_ensure
--- user_ensure for each user of :users, a JSON array of user IDs: the
--- admission lock, the fold, then the users' rows.
-WITH admission AS (SELECT pg_advisory_xact_lock(7424601, hashtext(current_schema())) AS locked),
+-- user_ensure for the users of :users, a JSON array of user IDs naming
+-- each user once for each task of the batch that may be new: admission
+-- for them all, the fold, then the users' rows.
+WITH admission AS (SELECT admission(ARRAY(SELECT json_array_elements_text((:users::text)::json))) AS path),
 folded AS (SELECT fold_user_deltas(leasehold_fold_rows()) AS done FROM admission)
 INSERT INTO users (user_id)
-SELECT b.value FROM admission, folded, json_array_elements_text((:users::text)::json) AS b(value)
+SELECT DISTINCT b.value FROM admission, folded, json_array_elements_text((:users::text)::json) AS b(value)
 ON CONFLICT (user_id) DO NOTHING;
 
 -- name: users_depth
