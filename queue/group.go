@@ -143,6 +143,51 @@ func (q *Queue) writeOp(ctx context.Context, op string, fn func(t *txn) error, c
 	return err
 }
 
+// writeOpAlone is writeOp for an operation that must run in a
+// transaction of its own, not in a group with others (see
+// writeRetryingOp): it takes a lane's lead, so it runs beside the other
+// lanes' groups and Close waits for it, and runs as a group of one.
+func (q *Queue) writeOpAlone(ctx context.Context, op string, fn func(t *txn) error, c *completion, s *submission) error {
+	err := q.writeSolo(ctx, op, fn, c, s)
+	q.commits.broadcast() // wake WaitEvents (watch.go)
+	if err != nil {
+		q.health.noteFailure(err)
+	}
+	return err
+}
+
+func (q *Queue) writeSolo(ctx context.Context, op string, fn func(t *txn) error, c *completion, s *submission) error {
+	if err := q.checkOpen(op); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("queue: %s: %w", op, err)
+	}
+	if c != nil && c.next != nil {
+		*c.next.out = nil
+	}
+	m := &member{caller: ctx, ctx: context.WithoutCancel(ctx), op: op, fn: fn, completes: c, submits: s, done: make(chan struct{})}
+	if q.ops == nil {
+		q.runGroup([]*member{m})
+		return m.err
+	}
+	select {
+	case q.lead <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("queue: %s: %w", op, ctx.Err())
+	case <-q.closing:
+		return fmt.Errorf("queue: %s: %w", op, ErrClosed)
+	}
+	defer func() { <-q.lead }()
+	select {
+	case <-q.closing:
+		return fmt.Errorf("queue: %s: %w", op, ErrClosed)
+	default:
+	}
+	q.runGroup([]*member{m})
+	return m.err
+}
+
 func (q *Queue) writeGrouped(ctx context.Context, op string, fn func(t *txn) error, c *completion, s *submission) error {
 	if err := q.checkOpen(op); err != nil {
 		return err
@@ -491,6 +536,15 @@ func (g *group) runPart(i int, p part, savepoint bool) bool {
 			return false
 		}
 		g.results[i], g.alone[i] = ferr, true
+	case savepoint && admissionBusy(ferr):
+		// Its admission could not wait in a transaction that had written:
+		// rolled back alone, and run again in a transaction of its own
+		// (writeRetryingOp); the rest of the group goes on.
+		if _, err := t.exec(qGroupRollback); err != nil {
+			g.rollback(err, i)
+			return false
+		}
+		g.results[i], g.alone[i] = notApplied(fmt.Errorf("queue: %s: %w", g.members[i].op, ferr)), true
 	default:
 		g.rollback(ferr, append([]int{i}, p.with...)...)
 		return false

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"errors"
+
+	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
 // conflictRetriesMax bounds how often a write is run again after the
@@ -26,13 +28,33 @@ func (q *Queue) writeRetrying(ctx context.Context, op string, fn func(t *txn) er
 
 // writeRetryingOp is writeRetrying for an operation that may be a
 // completion or a submit (see writeOp).
+//
+// A run whose admission could not wait for the exclusive path (its
+// transaction had written: seam.StateAdmissionBusy) is run again alone,
+// in a transaction of its own, where admission is its first lock and may
+// wait; so a submit near a cap is not rolled back again and again for the
+// group commits it lands in.
 func (q *Queue) writeRetryingOp(ctx context.Context, op string, fn func(t *txn) error, c *completion, s *submission) error {
+	alone := false
 	for run := 1; ; run++ {
-		err := q.writeOp(ctx, op, fn, c, s)
+		var err error
+		if alone {
+			err = q.writeOpAlone(ctx, op, fn, c, s)
+		} else {
+			err = q.writeOp(ctx, op, fn, c, s)
+		}
 		if run == conflictRetriesMax || !retryable(err) {
 			return err
 		}
+		alone = alone || admissionBusy(err)
 	}
+}
+
+// admissionBusy reports whether err is a write rolled back because its
+// admission could not wait for the exclusive path.
+func admissionBusy(err error) bool {
+	var s sqlStater
+	return errors.As(err, &s) && s.SQLState() == seam.StateAdmissionBusy
 }
 
 // retryable reports whether err is a write not applied because of a

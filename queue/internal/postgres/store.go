@@ -231,7 +231,7 @@ type sqlStater interface{ SQLState() string }
 // itself).
 func classOfSQLState(code string) seam.Class {
 	switch code {
-	case "40001", "40P01", pgStateAdmissionBusy: // serialization_failure, deadlock_detected, and admission's
+	case "40001", "40P01", seam.StateAdmissionBusy: // serialization_failure, deadlock_detected, admission busy
 		return seam.ClassConflict
 	case "23505": // unique_violation: a key raced by another connection
 		return seam.ClassConstraint
@@ -367,12 +367,6 @@ func (Store) SubmitOne(q seam.Querier, p seam.SubmitParams) (seam.SubmitOutcome,
 // pgStateFusedMismatch is the SQLSTATE complete_and_claim fails with when
 // a claim did not match (functions.sql).
 const pgStateFusedMismatch = "LH001"
-
-// pgStateAdmissionBusy is the SQLSTATE admission fails with when it needs
-// the exclusive path in a transaction that has written, and another
-// transaction holds a slot (functions.sql's lock order): a conflict, run
-// again.
-const pgStateAdmissionBusy = "LH002"
 
 // pgMayHaveCommitted reports whether a statement run as its own
 // transaction that failed with err may have committed (see

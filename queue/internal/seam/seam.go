@@ -231,6 +231,14 @@ const (
 	ClassConstraint Class = "constraint"
 )
 
+// StateAdmissionBusy is the SQLSTATE of a statement whose admission
+// needed the exclusive path in a transaction that had written, while
+// another transaction held an admission slot (PostgreSQL's admission may
+// not wait there: see its functions file). The statement wrote nothing;
+// it is a conflict (ClassConflict), and the operation is run again in a
+// transaction of its own, where admission may wait.
+const StateAdmissionBusy = "LH002"
+
 // AppliedMigration is a migration as a database records it.
 type AppliedMigration struct {
 	Version  int
