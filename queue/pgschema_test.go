@@ -39,7 +39,7 @@ var pinnedPostgresFunctions = map[int]string{
 	2: "0fecd2a61368abc304b07040fd68b963a459e9cc261e94515d2d8c4e40a943d3",
 	3: "3cf83a2ba0ddf89ce60ab37d7fc9b6932e77ee27d6143cdc75f6448700de6b01",
 	4: "84efba875d70859c803c0b4b7640de3a110dae3cf9127e7031d362cab5cf6b0f",
-	5: "e0ae6faa3bbbba7648058f2c5a5b31d19697ead73d1bc533cb1703b09ec77b3f",
+	5: "1d0dc56baf323ca8ff64bc14099343b989e56573bd596bab154f3d49711124fb",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the

@@ -602,9 +602,11 @@ CREATE OR REPLACE FUNCTION leasehold_admission_slots() RETURNS integer
 -- admission admits p_users, one element a task that may be inserted (a
 -- user named once for each of its tasks), as the transaction's next
 -- tasks: it returns 'fast' when they were admitted within the margin (no
--- check of the caps can refuse them), 'exact' when the transaction holds
--- the exclusive path (the caller's next statements read the exact counts
--- and check the caps), and 'none' when no cap applies to them.
+-- check of the caps can refuse them, so the caller makes none), and
+-- 'exact' when the transaction holds the exclusive path (the caller's next
+-- statements read the exact counts and check the caps). On the fast path
+-- it folds the active states' rows of changes once they pile up, as
+-- active_tasks does for the exclusive path.
 CREATE OR REPLACE FUNCTION admission(p_users text[]) RETURNS text
     LANGUAGE plpgsql
     AS $$
@@ -614,41 +616,24 @@ DECLARE
     k CONSTANT BIGINT := COALESCE(cardinality(p_users), 0);
     held BIGINT := COALESCE(NULLIF(current_setting('leasehold.admission_held', true), ''), '0')::BIGINT;
     used BIGINT := COALESCE(NULLIF(current_setting('leasehold.admission_used', true), ''), '0')::BIGINT;
-    slot_tasks BIGINT;
-    slot_tasks_now BIGINT;
-    depth_max BIGINT;
-    capped BOOLEAN;
-    total BIGINT;
+    size_read BIGINT;
     need INTEGER;
     got INTEGER;
     start INTEGER;
     s INTEGER;
-    others BIGINT;
+    near BOOLEAN;
+    pending BIGINT := 0;
 BEGIN
     IF held = -1 THEN
         RETURN 'exact';
     END IF;
-    IF k = 0 THEN
-        RETURN 'none';
-    END IF;
-    SELECT COALESCE(MAX(CASE WHEN st.key = 'depth_max' THEN st.value END), 0),
-           COALESCE(MAX(CASE WHEN st.key = 'admission_slot_tasks' THEN st.value END), 1)
-    INTO depth_max, slot_tasks
-    FROM settings st WHERE st.key IN ('depth_max', 'admission_slot_tasks');
-    SELECT depth_max <> 0 OR EXISTS (
-               SELECT 1 FROM unnest(p_users) AS w(user_id) LEFT JOIN users u ON u.user_id = w.user_id
-               WHERE CASE WHEN u.depth_max >= 0 THEN u.depth_max
-                          ELSE (SELECT value FROM settings WHERE key = 'user_depth_max') END <> 0)
-    INTO capped;
-    IF NOT capped THEN
-        RETURN 'none';
-    END IF;
+    SELECT COALESCE(MAX(st.value), 1) INTO size_read FROM settings st WHERE st.key = 'admission_slot_tasks';
 
     -- The fast path: enough slots for this transaction's fast-path tasks,
     -- tried from a slot of this connection's own, and the margin checked
-    -- in the statements after them.
+    -- in the statement after them.
     BEGIN
-        need := CAST(ceil((used + k)::numeric / GREATEST(slot_tasks, 1)) AS INTEGER) - bit_count(held::bit(64))::INTEGER;
+        need := CAST(ceil((used + k)::numeric / GREATEST(size_read, 1)) AS INTEGER) - bit_count(held::bit(64))::INTEGER;
         IF bit_count(held::bit(64)) + GREATEST(need, 0) > slots THEN
             RAISE EXCEPTION 'admission: near' USING ERRCODE = 'LH902';
         END IF;
@@ -666,34 +651,48 @@ BEGIN
         IF got < need THEN
             RAISE EXCEPTION 'admission: too few slots free' USING ERRCODE = 'LH902';
         END IF;
-        SELECT st.value INTO slot_tasks_now FROM settings st WHERE st.key = 'admission_slot_tasks';
-        IF slot_tasks_now IS DISTINCT FROM slot_tasks THEN
-            RAISE EXCEPTION 'admission: slots resized' USING ERRCODE = 'LH902';
-        END IF;
-        -- others is the most that the other transactions admitted and have
-        -- not committed: B for each slot this one does not hold.
-        others := (slots - bit_count(held::bit(64))) * slot_tasks;
-        IF depth_max <> 0 THEN
-            SELECT COALESCE(SUM(t.n), 0)::BIGINT INTO total
-            FROM tally_deltas t WHERE t.name IN ('state:queued', 'state:running', 'state:waiting_for_approval');
-            IF total + k + others > depth_max THEN
-                RAISE EXCEPTION 'admission: near the depth cap' USING ERRCODE = 'LH902';
-            END IF;
-        END IF;
-        IF EXISTS (SELECT 1 FROM (SELECT w.user_id, COUNT(*) AS n FROM unnest(p_users) AS w(user_id) GROUP BY w.user_id) w
-                   LEFT JOIN user_caps c ON c.user_id = w.user_id
-                   CROSS JOIN LATERAL (SELECT COALESCE(c.depth_limit,
-                                              (SELECT value FROM settings WHERE key = 'user_depth_max')) AS cap) l
-                   WHERE l.cap <> 0 AND COALESCE(c.active, 0) + w.n + others > l.cap) THEN
-            RAISE EXCEPTION 'admission: near a user''s depth cap' USING ERRCODE = 'LH902';
+        -- The margin, read after the slots are held: others is the most
+        -- the other transactions admitted and have not committed, the
+        -- tasks of each slot this one does not hold. The slots' size is
+        -- read again, as one resized (on the exclusive path) since the
+        -- first read would change it.
+        WITH conf AS (
+            SELECT COALESCE(MAX(CASE WHEN st.key = 'depth_max' THEN st.value END), 0) AS depth_max,
+                   COALESCE(MAX(CASE WHEN st.key = 'user_depth_max' THEN st.value END), 0) AS user_depth_max,
+                   COALESCE(MAX(CASE WHEN st.key = 'admission_slot_tasks' THEN st.value END), 1) AS slot_tasks
+            FROM settings st WHERE st.key IN ('depth_max', 'user_depth_max', 'admission_slot_tasks')
+        ), margin AS (
+            SELECT conf.*, (slots - bit_count(held::bit(64))) * conf.slot_tasks AS others FROM conf
+        ), tally AS (
+            SELECT COALESCE(SUM(t.n), 0)::BIGINT AS total, COUNT(*) AS n_rows FROM tally_deltas t
+            WHERE t.name IN ('state:queued', 'state:running', 'state:waiting_for_approval')
+              AND (SELECT depth_max FROM conf) <> 0
+        )
+        SELECT m.slot_tasks <> size_read
+               OR (m.depth_max <> 0 AND tally.total + k + m.others > m.depth_max)
+               OR EXISTS (SELECT 1 FROM (SELECT w.user_id, COUNT(*) AS n FROM unnest(p_users) AS w(user_id) GROUP BY w.user_id) w
+                          LEFT JOIN user_caps c ON c.user_id = w.user_id
+                          CROSS JOIN LATERAL (SELECT COALESCE(c.depth_limit, m.user_depth_max) AS cap) l
+                          WHERE l.cap <> 0 AND COALESCE(c.active, 0) + w.n + m.others > l.cap),
+               tally.n_rows
+        INTO near, pending
+        FROM margin m, tally;
+        IF near THEN
+            RAISE EXCEPTION 'admission: near a cap' USING ERRCODE = 'LH902';
         END IF;
         PERFORM set_config('leasehold.admission_held', held::text, true),
                 set_config('leasehold.admission_used', (used + k)::text, true);
-        RETURN 'fast';
     EXCEPTION WHEN SQLSTATE 'LH902' THEN
         -- The slots this block took are released; held is as it was.
         held := COALESCE(NULLIF(current_setting('leasehold.admission_held', true), ''), '0')::BIGINT;
+        near := true;
     END;
+    IF NOT near THEN
+        IF pending >= leasehold_fold_rows() THEN
+            PERFORM active_tasks(leasehold_fold_rows());
+        END IF;
+        RETURN 'fast';
+    END IF;
 
     -- The exclusive path: every slot.
     IF held = 0 AND txid_current_if_assigned() IS NULL THEN
@@ -755,6 +754,7 @@ DECLARE
     mine BIGINT;
     mine_limit BIGINT;
     total BIGINT;
+    path TEXT;
 BEGIN
     SELECT k.id, k.request_hash INTO found_id, found_hash FROM (
         SELECT t.id, t.request_hash FROM task_keys tk JOIN tasks t ON t.seq = tk.seq
@@ -775,26 +775,29 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Admission first, before anything is written (see admission): the
-    -- checks below refuse only on the exclusive path's exact counts, as
-    -- the fast path's margin keeps its task within every cap.
-    PERFORM admission(ARRAY[p_user]);
+    -- Admission first, before anything is written (see admission). On
+    -- the fast path its margin keeps the task within every cap, and no
+    -- count is read again; on the exclusive path the checks below read
+    -- the exact counts, the only place a submit is refused.
+    path := admission(ARRAY[p_user]);
     PERFORM fold_user_deltas(leasehold_fold_rows());
     INSERT INTO users (user_id) VALUES (p_user) ON CONFLICT (user_id) DO NOTHING;
     SELECT COALESCE(MAX(CASE WHEN s.key = 'depth_max' THEN s.value END), 0),
            COALESCE(MAX(CASE WHEN s.key = 'attempts_max' THEN s.value END), 0)
     INTO depth_max, attempts
     FROM settings s WHERE s.key IN ('depth_max', 'attempts_max');
-    SELECT c.active, c.depth_limit INTO mine, mine_limit FROM user_caps c WHERE c.user_id = p_user;
-    total := CASE WHEN depth_max <> 0 THEN active_tasks(leasehold_fold_rows()) ELSE 0 END;
-{broken:depth-cap-off-by-one||    mine := mine - 1;
-}    IF mine_limit > 0 AND mine >= mine_limit THEN
-        RETURN QUERY SELECT 'user_full', CAST(NULL AS TEXT), mine, mine_limit;
-        RETURN;
-    END IF;
-    IF depth_max <> 0 AND total >= depth_max THEN
-        RETURN QUERY SELECT 'queue_full', CAST(NULL AS TEXT), total, depth_max;
-        RETURN;
+    IF path <> 'fast' THEN
+        SELECT c.active, c.depth_limit INTO mine, mine_limit FROM user_caps c WHERE c.user_id = p_user;
+        total := CASE WHEN depth_max <> 0 THEN active_tasks(leasehold_fold_rows()) ELSE 0 END;
+{broken:depth-cap-off-by-one||        mine := mine - 1;
+}        IF mine_limit > 0 AND mine >= mine_limit THEN
+            RETURN QUERY SELECT 'user_full', CAST(NULL AS TEXT), mine, mine_limit;
+            RETURN;
+        END IF;
+        IF depth_max <> 0 AND total >= depth_max THEN
+            RETURN QUERY SELECT 'queue_full', CAST(NULL AS TEXT), total, depth_max;
+            RETURN;
+        END IF;
     END IF;
 
     -- The task, its key, its submitted event (numbered after the events'
