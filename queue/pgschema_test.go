@@ -30,6 +30,7 @@ var pinnedPostgresMigrations = map[string]string{
 	"0001_baseline.sql":        "33032e05b9cc9b5a928755d48592a3ee969aef7386f64d4365757db71ef5a365",
 	"0002_kinds.sql":           "6f50df76dda8ffe01d6cdc319d2d6e8e5596a62aeecb323ca3795e729fe88528",
 	"0003_admission_slots.sql": "f8628d5db191c206a65dcc793c9944872f91c3fd5d0996fde9a04a479517faf6",
+	"0004_task_trail.sql":      "ced369efec6ca8929f8e8f2694aa317647d0fccb8c52e594cfab78bd17135650",
 }
 
 // pinnedPostgresFunctions holds the SHA-256 of functions.sql's safe text at
@@ -40,6 +41,7 @@ var pinnedPostgresFunctions = map[int]string{
 	3: "3cf83a2ba0ddf89ce60ab37d7fc9b6932e77ee27d6143cdc75f6448700de6b01",
 	4: "84efba875d70859c803c0b4b7640de3a110dae3cf9127e7031d362cab5cf6b0f",
 	5: "1d0dc56baf323ca8ff64bc14099343b989e56573bd596bab154f3d49711124fb",
+	6: "8901d477eb9da05135da0a1b925a770b481fdd73cc218b3316c7e263b5fe520e",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the

@@ -1,4 +1,4 @@
--- version: 5
+-- version: 6
 -- The PostgreSQL store's functions and the triggers that call them: code,
 -- not schema. migrate installs this file whole (CREATE OR REPLACE) after
 -- the migrations, in the transaction that runs them, and records its
@@ -214,6 +214,34 @@ CREATE OR REPLACE TRIGGER events_counted AFTER INSERT ON events
     WHEN (current_setting('leasehold.counted', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION events_counted();
 
+-- The trail (migration 0004): each task's row keeps the seqs of its
+-- events, which is how every reader of a task's events finds them. A
+-- statement that inserts events appends their seqs to their tasks' rows
+-- here, in its transaction, unless it appended them itself in the update
+-- that moved the task (a function that does runs with leasehold.trailed
+-- on). The counters' triggers stand aside for the append: it moves no
+-- task. An event of a task that does not exist (task_id '', an event of
+-- the queue's own) is in no trail.
+CREATE OR REPLACE FUNCTION events_trailed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    counted TEXT := COALESCE(current_setting('leasehold.counted', true), '');
+BEGIN
+    PERFORM set_config('leasehold.counted', 'on', true);
+    UPDATE tasks t SET trail = t.trail || a.seqs
+    FROM (SELECT task_id, array_agg(seq ORDER BY seq) AS seqs FROM appended GROUP BY task_id) a
+    WHERE t.id = a.task_id;
+    PERFORM set_config('leasehold.counted', counted, true);
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER events_trailed AFTER INSERT ON events
+    REFERENCING NEW TABLE AS appended FOR EACH STATEMENT
+    WHEN (current_setting('leasehold.trailed', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION events_trailed();
+
 -- Only a prune deletes: a terminal task settled before the prune's cutoff,
 -- its events, and its effects that hold a receipt.
 CREATE OR REPLACE FUNCTION tasks_no_delete() RETURNS trigger
@@ -297,6 +325,11 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
     took BIGINT[];
     taken tasks[] := '{}';
     taken_seqs BIGINT[] := '{}';
+    -- trail_claims, set by a caller that inserts the claimed events
+    -- itself, has the claim draw their seqs (claim_seqs, in claim order)
+    -- and append each to its task's trail in the update that moves it.
+    trail_claims BOOLEAN := false;
+    claim_seqs BIGINT[];
     i INTEGER;
     k INTEGER;
 -- end fragment
@@ -424,6 +457,11 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
                 WHERE cand_seqs[j] = ANY(taken_seqs);
             END IF;
 
+            IF trail_claims THEN
+                claim_seqs := ARRAY(SELECT nextval('events_seq') AS s
+                                    FROM generate_series(1, cardinality(taken_seqs)) ORDER BY s);
+            END IF;
+
             -- The users' rows gain their deltas and the tasks taken, in
             -- user order; and the tasks taken move.
             WITH counted AS (
@@ -434,7 +472,9 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
             ), moved AS (
                 UPDATE tasks
                 SET state = 'running', version = version + 1, owner = p_owner, lease_until = p_lease_until,
-                    claimed_at = p_now, heartbeat_at = p_now, updated_at = p_now
+                    claimed_at = p_now, heartbeat_at = p_now, updated_at = p_now,
+                    trail = CASE WHEN claim_seqs IS NULL THEN trail
+                                 ELSE trail || claim_seqs[array_position(taken_seqs, seq)] END
                 WHERE seq = ANY(taken_seqs) AND COALESCE(state, '') = 'queued'
                 RETURNING 1
             )
@@ -469,59 +509,73 @@ $$;
 -- statement: the completions of p_claims, fenced, then the claim, the
 -- events of p_events and the claimed events, and the counts (the
 -- function runs with leasehold.counted on, so the triggers stand aside). A claim that does not match fails with LH001 and
--- nothing written.
+-- nothing written. Every event's seq is drawn after the events' shared
+-- lock is held (as event_insert draws it), before the update that moves
+-- its task, which appends it to the task's trail (leasehold.trailed is
+-- on, so events_trailed stands aside): p_events are the completions'
+-- events, each of a task p_claims completes.
 DROP FUNCTION IF EXISTS complete_and_claim(jsonb, jsonb, bigint, integer, text, bigint, text);
 CREATE OR REPLACE FUNCTION complete_and_claim(p_claims jsonb, p_events jsonb, p_now bigint, p_max integer, p_owner text, p_lease_until bigint, p_scope text, p_kinds jsonb) RETURNS SETOF tasks
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_bitmapscan TO 'off'
     SET "leasehold.counted" TO 'on'
+    SET "leasehold.trailed" TO 'on'
     AS $$
 DECLARE
     n BIGINT;
+    n_trailed BIGINT;
     done_users TEXT[];
     done_runs BIGINT[];
+    ev_tasks TEXT[];
+    ev_seqs BIGINT[];
 {fragment:claim_declare}
 BEGIN
+    PERFORM pg_advisory_xact_lock_shared(7424602, hashtext(current_schema()));
+    ev_tasks := ARRAY(SELECT x.e ->> 0 FROM jsonb_array_elements(p_events) WITH ORDINALITY AS x(e, k) ORDER BY x.k);
+    ev_seqs := ARRAY(SELECT nextval('events_seq') AS s FROM generate_series(1, cardinality(ev_tasks)) ORDER BY s);
     WITH done AS (
-        UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, last_error = '', updated_at = c.now
-        FROM (SELECT e ->> 0 AS id, (e ->> 1)::bigint AS fence, (e ->> 2)::bigint AS now
+        UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, last_error = '', updated_at = c.now,
+                         trail = tasks.trail || c.seqs
+        FROM (SELECT e ->> 0 AS id, (e ->> 1)::bigint AS fence, (e ->> 2)::bigint AS now,
+                     ARRAY(SELECT v.s FROM unnest(ev_tasks, ev_seqs) AS v(t, s) WHERE v.t = e ->> 0 ORDER BY v.s) AS seqs
               FROM jsonb_array_elements(p_claims) AS e) AS c
         WHERE tasks.id = ANY(ARRAY(SELECT e ->> 0 FROM jsonb_array_elements(p_claims) AS e))
           AND tasks.id = c.id AND tasks.version = c.fence AND COALESCE(tasks.state, '') = 'running'
           AND (tasks.lease_until > c.now{broken:write-at-lease-until|| OR tasks.lease_until = c.now})
-        RETURNING tasks.user_id, GREATEST(0, tasks.updated_at - tasks.claimed_at) AS run_time
+        RETURNING tasks.user_id, GREATEST(0, tasks.updated_at - tasks.claimed_at) AS run_time, cardinality(c.seqs) AS trailed
     ), deltas AS (
         -- The completions' users, each a running and an active task fewer.
         INSERT INTO user_deltas (user_id, running, active)
         SELECT d.user_id, -COUNT(*), -COUNT(*) FROM done d
         GROUP BY d.user_id ORDER BY d.user_id COLLATE "C"
     )
-    SELECT COUNT(*), COALESCE(array_agg(d.user_id), '{}'), COALESCE(array_agg(d.run_time), '{}')
-    INTO n, done_users, done_runs
+    SELECT COUNT(*), COALESCE(SUM(d.trailed), 0), COALESCE(array_agg(d.user_id), '{}'), COALESCE(array_agg(d.run_time), '{}')
+    INTO n, n_trailed, done_users, done_runs
     FROM done d;
     IF n <> jsonb_array_length(p_claims) THEN
         RAISE EXCEPTION 'complete_and_claim: % of % claims matched', n, jsonb_array_length(p_claims)
             USING ERRCODE = 'LH001';
     END IF;
+    IF n_trailed <> cardinality(ev_tasks) THEN
+        RAISE EXCEPTION 'complete_and_claim: % of % events are of the tasks it completes', n_trailed, cardinality(ev_tasks);
+    END IF;
+    trail_claims := true;
 {fragment:claim}
 
 
-    -- The events, numbered after the events' shared lock is held (as
-    -- event_insert), and the counts.
-    WITH writing AS (
-        SELECT pg_advisory_xact_lock_shared(7424602, hashtext(current_schema())) AS locked
-    ), appended AS (
-        INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
-        SELECT v.task_id, v.kind, v.attempt, v.fence, v.op_id, v.from_state, v.to_state, v.reason, v.actor, v.at,
+    -- The events, with the seqs drawn for them, and the counts.
+    WITH appended AS (
+        INSERT INTO events (seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+        SELECT v.seq, v.task_id, v.kind, v.attempt, v.fence, v.op_id, v.from_state, v.to_state, v.reason, v.actor, v.at,
                v.detail, v.scope
-        FROM writing, (
-            SELECT 1 AS part, x.k, e ->> 0 AS task_id, e ->> 1 AS kind, (e ->> 2)::bigint AS attempt,
+        FROM (
+            SELECT 1 AS part, x.k, ev_seqs[x.k] AS seq, e ->> 0 AS task_id, e ->> 1 AS kind, (e ->> 2)::bigint AS attempt,
                    (e ->> 3)::bigint AS fence, e ->> 4 AS op_id, e ->> 5 AS from_state, e ->> 6 AS to_state,
                    e ->> 7 AS reason, e ->> 8 AS actor, (e ->> 9)::bigint AS at, e ->> 10 AS detail, e ->> 11 AS scope
             FROM jsonb_array_elements(p_events) WITH ORDINALITY AS x(e, k)
             UNION ALL
-            SELECT 2, t.ordinality, t.id, 'claimed', t.version + 1, t.version + 1, '', 'queued', 'running', '',
+            SELECT 2, t.ordinality, claim_seqs[t.ordinality], t.id, 'claimed', t.version + 1, t.version + 1, '', 'queued', 'running', '',
                    p_owner, p_now, '', p_scope
             FROM unnest(taken) WITH ORDINALITY AS t) v
         ORDER BY v.part, v.k

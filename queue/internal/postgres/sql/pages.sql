@@ -101,7 +101,8 @@ WHERE seq = (SELECT k.seq FROM task_keys k WHERE k.user_id = :user AND k.idem_ke
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
        COALESCE(t.user_id, ''), COALESCE(t.kind, '')
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
-WHERE e.task_id = :task_id AND e.seq > :after AND e.seq <= (SELECT last_value FROM events_seq)
+WHERE e.seq IN (SELECT unnest(tt.trail) FROM tasks tt WHERE tt.id = :task_id)
+  AND e.seq > :after AND e.seq <= (SELECT last_value FROM events_seq)
 ORDER BY e.seq LIMIT :limit;
 
 -- name: trail_after
@@ -130,4 +131,5 @@ WHERE e.seq > :after AND e.seq {broken:follower-skips-mark|<=|<} :through
 ORDER BY e.seq LIMIT :limit;
 
 -- name: task_last_event_seq
-SELECT COALESCE(MAX(seq), 0) FROM events WHERE task_id = :task_id;
+-- The highest seq of the task's trail.
+SELECT COALESCE(MAX(s), 0) FROM tasks t CROSS JOIN LATERAL unnest(t.trail) AS s WHERE t.id = :task_id;

@@ -62,7 +62,10 @@ FROM tasks WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
 DELETE FROM effects WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
 
 -- name: prune_events
-DELETE FROM events WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+-- The batch's events, by their tasks' trails (migration 0004): run before
+-- prune_tasks.
+DELETE FROM events WHERE seq IN (SELECT unnest(t.trail) FROM tasks t
+                                 WHERE t.id IN (SELECT jsonb_array_elements_text(:ids::jsonb)));
 
 -- name: prune_tasks
 DELETE FROM tasks WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
@@ -102,8 +105,8 @@ ORDER BY t.seq LIMIT :limit;
 -- cutoff kept for an effect without its receipt, and the tombstones whose
 -- window has passed.
 SELECT
-    (SELECT COUNT(*) FROM events WHERE task_id IN (
-        SELECT t.id FROM tasks t
+    (SELECT COUNT(*) FROM events WHERE seq IN (
+        SELECT unnest(t.trail) FROM tasks t
         WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
           AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
           AND t.seq < (SELECT MAX(seq) FROM tasks))),

@@ -378,8 +378,9 @@ SELECT {task_columns} FROM (
 ORDER BY seq;
 
 -- name: events_by_task
+-- A task's events by the seqs its trail holds (migration 0004).
 SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
-FROM events WHERE task_id = :task_id ORDER BY seq;
+FROM events WHERE seq IN (SELECT unnest(t.trail) FROM tasks t WHERE t.id = :task_id) ORDER BY seq;
 
 -- name: events_all
 SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
@@ -536,7 +537,8 @@ ON CONFLICT (key) DO UPDATE SET value = settings.value + 1;
 -- name: audit_by_task
 SELECT seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope
 FROM events
-WHERE task_id = :task_id AND (:actor = '' OR actor = :actor) AND at >= :since AND at < :until
+WHERE seq IN (SELECT unnest(t.trail) FROM tasks t WHERE t.id = :task_id)
+  AND (:actor = '' OR actor = :actor) AND at >= :since AND at < :until
 ORDER BY seq
 LIMIT :limit;
 
