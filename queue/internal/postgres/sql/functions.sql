@@ -301,12 +301,20 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
 -- wait on each other over tasks; SKIP LOCKED alone does not hold a
 -- per-user limit (under READ COMMITTED two claimers each see the user
 -- below it), so the claim then locks the candidates' users' counter rows,
--- in user order, skipping a row another transaction holds, and its next
--- statement, whose snapshot is taken after the lock, folds their deltas
--- and reads each user's room: every claim of that user that committed is
--- counted, and none can commit until this transaction ends. A task whose
--- user's row was skipped, or whose user has no room, is left. The users'
--- running counts are raised here, under their locks, not by tasks_moved.
+-- in user order, and its next statement, whose snapshot is taken after
+-- the lock, folds their deltas and reads each user's room: every claim of
+-- that user that committed is counted, and none can commit until this
+-- transaction ends. A claim in a transaction of its own that holds no
+-- other lock a claim may wait for (complete_and_claim's: users_wait)
+-- waits for a row another transaction holds: each such holder is one
+-- short statement, and every claim takes the rows in the same order.
+-- Any other claim (claim_batch, in a group's transaction that may hold
+-- admission's lock) skips a held row, so that it never waits in a cycle;
+-- a task whose user's row was skipped, or whose user has no room, is
+-- left. (Skipping in complete_and_claim too left its claim empty-handed
+-- whenever another process's claim held the rows: docs/PERF.md.) The
+-- users' running counts are raised here, under their locks, not by
+-- tasks_moved.
 -- fragment: claim_declare
     -- kinds are the kinds the claim serves (p_kinds, a JSON array), NULL
     -- for every kind.
@@ -330,6 +338,9 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
     -- and append each to its task's trail in the update that moves it.
     trail_claims BOOLEAN := false;
     claim_seqs BIGINT[];
+    -- users_wait, set by a caller whose claim may wait for the users'
+    -- rows (see above), has it wait rather than skip them.
+    users_wait BOOLEAN := false;
     i INTEGER;
     k INTEGER;
 -- end fragment
@@ -408,12 +419,21 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
 
         IF cardinality(cand_seqs) > 0 THEN
             -- The counter rows of the candidates' users, locked in user
-            -- order, each skipped when another transaction holds it.
-            SELECT COALESCE(array_agg(l.user_id), '{}') INTO locked
-            FROM (SELECT u.user_id FROM users u
-                  WHERE u.user_id = ANY(cand_users)
-                  ORDER BY u.user_id COLLATE "C"
-                  FOR NO KEY UPDATE OF u SKIP LOCKED) AS l;
+            -- order, each skipped when another transaction holds it
+            -- unless users_wait.
+            IF users_wait THEN
+                SELECT COALESCE(array_agg(l.user_id), '{}') INTO locked
+                FROM (SELECT u.user_id FROM users u
+                      WHERE u.user_id = ANY(cand_users)
+                      ORDER BY u.user_id COLLATE "C"
+                      FOR NO KEY UPDATE OF u) AS l;
+            ELSE
+                SELECT COALESCE(array_agg(l.user_id), '{}') INTO locked
+                FROM (SELECT u.user_id FROM users u
+                      WHERE u.user_id = ANY(cand_users)
+                      ORDER BY u.user_id COLLATE "C"
+                      FOR NO KEY UPDATE OF u SKIP LOCKED) AS l;
+            END IF;
         END IF;
 
         IF cardinality(locked) > 0 THEN
@@ -561,6 +581,7 @@ BEGIN
         RAISE EXCEPTION 'complete_and_claim: % of % events are of the tasks it completes', n_trailed, cardinality(ev_tasks);
     END IF;
     trail_claims := true;
+    users_wait := true;
 {fragment:claim}
 
 
