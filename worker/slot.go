@@ -87,6 +87,27 @@ type Slot struct {
 	// to ask for; refilled holds what that write claimed.
 	refill   func() (model.ClaimRequest, bool)
 	refilled []model.Claimed
+
+	// hold, when set (by a Runner whose slots claim ahead), says whether
+	// the slot, its task's steps all done, is to leave its completion to
+	// a later write of its lane (holding, then): see ahead.go. with are
+	// the lane's slots holding theirs, which this slot's completing write
+	// completes too, and withErrs their outcomes once it has.
+	hold     func() bool
+	holding  bool
+	with     []*Slot
+	withErrs []error
+}
+
+// EachCompleteClaimer is a CompleteClaimer that can also complete several
+// claims in one write, each claiming its next tasks (*queue.Queue's
+// CompleteEachAndClaim): a Runner's slots then claim ahead (Config.ClaimAhead).
+type EachCompleteClaimer interface {
+	CompleteClaimer
+	CompleteEachAndClaim(ctx context.Context, claims []model.Claim, next model.ClaimRequest) ([]model.Claimed, []error)
+	// ClaimsAhead reports whether a runner's slots should claim ahead
+	// (see queue.(*Queue).ClaimsAhead).
+	ClaimsAhead() bool
 }
 
 // CompleteClaimer is a Queue that can complete a claim and claim the next
@@ -875,8 +896,15 @@ func (s *Slot) pause(ctx context.Context, now time.Time) Report {
 }
 
 func (s *Slot) complete(ctx context.Context, now time.Time) Report {
+	if s.hold != nil && s.hold() {
+		s.phase, s.holding = phaseDone, true
+		return s.report(ActionIdle)
+	}
 	if cc, ok := s.cfg.Queue.(CompleteClaimer); ok && s.refill != nil {
 		if next, ok := s.refill(); ok {
+			if ec, ok := cc.(EachCompleteClaimer); ok && len(s.with) > 0 {
+				return s.completeEachAndClaim(ctx, now, ec, next)
+			}
 			return s.completeAndClaim(ctx, now, cc, next)
 		}
 	}
@@ -897,7 +925,37 @@ func (s *Slot) completeAndClaim(ctx context.Context, now time.Time, cc CompleteC
 	if r.Err != nil {
 		return r
 	}
-	s.refilled = claimed
+	s.refilled = append(s.refilled, claimed...)
+	s.reportClaims(&r, claimed)
+	return r
+}
+
+// completeEachAndClaim completes the task and those of the slots held
+// with it (with) in one write, each claiming next; their outcomes are
+// withErrs, and every task claimed (by this completion or theirs) is the
+// slot's refilled. The held completions go in this write only: a retry
+// of this one's (after a storage error) completes it alone.
+func (s *Slot) completeEachAndClaim(ctx context.Context, now time.Time, ec EachCompleteClaimer, next model.ClaimRequest) Report {
+	claims := make([]model.Claim, 0, len(s.with)+1)
+	for _, h := range s.with {
+		claims = append(claims, h.claim)
+	}
+	claims = append(claims, s.claim)
+	var claimed []model.Claimed
+	var errs []error
+	r := s.finish(now, model.WriteComplete, "task completed", func() (string, error) {
+		claimed, errs = ec.CompleteEachAndClaim(ctx, claims, next)
+		return "completed", errs[len(errs)-1]
+	})
+	s.withErrs, s.with = errs[:len(errs)-1], nil
+	s.refilled = append(s.refilled, claimed...)
+	s.reportClaims(&r, claimed)
+	return r
+}
+
+// reportClaims lists the claims a completing write made in its report and
+// logs each.
+func (s *Slot) reportClaims(r *Report, claimed []model.Claimed) {
 	for _, c := range claimed {
 		r.Claims = append(r.Claims, c.Claim)
 		s.cfg.Logger.Info("task claimed", "worker", s.cfg.ID, "task_id", c.Claim.TaskID, "attempt", c.Claim.Attempt,
@@ -906,7 +964,6 @@ func (s *Slot) completeAndClaim(ctx context.Context, now time.Time, cc CompleteC
 	if len(claimed) > 0 {
 		r.Outcome += fmt.Sprintf("; %d claimed", len(claimed))
 	}
-	return r
 }
 
 func (s *Slot) failTask(ctx context.Context, now time.Time) Report {

@@ -57,6 +57,16 @@ type Config struct {
 	// CompleteClaimer that ClaimsOnCompletion: one task, when the claimer
 	// would have room for it with the slot free. (A Runner always does.)
 	Refill bool
+	// ClaimAhead has each slot of a live Runner, over a queue that can
+	// complete several claims in one write (EachCompleteClaimer), hold up
+	// to ClaimAhead tasks claimed ahead of the one it runs, and write the
+	// completions of the tasks it ran in one write with the one that ends
+	// its run of them, claiming as many again (see ahead.go), where the
+	// queue says claiming ahead pays (EachCompleteClaimer.ClaimsAhead).
+	// Zero: DefaultClaimAhead; negative: none, a slot holds one task at a
+	// time. At most ClaimAheadMax; none while CostCapacity bounds the
+	// budget held. A stepped Worker (New) never claims ahead.
+	ClaimAhead int
 
 	PollMin, PollMax time.Duration // idle polling backoff (100ms to 2s)
 	// StorageBackoffMin and StorageBackoffMax bound the backoff while
@@ -95,6 +105,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Concurrency < 1 || c.Concurrency > ConcurrencyMax {
 		return c, &model.ValidationError{Field: "concurrency", Problem: fmt.Sprintf("must be between 1 and %d, got %d", ConcurrencyMax, c.Concurrency)}
+	}
+	if c.ClaimAhead > ClaimAheadMax {
+		return c, &model.ValidationError{Field: "claim_ahead", Problem: fmt.Sprintf("must be at most %d, got %d", ClaimAheadMax, c.ClaimAhead)}
+	}
+	switch {
+	case c.ClaimAhead < 0 || c.CostCapacity > 0:
+		c.ClaimAhead = 0
+	case c.ClaimAhead == 0:
+		c.ClaimAhead = DefaultClaimAhead
 	}
 	if c.ClaimBatch == 0 {
 		c.ClaimBatch = c.Concurrency
