@@ -41,7 +41,7 @@ var pinnedPostgresFunctions = map[int]string{
 	3: "3cf83a2ba0ddf89ce60ab37d7fc9b6932e77ee27d6143cdc75f6448700de6b01",
 	4: "84efba875d70859c803c0b4b7640de3a110dae3cf9127e7031d362cab5cf6b0f",
 	5: "1d0dc56baf323ca8ff64bc14099343b989e56573bd596bab154f3d49711124fb",
-	6: "8901d477eb9da05135da0a1b925a770b481fdd73cc218b3316c7e263b5fe520e",
+	6: "50def1b822feeef072094c88091b16797852c353038a8f95fc6a9b66c1c5a346",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the

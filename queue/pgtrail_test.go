@@ -22,13 +22,13 @@ import (
 var pgKindsEpoch = time.Date(2026, 4, 1, 9, 0, 0, 0, time.UTC)
 
 // writeTrailSchema migrates the schema at url as a build at schema version
-// 2 did, before migrations 0003 and 0004 (admission slots, task trails): migrations 0001
-// and 0002 and that build's functions (version 4, kept in testdata), each
+// 2 did, before migrations 0003 (admission slots) and 0004 (task trails):
+// migrations 0001 and 0002 and that build's functions (version 4, kept in testdata), each
 // recorded. It then writes through that build's functions and statements:
 // t_a, t_b and t_c submitted (ana, bob, bob); t_a and t_b claimed by w1
 // (claim_batch, the claimed events inserted after it); t_a completed by
 // complete_and_claim, which claims t_c for w1; an event of t_b's written
-// alone, and an event of the queue's own (task_id ”).
+// alone, and an event of the queue's own (with no task).
 func writeTrailSchema(ctx context.Context, url string) error {
 	set, err := sqlOf(postgres.Store{})
 	if err != nil {
