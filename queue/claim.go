@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue/internal/seam"
 )
@@ -122,7 +123,8 @@ func (t *txn) claim(req model.ClaimRequest, out *[]model.Claimed) error {
 
 // claimParams is req as a store's Claim takes it, for up to max tasks.
 func claimParams(req model.ClaimRequest, max int) seam.ClaimParams {
-	return seam.ClaimParams{Worker: req.Worker, Lease: req.Lease, Max: max, Kinds: req.Kinds}
+	kinds := broken.Pick(broken.ClaimIgnoresKinds, req.Kinds, nil)
+	return seam.ClaimParams{Worker: req.Worker, Lease: req.Lease, Max: max, Kinds: kinds}
 }
 
 // claimed records the claim of task, which the store has just taken for

@@ -34,7 +34,23 @@ const (
 	// submit with a replay and a conflict, a replay inside a tombstone's
 	// window, a follower crossing a window mark, ...
 	CellPath CellKind = "path"
+	// CellTaskKind is what claims did with the kinds of tasks: a claim
+	// took a task of a kind ("claimed:render"), a worker's claim naming
+	// its kinds found nothing while a task of another kind was claimable
+	// (KindIdleOthersQueued), one claim took tasks of several kinds
+	// (KindClaimSeveral).
+	CellTaskKind CellKind = "task_kind"
 )
+
+// Names of the task-kind cells besides ClaimedKind's.
+const (
+	KindIdleOthersQueued = "idle_while_others_queued"
+	KindClaimSeveral     = "claim_of_several_kinds"
+)
+
+// ClaimedKind is the name of the task-kind cell of a claim that took a
+// task of kind.
+func ClaimedKind(kind string) string { return "claimed:" + kind }
 
 // Cell is one cell of a coverage map.
 type Cell struct {
@@ -58,6 +74,9 @@ func RunCell(outcome string) Cell { return Cell{Kind: CellRun, Name: outcome} }
 
 // PathCell names a path of the protocol.
 func PathCell(name string) Cell { return Cell{Kind: CellPath, Name: name} }
+
+// TaskKindCell names what a claim did with kinds (CellTaskKind).
+func TaskKindCell(name string) Cell { return Cell{Kind: CellTaskKind, Name: name} }
 
 // String renders the cell as "kind name".
 func (c Cell) String() string { return string(c.Kind) + " " + c.Name }
@@ -83,7 +102,8 @@ func ParseCell(s string) (Cell, error) {
 	switch {
 	case !ok || name == "":
 		return Cell{}, fmt.Errorf("coverage cell %q: want \"kind name\"", s)
-	case c.Kind != CellTransition && c.Kind != CellRefusal && c.Kind != CellFault && c.Kind != CellRun && c.Kind != CellPath:
+	case c.Kind != CellTransition && c.Kind != CellRefusal && c.Kind != CellFault && c.Kind != CellRun && c.Kind != CellPath &&
+		c.Kind != CellTaskKind:
 		return Cell{}, fmt.Errorf("coverage cell %q: unknown kind %q", s, kind)
 	}
 	return c, nil
@@ -139,6 +159,15 @@ func paths(names ...string) []Cell {
 	out := make([]Cell, 0, len(names))
 	for _, n := range names {
 		out = append(out, PathCell(n))
+	}
+	return out
+}
+
+// taskKinds returns the task-kind cells of names.
+func taskKinds(names ...string) []Cell {
+	out := make([]Cell, 0, len(names))
+	for _, n := range names {
+		out = append(out, TaskKindCell(n))
 	}
 	return out
 }

@@ -142,6 +142,12 @@ type Scenario struct {
 	FaultFloors map[string]int
 	// Events is the length of the random schedule before faults heal.
 	Events int
+	// WorkerKinds, when set, lists for each worker (by index) the kinds it
+	// serves: its handler is a registry (worker.Kinds) of those kinds,
+	// each run by the synthetic handler, and its claims name them. Nil:
+	// every worker runs the synthetic handler and claims tasks of every
+	// kind.
+	WorkerKinds [][]string
 	// Covers lists the cells of the coverage map (transitions, refusal
 	// classes, fault kinds at phases) that a sweep of the scenario must
 	// reach: in a sweep of at least CoverageSeedsMin seeds, a cell no seed
@@ -187,6 +193,21 @@ var cancelPayload = `{"steps":[` + strings.TrimSuffix(strings.Repeat(`{"cost":1,
 // request builds a submit request for the scenario's tasks.
 func request(user, key, payload string, costBudget int64, stepsMax int) model.SubmitRequest {
 	return model.SubmitRequest{User: user, Key: key, Payload: payload, CostBudget: costBudget, StepsMax: stepsMax}
+}
+
+// ofKind returns task with its request naming kind.
+func ofKind(kind string, task Task) Task {
+	task.Request.Kind = kind
+	return task
+}
+
+// Served returns the kinds worker i serves (WorkerKinds), and nil when it
+// serves every kind.
+func (s Scenario) Served(i int) []string {
+	if i < 0 || i >= len(s.WorkerKinds) {
+		return nil
+	}
+	return s.WorkerKinds[i]
 }
 
 // Portfolio is the assignment's workload: ten synthetic tasks, two workers.
@@ -501,36 +522,52 @@ func Boundaries() Scenario {
 	}
 }
 
+// Kinds of the long-running scenario's tasks besides the synthetic one.
+// Each is served by one worker only; the synthetic kind (the world's own
+// callers' tasks) by both.
+const (
+	KindRender = "render"
+	KindRelay  = "relay"
+)
+
 // LongRunning runs handlers whose step runs outlast the lease: the worker
 // heartbeats while each runs, through storage faults that hit those
 // heartbeats; a caller cancels a task mid-run; crashes, stalls and
 // shutdowns land mid-run; and one step outlasts its own timeout on every
 // attempt (a transient failure each time, dead-lettered, resolved by the
 // operator). Runs begin and end as events of the schedule, in simulated
-// time, so everything else lands between them.
+// time, so everything else lands between them. Its tasks are of three
+// kinds over two workers that serve different kinds: render and relay
+// each by one worker alone, synthetic by both; a worker sits idle while
+// only the other's kind is queued, and a crashed worker's kind waits for
+// its restart.
 func LongRunning() Scenario {
 	return Scenario{
 		Name: "long-running",
 		Description: "step runs longer than the lease, kept by heartbeats through storage faults; " +
-			"cancellation, crashes, stalls and shutdowns mid-run; a step that outlasts its timeout",
+			"cancellation, crashes, stalls and shutdowns mid-run; a step that outlasts its timeout; " +
+			"three kinds over two workers serving different kinds",
 		Workers: 2, Concurrency: 2, Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond,
 		AttemptsMax: 4, Events: 400,
+		WorkerKinds: [][]string{{KindRender, model.KindSynthetic}, {KindRelay, model.KindSynthetic}},
 		FaultFloors: map[string]int{"storage_down": 15, "storage_fault": 30, "crash": 8, "stall": 8},
 		Covers: cells(common(),
 			transitions("running cancelled cancelled", "running retry queued", "running dead_lettered needs_review",
 				"running lease_expired needs_review", "needs_review resolved failed"),
 			runs("returned", "outlived_lease", "cancel_requested", "timeout", "lease_lost"),
 			faults("crash@work", "stall@work", "shutdown@work", "unavailable@work", "fail_commit@work", "ambiguous_commit@work",
-				"redeliver@heartbeat")),
+				"redeliver@heartbeat"),
+			taskKinds(ClaimedKind(KindRender), ClaimedKind(KindRelay), ClaimedKind(model.KindSynthetic),
+				KindIdleOthersQueued, KindClaimSeveral)),
 		Tasks: []Task{
-			simple("marathon", "ana", `{"steps":[{"cost":1,"duration_ms":5000},{"cost":1,"duration_ms":3000}]}`, 0),
+			ofKind(KindRender, simple("marathon", "ana", `{"steps":[{"cost":1,"duration_ms":5000},{"cost":1,"duration_ms":3000}]}`, 0)),
 			simple("publish", "bo", `{"steps":[{"cost":1,"duration_ms":3000},{"cost":2,"effect":"publish"},{"cost":1,"duration_ms":2500}]}`, 1),
-			simple("relay", "cy", `{"steps":[{"cost":1,"duration_ms":4500}]}`, 0),
-			{Name: "cancel-mid-run", EffectStep: -1, Request: request("dee", "cancel-mid-run", `{"steps":[{"cost":1,"duration_ms":30000}]}`, 10, 5),
+			ofKind(KindRelay, simple("relay", "cy", `{"steps":[{"cost":1,"duration_ms":4500}]}`, 0)),
+			ofKind(KindRender, Task{Name: "cancel-mid-run", EffectStep: -1, Request: request("dee", "cancel-mid-run", `{"steps":[{"cost":1,"duration_ms":30000}]}`, 10, 5),
 				Script: []Act{Submit, CancelRunning},
-				Expect: Expect{State: model.Cancelled, Reason: model.CancelledByCaller, CancelledBy: "dee"}},
-			{Name: "overdue", EffectStep: -1, Request: request("eve", "overdue", `{"steps":[{"cost":1,"duration_ms":4000,"timeout_ms":3000},{"cost":1}]}`, 50, 10),
-				Script: []Act{Submit}, Expect: Expect{State: model.Failed, Reason: model.OperatorResolved}},
+				Expect: Expect{State: model.Cancelled, Reason: model.CancelledByCaller, CancelledBy: "dee"}}),
+			ofKind(KindRelay, Task{Name: "overdue", EffectStep: -1, Request: request("eve", "overdue", `{"steps":[{"cost":1,"duration_ms":4000,"timeout_ms":3000},{"cost":1}]}`, 50, 10),
+				Script: []Act{Submit}, Expect: Expect{State: model.Failed, Reason: model.OperatorResolved}}),
 		},
 	}
 }

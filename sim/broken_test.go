@@ -62,6 +62,9 @@ var brokenVariants = []struct{ variant, scenario, check string }{
 	{"step-limit-off-by-one", "boundaries", ""},
 	{"follower-skips-mark", "portfolio", InvFollower},
 	{"complete-claim-when-stale", "portfolio", ""},
+	// A claim that names its kinds takes the first tasks of any kind
+	// (long-running seed 1: a worker takes the other worker's kind).
+	{"claim-ignores-kinds", "long-running", InvClaimKinds},
 }
 
 // TestBrokenVariantsListed: every variant of internal/broken is swept here.

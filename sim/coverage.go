@@ -333,6 +333,8 @@ func KnownCell(cell scenarios.Cell) bool {
 		return slices.Contains(RunOutcomes(), cell.Name)
 	case scenarios.CellPath:
 		return knownPath(cell.Name)
+	case scenarios.CellTaskKind:
+		return knownTaskKindCell(cell.Name)
 	}
 	return false
 }

@@ -49,12 +49,12 @@ func (l *lockstep) running(user string) int {
 	return n
 }
 
-// claimable returns the first task of the mirror a claim at now could
-// take, if any.
-func (l *lockstep) claimable(now time.Time) (model.Task, bool) {
+// claimable returns the first task of the mirror a claim req at now
+// could take (of a kind it names), if any.
+func (l *lockstep) claimable(now time.Time, req model.ClaimRequest) (model.Task, bool) {
 	for _, id := range l.order {
 		t := l.rows[id]
-		if t.State != model.Queued || t.RunAt.After(now) || t.PastDeadline(now) {
+		if t.State != model.Queued || t.RunAt.After(now) || t.PastDeadline(now) || !req.Serves(t.Kind) {
 			continue
 		}
 		if limit, _ := l.limitsOf(t.User); limit > 0 && l.running(t.User) >= limit {
@@ -102,11 +102,12 @@ func (l *lockstep) checkClaimFreeing(req model.ClaimRequest, res []model.Claimed
 		}
 		extra[t.User]++
 	}
+	l.checkKinds(req, res, now)
 	if len(res) >= min(req.Max, l.limits.ClaimBatchMax) {
 		return nil
 	}
 	return func() {
-		if t, ok := l.claimable(now); ok {
+		if t, ok := l.claimable(now, req); ok {
 			l.report(InvClaimExhaustive, t.ID, fmt.Sprintf("a claim for %d by %s returned %d, leaving this task claimable at %d: %s",
 				req.Max, req.Worker, len(res), model.Millis(now), rowText(t)))
 		}

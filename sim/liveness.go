@@ -285,6 +285,9 @@ func (w *World) expectations() []string {
 			fail("unreadable: %v", err)
 			continue
 		}
+		if d := kindExpectation(t.request, task); d != "" {
+			fail("%s", d)
+		}
 		x := t.spec.Expect
 		for _, alt := range t.spec.Also {
 			if task.State == alt.State && task.Reason == alt.Reason {

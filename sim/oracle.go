@@ -54,6 +54,9 @@ type lockstep struct {
 	limitsChanged func(model.Limits, []model.UserLimit)
 	// cover is the world's coverage map, for the paths writes take.
 	cover *recorder
+	// served holds, by worker name, the kinds each worker serves (nil:
+	// every worker serves every kind), for InvClaimKinds.
+	served map[string][]string
 
 	lastSeq int64                 // real events compared so far
 	refSeen int64                 // the last reference event compared (its number)

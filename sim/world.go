@@ -140,6 +140,7 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix, opts worldOption
 	w.svc = faults.NewService(w.service)
 	w.checker = newChecker(w, opts.only)
 	ls.report, ls.limitsChanged, ls.cover = w.checker.lockstepReport, w.checker.limitsChanged, &w.cover
+	ls.served = servedBy(sc)
 	if err := w.setup(); err != nil {
 		return nil, errors.Join(err, db.close())
 	}
@@ -221,7 +222,7 @@ func (w *World) newWorker(i int, sw *simWorker) (*worker.Worker, error) {
 		q = watcher{l: w.q, inner: sw.queue}
 	}
 	sw.exec = &runExecutor{started: &w.runsStarted}
-	return worker.New(worker.Config{ID: workerName(i), Queue: q, Handler: worker.Synthetic{}, Service: w.svc,
+	return worker.New(worker.Config{ID: workerName(i), Queue: q, Handler: w.handlerOf(i), Service: w.svc,
 		Executor: sw.exec, Clock: w.clock, Concurrency: w.sc.Concurrency, Lease: w.sc.Lease, Heartbeat: w.sc.Heartbeat,
 		Refill:  w.mix.Refill,
 		PollMin: 50 * time.Millisecond, PollMax: 500 * time.Millisecond,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // TestKindsRouteEachTaskToItsHandler: a worker whose handler is a Kinds
@@ -133,4 +134,35 @@ func TestRunnerClaimsOnlyItsKinds(t *testing.T) {
 		}
 		l.checkReports()
 	})
+}
+
+// TestRefillClaimsOnlyItsKinds: a stepped worker with Refill whose handler
+// is a Kinds names its kinds in the claims its completions make, as its
+// claimer does: the other kind's task, first in claim order, is never
+// claimed, while the worker's own tasks all complete.
+func TestRefillClaimsOnlyItsKinds(t *testing.T) {
+	b := setup(t)
+	submit := func(key, kind string, priority int) string {
+		return b.submitRequest(model.SubmitRequest{User: "ana", Key: key, Kind: kind, Priority: priority,
+			Payload: `{"steps":[{"cost":1}]}`, CostBudget: 10, StepsMax: 5})
+	}
+	first := submit("k0", "report", 5)
+	other := submit("k1", "other", 3)
+	mine := []string{first, submit("k2", "report", 1), submit("k3", "report", 1)}
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock), func(c *worker.Config) {
+		c.Refill, c.Handler = true, worker.Kinds{"report": {Handler: worker.Synthetic{}}}
+	})
+	refilled := 0
+	for _, r := range b.run(w, stepsMax) {
+		if r.Action == worker.ActionComplete {
+			refilled += len(r.Claims)
+		}
+	}
+	require.Equal(t, 2, refilled, "each completion but the last claimed the next report")
+	for _, id := range mine {
+		require.Equal(t, model.Completed, b.task(id).State, id)
+	}
+	task := b.task(other)
+	require.Equal(t, model.Queued, task.State)
+	require.Zero(t, task.Version, "the other kind's task was never claimed")
 }

@@ -293,7 +293,7 @@ func (w *Worker) refillRequest(s *Slot) (model.ClaimRequest, bool) {
 	if w.claimer.room(1, failing, exposure) == 0 {
 		return model.ClaimRequest{}, false
 	}
-	return model.ClaimRequest{Worker: w.cfg.ID, Max: 1, Lease: w.cfg.Lease}, true
+	return model.ClaimRequest{Worker: w.cfg.ID, Max: 1, Lease: w.cfg.Lease, Kinds: w.cfg.kinds}, true
 }
 
 // ID returns the worker's name.

@@ -95,6 +95,9 @@ const (
 	// CompleteClaimWhenStale: a complete-and-claim whose completion is
 	// refused as stale still makes its claim.
 	CompleteClaimWhenStale
+	// ClaimIgnoresKinds: a claim that names its kinds takes tasks of any
+	// kind once it has found one of its own to take.
+	ClaimIgnoresKinds
 
 	variantEnd // one past the last variant
 )
@@ -130,6 +133,7 @@ var names = [variantEnd]string{
 	StepLimitOffByOne:       "step-limit-off-by-one",
 	FollowerSkipsMark:       "follower-skips-mark",
 	CompleteClaimWhenStale:  "complete-claim-when-stale",
+	ClaimIgnoresKinds:       "claim-ignores-kinds",
 }
 
 // String returns the variant's name.
