@@ -126,7 +126,7 @@ func (s *Server) checkRequest(req model.SubmitRequest) error {
 	if len(s.validators) == 0 {
 		return nil
 	}
-	n, err := model.Normalize(req)
+	n, err := s.q.Normalize(req)
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func (s *Server) checkSchedule(spec model.ScheduleSpec) error {
 	if len(s.validators) == 0 {
 		return nil
 	}
-	spec, err := spec.Validate()
+	spec, err := s.q.ScheduleDefaults(spec).Validate()
 	if err != nil {
 		return err
 	}

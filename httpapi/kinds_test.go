@@ -193,3 +193,43 @@ func TestKindAndResultConformToTheDocument(t *testing.T) {
 		require.Equal(t, "report", record.(map[string]any)["task_kind"])
 	}
 }
+
+// TestKindDefaultsOverHTTP: with the queue's defaults taken from a kinds
+// file (as serve --kinds sets them), a submit or a batch item that names
+// no cost_budget or steps_max takes its kind's, the same body again is an
+// exact replay (200, the original task), and a kind without defaults
+// still needs them (400 naming cost_budget, nothing written).
+func TestKindDefaultsOverHTTP(t *testing.T) {
+	f, err := kinds.Parse([]byte(`{"kinds": {"report": {"defaults": {"budget": 7, "steps_max": 3}}, "memo": {}}}`), t.TempDir())
+	require.NoError(t, err)
+	a := setupAPIWith(t, nil, func(o *queue.Options) {
+		o.Validators = map[string]model.PayloadValidator{model.KindSynthetic: worker.ValidateSynthetic, "report": nil, "memo": nil}
+		o.Defaults = f.RequestDefaults()
+	})
+	bare := func(key, kind string) string {
+		return submitJSON(t, "ana", key, func(b map[string]any) {
+			b["kind"], b["payload"] = kind, json.RawMessage(`{"month":"2026-03"}`)
+			delete(b, "cost_budget")
+			delete(b, "steps_max")
+		})
+	}
+	before := a.counts(t)
+	a.refused(t, http.MethodPost, "/v1/tasks", secretAnaPhone, bare("m1", "memo"), http.StatusBadRequest, "cost_budget")
+	require.Equal(t, before, a.counts(t), "nothing was written")
+
+	created := a.call(t, http.MethodPost, "/v1/tasks", secretAnaPhone, bare("d1", "report"), http.StatusCreated)
+	id := created["task_id"].(string)
+	replay := a.call(t, http.MethodPost, "/v1/tasks", secretAnaPhone, bare("d1", "report"), http.StatusOK)
+	require.Equal(t, map[string]any{"task_id": id, "replay": true}, replay)
+	task := a.call(t, http.MethodGet, "/v1/tasks/"+id, secretAnaPhone, "", http.StatusOK)
+	require.EqualValues(t, 7, task["cost_budget"])
+	require.EqualValues(t, 3, task["steps_max"])
+
+	batch := a.call(t, http.MethodPost, "/v1/tasks/batch", secretAnaPhone,
+		`{"tasks":[`+bare("d1", "report")+`,`+bare("d2", "report")+`]}`, http.StatusOK)
+	results := batch["results"].([]any)
+	require.Equal(t, map[string]any{"task_id": id, "replay": true}, results[0])
+	second := results[1].(map[string]any)["task_id"].(string)
+	task = a.call(t, http.MethodGet, "/v1/tasks/"+second, secretAnaPhone, "", http.StatusOK)
+	require.EqualValues(t, 7, task["cost_budget"])
+}

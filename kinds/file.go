@@ -113,6 +113,27 @@ type Worker struct {
 	Grace time.Duration
 }
 
+// Request returns the defaults intake applies to a request of the kind:
+// the cost budget and step limit where the request names none. The
+// others are the worker's (Lease, Timeout) or wait (AttemptsMax: the
+// queue's limits hold one attempts_max for every task).
+func (d Defaults) Request() model.RequestDefaults {
+	return model.RequestDefaults{CostBudget: d.CostBudget, StepsMax: d.StepsMax}
+}
+
+// RequestDefaults returns, by kind, the defaults intake applies
+// (Defaults.Request) for each kind that gives a budget or a step limit:
+// queue.Options.Defaults.
+func (f *File) RequestDefaults() map[string]model.RequestDefaults {
+	out := map[string]model.RequestDefaults{}
+	for _, name := range f.names {
+		if d := f.kinds[name].Defaults.Request(); d != (model.RequestDefaults{}) {
+			out[name] = d
+		}
+	}
+	return out
+}
+
 // Names returns the file's kinds, sorted.
 func (f *File) Names() []string { return slices.Clone(f.names) }
 

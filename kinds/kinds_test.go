@@ -274,3 +274,19 @@ func TestCheckName(t *testing.T) {
 		require.Error(t, kinds.CheckName(bad), bad)
 	}
 }
+
+// RequestDefaults holds, by kind, the budget and step limit intake fills
+// in, for the kinds that give either; lease, timeout and attempts_max are
+// not intake's.
+func TestRequestDefaults(t *testing.T) {
+	f, err := kinds.Parse([]byte(`{"kinds": {
+	  "report": {"defaults": {"budget": 7, "steps_max": 3, "lease": "30s", "attempts_max": 5}},
+	  "memo": {"defaults": {"steps_max": 2}},
+	  "slow": {"defaults": {"timeout": "1m", "attempts_max": 2}},
+	  "plain": {}}}`), t.TempDir())
+	require.NoError(t, err)
+	require.Equal(t, map[string]model.RequestDefaults{
+		"report": {CostBudget: 7, StepsMax: 3},
+		"memo":   {StepsMax: 2},
+	}, f.RequestDefaults())
+}

@@ -329,6 +329,20 @@ type Schedule struct {
 	CreatedAt time.Time
 }
 
+// WithDefaults returns the spec with its kind's defaults (by kind) filling
+// the cost budget and step limit it names none of, as NormalizeWith fills
+// a request's: a schedule's runs are the queue's own requests, made from
+// the spec as stored, so the spec stores the filled values.
+func (s ScheduleSpec) WithDefaults(defaults map[string]RequestDefaults) ScheduleSpec {
+	kind, err := NormalizeKind("kind", s.Kind)
+	if err != nil {
+		return s // Validate refuses the kind
+	}
+	filled := defaults[kind].fill(SubmitRequest{CostBudget: s.CostBudget, StepsMax: s.StepsMax})
+	s.CostBudget, s.StepsMax = filled.CostBudget, filled.StepsMax
+	return s
+}
+
 // Validate checks the spec; the task fields are checked as a submit would.
 func (s ScheduleSpec) Validate() (ScheduleSpec, error) {
 	if s.Period < PeriodMin || s.Period > PeriodMax || s.Period%time.Millisecond != 0 {

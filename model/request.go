@@ -68,19 +68,53 @@ type SubmitResult struct {
 	Replay bool
 }
 
-// Normalized is a validated request in canonical form.
+// Normalized is a validated request in canonical form, its kind's
+// defaults applied (NormalizeWith).
 type Normalized struct {
 	SubmitRequest
-	// Hash is the hex SHA-256 of the canonical request.
+	// Hash is the hex SHA-256 of the canonical request as sent: before
+	// any default filled a field it left zero.
 	Hash string
+}
+
+// RequestDefaults are what a kind gives a request that names no cost
+// budget or step limit of its own (a kinds file's defaults): a field left
+// zero in the request takes the default's, when the default is set. They
+// are applied after the request is hashed, so that the hash is the
+// request's as sent (see NormalizeWith).
+type RequestDefaults struct {
+	CostBudget int64
+	StepsMax   int
+}
+
+// fill returns r with its cost budget and step limit taken from d where r
+// names none (zero) and d has one.
+func (d RequestDefaults) fill(r SubmitRequest) SubmitRequest {
+	if r.CostBudget == 0 && d.CostBudget != 0 {
+		r.CostBudget = d.CostBudget
+	}
+	if r.StepsMax == 0 && d.StepsMax != 0 {
+		r.StepsMax = d.StepsMax
+	}
+	return r
 }
 
 // Normalize validates every field of r and returns it in canonical form:
 // the payload canonical JSON, the times UTC at millisecond precision, and
 // the SHA-256 of the canonical request. It does not depend on the clock, so
 // a replay is recognised whenever it arrives; time-relative checks (a
-// deadline already passed) belong to CheckTimely.
-func Normalize(r SubmitRequest) (Normalized, error) {
+// deadline already passed) belong to CheckTimely. It is NormalizeWith
+// with no defaults.
+func Normalize(r SubmitRequest) (Normalized, error) { return NormalizeWith(r, nil) }
+
+// NormalizeWith is Normalize for an intake whose kinds have defaults
+// (by kind): the request is put in canonical form and hashed as sent,
+// then its kind's defaults fill the cost budget and step limit it names
+// none of, and only then are those bounds checked. So a request hashes
+// the same whatever defaults the intake has, a replay of it as sent is
+// recognised after the defaults change, and a request that names its
+// budget is never touched by a default.
+func NormalizeWith(r SubmitRequest, defaults map[string]RequestDefaults) (Normalized, error) {
 	if err := CheckName("user", r.User); err != nil {
 		return Normalized{}, err
 	}
@@ -95,11 +129,12 @@ func Normalize(r SubmitRequest) (Normalized, error) {
 	if err != nil {
 		return Normalized{}, err
 	}
-	if r.CostBudget < 1 || r.CostBudget > CostBudgetMax {
-		return Normalized{}, invalid("cost_budget", "must be between 1 and %d, got %d", CostBudgetMax, r.CostBudget)
+	filled := defaults[kind].fill(r)
+	if filled.CostBudget < 1 || filled.CostBudget > CostBudgetMax {
+		return Normalized{}, invalid("cost_budget", "must be between 1 and %d, got %d", CostBudgetMax, filled.CostBudget)
 	}
-	if r.StepsMax < 1 || r.StepsMax > StepsMaxLimit {
-		return Normalized{}, invalid("steps_max", "must be between 1 and %d, got %d", StepsMaxLimit, r.StepsMax)
+	if filled.StepsMax < 1 || filled.StepsMax > StepsMaxLimit {
+		return Normalized{}, invalid("steps_max", "must be between 1 and %d, got %d", StepsMaxLimit, filled.StepsMax)
 	}
 	if r.Priority < PriorityMin || r.Priority > PriorityMax {
 		return Normalized{}, invalid("priority", "must be between %d and %d, got %d", PriorityMin, PriorityMax, r.Priority)
@@ -115,9 +150,10 @@ func Normalize(r SubmitRequest) (Normalized, error) {
 	if !deadline.IsZero() && !runAt.IsZero() && !deadline.After(runAt) {
 		return Normalized{}, invalid("deadline", "must be after run_at")
 	}
-	n := Normalized{SubmitRequest: r}
-	n.Kind, n.Payload, n.RunAt, n.Deadline = kind, payload, runAt, deadline
-	n.Hash = requestHash(n.SubmitRequest)
+	sent := r
+	sent.Kind, sent.Payload, sent.RunAt, sent.Deadline = kind, payload, runAt, deadline
+	n := Normalized{SubmitRequest: sent, Hash: requestHash(sent)}
+	n.CostBudget, n.StepsMax = filled.CostBudget, filled.StepsMax
 	return n, nil
 }
 

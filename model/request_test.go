@@ -336,3 +336,74 @@ func TestCheckNameRefusesDotSegments(t *testing.T) {
 		require.NoError(t, CheckName("user", name))
 	}
 }
+
+// NormalizeWith hashes a request as sent and only then fills the cost
+// budget and step limit it names none of from its kind's defaults: a
+// request that names them hashes and normalizes the same with defaults
+// or without; one that names neither takes the defaults, hashes as sent
+// (so it is not the request that names the same values), and is refused
+// where there are none; a default never replaces a value named, even a
+// refused one.
+func TestNormalizeWithDefaults(t *testing.T) {
+	defaults := map[string]RequestDefaults{"report": {CostBudget: 7, StepsMax: 3}, KindSynthetic: {StepsMax: 2}}
+	named := validRequest()
+	named.Kind = "report"
+	plain, err := Normalize(named)
+	require.NoError(t, err)
+	with, err := NormalizeWith(named, defaults)
+	require.NoError(t, err)
+	require.Equal(t, plain, with, "a request naming its budget and limit is untouched by defaults")
+
+	bare := named
+	bare.CostBudget, bare.StepsMax = 0, 0
+	_, err = Normalize(bare)
+	require.ErrorIs(t, err, ErrInvalidInput)
+	require.ErrorContains(t, err, "cost_budget")
+	filled, err := NormalizeWith(bare, defaults)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), filled.CostBudget)
+	require.Equal(t, 3, filled.StepsMax)
+	require.Equal(t, requestHash(SubmitRequest{User: "ana", Key: "k1", Kind: "report", Payload: `{"steps":[{"cost":1}]}`}), filled.Hash,
+		"hashed as sent: budget and limit zero")
+	require.NotEqual(t, with.Hash, filled.Hash, "a request naming 7 and 3 is another request than one naming none")
+
+	other, err := NormalizeWith(bare, map[string]RequestDefaults{"report": {CostBudget: 20, StepsMax: 9}})
+	require.NoError(t, err)
+	require.Equal(t, filled.Hash, other.Hash, "the hash does not depend on the defaults")
+	require.Equal(t, int64(20), other.CostBudget)
+
+	half := bare
+	half.StepsMax = 4
+	n, err := NormalizeWith(half, defaults)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), n.CostBudget)
+	require.Equal(t, 4, n.StepsMax, "a limit named is kept")
+
+	synthetic := validRequest()
+	synthetic.StepsMax = 0
+	n, err = NormalizeWith(synthetic, defaults)
+	require.NoError(t, err, "the empty kind is synthetic and takes its defaults")
+	require.Equal(t, 2, n.StepsMax)
+	synthetic.CostBudget = 0
+	_, err = NormalizeWith(synthetic, defaults)
+	require.ErrorContains(t, err, "cost_budget", "a default the kind does not give fills nothing")
+
+	negative := bare
+	negative.CostBudget = -1
+	_, err = NormalizeWith(negative, defaults)
+	require.ErrorContains(t, err, "cost_budget: must be between 1", "a refused value is not replaced")
+}
+
+// A schedule's spec takes its kind's defaults where it names none.
+func TestScheduleSpecWithDefaults(t *testing.T) {
+	spec := ScheduleSpec{User: "ana", Kind: "report", Payload: `{}`, Origin: testEpoch, Period: time.Hour}
+	_, err := spec.Validate()
+	require.ErrorContains(t, err, "cost_budget")
+	filled := spec.WithDefaults(map[string]RequestDefaults{"report": {CostBudget: 5, StepsMax: 1}})
+	require.Equal(t, int64(5), filled.CostBudget)
+	require.Equal(t, 1, filled.StepsMax)
+	_, err = filled.Validate()
+	require.NoError(t, err)
+	spec.CostBudget = 9
+	require.Equal(t, int64(9), spec.WithDefaults(map[string]RequestDefaults{"report": {CostBudget: 5, StepsMax: 1}}).CostBudget)
+}

@@ -102,6 +102,11 @@ type Options struct {
 	// field, so ErrInvalidInput). Nil: such a kind accepts any
 	// well-formed JSON object. Tasks a schedule already holds still run.
 	UnknownKind func(kind string) error
+	// Defaults, by kind, fill the cost budget and step limit of a request
+	// that names none (zero) at intake (Submit, SubmitMany, AddSchedule):
+	// a request is hashed as sent, before they apply, so its replays are
+	// recognised whatever the defaults (model.NormalizeWith).
+	Defaults map[string]model.RequestDefaults
 	// Ungrouped turns group commit off: each write operation runs in a
 	// transaction of its own on its caller's goroutine (for comparison;
 	// see group.go).
@@ -133,6 +138,8 @@ type Queue struct {
 	validators map[string]model.PayloadValidator
 	// unknownKind is Options.UnknownKind.
 	unknownKind func(kind string) error
+	// defaults is Options.Defaults.
+	defaults map[string]model.RequestDefaults
 	// trailWindow is Options.TrailWindow, its default filled.
 	trailWindow int64
 
@@ -200,7 +207,8 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	}
 	db := pool.DB
 	q := &Queue{db: db, leaseMin: pool.LeaseMin, store: b, sql: set, clock: o.Clock, ids: o.IDs, backoff: o.Backoff, rand: o.Rand, path: printablePath(b, o.Path), params: o.connectParams(),
-		pragmas: pool.Settings, stmts: map[string]*sql.Stmt{}, validators: maps.Clone(o.Validators), unknownKind: o.UnknownKind}
+		pragmas: pool.Settings, stmts: map[string]*sql.Stmt{}, validators: maps.Clone(o.Validators), unknownKind: o.UnknownKind,
+		defaults: maps.Clone(o.Defaults)}
 	q.fuse = b.Capabilities().Fuse != nil && !o.Unfused
 	q.trailWindow = int64(cmp.Or(o.TrailWindow, eventsScanWindow))
 	if q.backoff == (model.Backoff{}) {

@@ -10,12 +10,19 @@ import (
 	"github.com/leasehold/leasehold/model"
 )
 
+// ScheduleDefaults returns spec with the defaults of its kind
+// (Options.Defaults) filling the cost budget and step limit it names none
+// of, as AddSchedule stores it.
+func (q *Queue) ScheduleDefaults(spec model.ScheduleSpec) model.ScheduleSpec {
+	return spec.WithDefaults(q.defaults)
+}
+
 // AddSchedule stores a periodic schedule anchored at spec.Origin.
 func (q *Queue) AddSchedule(ctx context.Context, spec model.ScheduleSpec, actor string) (model.Schedule, error) {
 	if err := model.CheckName("actor", actor); err != nil {
 		return model.Schedule{}, err
 	}
-	spec, err := spec.Validate()
+	spec, err := q.ScheduleDefaults(spec).Validate()
 	if err != nil {
 		return model.Schedule{}, err
 	}

@@ -21,7 +21,7 @@ func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.Subm
 	if req.ScheduleID != "" || req.ScheduleRun != 0 {
 		return model.SubmitResult{}, &model.ValidationError{Field: "schedule_id", Problem: "set only by the scheduler"}
 	}
-	n, err := model.Normalize(req)
+	n, err := q.Normalize(req)
 	if err != nil {
 		return model.SubmitResult{}, err
 	}
@@ -41,6 +41,15 @@ func (q *Queue) Submit(ctx context.Context, req model.SubmitRequest) (model.Subm
 		return model.SubmitResult{}, err
 	}
 	return res, nil
+}
+
+// Normalize validates and normalizes req as Submit does before anything
+// else, with the defaults of its kind (Options.Defaults) filling the cost
+// budget and step limit it names none of, after its hash is taken
+// (model.NormalizeWith). An intake in front of the queue (an HTTP API)
+// checks a request with it so as to refuse what Submit would.
+func (q *Queue) Normalize(req model.SubmitRequest) (model.Normalized, error) {
+	return model.NormalizeWith(req, q.defaults)
 }
 
 // submitter is the actor a submitted event names: who submitted for the

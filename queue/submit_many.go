@@ -52,7 +52,7 @@ func (q *Queue) normalizeCaller(req model.SubmitRequest) (model.Normalized, erro
 	if req.ScheduleID != "" || req.ScheduleRun != 0 {
 		return model.Normalized{}, &model.ValidationError{Field: "schedule_id", Problem: "set only by the scheduler"}
 	}
-	n, err := model.Normalize(req)
+	n, err := q.Normalize(req)
 	if err != nil {
 		return model.Normalized{}, err
 	}

@@ -249,8 +249,8 @@ func scheduleAdd(e *env, fs *flag.FlagSet, c common, args []string) int {
 	user := fs.String("user", "", "user the runs belong to; required")
 	kind := fs.String("kind", "", "each run's kind (default synthetic)")
 	payload := fs.String("payload", "", "each run's payload: JSON, or @FILE; required")
-	costBudget := fs.Int64("cost-budget", 0, "each run's cost budget; required")
-	stepsMax := fs.Int("steps-max", 0, "each run's step limit; required")
+	costBudget := fs.Int64("cost-budget", 0, "each run's cost budget; required unless the kinds file gives the kind one")
+	stepsMax := fs.Int("steps-max", 0, "each run's step limit; required unless the kinds file gives the kind one")
 	priority := fs.Int("priority", 0, "each run's priority")
 	origin := fs.String("origin", "", "when run 0 is due: RFC 3339 or +DURATION; required")
 	period := fs.Duration("period", 0, fmt.Sprintf("time between runs, %s to %s (run k is due at origin + k*period); required", model.PeriodMin, model.PeriodMax))
@@ -267,8 +267,12 @@ func scheduleAdd(e *env, fs *flag.FlagSet, c common, args []string) int {
 	}
 	spec := model.ScheduleSpec{User: *user, Kind: *kind, Payload: body, CostBudget: *costBudget, StepsMax: *stepsMax,
 		Priority: *priority, Origin: at, Period: *period}
+	var defaults map[string]model.RequestDefaults
 	if err == nil {
-		_, err = spec.Validate()
+		defaults, err = c.defaults()
+	}
+	if err == nil {
+		_, err = spec.WithDefaults(defaults).Validate()
 	}
 	if err != nil {
 		return fail(e, "schedule", err)

@@ -98,8 +98,12 @@ func submitBatch(e *env, c common, name string) int {
 	if err != nil {
 		return fail(e, "submit", err)
 	}
+	defaults, err := c.defaults()
+	if err != nil {
+		return fail(e, "submit", err)
+	}
 	for i, req := range reqs {
-		n, err := model.Normalize(req)
+		n, err := model.NormalizeWith(req, defaults)
 		if err == nil {
 			err = model.CheckCallerKey(n.Key)
 		}

@@ -66,8 +66,8 @@ func runSubmit(e *env, args []string) int {
 	key := fs.String("key", "", "idempotency key (unique per user)")
 	kind := fs.String("kind", "", "the task's kind (default synthetic)")
 	payload := fs.String("payload", "", "the task's payload: JSON, or @FILE")
-	costBudget := fs.Int64("cost-budget", 0, "cost budget")
-	stepsMax := fs.Int("steps-max", 0, "step limit")
+	costBudget := fs.Int64("cost-budget", 0, "cost budget (default: the kind's in the kinds file, else required)")
+	stepsMax := fs.Int("steps-max", 0, "step limit (default: the kind's in the kinds file, else required)")
 	priority := fs.Int("priority", 0, "priority (higher first)")
 	runAt := fs.String("run-at", "", "earliest start: RFC 3339 or +DURATION")
 	deadline := fs.String("deadline", "", "deadline: RFC 3339 or +DURATION")
@@ -135,7 +135,11 @@ func batchOnly(fs *flag.FlagSet) error {
 // checkSubmit validates a submit before anything is opened: the queue's
 // own checks too, and the reserved key.
 func checkSubmit(c common, req model.SubmitRequest) error {
-	n, err := model.Normalize(req)
+	defaults, err := c.defaults()
+	if err != nil {
+		return err
+	}
+	n, err := model.NormalizeWith(req, defaults)
 	if err == nil {
 		err = model.CheckCallerKey(n.Key)
 	}

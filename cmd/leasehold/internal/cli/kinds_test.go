@@ -86,3 +86,53 @@ func TestUnknownKindWithKinds(t *testing.T) {
 		"--cost-budget", "1", "--steps-max", "1", "--kinds", file))
 	requireOK(t, submit("u6", "report2"))
 }
+
+// TestSubmitTakesTheKindsDefaults: with --kinds FILE whose kind gives a
+// budget and a step limit, submit, submit --batch and schedule add take
+// them where the request names none; the same submit again is an exact
+// replay (the request is hashed as sent), and without the file the
+// request naming none is refused (exit 2, naming cost_budget).
+func TestSubmitTakesTheKindsDefaults(t *testing.T) {
+	f := newFixture(t)
+	file := filepath.Join(t.TempDir(), "kinds.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"kinds": {"report": {"defaults": {"budget": 7, "steps_max": 3}}}}`), 0o600))
+	submit := func(key string, extra ...string) result {
+		return f.do("submit", append([]string{"--user", "ana", "--key", key, "--kind", "report", "--payload", `{"month":"2026-03"}`,
+			"--json"}, extra...)...)
+	}
+	requireUsage(t, submit("d1"), "cost_budget")
+	r := submit("d1", "--kinds", file)
+	requireOK(t, r)
+	var res struct {
+		TaskID string `json:"task_id"`
+		Replay bool   `json:"replay"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res))
+	require.False(t, res.Replay)
+	first := res.TaskID
+	r = submit("d1", "--kinds", file)
+	requireOK(t, r)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res))
+	require.Equal(t, first, res.TaskID)
+	require.True(t, res.Replay, "the request as sent is an exact replay")
+
+	r = f.do("status", first, "--json")
+	requireOK(t, r)
+	var task map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &task))
+	require.EqualValues(t, 7, task["cost_budget"])
+	require.EqualValues(t, 3, task["steps_max"])
+
+	batch := f.batchFile(`{"user":"ana","key":"d2","kind":"report","payload":{"month":"2026-03"},"steps_max":1}`)
+	requireOK(t, f.do("submit", "--batch", batch, "--kinds", file))
+	r = f.do("list", "--kind", "report", "--json")
+	requireOK(t, r)
+	require.Contains(t, r.stdout, `"steps_max":1`)
+
+	r = f.lh([]string{"schedule", "add"}, "--user", "ana", "--kind", "report", "--payload", `{"month":"2026-03"}`,
+		"--origin", "2030-01-01T00:00:00Z", "--period", "1h", "--actor", "ops", "--kinds", file)
+	requireOK(t, r)
+	r = f.lh([]string{"schedule", "list"}, "--json")
+	requireOK(t, r)
+	require.Contains(t, r.stdout, `"cost_budget":7`)
+}

@@ -195,13 +195,18 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 	if err != nil {
 		return nil, err
 	}
+	defaults, err := c.defaults()
+	if err != nil {
+		return nil, err
+	}
 	if loc.Kind == queue.StorePostgres {
 		busy, _, err := c.settings() // --busy-timeout is PostgreSQL's lock_timeout
 		if err != nil {
 			return nil, err
 		}
 		q, err := queue.Open(ctx, queue.Options{Path: loc.URL, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
-			Migrate: mode, BusyTimeout: busy, Validators: validators, UnknownKind: c.unknownKind()})
+			Migrate: mode, BusyTimeout: busy, Validators: validators, UnknownKind: c.unknownKind(),
+			Defaults: defaults})
 		return q, explainOpen(loc.String(), err)
 	}
 	if err := checkDBPath(*c.db); err != nil {
@@ -215,7 +220,8 @@ func openQueue(ctx context.Context, c common, mode queue.MigrateMode) (*queue.Qu
 		return nil, err
 	}
 	q, err := queue.Open(ctx, queue.Options{Path: *c.db, Clock: clockwork.NewRealClock(), IDs: randomid.Source{}, Rand: jitter(),
-		Synchronous: sync, Migrate: mode, BusyTimeout: busy, Validators: validators, UnknownKind: c.unknownKind()})
+		Synchronous: sync, Migrate: mode, BusyTimeout: busy, Validators: validators, UnknownKind: c.unknownKind(),
+		Defaults: defaults})
 	return q, explainOpen(*c.db, err)
 }
 
@@ -352,6 +358,19 @@ func (c common) validators() (map[string]model.PayloadValidator, error) {
 		out[name] = func(payload json.RawMessage) error { return k.Validate(payload) }
 	}
 	return out, nil
+}
+
+// defaults are the request defaults (by kind) of the queue openQueue
+// opens: those of the kinds file --kinds names, if any (none without it).
+func (c common) defaults() (map[string]model.RequestDefaults, error) {
+	if c.kinds == nil || *c.kinds == "" {
+		return nil, nil
+	}
+	f, err := kinds.Load(*c.kinds)
+	if err != nil {
+		return nil, badUsage("--kinds: %v", err)
+	}
+	return f.RequestDefaults(), nil
 }
 
 // kindNames are the kinds the command knows: the synthetic kind and those
