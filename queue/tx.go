@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/sqlconn"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue/internal/seam"
 )
@@ -236,9 +237,12 @@ var _ seam.Runner = runner{}
 
 // Query runs a named statement outside any transaction, its error named
 // by the statement alone. The statement is the store's alone: no
-// caller's cancellation may end it.
+// caller's cancellation may end it. Its context is marked as its own
+// transaction's (sqlconn.OwnTransaction), for the layers below
+// database/sql: the storage fault injector's BEGIN and COMMIT faults land
+// on it.
 func (r runner) Query(name queryName, args ...any) (*sql.Rows, error) {
-	return r.q.readRowsBare(context.Background(), name, args...)
+	return r.q.readRowsBare(sqlconn.OwnTransaction(context.Background(), name.String()), name, args...)
 }
 
 // Text is a named statement's text.

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/leasehold/leasehold/internal/sqlconn"
 )
@@ -161,6 +162,9 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if name, ok := c.ownTransaction(ctx); ok {
+		return runOwn(c, name, func() (driver.Result, error) { return c.inner.ExecContext(ctx, query, args) }, drainResult)
+	}
 	if err := c.check(opStatement); err != nil {
 		return nil, err
 	}
@@ -168,11 +172,127 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if name, ok := c.ownTransaction(ctx); ok {
+		return runOwn(c, name, func() (driver.Rows, error) { return c.inner.QueryContext(ctx, query, args) }, drainRows)
+	}
 	if err := c.check(opStatement); err != nil {
 		return nil, err
 	}
 	return c.inner.QueryContext(ctx, query, args)
 }
+
+// ownTransaction returns the name of a statement marked as its own
+// transaction (sqlconn.OwnTransaction) that runs outside one: inside a
+// transaction, a marked statement is one statement of it.
+func (c *conn) ownTransaction(ctx context.Context) (string, bool) {
+	if c.tx != nil {
+		return "", false
+	}
+	return sqlconn.OwnTransactionOf(ctx)
+}
+
+// runOwn runs a statement that is its own transaction, named name, with
+// the faults of a transaction's BEGIN, statements and COMMIT landing on
+// it in that order (each fault counted for the statement too; see
+// Storage.StatementCounts):
+//
+//   - at its BEGIN (FailBegin, Busy, an outage): as at a transaction's;
+//     the statement is not run;
+//   - at the statement (FailStatement): the connection is lost in the
+//     middle of it: on the server it runs, inside a transaction rolled
+//     back when the connection ends, so it takes its locks and draws its
+//     sequences' values and leaves nothing else;
+//   - at its COMMIT: a refused commit (FailCommit, a full disk) is the
+//     statement run and rolled back, its error returned; an outage ends
+//     the connection unrun; an AmbiguousCommit runs it to its end (its
+//     commit), then ends the connection before the reply, so the caller
+//     gets the error and none of its rows.
+//
+// A statement that runs unfaulted counts as a commit (Storage.Commits).
+// drain reads a run's rows or result to the end, which for a statement
+// outside a transaction is where the server commits it.
+func runOwn[T any](c *conn, name string, run func() (T, error), drain func(T) error) (T, error) {
+	var zero T
+	if c.lost {
+		return zero, c.s.dialect.connClosedError(opStatement)
+	}
+	for _, op := range []storageOp{opBegin, opStatement} {
+		err := c.s.checkOwn(op, name)
+		if err == nil {
+			continue
+		}
+		var fe *Error
+		if errors.As(err, &fe) && fe.Fault == string(FailStatement) {
+			c.runRolledBack(func() error { return runDrained(run, drain) })
+		}
+		if fe != nil && fe.dropsConn {
+			c.drop()
+		}
+		return zero, err
+	}
+	ambiguous, refused := c.s.commitFaultOwn(name)
+	switch {
+	case refused != nil && refused.dropsConn:
+		c.drop()
+		return zero, refused
+	case refused != nil:
+		c.runRolledBack(func() error { return runDrained(run, drain) })
+		return zero, refused
+	case ambiguous != nil:
+		if err := runDrained(run, drain); err != nil {
+			return zero, err // a real failure: the fault is spent (and counted)
+		}
+		c.s.committed()
+		if ambiguous.dropsConn {
+			c.drop()
+		}
+		return zero, ambiguous
+	}
+	res, err := run()
+	if err == nil {
+		c.s.committed()
+	}
+	return res, err
+}
+
+// runDrained runs a statement and reads it to its end.
+func runDrained[T any](run func() (T, error), drain func(T) error) error {
+	res, err := run()
+	if err != nil {
+		return err
+	}
+	return drain(res)
+}
+
+// runRolledBack runs fn inside a transaction of the wrapped connection and
+// rolls it back: what the server does with a statement whose transaction
+// ends unapplied. Its errors are the rolled-back statement's, and dropped
+// with it.
+func (c *conn) runRolledBack(fn func() error) {
+	t, err := c.inner.BeginTx(context.Background(), driver.TxOptions{})
+	if err != nil {
+		return
+	}
+	_ = fn()
+	_ = t.Rollback()
+}
+
+// drainRows reads rows to the end and closes them.
+func drainRows(rows driver.Rows) error {
+	dest := make([]driver.Value, len(rows.Columns()))
+	for {
+		err := rows.Next(dest)
+		if errors.Is(err, io.EOF) {
+			return rows.Close()
+		}
+		if err != nil {
+			return errors.Join(err, rows.Close())
+		}
+	}
+}
+
+// drainResult: a result is read to its end when it is returned.
+func drainResult(driver.Result) error { return nil }
 
 // ResetSession is never failed by a fault itself: a refused reset would
 // discard the connection, and with it an in-memory database. It tells
@@ -288,6 +408,9 @@ func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	if name, ok := s.c.ownTransaction(ctx); ok {
+		return runOwn(s.c, name, func() (driver.Result, error) { return s.inner.ExecContext(ctx, args) }, drainResult)
+	}
 	if err := s.c.check(opStatement); err != nil {
 		return nil, err
 	}
@@ -295,6 +418,9 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	if name, ok := s.c.ownTransaction(ctx); ok {
+		return runOwn(s.c, name, func() (driver.Rows, error) { return s.inner.QueryContext(ctx, args) }, drainRows)
+	}
 	if err := s.c.check(opStatement); err != nil {
 		return nil, err
 	}

@@ -28,17 +28,20 @@ func migratePostgres(ctx context.Context, url string) error {
 }
 
 // setupPgStorage opens a queue on a fresh PostgreSQL schema through a
-// PostgreSQL Storage, on one connection as the simulator does.
-func setupPgStorage(t *testing.T) *storageBundle {
+// PostgreSQL Storage, on one connection as the simulator does. Unfused: a
+// lone Submit is then a BEGIN, statements and a COMMIT.
+func setupPgStorage(t *testing.T) *storageBundle { return setupPgStorageAs(t, true) }
+
+// setupPgStorageAs is setupPgStorage, the queue fused (a lone Submit one
+// statement, submit_one, that is its own transaction) unless unfused.
+func setupPgStorageAs(t *testing.T, unfused bool) *storageBundle {
 	t.Helper()
 	url := pgtest.Fresh(t, migratePostgres)
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(epoch)
 	storage := storagefault.NewPostgres(stdlib.GetDefaultDriver(), clock)
-	// Unfused: a lone Submit is then a BEGIN, statements and a COMMIT, so
-	// each fault finds the operation it is armed for.
 	q, err := queue.Open(ctx, queue.Options{Path: url, Clock: clock, IDs: model.NewSeededIDs(1), Driver: storage, MaxConns: 1,
-		Unfused: true})
+		Unfused: unfused})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		storage.Disarm()
@@ -100,6 +103,61 @@ func TestPgStorageFaultsReadAsPostgres(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, c.applied, res.Replay)
 			require.Len(t, b.tasks(), 1)
+		})
+	}
+}
+
+// On a fused queue a lone Submit is one statement, submit_one, that is its
+// own transaction, and each fault lands on it where it would land on a
+// transaction: at its BEGIN (the connection lost before it is sent, or
+// its lock timed out), in the middle of it (the connection lost, the
+// statement rolled back on the server), or at its COMMIT (refused as a
+// serialization failure, which the queue runs again as a conflict; or
+// applied and the connection lost before the reply). The queue's
+// outcome is what the protocol says of each, and the fault is counted
+// for the statement.
+func TestPgStorageFaultsLandOnFusedStatements(t *testing.T) {
+	cases := []struct {
+		fault   storagefault.Fault
+		outcome error // nil: the queue ran it again and it was applied
+		state   string
+		applied bool
+	}{
+		{storagefault.FailBegin, queue.ErrOutcomeUnknown, "08006", false},
+		{storagefault.Busy, queue.ErrNotApplied, "55P03", false},
+		{storagefault.FailStatement, queue.ErrOutcomeUnknown, "08006", false},
+		{storagefault.FailCommit, nil, "", true},
+		{storagefault.AmbiguousCommit, queue.ErrOutcomeUnknown, "08006", true},
+	}
+	for _, c := range cases {
+		t.Run(string(c.fault), func(t *testing.T) {
+			b := setupPgStorageAs(t, false)
+			commits := b.storage.Commits()
+			b.storage.Arm(c.fault)
+			_, err := b.q.Submit(b.ctx, request("k1"))
+			if c.outcome == nil {
+				require.NoError(t, err)
+			} else {
+				requireInjected(t, err, string(c.fault))
+				require.ErrorIs(t, err, c.outcome)
+				var fe *storagefault.Error
+				require.ErrorAs(t, err, &fe)
+				require.Equal(t, c.state, fe.SQLState())
+				require.Contains(t, err.Error(), "submit_one")
+			}
+			require.Equal(t, 1, b.storage.Counts().Fired(c.fault))
+			require.Equal(t, 1, b.storage.StatementCounts("submit_one").Fired(c.fault))
+			require.Empty(t, b.storage.Armed())
+			if c.applied {
+				require.Greater(t, b.storage.Commits(), commits, "an applied statement counts as a commit")
+			} else {
+				require.Equal(t, commits, b.storage.Commits())
+			}
+			res, err := b.q.Submit(b.ctx, request("k1"))
+			require.NoError(t, err)
+			require.Equal(t, c.applied, res.Replay)
+			require.Len(t, b.tasks(), 1)
+			require.Zero(t, b.storage.StatementCounts("complete_and_claim").Total())
 		})
 	}
 }

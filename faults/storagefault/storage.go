@@ -168,6 +168,9 @@ type Storage struct {
 	armed   []Fault
 	counts  Counts
 	commits int64 // transactions the inner driver committed
+	// own counts the faults that hit each statement run as its own
+	// transaction (sqlconn.OwnTransaction), by the statement's name.
+	own map[string]Counts
 }
 
 // NewStorage wraps inner; outage windows are measured on clock.
@@ -334,7 +337,12 @@ func (s *Storage) Open(name string) (driver.Conn, error) {
 // fault of op's kind fires. It returns the injected error, or nil to run
 // the operation. For commits use commitFault, which also reports an
 // ambiguous commit.
-func (s *Storage) check(op storageOp) error {
+func (s *Storage) check(op storageOp) error { return s.checkOwn(op, "") }
+
+// checkOwn is check for an operation of the statement named stmt, run as
+// its own transaction ("" for any other operation): a fault that fires is
+// counted for the statement too.
+func (s *Storage) checkOwn(op storageOp, stmt string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.bypass > 0 {
@@ -342,18 +350,48 @@ func (s *Storage) check(op storageOp) error {
 	}
 	if s.unavailableLocked() {
 		s.counts.Unavailable++
+		s.ownLocked(stmt, func(c *Counts) { c.Unavailable++ })
 		return s.dialect.unavailableError(op)
 	}
 	f, ok := s.takeLocked(op)
 	if !ok {
 		return nil
 	}
+	s.ownLocked(stmt, func(c *Counts) { c.add(f) })
 	return s.dialect.faultError(f)
+}
+
+// ownLocked counts a fault that hit the statement named stmt, if any.
+func (s *Storage) ownLocked(stmt string, count func(*Counts)) {
+	if stmt == "" {
+		return
+	}
+	if s.own == nil {
+		s.own = map[string]Counts{}
+	}
+	c := s.own[stmt]
+	count(&c)
+	s.own[stmt] = c
+}
+
+// StatementCounts returns how many faults have hit the statement named
+// name while it ran as its own transaction (a statement whose context
+// sqlconn.OwnTransaction marked with name): its implicit BEGIN (FailBegin,
+// Busy), the statement itself (FailStatement), its implicit COMMIT
+// (FailCommit, AmbiguousCommit, a full disk), or an outage at any of them.
+func (s *Storage) StatementCounts(name string) Counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.own[name]
 }
 
 // commitFault decides a commit: refuse it (err set), apply it and then
 // report ambiguous failure (ambiguous set), or run it (both zero).
-func (s *Storage) commitFault() (ambiguous *Error, err *Error) {
+func (s *Storage) commitFault() (ambiguous *Error, err *Error) { return s.commitFaultOwn("") }
+
+// commitFaultOwn is commitFault for the implicit COMMIT of the statement
+// named stmt, run as its own transaction ("" for a transaction's COMMIT).
+func (s *Storage) commitFaultOwn(stmt string) (ambiguous *Error, err *Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.bypass > 0 {
@@ -361,17 +399,20 @@ func (s *Storage) commitFault() (ambiguous *Error, err *Error) {
 	}
 	if s.unavailableLocked() {
 		s.counts.Unavailable++
+		s.ownLocked(stmt, func(c *Counts) { c.Unavailable++ })
 		return nil, s.dialect.unavailableError(opCommit)
 	}
 	if s.full {
 		s.counts.DiskFull++
+		s.ownLocked(stmt, func(c *Counts) { c.DiskFull++ })
 		return nil, s.dialect.diskFullError()
 	}
 	f, ok := s.takeLocked(opCommit)
-	switch {
-	case !ok:
+	if !ok {
 		return nil, nil
-	case f == AmbiguousCommit:
+	}
+	s.ownLocked(stmt, func(c *Counts) { c.add(f) })
+	if f == AmbiguousCommit {
 		return s.dialect.faultError(f), nil
 	}
 	return nil, s.dialect.faultError(f)

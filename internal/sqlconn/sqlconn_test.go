@@ -1,6 +1,7 @@
 package sqlconn
 
 import (
+	"context"
 	"database/sql/driver"
 	"fmt"
 	"testing"
@@ -45,4 +46,15 @@ func TestLenderLendsOneAtATime(t *testing.T) {
 	l.Close()
 	require.Equal(t, 0, l.Kept())
 	require.Equal(t, prepared, closed, "every statement is closed once")
+}
+
+// OwnTransaction marks a context with its statement's name, and an
+// unmarked context reads as none.
+func TestOwnTransaction(t *testing.T) {
+	ctx := context.Background()
+	_, ok := OwnTransactionOf(ctx)
+	require.False(t, ok)
+	name, ok := OwnTransactionOf(OwnTransaction(ctx, "submit_one"))
+	require.True(t, ok)
+	require.Equal(t, "submit_one", name)
 }
