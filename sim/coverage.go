@@ -309,7 +309,8 @@ func Phases() []string {
 			out = append(out, string(write))
 		}
 	}
-	return append(out, OpReap, OpEnqueue, OpCaller, OpCareless, OpOperator, FaultRedeliver, OpBatch, OpFollow)
+	out = append(out, OpReap, OpEnqueue, OpCaller, OpCareless, OpOperator, FaultRedeliver, OpBatch, OpFollow)
+	return append(out, FusedStatements()...)
 }
 
 // KnownCell reports whether cell names something the simulator can reach:

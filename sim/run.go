@@ -76,6 +76,12 @@ type Result struct {
 	Workers      int
 	// Coverage is the run's coverage map (Seeds 1).
 	Coverage Coverage
+	// Outcomes lists how each task the queue held at the end ended, as
+	// "ID state reason" in ID order; FusedFaults counts the storage faults
+	// that landed on a statement PostgreSQL runs fused (pgfused.go), after
+	// which a seed's run on PostgreSQL may part from its run on SQLite.
+	Outcomes    []string
+	FusedFaults int
 }
 
 // Stats counts what a run exercised.
@@ -171,6 +177,7 @@ func Run(cfg Config) (res Result) {
 	res.Workers = sc.Workers
 	defer func() {
 		res.Simulated, res.Stats = w.clock.Since(Epoch), w.stats()
+		res.Outcomes, res.FusedFaults = w.outcomes(), w.fusedFaults()
 		var err error
 		if res.Coverage, err = w.coverage(); err != nil {
 			res.Anomalies = append(res.Anomalies, err.Error())

@@ -139,13 +139,15 @@ func (s Store) open(ctx context.Context, clock clockwork.Clock, seed uint64) (op
 		return opened{}, err
 	}
 	storage := faults.NewPostgresStorage(stdlib.GetDefaultDriver(), clock)
-	// Unfused: the injector's BEGIN and COMMIT faults land where they land
-	// on SQLite (see queue.Options.Unfused). No idle-in-transaction
+	// Fused, as production runs: a lone submit is submit_one and a group
+	// of completions complete_and_claim, each one statement that is its
+	// own transaction, on which the injector's BEGIN, statement and COMMIT
+	// faults land (storagefault's runOwn). No idle-in-transaction
 	// timeout: a world's transaction idle past it while the process is
 	// descheduled would be ended by the server, and the trace would then
 	// depend on the machine's speed.
 	q, err := queue.Open(ctx, queue.Options{Path: ws.url, Clock: clock, IDs: ids, Rand: rand,
-		Driver: storage, MaxConns: storeConnsMax, Unfused: true, IdleInTransactionTimeout: queue.NoIdleInTransactionTimeout,
+		Driver: storage, MaxConns: storeConnsMax, IdleInTransactionTimeout: queue.NoIdleInTransactionTimeout,
 		TrailWindow: simTrailWindow})
 	if err != nil {
 		s.pg.give(ws)

@@ -53,7 +53,7 @@ type carelessClient struct {
 // applyCovered applies one schedule event and records in the coverage map
 // the faults that fired during it, with where they hit.
 func (w *World) applyCovered(e Event) string {
-	storageBefore, serviceBefore := w.storage.Counts(), w.svc.Counts()
+	storageBefore, serviceBefore, fusedBefore := w.storage.Counts(), w.svc.Counts(), w.fusedHits()
 	var dupBefore faults.QueueCounts
 	if e.Kind == EvStep {
 		dupBefore = w.workers[e.Worker].queue.Counts()
@@ -73,6 +73,7 @@ func (w *World) applyCovered(e Event) string {
 			w.cover.fault(string(f), where...)
 		}
 	}
+	w.coverFused(fusedBefore)
 	if w.svc.Counts().LostResponse > serviceBefore.LostResponse {
 		w.cover.fault(FaultLoseResponse, w.where)
 	}

@@ -81,6 +81,7 @@ func runSim(e *env, args []string) int {
 	code := exitOK
 	var runs []scenarioRun
 	for _, sc := range o.scenarios {
+		sc = o.store.Declared(sc) // the store's own cells (PostgreSQL's fused statements)
 		run, c := simScenario(e, o, sc, intr)
 		if c == exitUsage {
 			return c
