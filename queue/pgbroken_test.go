@@ -43,13 +43,14 @@ func allVariants(byQuery map[string][]broken.Variant) []broken.Variant {
 // functions carry a placeholder for every broken variant SQLite's queries
 // do, so that a leasehold_broken sweep can switch each on against either
 // store, and for the lone submit's (submit_one runs in the server what
-// SQLite's submit checks in Go, where broken.Pick names them); and each
+// SQLite's submit checks in Go, where broken.Pick names them) and the
+// fused group's fence (complete_and_claim's, PostgreSQL's alone); and each
 // query both files have names the same variants in both.
 func TestPostgresSQLNamesTheBrokenVariants(t *testing.T) {
 	lite, pg := brokenVariantsOf(t, sqlitestore.Store{}), brokenVariantsOf(t, postgres.Store{})
 	require.NotEmpty(t, lite)
 	pg[functionsFile] = functionsVariants(t)
-	want := append(allVariants(lite), broken.ChangedRequestReplayed, broken.DepthCapOffByOne)
+	want := append(allVariants(lite), broken.ChangedRequestReplayed, broken.DepthCapOffByOne, broken.FusedCompletionUnfenced)
 	slices.Sort(want)
 	require.Equal(t, slices.Compact(want), allVariants(pg))
 	pgTexts, err := loadQueries(postgres.Store{}.SQLFiles())

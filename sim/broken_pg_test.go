@@ -12,39 +12,74 @@ import (
 )
 
 // pgBrokenVariants are the variants whose mechanism is (also) in the
-// PostgreSQL store's SQL, each with the scenario that targets it: the ones
-// the placeholders of queue/internal/postgres/sql switch on.
-var pgBrokenVariants = []struct{ variant, scenario string }{
-	{"no-user-limit", "portfolio"},
-	{"claim-past-deadline", "deadline"},
-	{"claim-exclusive-run-at", "portfolio"},
-	{"write-after-lease-expiry", "portfolio"},
-	{"write-at-lease-until", "boundaries"},
-	{"pause-charges-attempt", "portfolio"},
-	{"receipt-not-stored", "portfolio"},
+// PostgreSQL store, each with the scenario that targets it: the ones the
+// placeholders of queue/internal/postgres/sql switch on (the fused
+// statements' among them: submit_one's depth cap and key check,
+// complete_and_claim's fence), and the store's reading of a fused
+// statement's lost connection. pgOnly marks a variant SQLite has no
+// mechanism for (TestBrokenVariantsListed leaves it to this list);
+// needsGroups one whose statement runs only for a group of two or more
+// completions, which the world does not form yet.
+var pgBrokenVariants = []struct {
+	variant, scenario   string
+	pgOnly, needsGroups bool
+}{
+	{variant: "no-user-limit", scenario: "portfolio"},
+	{variant: "claim-past-deadline", scenario: "deadline"},
+	{variant: "claim-exclusive-run-at", scenario: "portfolio"},
+	{variant: "write-after-lease-expiry", scenario: "portfolio"},
+	{variant: "write-at-lease-until", scenario: "boundaries"},
+	{variant: "pause-charges-attempt", scenario: "portfolio"},
+	{variant: "receipt-not-stored", scenario: "portfolio"},
+	// The lone submit, submit_one: its per-user depth cap and its check of
+	// a used key's request.
+	{variant: "depth-cap-off-by-one", scenario: "quota"},
+	{variant: "changed-request-replayed", scenario: "portfolio"},
+	// A fused statement's lost connection read as "not applied": caught
+	// when an ambiguous commit lands on submit_one (the oracle finds the
+	// task a "not applied" submit wrote).
+	{variant: "fused-lost-reads-not-applied", scenario: "portfolio", pgOnly: true},
+	{variant: "fused-completion-unfenced", scenario: "portfolio", pgOnly: true, needsGroups: true},
+}
+
+// pgOnlyVariants names the variants SQLite has no mechanism for.
+func pgOnlyVariants() []string {
+	var out []string
+	for _, v := range pgBrokenVariants {
+		if v.pgOnly {
+			out = append(out, v.variant)
+		}
+	}
+	return out
 }
 
 // TestPostgresBrokenVariantsCaught switches on each variant of the
-// PostgreSQL store's SQL and runs its scenario on PostgreSQL, every check
-// on: a seed among the first brokenCheckSeedsMax must fail, and the first
-// to fail must be the first to fail on SQLite, broken the same way (the
-// stores run the same schedule to the same trace). Each variant has a
-// store of its own: a schema installs the broken function bodies of the
-// variants switched on when it is migrated.
+// PostgreSQL store and runs its scenario on PostgreSQL, every check on: a
+// seed among the first brokenSeedsMax must fail. A variant SQLite shares
+// must be caught there too; the two stores' first failing seeds are
+// logged, not compared: a fault that lands on a fused statement parts the
+// stores' runs of a seed (TestPostgresSweeps). Each variant has a store of
+// its own: a schema installs the broken function bodies of the variants
+// switched on when it is migrated.
 func TestPostgresBrokenVariantsCaught(t *testing.T) {
 	for _, v := range pgBrokenVariants {
 		t.Run(v.variant, func(t *testing.T) {
+			if v.needsGroups {
+				t.Skip("complete_and_claim runs only for a group of two or more completions, which the world does not form yet")
+			}
 			t.Setenv("LEASEHOLD_BROKEN", v.variant)
 			st := postgresStore(t)
 			sc, err := scenarios.Get(v.scenario)
 			require.NoError(t, err)
-			pg, caught := firstFailure(sc, st, brokenCheckSeedsMax)
-			require.True(t, caught, "variant %s not caught on postgres within %d seeds of %s", v.variant, brokenCheckSeedsMax, v.scenario)
-			lite, caught := firstFailure(sc, Store{}, brokenCheckSeedsMax)
-			require.True(t, caught, "variant %s not caught on sqlite within %d seeds of %s", v.variant, brokenCheckSeedsMax, v.scenario)
-			require.Equal(t, lite.Seed, pg.Seed, "postgres: %s; sqlite: %s", pg.Summary(), lite.Summary())
-			require.Equal(t, lite.Broken(), pg.Broken(), "postgres: %s; sqlite: %s", pg.Summary(), lite.Summary())
+			pg, caught := firstFailure(sc, st, brokenSeedsMax)
+			require.True(t, caught, "variant %s not caught on postgres within %d seeds of %s", v.variant, brokenSeedsMax, v.scenario)
 			t.Logf("variant %s caught on postgres at %s seed %d by %s: %s", v.variant, v.scenario, pg.Seed, pg.Broken(), pg.Summary())
+			if v.pgOnly {
+				return
+			}
+			lite, caught := firstFailure(sc, Store{}, brokenSeedsMax)
+			require.True(t, caught, "variant %s not caught on sqlite within %d seeds of %s", v.variant, brokenSeedsMax, v.scenario)
+			t.Logf("variant %s caught on sqlite at %s seed %d by %s", v.variant, v.scenario, lite.Seed, lite.Broken())
 		})
 	}
 }

@@ -98,6 +98,14 @@ const (
 	// ClaimIgnoresKinds: a claim that names its kinds takes tasks of any
 	// kind once it has found one of its own to take.
 	ClaimIgnoresKinds
+	// FusedLostReadsNotApplied: a statement PostgreSQL runs as its own
+	// transaction (a lone submit, a fused group) whose connection was lost
+	// while it ran is reported not applied, though it may have committed.
+	FusedLostReadsNotApplied
+	// FusedCompletionUnfenced: a fused group's completions
+	// (PostgreSQL's complete_and_claim) are accepted whatever fence they
+	// name.
+	FusedCompletionUnfenced
 
 	variantEnd // one past the last variant
 )
@@ -105,35 +113,37 @@ const (
 // names are the variants' names, as LEASEHOLD_BROKEN and the SQL
 // placeholders spell them.
 var names = [variantEnd]string{
-	CompleteWithoutFence:    "complete-without-fence",
-	WriteAfterLeaseExpiry:   "write-after-lease-expiry",
-	NoUserLimit:             "no-user-limit",
-	NoBudgetCheck:           "no-budget-check",
-	StepCASSkipped:          "step-cas-skipped",
-	WorkerIgnoresReceipts:   "worker-ignores-receipts",
-	ReaperNotCharging:       "reaper-not-charging",
-	ApprovalNotBound:        "approval-not-bound",
-	ReaperRequeuesCancelled: "reaper-requeues-cancelled",
-	ChangedRequestReplayed:  "changed-request-replayed",
-	HeartbeatHidesCancel:    "heartbeat-hides-cancel",
-	EventWrongReason:        "event-wrong-reason",
-	RetryWithoutBackoff:     "retry-without-backoff",
-	ReceiptNotStored:        "receipt-not-stored",
-	ClaimPastDeadline:       "claim-past-deadline",
-	ClaimExclusiveRunAt:     "claim-exclusive-run-at",
-	WorkerIgnoresCancel:     "worker-ignores-cancel",
-	DepthCapOffByOne:        "depth-cap-off-by-one",
-	PauseChargesAttempt:     "pause-charges-attempt",
-	ReleaseChargesAttempt:   "release-charges-attempt",
-	RequeueGrantUnbounded:   "requeue-grant-unbounded",
-	WriteAtLeaseUntil:       "write-at-lease-until",
-	ReleaseRecordedAsRetry:  "release-recorded-as-retry",
-	NoHeartbeatDuringRun:    "no-heartbeat-during-run",
-	BatchChangedReplayed:    "batch-changed-replayed",
-	StepLimitOffByOne:       "step-limit-off-by-one",
-	FollowerSkipsMark:       "follower-skips-mark",
-	CompleteClaimWhenStale:  "complete-claim-when-stale",
-	ClaimIgnoresKinds:       "claim-ignores-kinds",
+	CompleteWithoutFence:     "complete-without-fence",
+	WriteAfterLeaseExpiry:    "write-after-lease-expiry",
+	NoUserLimit:              "no-user-limit",
+	NoBudgetCheck:            "no-budget-check",
+	StepCASSkipped:           "step-cas-skipped",
+	WorkerIgnoresReceipts:    "worker-ignores-receipts",
+	ReaperNotCharging:        "reaper-not-charging",
+	ApprovalNotBound:         "approval-not-bound",
+	ReaperRequeuesCancelled:  "reaper-requeues-cancelled",
+	ChangedRequestReplayed:   "changed-request-replayed",
+	HeartbeatHidesCancel:     "heartbeat-hides-cancel",
+	EventWrongReason:         "event-wrong-reason",
+	RetryWithoutBackoff:      "retry-without-backoff",
+	ReceiptNotStored:         "receipt-not-stored",
+	ClaimPastDeadline:        "claim-past-deadline",
+	ClaimExclusiveRunAt:      "claim-exclusive-run-at",
+	WorkerIgnoresCancel:      "worker-ignores-cancel",
+	DepthCapOffByOne:         "depth-cap-off-by-one",
+	PauseChargesAttempt:      "pause-charges-attempt",
+	ReleaseChargesAttempt:    "release-charges-attempt",
+	RequeueGrantUnbounded:    "requeue-grant-unbounded",
+	WriteAtLeaseUntil:        "write-at-lease-until",
+	ReleaseRecordedAsRetry:   "release-recorded-as-retry",
+	NoHeartbeatDuringRun:     "no-heartbeat-during-run",
+	BatchChangedReplayed:     "batch-changed-replayed",
+	StepLimitOffByOne:        "step-limit-off-by-one",
+	FollowerSkipsMark:        "follower-skips-mark",
+	CompleteClaimWhenStale:   "complete-claim-when-stale",
+	ClaimIgnoresKinds:        "claim-ignores-kinds",
+	FusedLostReadsNotApplied: "fused-lost-reads-not-applied",
+	FusedCompletionUnfenced:  "fused-completion-unfenced",
 }
 
 // String returns the variant's name.

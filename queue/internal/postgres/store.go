@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue/internal/seam"
@@ -375,9 +376,10 @@ func pgMayHaveCommitted(err error) bool {
 	var st sqlStater
 	if errors.As(err, &st) && st.SQLState() != "" {
 		code := st.SQLState()
-		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
+		lost := strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
+		return broken.Pick(broken.FusedLostReadsNotApplied, lost, false)
 	}
-	return !pgconn.SafeToRetry(err)
+	return broken.Pick(broken.FusedLostReadsNotApplied, !pgconn.SafeToRetry(err), false)
 }
 
 // pgFolded is the history of the PostgreSQL store's pre-release

@@ -561,7 +561,7 @@ BEGIN
                      ARRAY(SELECT v.s FROM unnest(ev_tasks, ev_seqs) AS v(t, s) WHERE v.t = e ->> 0 ORDER BY v.s) AS seqs
               FROM jsonb_array_elements(p_claims) AS e) AS c
         WHERE tasks.id = ANY(ARRAY(SELECT e ->> 0 FROM jsonb_array_elements(p_claims) AS e))
-          AND tasks.id = c.id AND tasks.version = c.fence AND COALESCE(tasks.state, '') = 'running'
+          AND tasks.id = c.id{broken:fused-completion-unfenced| AND tasks.version = c.fence|} AND COALESCE(tasks.state, '') = 'running'
           AND (tasks.lease_until > c.now{broken:write-at-lease-until|| OR tasks.lease_until = c.now})
         RETURNING tasks.user_id, GREATEST(0, tasks.updated_at - tasks.claimed_at) AS run_time, cardinality(c.seqs) AS trailed
     ), deltas AS (
