@@ -113,10 +113,9 @@ type Options struct {
 	Ungrouped bool
 	// Unfused runs every group as a transaction of BEGIN, its statements
 	// and COMMIT, never as one statement that commits itself (a fused
-	// group, fused.go; a lone submit, submitone.go). The simulator sets it
-	// on PostgreSQL: its fault injector arms faults for a BEGIN and a
-	// COMMIT, which a statement that commits itself has none of, and its
-	// traces must match SQLite's, whose groups are never fused.
+	// group, fused.go; a lone submit, submitone.go): for tests of the
+	// usual way's statements on PostgreSQL. The simulator runs fused, as
+	// production does.
 	Unfused bool
 	// TrailWindow bounds how far past its cursor one read of the trail
 	// for some users looks (EventsThrough); zero means EventsScanWindow.
