@@ -45,6 +45,15 @@ func TestSimPostgres(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.String())
 	require.Contains(t, r.stdout, "fingerprint: "+fingerprints[1])
 
+	// The store's own cells join the scenario's declared ones: portfolio
+	// on PostgreSQL declares its lone submit under each fused fault kind.
+	r = lh(t, "sim", "--store", "postgres", "--db", db, "--seed", "1", "--coverage")
+	require.Equal(t, exitOK, r.code, r.String())
+	require.Regexp(t, `fault +fail_commit@submit_one +\d+ +declared`, r.stdout)
+	r = lh(t, "sim", "--seed", "1", "--coverage")
+	require.Equal(t, exitOK, r.code, r.String())
+	require.NotContains(t, r.stdout, "@submit_one", "sqlite runs no fused statement")
+
 	// Every schema the runs made is gone.
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, db)
