@@ -149,8 +149,11 @@ func (c Counts) String() string {
 // ErrDriverUnsupported.
 //
 // Armed faults are one-shot and fire in the order they were armed, each
-// on the next operation of its kind (begin, statement, commit). Inside an
-// outage window the window wins: armed faults wait for the first
+// on the next operation of its kind (begin, statement, commit). A
+// statement that is its own transaction (its context marked by
+// sqlconn.OwnTransaction: PostgreSQL's fused statements) has all three:
+// its implicit BEGIN, itself and its implicit COMMIT (see runOwn). Inside
+// an outage window the window wins: armed faults wait for the first
 // operation after it. Storage is safe for concurrent use.
 type Storage struct {
 	inner driver.Driver
