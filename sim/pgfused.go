@@ -72,7 +72,8 @@ func (w *World) coverFused(before fusedCounts) {
 // PostgreSQL must reach, by scenario: the lone submit under each fault
 // kind the protocol tells apart (FusedFaultKinds), in the scenarios whose
 // 500-seed sweeps on PostgreSQL reached each (the least, fail_statement:
-// boundaries 33 seeds, crash-storm 29).
+// boundaries 33 seeds, crash-storm 29, deadline 22, late-result 7,
+// portfolio 45).
 //
 // complete_and_claim runs only for a group of two or more completions,
 // which the world does not yet form (it steps one write at a time); its
@@ -81,6 +82,8 @@ func (w *World) coverFused(before fusedCounts) {
 var fusedDeclared = map[string][]string{
 	"boundaries":  {StatementSubmitOne},
 	"crash-storm": {StatementSubmitOne},
+	"deadline":    {StatementSubmitOne},
+	"late-result": {StatementSubmitOne},
 	"portfolio":   {StatementSubmitOne},
 }
 
