@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // IDSource hands out unique identifiers for tasks and schedules. The queue
@@ -96,6 +97,9 @@ type DerivedIDs struct {
 	seed    uint64
 	fresh   SeededIDs
 	repeats map[string]int
+	// now, when set, is the clock whose instant (to the millisecond) a
+	// task ID mixes in beside its key (NewDerivedIDsAt).
+	now func() time.Time
 }
 
 var _ KeyedIDSource = (*DerivedIDs)(nil)
@@ -105,17 +109,34 @@ func NewDerivedIDs(seed uint64) *DerivedIDs {
 	return &DerivedIDs{seed: seed, fresh: SeededIDs{state: seed}, repeats: map[string]int{}}
 }
 
+// NewDerivedIDsAt returns a DerivedIDs for seed whose task IDs derive
+// from the key and the instant now reads when the ID is drawn. A user's
+// key names a second task once the tombstone a prune left of the first
+// has expired; the two were submitted at different instants, so they get
+// different IDs, as production's random ones are. Two parties drawing on
+// the same clock (the simulator's queue and its reference) still give a
+// task the same ID.
+func NewDerivedIDsAt(seed uint64, now func() time.Time) *DerivedIDs {
+	d := NewDerivedIDs(seed)
+	d.now = now
+	return d
+}
+
 // NewID returns prefix followed by 16 hex digits of the next sequence value.
 func (d *DerivedIDs) NewID(prefix string) string { return d.fresh.NewID(prefix) }
 
 // KeyedID returns prefix followed by 16 hex digits of the hash of the seed,
 // prefix and key. A schedule key asked for again gets the hash of its n-th
-// asking, so identical specs get distinct IDs.
+// asking, so identical specs get distinct IDs; a task key, with a clock
+// (NewDerivedIDsAt), the hash of the key at the clock's millisecond.
 func (d *DerivedIDs) KeyedID(prefix, key string) string {
-	if prefix == ScheduleIDPrefix {
+	switch {
+	case prefix == ScheduleIDPrefix:
 		n := d.repeats[key]
 		d.repeats[key] = n + 1
 		key += "\x00" + strconv.Itoa(n)
+	case prefix == TaskIDPrefix && d.now != nil:
+		key += "\x00" + strconv.FormatInt(Millis(d.now()), 10)
 	}
 	return fmt.Sprintf("%s%016x", prefix, KeyedHash(d.seed, prefix+"\x00"+key))
 }

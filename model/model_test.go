@@ -505,6 +505,26 @@ func TestDerivedIDsAndDraws(t *testing.T) {
 	require.Equal(t, "t_x", NewIDFor(fixedIDs{}, TaskIDPrefix, "ignored"), "a source without keys is asked for a fresh ID")
 }
 
+// With a clock, a task key's ID depends on the millisecond it is drawn
+// at too: two parties on one clock agree, and a key drawn again at a
+// later instant (a task made after the first one's tombstone expired)
+// gets another ID. Schedule IDs do not read the clock.
+func TestDerivedIDsAtAnInstant(t *testing.T) {
+	at := time.UnixMilli(1_000)
+	now := func() time.Time { return at }
+	a, b := NewDerivedIDsAt(7, now), NewDerivedIDsAt(7, now)
+	key := TaskKey("u", "k")
+	first := a.KeyedID(TaskIDPrefix, key)
+	require.Equal(t, first, b.KeyedID(TaskIDPrefix, key))
+	require.NoError(t, CheckNewTaskID(first))
+	at = at.Add(999 * time.Microsecond)
+	require.Equal(t, first, a.KeyedID(TaskIDPrefix, key), "the same millisecond")
+	at = at.Add(time.Millisecond)
+	require.NotEqual(t, first, a.KeyedID(TaskIDPrefix, key), "a later instant")
+	spec := ScheduleSpec{User: "u", Payload: "{}", CostBudget: 1, StepsMax: 1, Period: time.Minute}
+	require.Equal(t, NewDerivedIDs(7).KeyedID(ScheduleIDPrefix, ScheduleKey(spec)), b.KeyedID(ScheduleIDPrefix, ScheduleKey(spec)))
+}
+
 type fixedIDs struct{}
 
 func (fixedIDs) NewID(prefix string) string { return prefix + "x" }

@@ -176,11 +176,15 @@ func taskKinds(names ...string) []Cell {
 // that a sweep of the portfolio reaches: a completion that claims the
 // slot's next task in the same write (none, one, several), a batch
 // submit answered with a replay and one refused for a conflict beside a
-// replay, a follower's read stopping at a window mark, and the queue's
-// own refusal of a step past the budget.
+// replay, a follower's read stopping at a window mark and its wait woken
+// by a commit, a pruned task's key submitted again inside its
+// tombstone's window (a replay) and after it (a new task), and the
+// queue's own refusals of a step past the budget and past the step limit
+// (the careless client's).
 func protocolPaths() []Cell {
 	return cells(paths("complete_and_claim:none", "complete_and_claim:one", "complete_and_claim:several",
-		"submit_many:replay", "submit_many:replay_and_conflict", "follow:window_mark"), refusals("budget"))
+		"submit_many:replay", "submit_many:replay_and_conflict", "follow:window_mark", "follow:wait_woken",
+		"prune:replay_in_window", "prune:replay_after_window"), refusals("budget", "steps"))
 }
 
 // cells joins lists of cells.

@@ -235,6 +235,10 @@ func Portfolio() Scenario {
 		AttemptsMax: 4,
 		UserLimits:  []model.UserLimit{{User: "lena", RunningMax: 1, DepthMax: model.Inherit}},
 		Events:      400,
+		// The batch caller and the operator's prunes in every seed, so
+		// that pruned tasks' keys are submitted again inside and after
+		// their tombstones' window.
+		FaultFloors: map[string]int{"batch": 20, "prune": 20},
 		Tasks: []Task{
 			{Name: "approval", EffectStep: -1,
 				Request: request("ana", "approval-1", `{"steps":[{"cost":1},{"approval":"manager"},{"cost":2}]}`, 10, 5),

@@ -108,7 +108,7 @@ func newLockstep(ctx context.Context, q *queue.Queue, storage *faults.Storage, c
 	}
 	l.limits = limits
 	if oracle {
-		l.ref = model.NewReference(model.ReferenceOptions{Clock: clock, IDs: model.NewDerivedIDs(subSeed(seed, streamIDs)),
+		l.ref = model.NewReference(model.ReferenceOptions{Clock: clock, IDs: model.NewDerivedIDsAt(subSeed(seed, streamIDs), clock.Now),
 			Rand: model.NewDerivedRand(subSeed(seed, streamJitter)), Limits: &limits})
 	}
 	return l, nil
@@ -548,13 +548,15 @@ func (l *lockstep) final() {
 		l.report(InvOracleEffects, "", "at the end: "+d)
 		return
 	}
-	l.finalMetrics()
+	l.metricsAgree("at the end")
 }
 
-// finalMetrics compares the two sides' metrics at the end: depths,
-// outcome counts and the queue-wait and run-time distributions, which the
-// queue keeps by triggers and the reference by counting.
-func (l *lockstep) finalMetrics() {
+// metricsAgree compares the two sides' metrics (at the end, and after
+// each prune, whose removed tasks leave their states' counts for the
+// pruned ones): depths, outcome counts and the queue-wait and run-time
+// distributions, which the queue keeps by triggers and the reference by
+// counting.
+func (l *lockstep) metricsAgree(when string) {
 	var m model.Metrics
 	var err error
 	l.storage.Bypass(func() { m, err = l.Queue.Metrics(l.ctx) })
@@ -564,7 +566,12 @@ func (l *lockstep) finalMetrics() {
 	}
 	want, _ := l.ref.Metrics(l.ctx)
 	if a, b := metricsText(m), metricsText(want); a != b {
-		l.report(InvOracleReturns, "", "metrics at the end: queue {"+a+"}, reference {"+b+"}")
+		l.report(InvOracleReturns, "", "metrics "+when+": queue {"+a+"}, reference {"+b+"}")
+		return
+	}
+	if !m.Reconciles() {
+		l.report(InvOracleReturns, "", "metrics "+when+" do not reconcile: the depths and the tasks pruned are not the tasks submitted: {"+
+			metricsText(m)+"}")
 	}
 }
 
@@ -574,9 +581,9 @@ func metricsText(m model.Metrics) string {
 		fmt.Fprintf(&depth, "%s=%d ", s, m.Depth[s])
 	}
 	return fmt.Sprintf("depth %soldest=%s submitted=%d completions=%d failures=%d cancellations=%d retries=%d "+
-		"lease_expiries=%d stale_writes=%d budget_exhausted=%d reviews=%d queue_wait=%v run_time=%v",
+		"lease_expiries=%d stale_writes=%d budget_exhausted=%d reviews=%d pruned=%d queue_wait=%v run_time=%v",
 		depth.String(), m.OldestQueuedAge, m.Submitted, m.Completions, m.Failures, m.Cancellations, m.Retries,
-		m.LeaseExpiries, m.StaleWrites, m.BudgetExhausted, m.Reviews, m.QueueWait, m.RunTime)
+		m.LeaseExpiries, m.StaleWrites, m.BudgetExhausted, m.Reviews, m.Pruned, m.QueueWait, m.RunTime)
 }
 
 // The worker-facing writes. Each simulated worker's queue is a
@@ -792,6 +799,9 @@ func (l *lockstep) Prune(ctx context.Context, req queue.PruneRequest) (queue.Pru
 			return differ(model.DetailPruned(req.OlderThan, a)+fmt.Sprintf(" transactions=%d", a.Transactions),
 				model.DetailPruned(req.OlderThan, b)+fmt.Sprintf(" transactions=%d", b.Transactions))
 		},
+		// The counters reconciled after the prune: the pruned tasks
+		// counted as pruned, the rest by state, on both sides alike.
+		check: func(queue.PruneResult, error) func() { return func() { l.metricsAgree("after a prune") } },
 	})
 }
 

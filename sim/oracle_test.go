@@ -78,7 +78,7 @@ func TestLockstepFaultBeforeCommitIsNotApplied(t *testing.T) {
 	_, err := w.q.Submit(w.ctx, oracleRequest("k1"))
 	require.ErrorIs(t, err, faults.ErrInjected)
 	require.Nil(t, w.checker.check())
-	_, err = w.q.ref.Task(w.ctx, model.NewDerivedIDs(subSeed(1, streamIDs)).KeyedID(model.TaskIDPrefix, model.TaskKey("ora", "k1")))
+	_, err = w.q.ref.Task(w.ctx, model.NewDerivedIDsAt(subSeed(1, streamIDs), w.clock.Now).KeyedID(model.TaskIDPrefix, model.TaskKey("ora", "k1")))
 	require.ErrorIs(t, err, model.ErrNotFound)
 }
 

@@ -20,14 +20,21 @@ const (
 	// A follower's read that stopped at a window mark short of the end of
 	// the trail.
 	PathFollowWindowMark = "follow:window_mark"
-	// A submit of a pruned task's key answered from its tombstone.
-	PathPruneReplayInWindow = "prune:replay_in_window"
+	// A follower's wait that looked on past a window mark before it
+	// returned or parked; one that parked and was woken by a commit with
+	// events of its users.
+	PathFollowWaitAcrossMarks = "follow:wait_across_marks"
+	PathFollowWaitWoken       = "follow:wait_woken"
+	// A submit of a pruned task's key answered from its tombstone; one
+	// made after a prune expired the tombstone, which makes a new task.
+	PathPruneReplayInWindow    = "prune:replay_in_window"
+	PathPruneReplayAfterWindow = "prune:replay_after_window"
 )
 
 // PathNames lists the path cells' names in a fixed order.
 func PathNames() []string {
 	return []string{PathCompleteClaimNone, PathCompleteClaimOne, PathCompleteClaimSeveral, PathBatchReplay,
-		PathBatchReplayConflict, PathFollowWindowMark, PathPruneReplayInWindow}
+		PathBatchReplayConflict, PathFollowWindowMark, PathFollowWaitAcrossMarks, PathFollowWaitWoken, PathPruneReplayInWindow, PathPruneReplayAfterWindow}
 }
 
 // knownPath reports whether name is a path cell's.

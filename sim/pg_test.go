@@ -116,12 +116,13 @@ func TestPostgresSweeps(t *testing.T) {
 	}
 }
 
-// followLine matches the trace line of a follower's read: what a page
-// holds depends on the events' sequence numbers (a window is a range of
-// them), which PostgreSQL may skip where a transaction rolled back and
-// SQLite does not. The read changes nothing and takes no fault, so the
-// traces meet again on the next line.
-var followLine = regexp.MustCompile(`^\d+ \+\d+ms follow: follow -> `)
+// followLine matches the trace line of a follower's read or wait: what a
+// page holds, and whether a wait parks, depends on the events' sequence
+// numbers (a window is a range of them), which PostgreSQL may skip where
+// a transaction rolled back and SQLite does not. The read changes nothing
+// and takes no fault (a wait's batch is made whether it parked or not),
+// so the traces meet again on the next line.
+var followLine = regexp.MustCompile(`^\d+ \+\d+ms follow: follow( wait)? -> `)
 
 // traceDifference names the first line where two stores' traces differ
 // other than in the wording of an injected storage error or in what a

@@ -116,11 +116,12 @@ func (o opened) close() error {
 }
 
 // open opens a world's queue on the store, through a fault-injecting
-// driver, with IDs and jitter derived from seed: from (seed, task,
+// driver, with IDs and jitter derived from seed: a task's ID from its
+// user, key and the instant it is submitted at, its jitter from (task,
 // attempt), so that the queue and the reference give the same task the
 // same ID and the same backoff however many draws either made.
 func (s Store) open(ctx context.Context, clock clockwork.Clock, seed uint64) (opened, error) {
-	ids, rand := model.NewDerivedIDs(subSeed(seed, streamIDs)), model.NewDerivedRand(subSeed(seed, streamJitter))
+	ids, rand := model.NewDerivedIDsAt(subSeed(seed, streamIDs), clock.Now), model.NewDerivedRand(subSeed(seed, streamJitter))
 	if s.pg == nil {
 		pool, err := worldDBs() // its connections start as the migrated image (dbpool.go)
 		if err != nil {

@@ -126,7 +126,8 @@ type worldOptions struct {
 func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix, opts worldOptions) (*World, error) {
 	ctx := context.Background() // never cancelled: cancellation rolls database/sql back asynchronously
 	clock := clockwork.NewFakeClockAt(Epoch)
-	db, err := opts.store.open(ctx, clock, seed)
+	queueClock := newPollClock(clock) // the follower's waits say when they park (world_protocol.go)
+	db, err := opts.store.open(ctx, queueClock, seed)
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +138,7 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix, opts worldOption
 	}
 	w := &World{ctx: ctx, sc: sc, seed: seed, mix: mix, clock: clock, storage: storage, q: ls, db: db,
 		service: workertest.NewService(mix.ServiceKind, clock)}
+	w.follower.clock = queueClock
 	w.svc = faults.NewService(w.service)
 	w.checker = newChecker(w, opts.only)
 	ls.report, ls.limitsChanged, ls.cover = w.checker.lockstepReport, w.checker.limitsChanged, &w.cover
@@ -460,6 +462,10 @@ func (w *World) script(t *taskState) string {
 	if cur.State.Terminal() && act != scenarios.Replay && act != scenarios.ChangePayload {
 		t.next++
 		return fmt.Sprintf("%s %s: missed, task is %s", t.spec.Name, act, cur.State)
+	}
+	if act != scenarios.Submit && w.keyExpired(t.request.User, t.request.Key) {
+		t.next++
+		return fmt.Sprintf("%s %s: missed, the task was pruned and its key's tombstone expired", t.spec.Name, act)
 	}
 	out, done := w.act(t, act, cur)
 	if done {

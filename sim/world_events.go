@@ -33,9 +33,9 @@ const probePayload = `{"steps":[{"cost":1}]}`
 //
 // A task that is no scenario's (a probe's, a batch caller's, a schedule's
 // run), whose end no expectation names, it does not complete: past its
-// plan it writes steps on (of cost 1, or, on an odd fence, one more than
-// the budget left) until the queue refuses one for the step limit or the
-// budget. Where the run's workers claim with their completions
+// plan it writes steps on (of cost 1, or, on every other such task it
+// holds, one more than the budget left) until the queue refuses one for
+// the step limit or the budget. Where the run's workers claim with their completions
 // (FaultMix.Refill) it completes with a claim of one to three tasks in
 // the same write, keeps the first it can run and releases the others.
 type carelessClient struct {
@@ -45,9 +45,14 @@ type carelessClient struct {
 	next   int  // the step index it writes next
 	cancel bool // a step reply said cancellation was requested
 	// overrun: the task is no scenario's, and the client writes past its
-	// plan; costLeft is its budget left as the client counts it.
-	overrun  bool
-	costLeft int64
+	// plan; costLeft is its budget left as the client counts it;
+	// overBudget: its first step past the plan costs more than costLeft.
+	// overruns counts the tasks it has held to overrun, which alternate
+	// between a refusal for the budget and one for the step limit.
+	overrun    bool
+	costLeft   int64
+	overBudget bool
+	overruns   int
 }
 
 // applyCovered applies one schedule event and records in the coverage map
@@ -313,7 +318,7 @@ func (w *World) carelessAct() string {
 		switch {
 		case c.next < len(c.plan):
 			cost = c.plan[c.next].Cost
-		case c.claim.Fence%2 == 1:
+		case c.overBudget:
 			cost = c.costLeft + 1
 		}
 		res, err = w.q.CompleteStep(w.ctx, model.StepWrite{Claim: c.claim, Index: c.next, Cost: cost})
@@ -394,8 +399,12 @@ func (w *World) carelessHold(cl model.Claimed) string {
 	if w.awaitsWorker(cl.Claim.TaskID) {
 		return fmt.Sprintf("claimed %s/%d, its caller waits on a worker's claim: %s", cl.Claim.TaskID, cl.Claim.Fence, w.release(carelessActor, cl.Claim))
 	}
+	overrun, overruns := !w.scenarioTask(cl.Task), c.overruns
+	if overrun {
+		overruns++
+	}
 	*c = carelessClient{held: true, claim: cl.Claim, plan: plan, next: cl.Task.StepsUsed, cancel: cl.Task.CancelRequested,
-		overrun: !w.scenarioTask(cl.Task), costLeft: cl.Task.CostBudget - cl.Task.CostUsed}
+		overrun: overrun, costLeft: cl.Task.CostBudget - cl.Task.CostUsed, overBudget: overruns%2 == 1, overruns: overruns}
 	return fmt.Sprintf("claimed %s/%d at step %d", cl.Claim.TaskID, cl.Claim.Fence, c.next)
 }
 

@@ -1,11 +1,14 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
@@ -21,8 +24,10 @@ const batchUser = "batcher"
 // batchPayload is the batch caller's tasks' work: one cheap step.
 const batchPayload = `{"steps":[{"cost":1}]}`
 
-// Shapes of a batch (EvBatch's Name): new requests only; new requests
-// with an exact replay of an earlier batch's request and of one of its
+// Shapes of a batch (EvBatch's Name): new requests only (and, once a
+// prune expired the tombstone of a task of the batch caller's, that
+// task's request again, which makes a new task); new requests with an
+// exact replay of an earlier batch's request and of one of its
 // own; and those with a changed request under a used key besides, which
 // refuses the whole batch.
 const (
@@ -55,6 +60,9 @@ func (w *World) batch(shape string) string {
 	var reqs []model.SubmitRequest
 	for range fresh {
 		reqs = append(reqs, batchRequest(len(b.sent)+len(reqs)+1))
+	}
+	if r, ok := w.expiredRequest(); ok && shape == BatchNew {
+		reqs = append(reqs, r) // a new task under a key used before
 	}
 	replays := 0
 	if shape == BatchReplay || shape == BatchConflict {
@@ -103,9 +111,14 @@ func (w *World) batch(shape string) string {
 }
 
 // replayOf is the earlier request the batch caller replays: the first
-// whose task a prune removed (its tombstone answers), else one in turn.
+// whose task a prune removed and whose tombstone a later prune expired
+// (a new task), else the first whose task a prune removed (its tombstone
+// answers), else one in turn.
 func (w *World) replayOf() model.SubmitRequest {
 	b := &w.batcher
+	if r, ok := w.expiredRequest(); ok {
+		return r
+	}
 	for _, r := range b.sent {
 		if _, pruned := w.pruned[model.TaskKey(r.User, r.Key)]; pruned {
 			return r
@@ -114,12 +127,55 @@ func (w *World) replayOf() model.SubmitRequest {
 	return b.sent[b.batches%len(b.sent)]
 }
 
+// expiredRequest is the first request the batch caller sent whose task a
+// prune removed and whose tombstone a later prune expired.
+func (w *World) expiredRequest() (model.SubmitRequest, bool) {
+	for _, r := range w.batcher.sent {
+		if w.keyExpired(r.User, r.Key) {
+			return r, true
+		}
+	}
+	return model.SubmitRequest{}, false
+}
+
 // follower reads the audit trail for a set of users, from its cursor, a
-// page at a time, as events --follow and the HTTP API's followers do.
+// page at a time, as events --follow and the HTTP API's followers do:
+// every other time with a read that returns at once (EventsThrough), and
+// in between with a wait (WaitEventsThrough) that blocks until there is
+// an event of its users.
 type follower struct {
 	users []string
 	after int64
 	seen  int // events read
+	reads int // reads and waits made
+	// clock is the queue's clock, which says when a wait parks.
+	clock *pollClock
+}
+
+// pollClock is the queue's clock in the simulator: the world's fake
+// clock, which also says when a wait for events (queue.WaitEventsThrough)
+// makes its poll timer, the last thing it does before it blocks until a
+// commit, the timer or its context wakes it.
+type pollClock struct {
+	*clockwork.FakeClock
+	parked chan struct{} // a wait made its poll timer (buffered: one)
+}
+
+func newPollClock(c *clockwork.FakeClock) *pollClock {
+	return &pollClock{FakeClock: c, parked: make(chan struct{}, 1)}
+}
+
+// NewTimer makes the fake clock's timer, and says so when it is a wait's
+// poll timer.
+func (c *pollClock) NewTimer(d time.Duration) clockwork.Timer {
+	t := c.FakeClock.NewTimer(d)
+	if d == queue.WaitPollInterval {
+		select {
+		case c.parked <- struct{}{}:
+		default:
+		}
+	}
+	return t
 }
 
 // followLimit is the follower's page: small, so that pages fill.
@@ -141,32 +197,133 @@ func (w *World) followerUsers() []string {
 	return users
 }
 
-// follow reads the follower's next page and checks it against the trail
-// as it stands (read around the fault plan): every event of its users
-// past its cursor and up to where the read says it looked, each once, in
-// order, none of anyone else's; a full page looked as far as its last
-// event; the read never looks back.
+// follow reads the follower's next page, or waits for it, and checks it
+// against the trail.
 func (w *World) follow() string {
 	f := &w.follower
 	if f.users == nil {
 		f.users = w.followerUsers()
 	}
+	f.reads++
+	if f.reads%2 == 0 && f.clock != nil {
+		return w.followWait()
+	}
 	// The reads go around the fault plan: a read's faults are not what
 	// the follower checks, and a read of two statements would take a
 	// fault a store reading in one would not (the stores' traces would
 	// part).
-	var page, trail []queue.TrailEvent
+	var page []queue.TrailEvent
 	var through int64
 	var err error
 	w.storage.Bypass(func() {
 		page, through, err = w.q.EventsThrough(w.ctx, queue.EventFilter{Users: f.users, After: f.after, Limit: followLimit})
-		if err == nil {
-			trail, _, err = w.q.EventsThrough(w.ctx, queue.EventFilter{After: f.after, Limit: model.ListLimitMax})
-		}
 	})
 	if err != nil {
 		w.checker.lockstepReport(InvReadable, "", err.Error())
 		return "follow: trail unreadable: " + err.Error()
+	}
+	line := fmt.Sprintf("follow -> %d events", len(page))
+	stopped, err := w.followed(page, through)
+	if err != nil {
+		return "follow: trail unreadable: " + err.Error()
+	}
+	if stopped {
+		w.cover.path(PathFollowWindowMark)
+		line += ", stopped at a window mark"
+	}
+	return line
+}
+
+// waitOutcome is what a follower's wait returned.
+type waitOutcome struct {
+	page    []queue.TrailEvent
+	through int64
+	err     error
+}
+
+// followWait waits for the follower's next page as a blocking follower
+// does, in simulated time and deterministically: the wait runs on a
+// goroutine of its own while the world does nothing but watch it, until
+// it returns or parks (its poll timer made, it blocks). Parked, it has
+// looked through every window up to the end of the trail, crossing window
+// marks, and found none of its users' events. The batch caller then
+// submits a batch (whether the wait parked or not, so that the world does
+// the same on every store), whose commit wakes a parked wait, which
+// returns the batch's events; a wait that parks again (the batch was
+// refused) is ended by its context and returns how far it looked. Its
+// page is checked as a read's is. The wait and the batch go around the
+// fault plan, as the reads do.
+func (w *World) followWait() string {
+	f := &w.follower
+	select {
+	case <-f.clock.parked:
+	default:
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	done := make(chan waitOutcome, 1)
+	start := f.after
+	var out waitOutcome
+	var line string
+	w.storage.Bypass(func() {
+		go func() {
+			page, through, err := w.q.WaitEventsThrough(ctx, queue.EventFilter{Users: f.users, After: start, Limit: followLimit})
+			done <- waitOutcome{page: page, through: through, err: err}
+		}()
+		returned := false
+		select {
+		case out = <-done:
+			returned = true
+			line = fmt.Sprintf("follow wait -> %d events at once", len(out.page))
+		case <-f.clock.parked:
+			line = "follow wait -> parked"
+		}
+		line += "; " + w.batch(BatchNew)
+		if returned {
+			return
+		}
+		select {
+		case out = <-done:
+			line += fmt.Sprintf("; woken: %d events", len(out.page))
+			if len(out.page) > 0 {
+				w.cover.path(PathFollowWaitWoken)
+			}
+		case <-f.clock.parked:
+			cancel()
+			out = <-done
+			line += "; parked again, ended"
+		}
+	})
+	if out.err != nil && ctx.Err() == nil {
+		w.checker.lockstepReport(InvReadable, "", out.err.Error())
+		return line + "; trail unreadable: " + out.err.Error()
+	}
+	if out.through > start+simTrailWindow {
+		w.cover.path(PathFollowWaitAcrossMarks)
+	}
+	if _, err := w.followed(out.page, out.through); err != nil {
+		return line + "; trail unreadable: " + err.Error()
+	}
+	return line
+}
+
+// followed checks a page the follower read or waited for against the
+// trail as it stands (read around the fault plan): every event of its
+// users past its cursor and up to where the read says it looked, each
+// once, in order, none of anyone else's; a full page looked as far as its
+// last event; the read never looks back. It moves the cursor on and
+// reports whether the read stopped short of the trail's end with a page
+// not full: at a window mark.
+func (w *World) followed(page []queue.TrailEvent, through int64) (bool, error) {
+	f := &w.follower
+	var trail []queue.TrailEvent
+	var err error
+	w.storage.Bypass(func() {
+		trail, _, err = w.q.EventsThrough(w.ctx, queue.EventFilter{After: f.after, Limit: model.ListLimitMax})
+	})
+	if err != nil {
+		w.checker.lockstepReport(InvReadable, "", err.Error())
+		return false, err
 	}
 	var want []queue.TrailEvent
 	for _, e := range trail {
@@ -174,9 +331,6 @@ func (w *World) follow() string {
 			want = append(want, e)
 		}
 	}
-	// The trace names no sequence number: PostgreSQL's may skip one a
-	// rolled-back transaction took, SQLite's do not.
-	line := fmt.Sprintf("follow -> %d events", len(page))
 	switch {
 	case through < f.after:
 		w.checker.lockstepReport(InvFollower, "", fmt.Sprintf("a read after %d said it looked through %d", f.after, through))
@@ -188,12 +342,9 @@ func (w *World) follow() string {
 			w.checker.lockstepReport(InvFollower, "", fmt.Sprintf("a read after %d through %d: %s", f.after, through, d))
 		}
 	}
-	if len(page) < followLimit && through < lastSeq(trail, f.after) {
-		w.cover.path(PathFollowWindowMark)
-		line += ", stopped at a window mark"
-	}
+	stopped := len(page) < followLimit && through < lastSeq(trail, f.after)
 	f.after, f.seen = through, f.seen+len(page)
-	return line
+	return stopped, nil
 }
 
 // lastSeq is the number of the last event of trail, or after.
@@ -221,31 +372,55 @@ func trailDiff(got, want []queue.TrailEvent) string {
 }
 
 // Prunes an EvPrune makes (its Name): of the tasks settled a second ago
-// or more, or ten seconds ago or more. Their tombstones outlive the run:
-// the simulator derives a task's ID from its user and key, so a task
-// made under a key whose tombstone expired would take the pruned task's
-// ID (production draws IDs at random), and the run would see one task
-// where there are two. Replays after the window stay with the
-// conformance suite (queuetest's PruneTombstones).
+// or more, or ten seconds ago or more, keeping their tombstones past the
+// run; and of every task settled before now, keeping their tombstones a
+// millisecond only (pruneKeepKeysShort), so that any later prune expires
+// them, after which a submit under one of their keys makes a new task.
+// The simulator's task IDs derive from the user, the key and the instant
+// of the submit (model.NewDerivedIDsAt), so the new task's ID is not the
+// pruned one's. A scenario's scripted replay of a key whose tombstone
+// expired is missed (keyExpired): the script expects the original task.
 const (
-	PruneShort = "short"
-	PruneLong  = "long"
+	PruneShort  = "short"
+	PruneLong   = "long"
+	PruneExpire = "expire"
 )
 
 // PruneNames lists the prunes in a fixed order.
-func PruneNames() []string { return []string{PruneShort, PruneLong} }
+func PruneNames() []string { return []string{PruneShort, PruneLong, PruneExpire} }
 
-// pruneKeepKeys is how long the simulator's prunes keep tombstones.
-const pruneKeepKeys = 24 * time.Hour
+// pruneKeepKeys is how long the simulator's prunes keep tombstones, and
+// pruneKeepKeysShort how long an expire prune keeps them.
+const (
+	pruneKeepKeys      = 24 * time.Hour
+	pruneKeepKeysShort = time.Millisecond
+)
 
 // pruneRequest is the prune named, in passes of one to three tasks.
 func (w *World) pruneRequest(name string) queue.PruneRequest {
 	w.prunes++
 	r := queue.PruneRequest{OlderThan: time.Second, KeepKeys: pruneKeepKeys, Batch: 1 + w.prunes%3, Actor: operatorActor}
-	if name == PruneLong {
+	switch name {
+	case PruneLong:
 		r.OlderThan = 10 * time.Second
+	case PruneExpire:
+		r.OlderThan, r.KeepKeys = time.Millisecond, pruneKeepKeysShort
 	}
 	return r
+}
+
+// keyExpired reports whether a prune removed the task under user's key
+// and a later one its tombstone: a submit under the key makes a new task.
+func (w *World) keyExpired(user, key string) bool {
+	if _, pruned := w.pruned[model.TaskKey(user, key)]; !pruned || w.q.ref == nil {
+		return false
+	}
+	for _, s := range w.q.ref.Tombstones() {
+		if s.User == user && s.Key == key {
+			return false
+		}
+	}
+	return true
 }
 
 // prune prunes as the operator, around the fault plan (a prune of
@@ -294,9 +469,17 @@ func (w *World) prune(name string) string {
 }
 
 // replayed notes the path a submit of user's key took when the key's task
-// was pruned: a replay answered from its tombstone.
+// was pruned: a replay answered from its tombstone, or, once a prune
+// expired the tombstone, a new task (the key is then no pruned task's).
 func (w *World) replayed(user, key string, res model.SubmitResult) {
-	if id, ok := w.pruned[model.TaskKey(user, key)]; ok && res.Replay && res.TaskID == id {
+	k := model.TaskKey(user, key)
+	id, ok := w.pruned[k]
+	switch {
+	case !ok:
+	case res.Replay && res.TaskID == id:
 		w.cover.path(PathPruneReplayInWindow)
+	case !res.Replay && res.TaskID != id:
+		w.cover.path(PathPruneReplayAfterWindow)
+		delete(w.pruned, k)
 	}
 }
