@@ -106,6 +106,10 @@ const (
 	// (PostgreSQL's complete_and_claim) are accepted whatever fence they
 	// name.
 	FusedCompletionUnfenced
+	// ReplayIgnoresTombstone: a submit under the key of a pruned task
+	// does not read the tombstone the prune left (SQLite's statements),
+	// so a replay makes a new task and a changed request is accepted.
+	ReplayIgnoresTombstone
 
 	variantEnd // one past the last variant
 )
@@ -144,6 +148,7 @@ var names = [variantEnd]string{
 	ClaimIgnoresKinds:        "claim-ignores-kinds",
 	FusedLostReadsNotApplied: "fused-lost-reads-not-applied",
 	FusedCompletionUnfenced:  "fused-completion-unfenced",
+	ReplayIgnoresTombstone:   "replay-ignores-tombstone",
 }
 
 // String returns the variant's name.

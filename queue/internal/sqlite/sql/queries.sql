@@ -39,7 +39,7 @@ SELECT {task_columns} FROM tasks WHERE id = :id;
 -- prune.sql), so that a replay is recognised after its task is pruned.
 SELECT id, request_hash FROM tasks WHERE user_id = :user AND idem_key = :key
 UNION ALL
-SELECT task_id, request_hash FROM idem_tombstones WHERE user_id = :user AND idem_key = :key
+SELECT task_id, request_hash FROM idem_tombstones WHERE user_id = :user AND idem_key = :key {broken:replay-ignores-tombstone||AND 0}
 LIMIT 1;
 
 -- name: user_ensure
@@ -86,7 +86,7 @@ SELECT b.key, t.id, t.request_hash, 0 FROM jsonb_each(:pairs) AS b
 JOIN tasks AS t ON t.user_id = b.value ->> 0 AND t.idem_key = b.value ->> 1
 UNION ALL
 SELECT b.key, s.task_id, s.request_hash, 1 FROM jsonb_each(:pairs) AS b
-JOIN idem_tombstones AS s ON s.user_id = b.value ->> 0 AND s.idem_key = b.value ->> 1;
+JOIN idem_tombstones AS s ON s.user_id = b.value ->> 0 AND s.idem_key = b.value ->> 1 {broken:replay-ignores-tombstone||AND 0};
 
 -- name: users_ensure
 -- user_ensure for each user of :users, a JSON array of user IDs.
