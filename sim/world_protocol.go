@@ -435,11 +435,17 @@ func (w *World) prune(name string) string {
 		w.checker.lockstepReport(InvReadable, "", err.Error())
 		return "prune: trail unreadable: " + err.Error()
 	}
+	// The terminal tasks a prune may remove, and, of the scenario's (whose
+	// expectations read it), whether each had a retried attempt: their
+	// events go with them.
 	var before []model.Task
 	retried := map[string]bool{}
 	for _, t := range w.allTasks() {
-		if t.State.Terminal() {
-			before = append(before, t)
+		if _, gone := w.prunedRetried[t.ID]; gone || !t.State.Terminal() {
+			continue
+		}
+		before = append(before, t)
+		if w.scriptOf(t.ID) != nil {
 			retried[t.ID] = w.retried(t.ID)
 		}
 	}
@@ -451,13 +457,19 @@ func (w *World) prune(name string) string {
 	if err != nil {
 		return "prune -> error: " + err.Error()
 	}
+	// What is left, in one read: a task of before not in it was pruned.
+	var left []model.Task
+	w.storage.Bypass(func() { left, err = w.q.Queue.List(w.ctx, model.ListFilter{Limit: model.ListLimitMax}) })
+	if err != nil {
+		w.checker.lockstepReport(InvReadable, "", err.Error())
+		return "prune: tasks unreadable: " + err.Error()
+	}
+	kept := make(map[string]bool, len(left))
+	for _, t := range left {
+		kept[t.ID] = true
+	}
 	for _, t := range before {
-		var gone bool
-		w.storage.Bypass(func() {
-			_, terr := w.q.Queue.Task(w.ctx, t.ID)
-			gone = errors.Is(terr, model.ErrNotFound)
-		})
-		if gone {
+		if !kept[t.ID] {
 			w.pruned[model.TaskKey(t.User, t.Key)] = t.ID
 			w.prunedRetried[t.ID] = retried[t.ID]
 			w.q.forget(t.ID)

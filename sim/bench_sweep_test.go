@@ -1,0 +1,41 @@
+package sim
+
+import (
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/leasehold/leasehold/scenarios"
+)
+
+// benchSweepSeedsEnv sets how many seeds BenchmarkSimSweep runs.
+const benchSweepSeedsEnv = "LEASEHOLD_SIM_BENCH_SEEDS"
+
+// BenchmarkSimSweep runs portfolio seeds 1 to LEASEHOLD_SIM_BENCH_SEEDS
+// (default 200) as a sweep draws them (each seed's own mix, the oracle
+// on), one after another in this goroutine, and reports seeds and
+// schedule events per second and the events run: the figures a profile
+// of the sweep (-cpuprofile) is read against (docs/PERF.md). It fails
+// when a seed fails.
+func BenchmarkSimSweep(b *testing.B) {
+	seeds := 200
+	if v, err := strconv.Atoi(os.Getenv(benchSweepSeedsEnv)); err == nil && v > 0 {
+		seeds = v
+	}
+	sc := scenarios.Portfolio()
+	for b.Loop() {
+		events := 0
+		wall := lap(b, func() {
+			for seed := uint64(1); seed <= uint64(seeds); seed++ {
+				r := Run(Config{Scenario: sc, Seed: seed})
+				if !r.Pass {
+					b.Fatalf("seed %d: %s", seed, r.Summary())
+				}
+				events += r.Events
+			}
+		})
+		b.ReportMetric(float64(seeds)/wall.Seconds(), "seeds/s")
+		b.ReportMetric(float64(events)/wall.Seconds(), "events/s")
+		b.ReportMetric(float64(events), "events")
+	}
+}
