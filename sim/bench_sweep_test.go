@@ -8,8 +8,14 @@ import (
 	"github.com/leasehold/leasehold/scenarios"
 )
 
-// benchSweepSeedsEnv sets how many seeds BenchmarkSimSweep runs.
-const benchSweepSeedsEnv = "LEASEHOLD_SIM_BENCH_SEEDS"
+// benchSweepSeedsEnv sets how many seeds BenchmarkSimSweep runs;
+// benchSweepMixEnv, set to "default", runs each with every fault kind on
+// at DefaultMix's rates (benchConfig) instead of the mix it draws, so
+// that builds whose scenarios draw differently run the same mix.
+const (
+	benchSweepSeedsEnv = "LEASEHOLD_SIM_BENCH_SEEDS"
+	benchSweepMixEnv   = "LEASEHOLD_SIM_BENCH_MIX"
+)
 
 // BenchmarkSimSweep runs portfolio seeds 1 to LEASEHOLD_SIM_BENCH_SEEDS
 // (default 200) as a sweep draws them (each seed's own mix, the oracle
@@ -27,7 +33,11 @@ func BenchmarkSimSweep(b *testing.B) {
 		events := 0
 		wall := lap(b, func() {
 			for seed := uint64(1); seed <= uint64(seeds); seed++ {
-				r := Run(Config{Scenario: sc, Seed: seed})
+				cfg := Config{Scenario: sc, Seed: seed}
+				if os.Getenv(benchSweepMixEnv) == "default" {
+					cfg = benchConfig(sc, seed)
+				}
+				r := Run(cfg)
 				if !r.Pass {
 					b.Fatalf("seed %d: %s", seed, r.Summary())
 				}
