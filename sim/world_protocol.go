@@ -373,8 +373,8 @@ func trailDiff(got, want []queue.TrailEvent) string {
 
 // Prunes an EvPrune makes (its Name): of the tasks settled a second ago
 // or more, or ten seconds ago or more, keeping their tombstones past the
-// run; and of every task settled before now, keeping their tombstones a
-// millisecond only (pruneKeepKeysShort), so that any later prune expires
+// run; and of every task settled a lease ago or more, keeping their
+// tombstones a millisecond only (pruneKeepKeysShort), so that any later prune expires
 // them, after which a submit under one of their keys makes a new task.
 // The simulator's task IDs derive from the user, the key and the instant
 // of the submit (model.NewDerivedIDsAt), so the new task's ID is not the
@@ -404,7 +404,10 @@ func (w *World) pruneRequest(name string) queue.PruneRequest {
 	case PruneLong:
 		r.OlderThan = 10 * time.Second
 	case PruneExpire:
-		r.OlderThan, r.KeepKeys = time.Millisecond, pruneKeepKeysShort
+		// Settled a lease ago or more: no worker still holds the task
+		// (one whose completion's outcome was unknown retries it only
+		// while its lease lasts), so none meets it gone.
+		r.OlderThan, r.KeepKeys = max(w.sc.Lease, time.Millisecond), pruneKeepKeysShort
 	}
 	return r
 }
