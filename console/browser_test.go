@@ -170,16 +170,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	shots := screenshotDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
 	t.Cleanup(cancel)
-	allocator, cancelAllocator := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-extensions", true), chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")), chromedp.WindowSize(1280, 900))
-	t.Cleanup(cancelAllocator)
 	log := &tabLog{statuses: map[string]int64{}}
-	tab, cancelTab := chromedp.NewContext(allocator, chromedp.WithListener(log.listen))
-	t.Cleanup(cancelTab)
+	tab := testkit.BrowserTab(t, ctx, browser, 1280, log.listen)
 
 	run := func(actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()

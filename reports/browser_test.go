@@ -82,27 +82,8 @@ func openInBrowser(t *testing.T, path string) (context.Context, *pageEvents) {
 	browser := testkit.Browser(t)
 	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
 	t.Cleanup(cancel)
-	allocator, cancelAllocator := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("force-color-profile", "srgb"),
-		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")),
-		chromedp.WindowSize(pageWidth, 900),
-	)
-	t.Cleanup(cancelAllocator)
 	events := &pageEvents{}
-	tab, cancelTab := chromedp.NewContext(allocator, chromedp.WithListener(events.listen))
-	t.Cleanup(cancelTab)
+	tab := testkit.BrowserTab(t, ctx, browser, pageWidth, events.listen)
 	require.NoError(t, chromedp.Do(tab,
 		chromedp.EmulateViewport(pageWidth, 900),
 		chromedp.Navigate("file://"+path),

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -67,16 +66,8 @@ func TestProgramConsoleInBrowser(t *testing.T) {
 		require.Equal(t, model.Completed, waitEnded(ctx, t, clerk, res.TaskID).State, s.req.Key)
 	}
 
-	allocator, cancelAllocator := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-extensions", true), chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")), chromedp.WindowSize(1280, 900))
-	t.Cleanup(cancelAllocator)
 	statuses := &documentStatuses{statuses: map[string]int64{}}
-	tab, cancelTab := chromedp.NewContext(allocator, chromedp.WithListener(statuses.listen))
-	t.Cleanup(cancelTab)
+	tab := testkit.BrowserTab(t, ctx, browser, 1280, statuses.listen)
 
 	run := func(actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()

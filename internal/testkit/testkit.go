@@ -6,10 +6,14 @@ package testkit
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/chromedp/chromedp"
 )
 
 // UnknownTask is a well-formed task ID that no fixture ever hands out.
@@ -58,4 +62,38 @@ func Browser(t testing.TB) string {
 	}
 	t.Skip("no chromium found; install it with apt-get install -y chromium")
 	return ""
+}
+
+// BrowserTab starts the headless browser at path (Browser's answer) with a
+// fresh profile in the test's temporary directory and a window width
+// pixels wide, and returns a tab whose events reach listen (nil for none).
+// ctx bounds the browser's life; the browser and the tab stop when the
+// test ends.
+func BrowserTab(t testing.TB, ctx context.Context, path string, width int, listen func(ev any)) context.Context {
+	t.Helper()
+	allocator, cancelAllocator := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("force-color-profile", "srgb"),
+		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")),
+		chromedp.WindowSize(width, 900),
+	)
+	t.Cleanup(cancelAllocator)
+	var opts []chromedp.ContextOption
+	if listen != nil {
+		opts = append(opts, chromedp.WithListener(listen))
+	}
+	tab, cancelTab := chromedp.NewContext(allocator, opts...)
+	t.Cleanup(cancelTab)
+	return tab
 }
