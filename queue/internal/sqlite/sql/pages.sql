@@ -5,6 +5,12 @@
 -- seq of the last task a page returned, and tasks added later have a
 -- higher seq, so a cursor stays stable while tasks arrive. :users is ''
 -- (any user) or a JSON array of the users the caller may see.
+--
+-- Every LIMIT is written LIMIT +:limit. SQLite's planner reads a bare
+-- bound LIMIT parameter's value, and a statement planned with one value
+-- is compiled again (parsed and planned) before it runs with another; the
+-- unary plus keeps the parameter out of planning, so a statement prepared
+-- once runs with any limit. The limit applied is the same.
 
 -- name: list_page
 SELECT {task_columns} FROM tasks
@@ -14,7 +20,7 @@ WHERE seq > :after
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
   AND (:kind = '' OR kind = :kind)
-ORDER BY seq LIMIT :limit;
+ORDER BY seq LIMIT +:limit;
 
 -- name: list_page_by_user
 SELECT {task_columns} FROM tasks
@@ -23,7 +29,7 @@ WHERE user_id = :user AND seq > :after
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
   AND (:kind = '' OR kind = :kind)
-ORDER BY seq LIMIT :limit;
+ORDER BY seq LIMIT +:limit;
 
 -- name: list_page_for_users
 -- list_page for a few users (:users, a JSON array): each user's first
@@ -39,8 +45,8 @@ WHERE seq IN (
                       AND t.created_at >= :created_from AND t.created_at < :created_until
                       AND (:schedule_id = '' OR t.schedule_id = :schedule_id)
                       AND (:kind = '' OR t.kind = :kind)
-                    ORDER BY t.seq LIMIT :limit))
-ORDER BY seq LIMIT :limit;
+                    ORDER BY t.seq LIMIT +:limit))
+ORDER BY seq LIMIT +:limit;
 
 -- name: list_page_newest
 -- list_page from the newest task back (PageFilter.Newest): :after is the
@@ -52,7 +58,7 @@ WHERE seq < :after
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
   AND (:kind = '' OR kind = :kind)
-ORDER BY seq DESC LIMIT :limit;
+ORDER BY seq DESC LIMIT +:limit;
 
 -- name: list_page_by_user_newest
 SELECT {task_columns} FROM tasks
@@ -61,7 +67,7 @@ WHERE user_id = :user AND seq < :after
   AND created_at >= :created_from AND created_at < :created_until
   AND (:schedule_id = '' OR schedule_id = :schedule_id)
   AND (:kind = '' OR kind = :kind)
-ORDER BY seq DESC LIMIT :limit;
+ORDER BY seq DESC LIMIT +:limit;
 
 -- name: list_page_for_users_newest
 SELECT {task_columns} FROM tasks
@@ -73,8 +79,8 @@ WHERE seq IN (
                       AND t.created_at >= :created_from AND t.created_at < :created_until
                       AND (:schedule_id = '' OR t.schedule_id = :schedule_id)
                       AND (:kind = '' OR t.kind = :kind)
-                    ORDER BY t.seq DESC LIMIT :limit))
-ORDER BY seq DESC LIMIT :limit;
+                    ORDER BY t.seq DESC LIMIT +:limit))
+ORDER BY seq DESC LIMIT +:limit;
 
 -- name: task_by_user_key
 -- The task a user submitted under an idempotency key, by the (user_id,
@@ -89,13 +95,13 @@ SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to
        COALESCE(t.user_id, ''), COALESCE(t.kind, '')
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
 WHERE e.task_seq = (SELECT s.seq FROM tasks s WHERE s.id = :task_id) AND e.task_id = :task_id AND e.seq > :after
-ORDER BY e.seq LIMIT :limit;
+ORDER BY e.seq LIMIT +:limit;
 
 -- name: trail_after
 SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to_state, e.reason, e.actor, e.at, e.detail, e.scope,
        COALESCE(t.user_id, ''), COALESCE(t.kind, '')
 FROM events e LEFT JOIN tasks t ON t.id = e.task_id
-WHERE e.seq > :after ORDER BY e.seq LIMIT :limit;
+WHERE e.seq > :after ORDER BY e.seq LIMIT +:limit;
 
 -- name: trail_through
 -- How far a read of the trail for some users may look (watch.go,
@@ -110,7 +116,7 @@ SELECT e.seq, e.task_id, e.kind, e.attempt, e.fence, e.op_id, e.from_state, e.to
        t.user_id, t.kind
 FROM events e JOIN tasks t ON t.id = e.task_id
 WHERE e.seq > :after AND e.seq {broken:follower-skips-mark|<=|<} :through AND t.user_id IN (SELECT value FROM json_each(:users))
-ORDER BY e.seq LIMIT :limit;
+ORDER BY e.seq LIMIT +:limit;
 
 -- name: task_last_event_seq
 SELECT COALESCE(MAX(seq), 0) FROM events

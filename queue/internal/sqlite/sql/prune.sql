@@ -10,6 +10,8 @@
 -- event there was (prune_event_insert): SQLite numbers a new row one above
 -- the highest remaining one, so removing the newest rows would hand their
 -- numbers out again, behind a follower's or a lister's cursor.
+--
+-- LIMIT +:limit: see queries.sql's head.
 
 -- name: prune_gate_open
 INSERT INTO prune_gate (cutoff) VALUES (:cutoff);
@@ -26,7 +28,7 @@ SELECT t.seq, t.id, t.state, t.created_at, t.updated_at,
 FROM tasks t
 WHERE t.seq > :after
 ORDER BY t.seq
-LIMIT :limit;
+LIMIT +:limit;
 
 -- name: prune_take
 -- The batch, checked again in the pass's transaction: terminal, settled at
@@ -79,7 +81,7 @@ SELECT EXISTS (SELECT 1 FROM idem_tombstones WHERE expires_at <= :now);
 -- Tombstones whose window has passed, oldest first, a batch at a time.
 DELETE FROM idem_tombstones
 WHERE (user_id, idem_key) IN (SELECT user_id, idem_key FROM idem_tombstones
-                              WHERE expires_at <= :now ORDER BY expires_at, user_id, idem_key LIMIT :limit);
+                              WHERE expires_at <= :now ORDER BY expires_at, user_id, idem_key LIMIT +:limit);
 
 -- name: prune_count_tasks
 -- The dry run: the terminal tasks a prune at the cutoff would remove, by
@@ -96,7 +98,7 @@ GROUP BY t.state ORDER BY t.state;
 SELECT t.id FROM tasks t
 WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.updated_at <= :cutoff
   AND EXISTS (SELECT 1 FROM effects e WHERE e.task_id = t.id AND e.receipt_at = 0)
-ORDER BY t.seq LIMIT :limit;
+ORDER BY t.seq LIMIT +:limit;
 
 -- name: prune_count_rest
 -- The dry run: their events and effects, the terminal tasks past the
