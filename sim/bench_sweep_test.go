@@ -2,6 +2,7 @@ package sim
 
 import (
 	"os"
+	"runtime/debug"
 	"strconv"
 	"testing"
 
@@ -21,9 +22,13 @@ const (
 // (default 200) as a sweep draws them (each seed's own mix, the oracle
 // on), one after another in this goroutine, and reports seeds and
 // schedule events per second and the events run: the figures a profile
-// of the sweep (-cpuprofile) is read against (docs/PERF.md). It fails
-// when a seed fails.
+// of the sweep (-cpuprofile) is read against (docs/PERF.md). It runs
+// with the collector's target a sweep process has (SweepGCPercent)
+// unless GOGC is set. It fails when a seed fails.
 func BenchmarkSimSweep(b *testing.B) {
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(SweepGCPercent))
+	}
 	seeds := 200
 	if v, err := strconv.Atoi(os.Getenv(benchSweepSeedsEnv)); err == nil && v > 0 {
 		seeds = v

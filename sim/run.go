@@ -118,11 +118,12 @@ type tracer struct {
 	all  []string
 	keep bool
 	tail []string
+	buf  []byte // the line being hashed, reused from line to line
 }
 
 func (t *tracer) line(s string) {
-	t.h.Write([]byte(s))
-	t.h.Write([]byte{'\n'})
+	t.buf = append(append(t.buf[:0], s...), '\n')
+	t.h.Write(t.buf)
 	if t.keep {
 		t.all = append(t.all, s)
 	}
