@@ -50,27 +50,52 @@ var (
 // name.
 const kindOther = "other"
 
-// totals are the counters, in a fixed order.
+// totals are the outcome counters, in a fixed order. Each is labelled by
+// kind: the server's kinds by name, every other kind (and a count whose
+// task's kind is not known) as other, so that the label's values are
+// bounded and a sum over kind is the queue's total.
 var totals = []struct {
 	name, help string
-	get        func(model.Metrics) int64
+	get        func(model.Counts) int64
 }{
-	{"leasehold_submitted_total", "Tasks submitted (the known population).", func(m model.Metrics) int64 { return m.Submitted }},
-	{"leasehold_completions_total", "Tasks that completed.", func(m model.Metrics) int64 { return m.Completions }},
-	{"leasehold_failures_total", "Tasks that failed.", func(m model.Metrics) int64 { return m.Failures }},
-	{"leasehold_cancellations_total", "Tasks cancelled.", func(m model.Metrics) int64 { return m.Cancellations }},
-	{"leasehold_retries_total", "Charged attempts requeued with backoff.", func(m model.Metrics) int64 { return m.Retries }},
-	{"leasehold_lease_expiries_total", "Claims whose lease expired.", func(m model.Metrics) int64 { return m.LeaseExpiries }},
-	{"leasehold_stale_writes_total", "Worker writes refused under a stale claim.", func(m model.Metrics) int64 { return m.StaleWrites }},
-	{"leasehold_budget_exhaustions_total", "Tasks failed for their budget.", func(m model.Metrics) int64 { return m.BudgetExhausted }},
-	{"leasehold_reviews_total", "Tasks parked in needs_review.", func(m model.Metrics) int64 { return m.Reviews }},
-	{"leasehold_pruned_total", "Terminal tasks removed by retention (prune); with the depths they account for every task submitted.", func(m model.Metrics) int64 { return m.Pruned }},
+	{"leasehold_submitted_total", "Tasks submitted (the known population).", func(c model.Counts) int64 { return c.Submitted }},
+	{"leasehold_completions_total", "Tasks that completed.", func(c model.Counts) int64 { return c.Completions }},
+	{"leasehold_failures_total", "Tasks that failed.", func(c model.Counts) int64 { return c.Failures }},
+	{"leasehold_cancellations_total", "Tasks cancelled.", func(c model.Counts) int64 { return c.Cancellations }},
+	{"leasehold_retries_total", "Charged attempts requeued with backoff.", func(c model.Counts) int64 { return c.Retries }},
+	{"leasehold_lease_expiries_total", "Claims whose lease expired.", func(c model.Counts) int64 { return c.LeaseExpiries }},
+	{"leasehold_stale_writes_total", "Worker writes refused under a stale claim.", func(c model.Counts) int64 { return c.StaleWrites }},
+	{"leasehold_budget_exhaustions_total", "Tasks failed for their budget.", func(c model.Counts) int64 { return c.BudgetExhausted }},
+	{"leasehold_reviews_total", "Tasks parked in needs_review.", func(c model.Counts) int64 { return c.Reviews }},
+	{"leasehold_pruned_total", "Terminal tasks removed by retention (prune); with the depths they account for every task submitted.", func(c model.Counts) int64 { return c.Pruned }},
 }
 
 func init() {
 	for _, t := range totals {
-		descTotals[t.name] = prometheus.NewDesc(t.name, t.help, nil, nil)
+		descTotals[t.name] = prometheus.NewDesc(t.name, t.help+" By the task's kind: the server's kinds by name, every other kind as other.",
+			[]string{"kind"}, nil)
 	}
+}
+
+// countsByLabel folds the counts by kind into the label's values: each of
+// kinds by name, and every other kind's counts (KindUnknown's too) summed
+// under kindOther.
+func countsByLabel(byKind map[string]model.Counts, kinds []string) map[string]model.Counts {
+	out := make(map[string]model.Counts, len(kinds)+1)
+	for _, kind := range kinds {
+		out[kind] = model.Counts{}
+	}
+	out[kindOther] = model.Counts{}
+	for kind, c := range byKind {
+		label := kind
+		if !slices.Contains(kinds, kind) {
+			label = kindOther
+		}
+		sum := out[label]
+		sum.Add(c)
+		out[label] = sum
+	}
+	return out
 }
 
 // Describe sends every descriptor.
@@ -105,8 +130,12 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(m.Depth[s]), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, m.OldestQueuedAge.Seconds())
+	byLabel := countsByLabel(m.ByKind, c.kinds)
 	for _, t := range totals {
-		ch <- prometheus.MustNewConstMetric(descTotals[t.name], prometheus.CounterValue, float64(t.get(m)))
+		for _, kind := range c.kinds {
+			ch <- prometheus.MustNewConstMetric(descTotals[t.name], prometheus.CounterValue, float64(t.get(byLabel[kind])), kind)
+		}
+		ch <- prometheus.MustNewConstMetric(descTotals[t.name], prometheus.CounterValue, float64(t.get(byLabel[kindOther])), kindOther)
 	}
 	ch <- histogram(descWait, m.QueueWait)
 	ch <- histogram(descRun, m.RunTime)

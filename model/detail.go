@@ -74,37 +74,54 @@ func TruncateMessage(s string) string {
 	return s[:end]
 }
 
-// Tally adds n events of one (kind, from, to, reason) to the counts in m.
-// State-changing events count by the state they reach; stale writes and
-// lease expiries by kind.
+// Tally adds n events of one (kind, from, to, reason) to the totals in
+// m. State-changing events count by the state they reach; stale writes
+// and lease expiries by kind.
 func Tally(m *Metrics, kind EventKind, from, to State, reason Reason, n int64) {
+	m.addTotals(EventCounts(kind, from, to, reason, n))
+}
+
+// TallyKind adds n events of one (kind, from, to, reason) whose task is
+// of taskKind (KindUnknown for none) to the totals in m and to the counts
+// of taskKind in m.ByKind.
+func TallyKind(m *Metrics, taskKind string, kind EventKind, from, to State, reason Reason, n int64) {
+	c := EventCounts(kind, from, to, reason, n)
+	m.addTotals(c)
+	m.AddKind(taskKind, c)
+}
+
+// EventCounts returns what n events of one (kind, from, to, reason) add
+// to the outcome counters.
+func EventCounts(kind EventKind, from, to State, reason Reason, n int64) Counts {
+	var c Counts
 	switch kind {
 	case EventSubmitted:
-		m.Submitted += n
+		c.Submitted += n
 	case EventStaleWrite:
-		m.StaleWrites += n
+		c.StaleWrites += n
 	case EventRetry:
-		m.Retries += n
+		c.Retries += n
 	case EventLeaseExpired:
-		m.LeaseExpiries += n
+		c.LeaseExpiries += n
 		if to == Queued {
-			m.Retries += n
+			c.Retries += n
 		}
 	}
 	if from == to || kind == EventSubmitted {
-		return
+		return c
 	}
 	switch to {
 	case Completed:
-		m.Completions += n
+		c.Completions += n
 	case Failed:
-		m.Failures += n
+		c.Failures += n
 		if reason == BudgetExhausted {
-			m.BudgetExhausted += n
+			c.BudgetExhausted += n
 		}
 	case Cancelled:
-		m.Cancellations += n
+		c.Cancellations += n
 	case NeedsReview:
-		m.Reviews += n
+		c.Reviews += n
 	}
+	return c
 }

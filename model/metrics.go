@@ -42,6 +42,28 @@ func (h *Histogram) Observe(d time.Duration) {
 	h.Count++
 }
 
+// Counts are the outcome counters of Metrics, kept for one kind of task
+// in Metrics.ByKind.
+type Counts struct {
+	Submitted       int64
+	Completions     int64
+	Failures        int64
+	Cancellations   int64
+	Retries         int64
+	LeaseExpiries   int64
+	StaleWrites     int64
+	BudgetExhausted int64
+	Reviews         int64
+	Pruned          int64
+}
+
+// KindUnknown is the key of Metrics.ByKind that holds the counts whose
+// task's kind is not known: the events of no task (a stale write naming a
+// task that does not exist, or no longer does), and what was counted
+// before the counts had kinds of tasks since pruned (the upgrade can
+// recount only the tasks it still holds).
+const KindUnknown = ""
+
 // Metrics is a snapshot of the queue's health, measured against the known
 // population of submitted tasks: the depths by state and the tasks pruned
 // sum to Submitted.
@@ -60,6 +82,11 @@ type Metrics struct {
 	// Pruned counts the terminal tasks retention has removed: they are in
 	// no depth any more, but were submitted.
 	Pruned int64
+	// ByKind holds the outcome counters by the kind of their task (an
+	// event's task_kind; KindUnknown where that is not known): each
+	// counter above is the sum of its counts here. A kind whose counts are
+	// all zero is absent. It is never nil in a snapshot a queue returns.
+	ByKind map[string]Counts
 	// QueueWait is measured from when a task became eligible (queued and
 	// due) to its claim; RunTime from a claim to the end of that claim
 	// (settled, paused, released or expired). Kept apart, they tell a task
@@ -69,18 +96,45 @@ type Metrics struct {
 }
 
 // Reconciles reports whether the depths and the tasks pruned account for
-// every submitted task.
+// every submitted task, and whether the counts by kind sum to the totals.
 func (m Metrics) Reconciles() bool {
 	total := m.Pruned
 	for _, n := range m.Depth {
 		total += n
 	}
-	return total == m.Submitted
+	if total != m.Submitted {
+		return false
+	}
+	var sum Counts
+	for _, c := range m.ByKind {
+		sum.Add(c)
+	}
+	return sum == m.Totals()
 }
 
-// addCounts adds the event counts and the tasks pruned of o to m (not its
-// depths or distributions).
-func addCounts(m *Metrics, o Metrics) {
+// Totals returns the outcome counters of m, over every kind.
+func (m Metrics) Totals() Counts {
+	return Counts{Submitted: m.Submitted, Completions: m.Completions, Failures: m.Failures,
+		Cancellations: m.Cancellations, Retries: m.Retries, LeaseExpiries: m.LeaseExpiries,
+		StaleWrites: m.StaleWrites, BudgetExhausted: m.BudgetExhausted, Reviews: m.Reviews, Pruned: m.Pruned}
+}
+
+// Add adds the counts of o to c.
+func (c *Counts) Add(o Counts) {
+	c.Submitted += o.Submitted
+	c.Completions += o.Completions
+	c.Failures += o.Failures
+	c.Cancellations += o.Cancellations
+	c.Retries += o.Retries
+	c.LeaseExpiries += o.LeaseExpiries
+	c.StaleWrites += o.StaleWrites
+	c.BudgetExhausted += o.BudgetExhausted
+	c.Reviews += o.Reviews
+	c.Pruned += o.Pruned
+}
+
+// addTotals adds the counts of o to the totals of m (not to ByKind).
+func (m *Metrics) addTotals(o Counts) {
 	m.Submitted += o.Submitted
 	m.Completions += o.Completions
 	m.Failures += o.Failures
@@ -91,4 +145,28 @@ func addCounts(m *Metrics, o Metrics) {
 	m.BudgetExhausted += o.BudgetExhausted
 	m.Reviews += o.Reviews
 	m.Pruned += o.Pruned
+}
+
+// AddKind adds the counts of o to the counts of taskKind in m.ByKind
+// (not to the totals), making the map if it is nil; zero counts add no
+// entry.
+func (m *Metrics) AddKind(taskKind string, o Counts) {
+	if o == (Counts{}) {
+		return
+	}
+	if m.ByKind == nil {
+		m.ByKind = map[string]Counts{}
+	}
+	c := m.ByKind[taskKind]
+	c.Add(o)
+	m.ByKind[taskKind] = c
+}
+
+// addCounts adds the event counts, the tasks pruned and the counts by
+// kind of o to m (not its depths or distributions).
+func addCounts(m *Metrics, o Metrics) {
+	m.addTotals(o.Totals())
+	for k, c := range o.ByKind {
+		m.AddKind(k, c)
+	}
 }

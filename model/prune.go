@@ -277,7 +277,7 @@ func (r *Reference) removeEvents(id string) int64 {
 	kept := r.events[:0:0]
 	for _, e := range r.events {
 		if e.TaskID == id {
-			Tally(&r.pruned, e.Kind, e.From, e.To, e.Reason, 1)
+			TallyKind(&r.pruned, r.taskKind(id), e.Kind, e.From, e.To, e.Reason, 1)
 			n++
 			continue
 		}
@@ -297,6 +297,7 @@ func (r *Reference) removeTask(t *Task) {
 		}
 	}
 	r.pruned.Pruned++
+	r.pruned.AddKind(t.Kind, Counts{Pruned: 1})
 }
 
 // pruneCount is the dry run: what a prune at cutoff would remove, with

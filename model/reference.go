@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 )
@@ -999,7 +1000,8 @@ func (r *Reference) EnqueueDue(ctx context.Context) (EnqueueResult, error) {
 
 // Metrics returns the queue's metrics snapshot.
 func (r *Reference) Metrics(_ context.Context) (Metrics, error) {
-	m := Metrics{Depth: map[State]int64{}, QueueWait: cloneHistogram(r.queueWait), RunTime: cloneHistogram(r.runTime)}
+	m := Metrics{Depth: map[State]int64{}, ByKind: map[string]Counts{}, QueueWait: cloneHistogram(r.queueWait),
+		RunTime: cloneHistogram(r.runTime)}
 	for _, s := range States() {
 		m.Depth[s] = 0
 	}
@@ -1016,10 +1018,19 @@ func (r *Reference) Metrics(_ context.Context) (Metrics, error) {
 		m.OldestQueuedAge = now.Sub(oldest)
 	}
 	for _, e := range r.events {
-		Tally(&m, e.Kind, e.From, e.To, e.Reason, 1)
+		TallyKind(&m, r.taskKind(e.TaskID), e.Kind, e.From, e.To, e.Reason, 1)
 	}
 	addCounts(&m, r.pruned)
 	return m, nil
+}
+
+// taskKind is the kind of task id, or KindUnknown where there is no such
+// task: what the queue's counters file an event of that task under.
+func (r *Reference) taskKind(id string) string {
+	if t, ok := r.tasks[id]; ok {
+		return t.Kind
+	}
+	return KindUnknown
 }
 
 func cloneHistogram(h Histogram) Histogram {
@@ -1063,6 +1074,7 @@ func (r *Reference) Clone() *Reference {
 		c.tombstones[k] = &s
 	}
 	c.queueWait, c.runTime = cloneHistogram(r.queueWait), cloneHistogram(r.runTime)
+	c.pruned.ByKind = maps.Clone(r.pruned.ByKind)
 	return &c
 }
 

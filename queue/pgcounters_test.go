@@ -96,15 +96,18 @@ func TestPostgresCountersPerStatement(t *testing.T) {
 	require.Equal(t, deltasBefore, f.rowCount("tally_deltas"))
 	require.Equal(t, userRows, f.rowCount("user_deltas"))
 
-	// A batch of events is counted by kind and transition, a row each.
+	// A batch of events is counted by kind and transition, a row each,
+	// and by its tasks' kind as well, a row each.
 	f.exec("event_insert_batch", sql.Named("events", `[
 	  ["a1","claimed",1,1,"","queued","running","","w1",1040,"",""],
 	  ["a2","claimed",1,1,"","queued","running","","w1",1040,"",""],
 	  ["b1","completed",1,2,"","running","completed","","w1",1500,"",""]]`))
-	require.Equal(t, deltasBefore+2, f.rowCount("tally_deltas"))
+	require.Equal(t, deltasBefore+4, f.rowCount("tally_deltas"))
 	got = f.tallies()
 	require.Equal(t, [2]int64{2, 0}, got["event:claimed:queued:running:"])
 	require.Equal(t, [2]int64{1, 0}, got["event:completed:running:completed:"])
+	require.Equal(t, [2]int64{2, 0}, got["kind:synthetic:claimed:queued:running:"])
+	require.Equal(t, [2]int64{1, 0}, got["kind:synthetic:completed:running:completed:"])
 
 	var states, users, over int
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
@@ -159,9 +162,10 @@ func TestPostgresFusedGroupCountsItself(t *testing.T) {
 	require.Equal(t, "a2", tasks[0].ID)
 
 	// state:queued, state:running, state:completed, run_time:4 (460 ms),
-	// run_time:5 (660 ms), queue_wait:5 (800 ms), and the two event names:
-	// eight rows.
-	require.Equal(t, deltasBefore+8, f.rowCount("tally_deltas"), "one row a name for the whole statement")
+	// run_time:5 (660 ms), queue_wait:5 (800 ms), and the two event names
+	// counted by the function; the same two by the tasks' kind, counted by
+	// events_counted_by_kind, which fires for every statement: ten rows.
+	require.Equal(t, deltasBefore+10, f.rowCount("tally_deltas"), "one row a name for the whole statement")
 	got := f.tallies()
 	diff := func(name string) [2]int64 {
 		return [2]int64{got[name][0] - before[name][0], got[name][1] - before[name][1]}
@@ -174,6 +178,8 @@ func TestPostgresFusedGroupCountsItself(t *testing.T) {
 	require.Equal(t, [2]int64{1, 800}, diff("queue_wait:5"))
 	require.Equal(t, [2]int64{2, 0}, diff("event:completed:running:completed:"))
 	require.Equal(t, [2]int64{1, 0}, diff("event:claimed:queued:running:"))
+	require.Equal(t, [2]int64{2, 0}, diff("kind:synthetic:completed:running:completed:"))
+	require.Equal(t, [2]int64{1, 0}, diff("kind:synthetic:claimed:queued:running:"))
 	var states, users, over int
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
 	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over}, "the counters agree with the tasks")

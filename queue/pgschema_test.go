@@ -31,6 +31,7 @@ var pinnedPostgresMigrations = map[string]string{
 	"0002_kinds.sql":           "6f50df76dda8ffe01d6cdc319d2d6e8e5596a62aeecb323ca3795e729fe88528",
 	"0003_admission_slots.sql": "f8628d5db191c206a65dcc793c9944872f91c3fd5d0996fde9a04a479517faf6",
 	"0004_task_trail.sql":      "ced369efec6ca8929f8e8f2694aa317647d0fccb8c52e594cfab78bd17135650",
+	"0005_kind_tallies.sql":    "0a47179e9209eb22c88911f5104d900bdae927170bc3cda749acde5cf81d2894",
 }
 
 // pinnedPostgresFunctions holds the SHA-256 of functions.sql's safe text at
@@ -42,6 +43,7 @@ var pinnedPostgresFunctions = map[int]string{
 	4: "84efba875d70859c803c0b4b7640de3a110dae3cf9127e7031d362cab5cf6b0f",
 	5: "1d0dc56baf323ca8ff64bc14099343b989e56573bd596bab154f3d49711124fb",
 	6: "50def1b822feeef072094c88091b16797852c353038a8f95fc6a9b66c1c5a346",
+	7: "cbc3a667e6c497ea597c6141199db1b0b28f75af1221103fa953d16151a808fe",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the

@@ -25,8 +25,10 @@ import (
 //     removed, so no seq of a task or an event is ever given twice (SQLite
 //     numbers a new row one above the highest remaining one);
 //   - the counters: a pruned task leaves its state's tally and is counted
-//     in pruned:STATE (Metrics.Pruned), so the depths and the tasks pruned
-//     still account for every task submitted, and CheckCounters holds;
+//     in pruned:STATE:KIND (Metrics.Pruned, and its kind's in
+//     Metrics.ByKind), so the depths and the tasks pruned still account
+//     for every task submitted, and CheckCounters holds; its events'
+//     counts, by kind too, outlive them;
 //   - a tombstone of each pruned task's (user, key, request hash, task),
 //     for the window the prune is given, so that a replayed submit still
 //     returns the original task ID marked replay and a changed request

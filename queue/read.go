@@ -85,7 +85,8 @@ func (q *Queue) Effects(ctx context.Context, taskID string) ([]model.Effect, err
 // run-time distributions. It reads in one read transaction so the figures
 // agree with each other.
 func (q *Queue) Metrics(ctx context.Context) (model.Metrics, error) {
-	m := model.Metrics{Depth: map[model.State]int64{}, QueueWait: model.NewHistogram(), RunTime: model.NewHistogram()}
+	m := model.Metrics{Depth: map[model.State]int64{}, ByKind: map[string]model.Counts{}, QueueWait: model.NewHistogram(),
+		RunTime: model.NewHistogram()}
 	if err := q.checkOpen("metrics"); err != nil {
 		return m, err
 	}
@@ -131,9 +132,13 @@ func (q *Queue) Metrics(ctx context.Context) (model.Metrics, error) {
 }
 
 // addTally adds one row of the tallies table to m. Its name says what it
-// counts (see migrations 0002 and 0006): state:STATE,
-// event:KIND:FROM:TO:REASON, queue_wait:BUCKET, run_time:BUCKET or
-// pruned:STATE.
+// counts (see the stores' migrations): state:STATE; the events of a kind
+// and transition, by the kind of their task (TASK_KIND, empty for none)
+// as event:KIND:FROM:TO:REASON:TASK_KIND, or, where a store counts the
+// totals and the kinds apart (PostgreSQL), as event:KIND:FROM:TO:REASON
+// for the totals and kind:TASK_KIND:KIND:FROM:TO:REASON for the kinds;
+// the tasks pruned as pruned:STATE:TASK_KIND (pruned:STATE before the
+// counts had kinds); and queue_wait:BUCKET and run_time:BUCKET.
 func addTally(m *model.Metrics, name string, n, sum int64) error {
 	parts := strings.Split(name, ":")
 	switch {
@@ -141,8 +146,15 @@ func addTally(m *model.Metrics, name string, n, sum int64) error {
 		m.Depth[model.State(parts[1])] = n
 	case parts[0] == "pruned" && len(parts) == 2:
 		m.Pruned += n
+	case parts[0] == "pruned" && len(parts) == 3:
+		m.Pruned += n
+		m.AddKind(parts[2], model.Counts{Pruned: n})
 	case parts[0] == "event" && len(parts) == 5:
 		model.Tally(m, model.EventKind(parts[1]), model.State(parts[2]), model.State(parts[3]), model.Reason(parts[4]), n)
+	case parts[0] == "event" && len(parts) == 6:
+		model.TallyKind(m, parts[5], model.EventKind(parts[1]), model.State(parts[2]), model.State(parts[3]), model.Reason(parts[4]), n)
+	case parts[0] == "kind" && len(parts) == 6:
+		m.AddKind(parts[1], model.EventCounts(model.EventKind(parts[2]), model.State(parts[3]), model.State(parts[4]), model.Reason(parts[5]), n))
 	case (parts[0] == "queue_wait" || parts[0] == "run_time") && len(parts) == 2:
 		h := &m.QueueWait
 		if parts[0] == "run_time" {

@@ -30,6 +30,7 @@ var pinnedMigrations = map[string]string{
 	"0007_crossing.sql":           "32d0c4d032ffc27453fd92929101a545d8de3acb7fb46e5b871a1c791c5c0ef2",
 	"0008_events_by_task_seq.sql": "271aa78af799a580b92dbb5b2f12a4bd55ad10050cd156119be3a4de9cf73e1a",
 	"0009_kinds.sql":              "0779498864c3c14dce16c2961ba40d89c4b4eac267eeba36209ca7487d3c8a93",
+	"0010_kind_tallies.sql":       "bc1a80de533ad0194e41cc410bf8ba3e29b2476c24a151746c6fa76cd3fca9e9",
 }
 
 func TestMigrationsArePinned(t *testing.T) {

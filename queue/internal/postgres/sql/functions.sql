@@ -1,4 +1,4 @@
--- version: 6
+-- version: 7
 -- The PostgreSQL store's functions and the triggers that call them: code,
 -- not schema. migrate installs this file whole (CREATE OR REPLACE) after
 -- the migrations, in the transaction that runs them, and records its
@@ -185,7 +185,7 @@ BEGIN
     INSERT INTO tally_deltas (name, n)
     SELECT name, SUM(n) FROM (
         SELECT 'state:' || state AS name, -1 AS n FROM removed
-        UNION ALL SELECT 'pruned:' || state, 1 FROM removed) c
+        UNION ALL SELECT 'pruned:' || state || ':' || kind, 1 FROM removed) c
     GROUP BY name ORDER BY name COLLATE "C";
     DELETE FROM task_keys k USING removed r WHERE k.user_id = r.user_id AND k.idem_key = r.idem_key;
     RETURN NULL;
@@ -213,6 +213,30 @@ CREATE OR REPLACE TRIGGER events_counted AFTER INSERT ON events
     REFERENCING NEW TABLE AS appended FOR EACH STATEMENT
     WHEN (current_setting('leasehold.counted', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION events_counted();
+
+-- The counts by the kind of each event's task (migration 0005), beside the
+-- totals above: kind:TASK_KIND:KIND:FROM:TO:REASON, the kind empty for an
+-- event of no task. This trigger fires for every statement that inserts
+-- events, those of the functions that count their own writes included,
+-- so the kinds' counts commit with the events whoever wrote them. Each
+-- task's kind is one lookup of the tasks' id index.
+CREATE OR REPLACE FUNCTION events_counted_by_kind() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO tally_deltas (name, n)
+    SELECT name, COUNT(*) FROM (
+        SELECT 'kind:' || COALESCE((SELECT t.kind FROM tasks t WHERE t.id = a.task_id), '') || ':' || a.kind
+               || ':' || a.from_state || ':' || a.to_state || ':' || a.reason AS name
+        FROM appended a) c
+    GROUP BY name ORDER BY name COLLATE "C";
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER events_counted_by_kind AFTER INSERT ON events
+    REFERENCING NEW TABLE AS appended FOR EACH STATEMENT
+    EXECUTE FUNCTION events_counted_by_kind();
 
 -- The trail (migration 0004): each task's row keeps the seqs of its
 -- events, which is how every reader of a task's events finds them. A
