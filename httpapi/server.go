@@ -91,10 +91,11 @@ type Options struct {
 	// its payloads to the queue's own check (queue.Options.Validators),
 	// which runs in any case.
 	Validators map[string]model.PayloadValidator
-	// Kinds are the kinds /metrics names in its depth by kind
-	// (leasehold_queued_tasks_by_kind); the tasks of every other kind
-	// count as "other", so the label's values stay bounded. Nil names
-	// the kinds of Validators and the synthetic kind.
+	// Kinds are the kinds /metrics names in its kind label: the depth by
+	// kind (leasehold_queued_tasks_by_kind) and every outcome counter
+	// (leasehold_completions_total and the rest); the tasks of every
+	// other kind count as "other", so the label's values stay bounded.
+	// Nil names the kinds of Validators and the synthetic kind.
 	Kinds []string
 	// Logger receives one line per request and the refusals an operator
 	// should see, never a secret or a payload; nil discards them.
