@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -19,8 +21,12 @@ import (
 // names (a schema of its own per world, dropped afterwards) and prints
 // what sim prints on SQLite, with the same fingerprint twice; bad --store
 // and --db values are exit 2, an unreachable server exit 1, each one line
-// without the password.
+// without the password. Its commands run under lhTest, bounded by the
+// test binary's deadline rather than cliTimeout: a sweep on a server other
+// processes share takes as long as the server's load makes it, and a run
+// ends by itself once its seeds' schedules end.
 func TestSimPostgres(t *testing.T) {
+	lh := lhTest
 	db := withPassword(t, pgtest.ServerURL(t))
 
 	r := lh(t, "sim", "--store", "postgres", "--db", db, "--scenario", "late-result", "--seed", "1", "--seeds", "4", "--json")
@@ -74,4 +80,24 @@ func TestSimPostgres(t *testing.T) {
 	requireNoSecret(t, r)
 	require.Equal(t, exitFail, r.code, r.String())
 	requireOneLine(t, r, "connect")
+}
+
+// lhTestMargin is what lhTest leaves of the test binary's deadline for
+// the test to report a command that did not end.
+const lhTestMargin = 30 * time.Second
+
+// lhTest runs the binary in-process with args as lh does, bounded by the
+// test binary's deadline (go test -timeout) less lhTestMargin instead of
+// cliTimeout, and without a bound when the binary has none.
+func lhTest(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx := t.Context()
+	if deadline, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-lhTestMargin))
+		defer cancel()
+	}
+	var out, errOut bytes.Buffer
+	code := run(&env{ctx: ctx, stdout: &out, stderr: &errOut}, args)
+	return result{code: code, stdout: out.String(), stderr: errOut.String()}
 }
