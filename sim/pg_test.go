@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"reflect"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasehold/leasehold/internal/pgtest"
@@ -25,12 +28,18 @@ const (
 	pgSweepParallel = 8
 )
 
+// testPostgresOptions are the tests' stores' options: the real clock
+// times the waits for a shared server that refused a connection for
+// having too many clients, which are waits for other programs, not for
+// anything of the test's (dbpool_pg.go).
+var testPostgresOptions = PostgresOptions{Clock: clockwork.NewRealClock()}
+
 // postgresStore returns a store on the test server, closed (its schemas
 // dropped) when the test ends; it skips the test when no server is named
 // (fails it with CI set).
 func postgresStore(t *testing.T) Store {
 	t.Helper()
-	st, err := PostgresStore(pgtest.ServerURL(t))
+	st, err := PostgresStore(pgtest.ServerURL(t), testPostgresOptions)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	return st
@@ -238,31 +247,95 @@ func TestPostgresStoreResetIsFresh(t *testing.T) {
 	used, err := st.pg.take(ctx) // the schema seed 1 ran in, reset
 	require.NoError(t, err)
 	defer st.pg.give(used)
-	fresh, err := postgresStore(t).pg.take(ctx) // a new store's first schema, just migrated
+	postgresStoreOf := postgresStore(t).pg
+	fresh, err := postgresStoreOf.take(ctx) // a new store's first schema, just migrated
 	require.NoError(t, err)
 	pr := st.pg.pristine
 	require.NotEmpty(t, pr.filled, "migrating seeds settings and tallies")
 	require.NotEmpty(t, pr.sequences)
-	require.Equal(t, dumpSchema(t, fresh, pr), dumpSchema(t, used, pr))
+	require.Equal(t, dumpSchema(t, postgresStoreOf, fresh, pr), dumpSchema(t, st.pg, used, pr))
 }
 
 // dumpSchema returns every row of every table of pr and every sequence's
-// state, in ws's schema, as text in a fixed order.
-func dumpSchema(t *testing.T, ws *worldSchema, pr *pristine) []string {
+// state, in ws's schema of p, as text in a fixed order.
+func dumpSchema(t *testing.T, p *pgStore, ws *worldSchema, pr *pristine) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	require.NoError(t, p.withAdmin(ctx, func(admin *pgx.Conn) error {
+		out = dumpSchemaOn(t, admin, ws, pr)
+		return nil
+	}))
+	return out
+}
+
+// dumpSchemaOn is dumpSchema on the admin connection.
+func dumpSchemaOn(t *testing.T, admin *pgx.Conn, ws *worldSchema, pr *pristine) []string {
 	t.Helper()
 	ctx := context.Background()
 	var out []string
 	for _, table := range pr.tables {
 		var rows string
-		require.NoError(t, ws.admin.QueryRow(ctx, "SELECT COALESCE(string_agg(r::TEXT, E'\\n' ORDER BY r::TEXT COLLATE \"C\"), '') FROM "+
+		require.NoError(t, admin.QueryRow(ctx, "SELECT COALESCE(string_agg(r::TEXT, E'\\n' ORDER BY r::TEXT COLLATE \"C\"), '') FROM "+
 			ident(ws.name, table)+" r").Scan(&rows))
 		out = append(out, table+":\n"+rows)
 	}
 	for _, s := range pr.sequences {
 		var value int64
 		var called bool
-		require.NoError(t, ws.admin.QueryRow(ctx, "SELECT last_value, is_called FROM "+ident(ws.name, s.name)).Scan(&value, &called))
+		require.NoError(t, admin.QueryRow(ctx, "SELECT last_value, is_called FROM "+ident(ws.name, s.name)).Scan(&value, &called))
 		out = append(out, fmt.Sprintf("%s: %d %t", s.name, value, called))
 	}
 	return out
+}
+
+// TestPostgresStoreWaitsOutRefusedConnections runs seeds on a server that
+// refuses the store's connections for having too many clients (SQLSTATE
+// 53300: a role allowed three connections, the owner's, the admin's and
+// one world's, while four worlds run at once): the store dials again
+// until a world's connection closes, no world sees a refusal, and every
+// seed passes with the fingerprint it has on a server with room.
+func TestPostgresStoreWaitsOutRefusedConnections(t *testing.T) {
+	server := pgtest.ServerURL(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, server)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, conn.Close(ctx)) }) // after the role's drop
+	role := fmt.Sprintf("leasehold_sim_limited_%d", os.Getpid())
+	var database string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_database()").Scan(&database))
+	// The role may make schemas and set the settings the stored
+	// functions set (functions.sql); a superuser's connections are not
+	// limited.
+	_, err = conn.Exec(ctx, "DROP ROLE IF EXISTS "+ident(role)+"; CREATE ROLE "+ident(role)+" LOGIN CONNECTION LIMIT 3; "+
+		"GRANT CREATE ON DATABASE "+ident(database)+" TO "+ident(role)+"; "+
+		"GRANT SET ON PARAMETER \"leasehold.counted\", \"leasehold.trailed\" TO "+ident(role))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := conn.Exec(ctx, "DROP OWNED BY "+ident(role)+" CASCADE; REVOKE SET ON PARAMETER \"leasehold.counted\", \"leasehold.trailed\" FROM "+ident(role)+"; DROP ROLE "+ident(role))
+		require.NoError(t, err)
+	})
+	u, err := url.Parse(server)
+	require.NoError(t, err)
+	u.User = url.User(role) // the server's trust authentication, as for the test's own role
+	limited, err := PostgresStore(u.String(), PostgresOptions{ConnsMax: 6, Clock: clockwork.NewRealClock()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, limited.Close()) }()
+
+	sc := scenarios.LateResult()
+	const seeds = 4
+	results := make([]Result, seeds)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { results[i] = Run(Config{Scenario: sc, Seed: uint64(i + 1), Store: limited}) })
+	}
+	wg.Wait()
+	roomy := postgresStore(t)
+	for i, r := range results {
+		require.True(t, r.Pass, "seed %d: %s", i+1, r.Summary())
+		want := Run(Config{Scenario: sc, Seed: uint64(i + 1), Store: roomy})
+		require.Equal(t, want.Fingerprint, r.Fingerprint, "seed %d", i+1)
+	}
+	require.Positive(t, limited.pg.conns.refused.Load(), "the server refused no connection: nothing was waited out")
+	t.Logf("%d dials refused and dialled again", limited.pg.conns.refused.Load())
 }

@@ -42,15 +42,22 @@ func (p *pgStore) own(ctx context.Context) error {
 	if owned {
 		return nil
 	}
-	owner, err := pgowner.Own(ctx, p.url, simSchemas, base)
+	release := p.conns.hold() // the owner's connection is one of the store's
+	var owner *pgowner.Owner
+	err := p.conns.dial(ctx, func() (err error) {
+		owner, err = pgowner.Own(ctx, p.url, simSchemas, base)
+		return err
+	})
 	if err != nil {
+		release()
 		return scrub(err, p.url)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
+		release()
 		return errors.Join(errors.New("sim: the postgres store is closed"), owner.Close(ctx))
 	}
-	p.prefix, p.owner = owner.Prefix, owner
+	p.prefix, p.owner, p.ownerRelease = owner.Prefix, owner, release
 	return nil
 }

@@ -32,7 +32,7 @@ func TestPostgresStoreHelperProcess(t *testing.T) {
 	if os.Getenv(helperEnv) == "" {
 		t.Skip("the child process of TestPostgresStoreDropsTheSchemasOfAKilledRun")
 	}
-	st, err := PostgresStore(pgtest.ServerURL(t))
+	st, err := PostgresStore(pgtest.ServerURL(t), testPostgresOptions)
 	require.NoError(t, err)
 	require.NoError(t, st.Ready(context.Background()))
 	fmt.Printf("prefix %s\n", st.pg.prefix)
@@ -62,7 +62,7 @@ func TestPostgresStoreDropsTheSchemasOfAKilledRun(t *testing.T) {
 	defer conn.Close(ctx)
 
 	// A live run of another machine: its pid is above any pid_max here.
-	remote, err := PostgresStore(url)
+	remote, err := PostgresStore(url, testPostgresOptions)
 	require.NoError(t, err)
 	remote.pg.prefix = ownedPrefix + "999999999_1_"
 	require.NoError(t, remote.Ready(ctx))
@@ -107,12 +107,12 @@ func TestPostgresStoreTakesAFreePrefix(t *testing.T) {
 	url := pgtest.ServerURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), ownerGuard)
 	defer cancel()
-	first, err := PostgresStore(url)
+	first, err := PostgresStore(url, testPostgresOptions)
 	require.NoError(t, err)
 	first.pg.prefix = ownedPrefix + "999999998_1_"
 	require.NoError(t, first.Ready(ctx))
 	t.Cleanup(func() { require.NoError(t, first.Close()) })
-	second, err := PostgresStore(url)
+	second, err := PostgresStore(url, testPostgresOptions)
 	require.NoError(t, err)
 	second.pg.prefix = first.pg.prefix
 	require.NoError(t, second.Ready(ctx))

@@ -41,6 +41,19 @@ const (
 // is no postgres:// URL.
 var ErrStoreURL = errors.New("sim: the postgres store needs a postgres:// URL")
 
+// PostgresOptions are a PostgreSQL store's dealings with a server it
+// shares; the zero value works.
+type PostgresOptions struct {
+	// ConnsMax bounds the connections the store holds open at once, its
+	// worlds' and its own (PostgresConnsDefault when zero): worlds past it
+	// wait for a connection to close (dbpool_pg.go).
+	ConnsMax int
+	// Clock times the waits between dials the server refused for having
+	// too many clients (the real clock: the wait is for other programs'
+	// connections); nil: such a refusal is returned at once.
+	Clock clockwork.Clock
+}
+
 // PostgresStore returns the store of worlds in the PostgreSQL database
 // dbURL names. Each world takes a schema of the store's, migrated when it
 // was made and reset before each world to exactly its state just after
@@ -48,7 +61,7 @@ var ErrStoreURL = errors.New("sim: the postgres store needs a postgres:// URL")
 // left, every sequence set back), which makes a world as fresh as a new
 // schema far quicker than migrating one: the sweeps open thousands. Close
 // drops the schemas.
-func PostgresStore(dbURL string) (Store, error) {
+func PostgresStore(dbURL string, o PostgresOptions) (Store, error) {
 	loc, err := queue.ParseLocation(dbURL)
 	switch {
 	case err != nil:
@@ -56,7 +69,14 @@ func PostgresStore(dbURL string) (Store, error) {
 	case loc.Kind != queue.StorePostgres:
 		return Store{}, ErrStoreURL
 	}
-	return Store{pg: &pgStore{url: loc.URL, prefix: fmt.Sprintf("%s%d_%d_", ownedPrefix, os.Getpid(), storeCounter.Add(1))}}, nil
+	if o.ConnsMax < 0 {
+		return Store{}, fmt.Errorf("sim: a postgres store's connections: want at least 0, got %d", o.ConnsMax)
+	}
+	if o.ConnsMax == 0 {
+		o.ConnsMax = PostgresConnsDefault
+	}
+	return Store{pg: &pgStore{url: loc.URL, prefix: fmt.Sprintf("%s%d_%d_", ownedPrefix, os.Getpid(), storeCounter.Add(1)),
+		conns: newPGConns(o.ConnsMax, o.Clock)}}, nil
 }
 
 // Ready makes sure the store can open a world: on PostgreSQL it connects
@@ -139,7 +159,7 @@ func (s Store) open(ctx context.Context, clock clockwork.Clock, seed uint64) (op
 	if err != nil {
 		return opened{}, err
 	}
-	storage := faults.NewPostgresStorage(stdlib.GetDefaultDriver(), clock)
+	storage := faults.NewPostgresStorage(s.pg.conns.driver(stdlib.GetDefaultDriver()), clock)
 	// Fused, as production runs: a lone submit is submit_one and a group
 	// of completions complete_and_claim, each one statement that is its
 	// own transaction, on which the injector's BEGIN, statement and COMMIT
@@ -169,26 +189,34 @@ var storeCounter atomic.Int64
 // migrated schema's rows, and the worlds' schemas, each used by one world
 // at a time.
 type pgStore struct {
-	url string
+	url   string
+	conns *pgConns // every connection the store and its worlds open, counted (dbpool_pg.go)
 
 	ownMu sync.Mutex // serialises own
 
-	mu       sync.Mutex
-	prefix   string         // of the store's schema names; own may change it, before any schema is made
-	owner    *pgowner.Owner // holds the store's owner lock (pgowner.go); nil until own
-	made     int            // world schemas made
-	free     []*worldSchema // schemas no world holds
-	all      []*worldSchema
-	pristine *pristine // made with the first schema
-	closed   bool
+	// adminMu serialises the admin connection, which makes, resets and
+	// drops schemas; adminRelease gives its room in conns back.
+	adminMu      sync.Mutex
+	admin        *pgx.Conn
+	adminRelease func()
+
+	mu     sync.Mutex
+	prefix string         // of the store's schema names; own may change it, before any schema is made
+	owner  *pgowner.Owner // holds the store's owner lock (pgowner.go); nil until own
+	// ownerRelease gives the owner connection's room in conns back.
+	ownerRelease func()
+	made         int            // world schemas made
+	free         []*worldSchema // schemas no world holds
+	all          []*worldSchema
+	pristine     *pristine // made with the first schema
+	closed       bool
 }
 
-// worldSchema is one world's schema, with the connection that resets it.
+// worldSchema is one world's schema.
 type worldSchema struct {
 	name  string
-	url   string    // the world's URL: the schema alone on the search_path
-	admin *pgx.Conn // makes and resets the schema
-	dirty bool      // a world has used it since it was last reset
+	url   string // the world's URL: the schema alone on the search_path
+	dirty bool   // a world has used it since it was last reset
 }
 
 // pristine is what a just-migrated schema holds: the tables (every one of
@@ -255,44 +283,93 @@ func (p *pgStore) makeSchema(ctx context.Context) (*worldSchema, error) {
 	p.made++
 	name := fmt.Sprintf("%sw%d", p.prefix, p.made)
 	p.mu.Unlock()
-	u, err := url.Parse(p.url)
+	worldURL, err := p.schemaURL(name)
 	if err != nil {
-		return nil, ErrStoreURL
+		return nil, err
 	}
-	v := u.Query()
-	// The world's database is scratch: a commit that need not wait for the
-	// disk changes nothing a client sees (no server crash is simulated),
-	// and a seed makes hundreds of commits.
-	v.Set("synchronous_commit", "off")
-	u.RawQuery = v.Encode()
-	adminURL := u.String()
-	v.Set("search_path", name)
-	u.RawQuery = v.Encode()
-	ws := &worldSchema{name: name, url: u.String()}
-	if ws.admin, err = pgx.Connect(ctx, adminURL); err != nil {
-		return nil, fmt.Errorf("sim: connect to the postgres store: %w", scrub(err, p.url))
-	}
+	ws := &worldSchema{name: name, url: worldURL}
 	p.mu.Lock()
 	p.all = append(p.all, ws)
 	p.mu.Unlock()
-	if _, err := ws.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident(name)+" CASCADE; CREATE SCHEMA "+ident(name)); err != nil {
+	err = p.withAdmin(ctx, func(admin *pgx.Conn) error {
+		_, err := admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident(name)+" CASCADE; CREATE SCHEMA "+ident(name))
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("sim: create schema %s: %w", name, scrub(err, p.url))
 	}
-	q, err := queue.Open(ctx, queue.Options{Path: ws.url, Clock: clockwork.NewFakeClockAt(Epoch), IDs: model.NewSeededIDs(0), MaxConns: 1})
+	q, err := queue.Open(ctx, queue.Options{Path: ws.url, Clock: clockwork.NewFakeClockAt(Epoch), IDs: model.NewSeededIDs(0), MaxConns: 1,
+		Driver: p.conns.driver(stdlib.GetDefaultDriver())})
 	if err == nil {
 		err = q.Close()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sim: migrate schema %s: %w", name, err)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.pristine == nil {
-		if p.pristine, err = keepPristine(ctx, ws.admin, name, p.prefix+"pristine"); err != nil {
-			return nil, err
+	err = p.withAdmin(ctx, func(admin *pgx.Conn) error {
+		p.mu.Lock()
+		kept, prefix := p.pristine != nil, p.prefix
+		p.mu.Unlock()
+		if kept { // the admin connection is alone: no other schema is keeping it now
+			return nil
 		}
+		pr, err := keepPristine(ctx, admin, name, prefix+"pristine")
+		if err == nil {
+			p.mu.Lock()
+			p.pristine = pr
+			p.mu.Unlock()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return ws, nil
+}
+
+// schemaURL returns the store's URL with the settings of its connections
+// and, unless schema is "", the schema alone on the search_path.
+func (p *pgStore) schemaURL(schema string) (string, error) {
+	u, err := url.Parse(p.url)
+	if err != nil {
+		return "", ErrStoreURL
+	}
+	v := u.Query()
+	// The world's database is scratch: a commit that need not wait for the
+	// disk changes nothing a client sees (no server crash is simulated),
+	// and a seed makes hundreds of commits.
+	v.Set("synchronous_commit", "off")
+	if schema != "" {
+		v.Set("search_path", schema)
+	}
+	u.RawQuery = v.Encode()
+	return u.String(), nil
+}
+
+// withAdmin runs f on the store's admin connection, alone, connecting it
+// (within the store's share of the server's connections) first if need
+// be.
+func (p *pgStore) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
+	p.adminMu.Lock()
+	defer p.adminMu.Unlock()
+	if p.admin == nil {
+		adminURL, err := p.schemaURL("")
+		if err != nil {
+			return err
+		}
+		release := p.conns.hold()
+		var conn *pgx.Conn
+		err = p.conns.dial(ctx, func() (err error) {
+			conn, err = pgx.Connect(ctx, adminURL)
+			return err
+		})
+		if err != nil {
+			release()
+			return fmt.Errorf("sim: connect to the postgres store: %w", scrub(err, p.url))
+		}
+		p.admin, p.adminRelease = conn, release
+	}
+	return f(p.admin)
 }
 
 // keepPristine copies what the just-migrated schema holds into the schema
@@ -373,7 +450,11 @@ func (p *pgStore) reset(ctx context.Context, ws *worldSchema) error {
 	p.mu.Lock()
 	pr := p.pristine
 	p.mu.Unlock()
-	if _, err := ws.admin.Exec(ctx, "BEGIN;\n"+pr.resetSQL(ws.name)+"COMMIT;"); err != nil {
+	err := p.withAdmin(ctx, func(admin *pgx.Conn) error {
+		_, err := admin.Exec(ctx, "BEGIN;\n"+pr.resetSQL(ws.name)+"COMMIT;")
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("sim: reset schema %s: %w", ws.name, scrub(err, p.url))
 	}
 	ws.dirty = false
@@ -383,26 +464,35 @@ func (p *pgStore) reset(ctx context.Context, ws *worldSchema) error {
 // close drops every schema of the store.
 func (p *pgStore) close() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return nil
 	}
 	p.closed = true
+	all, pr, owner := p.all, p.pristine, p.owner
+	p.all, p.free = nil, nil
+	p.mu.Unlock()
 	ctx := context.Background()
 	var errs []error
-	for i, ws := range p.all {
-		drop := "DROP SCHEMA IF EXISTS " + ident(ws.name) + " CASCADE"
-		if i == 0 && p.pristine != nil {
-			drop += "; DROP SCHEMA IF EXISTS " + ident(p.pristine.schema) + " CASCADE"
+	p.adminMu.Lock()
+	defer p.adminMu.Unlock()
+	if p.admin != nil {
+		for i, ws := range all {
+			drop := "DROP SCHEMA IF EXISTS " + ident(ws.name) + " CASCADE"
+			if i == 0 && pr != nil {
+				drop += "; DROP SCHEMA IF EXISTS " + ident(pr.schema) + " CASCADE"
+			}
+			if _, err := p.admin.Exec(ctx, drop); err != nil {
+				errs = append(errs, fmt.Errorf("sim: drop schema %s: %w", ws.name, scrub(err, p.url)))
+			}
 		}
-		if _, err := ws.admin.Exec(ctx, drop); err != nil {
-			errs = append(errs, fmt.Errorf("sim: drop schema %s: %w", ws.name, scrub(err, p.url)))
-		}
-		errs = append(errs, ws.admin.Close(ctx))
+		errs = append(errs, p.admin.Close(ctx))
+		p.adminRelease()
+		p.admin = nil
 	}
-	p.all, p.free = nil, nil
-	if p.owner != nil { // its lock goes with it, after the schemas
-		errs = append(errs, p.owner.Close(ctx))
+	if owner != nil { // its lock goes with it, after the schemas
+		errs = append(errs, owner.Close(ctx))
+		p.ownerRelease()
 	}
 	return errors.Join(errs...)
 }

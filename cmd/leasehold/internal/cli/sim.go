@@ -58,7 +58,10 @@ func runSim(e *env, args []string) int {
 		return fail(e, "sim", err)
 	}
 	if o.pgURL != "" {
-		if o.store, err = sim.PostgresStore(o.pgURL); err != nil {
+		// The store holds at most sim.PostgresConnsDefault connections at
+		// once, and waits out a server that refuses one for having too
+		// many clients (other programs'): a world never sees either.
+		if o.store, err = sim.PostgresStore(o.pgURL, sim.PostgresOptions{Clock: clockwork.NewRealClock()}); err != nil {
 			return fail(e, "sim", badUsage("--db: %v", err))
 		}
 		defer func() {
@@ -135,7 +138,7 @@ func simFlags(args []string) (simOptions, error) {
 	asJSON := fs.Bool("json", false, "print one JSON record per seed and a summary record per scenario (with its coverage map) instead of text")
 	coverage := fs.Bool("coverage", false, "print each scenario's coverage map: transitions, refusals and fault kinds at phases its seeds reached (a sweep of at least 200 seeds fails on a declared cell none reached; with several scenarios, the maps only with -v)")
 	verbose := fs.Bool("v", false, "a sweep prints every seed's record (and, with --coverage, every scenario's map), not only the failed seeds and a line a scenario")
-	store := fs.String("store", sim.StoreSQLite, "the store the worlds run on: sqlite (in memory) or postgres (a schema of its own per world, in the database --db names; a sweep runs --parallel worlds at once in this process, default 8)")
+	store := fs.String("store", sim.StoreSQLite, fmt.Sprintf("the store the worlds run on: sqlite (in memory) or postgres (a schema of its own per world, in the database --db names; a sweep runs --parallel worlds at once in this process, default %d, on at most %d connections)", simPgParallel, sim.PostgresConnsDefault))
 	db := fs.String("db", "", "with --store postgres: the PostgreSQL database (postgres:// URL) the worlds' schemas are made in and dropped from (default: $LEASEHOLD_DB when it is a postgres:// URL, else $LEASEHOLD_TEST_POSTGRES)")
 	if err := parse(fs, args); err != nil {
 		return simOptions{}, err
