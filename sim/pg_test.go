@@ -247,13 +247,13 @@ func TestPostgresStoreResetIsFresh(t *testing.T) {
 	used, err := st.pg.take(ctx) // the schema seed 1 ran in, reset
 	require.NoError(t, err)
 	defer st.pg.give(used)
-	postgresStoreOf := postgresStore(t).pg
-	fresh, err := postgresStoreOf.take(ctx) // a new store's first schema, just migrated
+	other := postgresStore(t).pg
+	fresh, err := other.take(ctx) // a new store's first schema, just migrated
 	require.NoError(t, err)
 	pr := st.pg.pristine
 	require.NotEmpty(t, pr.filled, "migrating seeds settings and tallies")
 	require.NotEmpty(t, pr.sequences)
-	require.Equal(t, dumpSchema(t, postgresStoreOf, fresh, pr), dumpSchema(t, st.pg, used, pr))
+	require.Equal(t, dumpSchema(t, other, fresh, pr), dumpSchema(t, st.pg, used, pr))
 }
 
 // dumpSchema returns every row of every table of pr and every sequence's
@@ -263,29 +263,24 @@ func dumpSchema(t *testing.T, p *pgStore, ws *worldSchema, pr *pristine) []strin
 	ctx := context.Background()
 	var out []string
 	require.NoError(t, p.withAdmin(ctx, func(admin *pgx.Conn) error {
-		out = dumpSchemaOn(t, admin, ws, pr)
+		for _, table := range pr.tables {
+			var rows string
+			if err := admin.QueryRow(ctx, "SELECT COALESCE(string_agg(r::TEXT, E'\\n' ORDER BY r::TEXT COLLATE \"C\"), '') FROM "+
+				ident(ws.name, table)+" r").Scan(&rows); err != nil {
+				return err
+			}
+			out = append(out, table+":\n"+rows)
+		}
+		for _, s := range pr.sequences {
+			var value int64
+			var called bool
+			if err := admin.QueryRow(ctx, "SELECT last_value, is_called FROM "+ident(ws.name, s.name)).Scan(&value, &called); err != nil {
+				return err
+			}
+			out = append(out, fmt.Sprintf("%s: %d %t", s.name, value, called))
+		}
 		return nil
 	}))
-	return out
-}
-
-// dumpSchemaOn is dumpSchema on the admin connection.
-func dumpSchemaOn(t *testing.T, admin *pgx.Conn, ws *worldSchema, pr *pristine) []string {
-	t.Helper()
-	ctx := context.Background()
-	var out []string
-	for _, table := range pr.tables {
-		var rows string
-		require.NoError(t, admin.QueryRow(ctx, "SELECT COALESCE(string_agg(r::TEXT, E'\\n' ORDER BY r::TEXT COLLATE \"C\"), '') FROM "+
-			ident(ws.name, table)+" r").Scan(&rows))
-		out = append(out, table+":\n"+rows)
-	}
-	for _, s := range pr.sequences {
-		var value int64
-		var called bool
-		require.NoError(t, admin.QueryRow(ctx, "SELECT last_value, is_called FROM "+ident(ws.name, s.name)).Scan(&value, &called))
-		out = append(out, fmt.Sprintf("%s: %d %t", s.name, value, called))
-	}
 	return out
 }
 
