@@ -199,6 +199,9 @@ func (q *Queue) writeGrouped(ctx context.Context, op string, fn func(t *txn) err
 		*c.next.out = nil // this run's claims only (a run after a conflict starts again)
 	}
 	m := &member{caller: ctx, ctx: context.WithoutCancel(ctx), op: op, fn: fn, completes: c, submits: s, done: make(chan struct{})}
+	if h := q.hold; h != nil {
+		return h.await(m)
+	}
 	if q.ops == nil {
 		q.runGroup([]*member{m})
 		return m.err

@@ -166,8 +166,11 @@ type Queue struct {
 
 	// Group commit (group.go): the operations waiting, the lead token and
 	// Close's signal; ops is nil for an Ungrouped queue.
-	ops      chan *member
-	lead     chan struct{}
+	ops  chan *member
+	lead chan struct{}
+	// hold, set while the simulator holds the queue's writes
+	// (grouphook.go), takes each grouped write as a held member.
+	hold     *Hold
 	closing  chan struct{}
 	stopOnce sync.Once
 	stats    groupStats

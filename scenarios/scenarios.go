@@ -227,7 +227,7 @@ func Portfolio() Scenario {
 			refusals("conflict", "version_mismatch"),
 			faults("crash@next", "stall@next", "shutdown@next", "crash@work", "crash_after_call@receipt", "crash_after_call@reconcile", "lose_response@call",
 				"duplicate@step", "redeliver@heartbeat", "shutdown@work", "stall@work", "ambiguous_commit@caller", "fail_begin@caller", "fail_statement@claim"),
-			protocolPaths()),
+			protocolPaths(), groupPaths()),
 		Workers:     2,
 		Concurrency: 2,
 		Lease:       2 * time.Second,
@@ -238,7 +238,8 @@ func Portfolio() Scenario {
 		// The batch caller and the operator's prunes in every seed, so
 		// that pruned tasks' keys are submitted again inside and after
 		// their tombstones' window.
-		FaultFloors: map[string]int{"batch": 20, "prune": 20},
+		// Group events in every seed too.
+		FaultFloors: map[string]int{"batch": 20, "prune": 20, "group": 20},
 		Tasks: []Task{
 			{Name: "approval", EffectStep: -1,
 				Request: request("ana", "approval-1", `{"steps":[{"cost":1},{"approval":"manager"},{"cost":2}]}`, 10, 5),

@@ -45,6 +45,9 @@ type checker struct {
 	plans     map[string][]worker.SyntheticStep
 	runs      *model.ScheduleRunChecker
 	commits   int64 // storage commits when last checked
+	// moves holds, by task, the state changes the events of the current
+	// check made, in order (a group commit makes several at once).
+	moves map[string][]model.Event
 	// only, when set, names the checks that report; every other is
 	// switched off (Config.Only).
 	only map[string]bool
@@ -173,6 +176,7 @@ func (c *checker) check() *model.Violation {
 	if v != nil {
 		return v
 	}
+	c.moves = movesOf(events)
 	claimedUsers, v := c.checkTouched(touched)
 	if v != nil {
 		return v
@@ -236,7 +240,7 @@ func (c *checker) checkTouched(ids []string) (map[string]bool, *model.Violation)
 			if v := c.keep(c.runs.Check(t)); v != nil {
 				return nil, v
 			}
-		} else if v := c.keepFirst(model.CheckChange(before, t)); v != nil {
+		} else if v := c.keepFirst(throughTrail(model.CheckChange(before, t), before.State, t.State, c.moves[id])); v != nil {
 			return nil, v
 		}
 		if t.State == model.Running && (!seen || before.State != model.Running) {
@@ -360,4 +364,39 @@ func (c *checker) final() *model.Violation {
 	}
 	c.w.q.final()
 	return c.oracle
+}
+
+// movesOf returns, by task, the events among events that change a task's
+// state, in order.
+func movesOf(events []model.Event) map[string][]model.Event {
+	out := map[string][]model.Event{}
+	for _, e := range events {
+		if e.TaskID != "" && e.From != e.To {
+			out[e.TaskID] = append(out[e.TaskID], e)
+		}
+	}
+	return out
+}
+
+// throughTrail drops a transition violation of a task that went from one
+// state to another in several moves since the last check (a group commit
+// carrying several writes of the task), when the trail shows those moves
+// chained from the first state to the last; each move was checked as an
+// event (checkEvents).
+func throughTrail(vs []model.Violation, from, to model.State, moves []model.Event) []model.Violation {
+	if len(moves) < 2 || moves[0].From != from || moves[len(moves)-1].To != to {
+		return vs
+	}
+	for i := 1; i < len(moves); i++ {
+		if moves[i].From != moves[i-1].To {
+			return vs
+		}
+	}
+	out := vs[:0]
+	for _, v := range vs {
+		if v.Invariant != model.InvTransition {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -291,6 +291,7 @@ const (
 	OpOperator = "operator"
 	OpBatch    = "batch"
 	OpFollow   = "follow"
+	OpGroup    = "group"
 )
 
 // Phases lists every phase a fault cell may name: a worker slot's phases
@@ -309,7 +310,7 @@ func Phases() []string {
 			out = append(out, string(write))
 		}
 	}
-	out = append(out, OpReap, OpEnqueue, OpCaller, OpCareless, OpOperator, FaultRedeliver, OpBatch, OpFollow)
+	out = append(out, OpReap, OpEnqueue, OpCaller, OpCareless, OpOperator, FaultRedeliver, OpBatch, OpFollow, OpGroup)
 	return append(out, FusedStatements()...)
 }
 

@@ -42,6 +42,7 @@ const (
 	EvBatch          EventKind = "batch"          // the batch caller submits a batch of a shape (Name)
 	EvFollow         EventKind = "follow"         // the follower reads its next page of the trail
 	EvPrune          EventKind = "prune"          // the operator prunes settled tasks (Name: short or long)
+	EvGroup          EventKind = "group"          // several actors' writes commit as one group (Name: the actors; Fault: armed before its commit)
 )
 
 // Boundaries an EvAdvanceTo lands on: the earliest held lease_until, the
@@ -118,6 +119,11 @@ func (e Event) String() string {
 		return fmt.Sprintf("%s %s", e.Kind, e.Name)
 	case EvLimit, EvBatch, EvPrune:
 		return fmt.Sprintf("%s %s", e.Kind, e.Name)
+	case EvGroup:
+		if e.Fault != "" {
+			return fmt.Sprintf("%s %s %s", e.Kind, e.Name, e.Fault)
+		}
+		return fmt.Sprintf("%s %s", e.Kind, e.Name)
 	}
 	return string(e.Kind)
 }
@@ -170,6 +176,12 @@ func ParseEvent(s string) (Event, error) {
 		e.Name, err = oneOf(s, arg, BatchShapes())
 	case k == EvPrune:
 		e.Name, err = oneOf(s, arg, PruneNames())
+	case k == EvGroup:
+		actors, fault, armed := strings.Cut(arg, " ")
+		if _, err = parseGroupActors(actors); err == nil && armed {
+			e.Fault, err = faults.ParseStorageFault(fault)
+		}
+		e.Name = actors
 	case k == EvReap || k == EvTick || k == EvLoseResponse || k == EvCareless || k == EvLimitsRestore || k == EvRunStart || k == EvRunEnd ||
 		k == EvFollow:
 		if arg != "" {

@@ -37,6 +37,9 @@ type FaultMix struct {
 	Follow int
 	// The operator's prunes.
 	Prune int
+	// Group events: several actors' writes committed as one group
+	// (world_groups.go), drawn from a stream of their own.
+	Group int
 	// Refill has the workers' slots claim their next task with the write
 	// that completes their last, as the live runner's do (worker.Config's
 	// Refill): drawn on in half the runs, so that both paths stay covered.
@@ -55,7 +58,7 @@ func (m *FaultMix) rates() []rate {
 	return []rate{{"crash", &m.Crash}, {"stall", &m.Stall}, {"storage_down", &m.StorageDown}, {"storage_fault", &m.StorageFault},
 		{"duplicate", &m.Duplicate}, {"lose_response", &m.LoseResponse}, {"crash_after_call", &m.CrashAfterCall},
 		{"shutdown", &m.Shutdown}, {"boundary", &m.Boundary}, {"careless", &m.Careless}, {"limits", &m.Limits},
-		{"batch", &m.Batch}, {"follow", &m.Follow}, {"prune", &m.Prune}}
+		{"batch", &m.Batch}, {"follow", &m.Follow}, {"prune", &m.Prune}, {"group", &m.Group}}
 }
 
 // String lists the service kind and every fault's rate, in a fixed order.
@@ -75,7 +78,7 @@ func (m FaultMix) String() string {
 // DefaultMix turns every fault on at a moderate rate.
 func DefaultMix(kind worker.ServiceKind) FaultMix {
 	return FaultMix{ServiceKind: kind, Crash: 8, Stall: 8, StorageDown: 6, StorageFault: 12, Duplicate: 15,
-		LoseResponse: 10, CrashAfterCall: 6, Shutdown: 6, Boundary: 15, Careless: 10, Limits: 6, Batch: 10, Follow: 10, Prune: 6}
+		LoseResponse: 10, CrashAfterCall: 6, Shutdown: 6, Boundary: 15, Careless: 10, Limits: 6, Batch: 10, Follow: 10, Prune: 6, Group: 10}
 }
 
 // drawMix picks the run's fault mix from the mix stream (swarm
@@ -112,12 +115,15 @@ func MixFor(sc scenarios.Scenario, seed uint64) FaultMix {
 // the scheduler stream, with faults inserted from the faults stream
 // according to mix.
 func Generate(sc scenarios.Scenario, seed uint64, mix FaultMix) []Event {
-	sched, faultRng := source(seed, streamScheduler), source(seed, streamFaults)
+	sched, faultRng, groupRng := source(seed, streamScheduler), source(seed, streamFaults), source(seed, streamGroups)
 	var events []Event
 	advances := []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
 		100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, sc.Lease + 100*time.Millisecond}
 	for len(events) < sc.Events {
 		events = append(events, drawFault(sc, mix, faultRng)...)
+		if mix.Group > 0 && groupRng.IntN(1000) < mix.Group {
+			events = append(events, drawGroup(sc, mix, groupRng))
+		}
 		r := sched.IntN(1000)
 		switch {
 		case r < 330:

@@ -72,6 +72,9 @@ type lockstep struct {
 	// unchecked holds the real events read since the checker last took
 	// them (takeEvents), so that it need not read them again.
 	unchecked []model.Event
+	// held, set while the world holds the queue's writes for a group
+	// (oracle_group.go), pairs each held write with its operation.
+	held *heldGroup
 }
 
 // takeEvents returns the real events read since the last call.
@@ -126,23 +129,38 @@ type op[T any] struct {
 	// it was before the operation, and returns what to run once the real
 	// rows are in the mirror: the stated invariants (invariants.go).
 	check func(res T, err error) (after func())
+	// completes and next, set for a completion (Complete, and
+	// CompleteAndClaim with its claim), let a group's reference complete
+	// it set-wise with the group's others (oracle_group.go).
+	completes *model.Claim
+	next      *model.ClaimRequest
 }
 
 // run performs o on the real queue and, with the oracle on, on the
 // reference, and compares them.
 func run[T any](l *lockstep, o op[T]) (T, error) {
+	if l.held != nil && l.ref != nil {
+		return runHeld(l, o)
+	}
 	commits := l.storage.Commits()
 	res, err := o.real()
 	if l.ref == nil {
 		return res, err
 	}
+	return compareAlone(l, o, res, err, commits)
+}
+
+// compareAlone compares o, run alone on the real queue with the outcome
+// res, err (commits counted the real commits before it), with the
+// reference.
+func compareAlone[T any](l *lockstep, o op[T], res T, err error, commits int64) (T, error) {
 	l.ops++
 	changed := l.storage.Commits() != commits
 	var after func()
 	if o.check != nil {
 		after = o.check(res, err)
 	}
-	storage := errors.Is(err, faults.ErrInjected) || errors.Is(err, queue.ErrNotApplied) || errors.Is(err, queue.ErrOutcomeUnknown)
+	storage := isStorage(err)
 	switch {
 	case storage && !atCommit(err):
 		// Refused before COMMIT: nothing may have changed.
@@ -167,6 +185,12 @@ func run[T any](l *lockstep, o op[T]) (T, error) {
 		after()
 	}
 	return res, err
+}
+
+// isStorage reports whether err is a storage error: injected, or a group's
+// "not applied" or "outcome unknown".
+func isStorage(err error) bool {
+	return errors.Is(err, faults.ErrInjected) || errors.Is(err, queue.ErrNotApplied) || errors.Is(err, queue.ErrOutcomeUnknown)
 }
 
 // where names the operation's place in the run, for reports.
@@ -681,7 +705,7 @@ func (l *lockstep) Pause(ctx context.Context, c model.Claim, step int, gate stri
 
 // Complete completes the task on both sides.
 func (l *lockstep) Complete(ctx context.Context, c model.Claim) error {
-	_, err := run(l, op[none]{name: claimName("complete", c), targets: []string{c.TaskID},
+	_, err := run(l, op[none]{name: claimName("complete", c), targets: []string{c.TaskID}, completes: &c,
 		real: func() (none, error) { return none{}, l.Queue.Complete(ctx, c) },
 		ref:  func(r *model.Reference) (none, error) { return none{}, r.Complete(ctx, c) },
 	})
@@ -694,10 +718,10 @@ func (l *lockstep) Complete(ctx context.Context, c model.Claim) error {
 func (l *lockstep) CompleteAndClaim(ctx context.Context, c model.Claim, next model.ClaimRequest) ([]model.Claimed, error) {
 	user := l.rows[c.TaskID].User
 	res, err := run(l, op[[]model.Claimed]{name: claimName("complete_and_claim", c) + fmt.Sprintf(" worker=%s max=%d", next.Worker, next.Max),
-		targets: []string{c.TaskID},
-		real:    func() ([]model.Claimed, error) { return l.Queue.CompleteAndClaim(ctx, c, next) },
-		ref:     func(r *model.Reference) ([]model.Claimed, error) { return r.CompleteAndClaim(ctx, c, next) },
-		same:    sameClaims,
+		targets: []string{c.TaskID}, completes: &c, next: &next,
+		real: func() ([]model.Claimed, error) { return l.Queue.CompleteAndClaim(ctx, c, next) },
+		ref:  func(r *model.Reference) ([]model.Claimed, error) { return r.CompleteAndClaim(ctx, c, next) },
+		same: sameClaims,
 		check: func(res []model.Claimed, err error) func() {
 			return l.checkClaimFreeing(next, res, err, user)
 		},

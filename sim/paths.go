@@ -34,7 +34,9 @@ const (
 // PathNames lists the path cells' names in a fixed order.
 func PathNames() []string {
 	return []string{PathCompleteClaimNone, PathCompleteClaimOne, PathCompleteClaimSeveral, PathBatchReplay,
-		PathBatchReplayConflict, PathFollowWindowMark, PathFollowWaitAcrossMarks, PathFollowWaitWoken, PathPruneReplayInWindow, PathPruneReplayAfterWindow}
+		PathBatchReplayConflict, PathFollowWindowMark, PathFollowWaitAcrossMarks, PathFollowWaitWoken, PathPruneReplayInWindow, PathPruneReplayAfterWindow,
+		PathGroupOne, PathGroupFew, PathGroupMany, PathGroupMax, PathGroupRefusal, PathGroupRolledBack, PathGroupUnknown,
+		PathGroupClaimNone, PathGroupClaimOne, PathGroupClaimSeveral, PathGroupFreedRoom}
 }
 
 // knownPath reports whether name is a path cell's.

@@ -15,6 +15,10 @@ const (
 	streamJitter    = "jitter"
 	streamIDs       = "ids"
 	streamRefill    = "refill" // whether the workers claim with their completions
+	// The group events of a schedule, and the order a group's members
+	// commit in (world_groups.go).
+	streamGroups     = "groups"
+	streamGroupOrder = "group_order"
 )
 
 // subSeed derives a subsystem's seed from the root seed.

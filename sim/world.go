@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -113,6 +114,8 @@ type World struct {
 	base        model.Limits
 	limitsMoved bool
 	probes      int
+	// groups draws the order of a group event's members (world_groups.go).
+	groups *rand.Rand
 }
 
 // worldOptions are the test-only switches of a world.
@@ -159,6 +162,7 @@ func newWorld(sc scenarios.Scenario, seed uint64, mix FaultMix, opts worldOption
 	w.schedDown = make([]int, max(1, sc.Schedulers))
 	w.recoveries = map[string]int{}
 	w.pruned, w.prunedRetried = map[string]string{}, map[string]bool{}
+	w.groups = source(seed, streamGroupOrder)
 	return w, nil
 }
 

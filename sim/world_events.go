@@ -115,6 +115,8 @@ func whereOf(e Event) string {
 		return OpFollow
 	case EvPrune:
 		return OpOperator
+	case EvGroup:
+		return OpGroup
 	}
 	return string(e.Kind)
 }
@@ -140,6 +142,8 @@ func (w *World) applyEvent(e Event) string {
 		return w.follow()
 	case EvPrune:
 		return w.prune(e.Name)
+	case EvGroup:
+		return w.group(e)
 	case EvCrash, EvStall:
 		if e.Kind == EvStall && w.workers[e.Worker].stopped {
 			return "no-op: shut down"

@@ -44,6 +44,7 @@ func BatchShapes() []string { return []string{BatchNew, BatchReplay, BatchConfli
 type batchCaller struct {
 	sent    []model.SubmitRequest
 	batches int
+	singles int // its single submits in groups (world_groups.go)
 }
 
 // batchRequest is the batch caller's request under key number n.
