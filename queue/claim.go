@@ -24,28 +24,29 @@ import (
 // the absolute bound model.ClaimBatchLimit, which needs no I/O, and against
 // the stored limit (Limits.ClaimBatchMax) only inside the transaction: a
 // batch above the stored limit is refused only when there is a task to
-// claim.
+// claim. Whether there is one is decided inside the transaction too (for
+// a batch of more than one, which alone can be refused), since in a group
+// commit the members before the claim change what is claimable; the read
+// before the write is only a fast path for the idle poll.
 func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Claimed, error) {
 	if err := req.Validate(model.ClaimBatchLimit); err != nil {
 		return nil, err
 	}
-	var found int
-	var err error
-	if req.Kinds == nil {
-		err = q.readRow(ctx, qClaimAny, sql.Named("now", model.Millis(q.now()))).Scan(&found)
-	} else {
-		err = q.readRow(ctx, qClaimAnyKinds, sql.Named("now", model.Millis(q.now())),
-			sql.Named("kinds", seam.KindsArg(req.Kinds))).Scan(&found)
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
+	found, err := q.anyClaimable(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("queue: claim: %w", err)
+	}
+	if !found {
+		return nil, nil
 	}
 	var out []model.Claimed
 	err = q.writeRetrying(ctx, "claim", func(t *txn) error {
 		out = nil
+		if req.Max > 1 {
+			if found, err := t.anyClaimable(req); err != nil || !found {
+				return err
+			}
+		}
 		if err := t.checkClaimBatch(req); err != nil {
 			return err
 		}
@@ -55,6 +56,42 @@ func (q *Queue) Claim(ctx context.Context, req model.ClaimRequest) ([]model.Clai
 		return nil, err
 	}
 	return out, nil
+}
+
+// anyClaimable reports whether a claim for req would find a task now,
+// outside any transaction.
+func (q *Queue) anyClaimable(ctx context.Context, req model.ClaimRequest) (bool, error) {
+	now := sql.Named("now", model.Millis(q.now()))
+	var r row
+	if req.Kinds == nil {
+		r = q.readRow(ctx, qClaimAny, now)
+	} else {
+		r = q.readRow(ctx, qClaimAnyKinds, now, sql.Named("kinds", seam.KindsArg(req.Kinds)))
+	}
+	return scanFound(r)
+}
+
+// anyClaimable reports whether a claim for req would find a task inside
+// t, seeing what t has written.
+func (t *txn) anyClaimable(req model.ClaimRequest) (bool, error) {
+	now := sql.Named("now", model.Millis(t.now))
+	var r row
+	if req.Kinds == nil {
+		r = t.queryRow(qClaimAny, now)
+	} else {
+		r = t.queryRow(qClaimAnyKinds, now, sql.Named("kinds", seam.KindsArg(req.Kinds)))
+	}
+	return scanFound(r)
+}
+
+// scanFound reads qClaimAny's answer: a row when a task is claimable.
+func scanFound(r row) (bool, error) {
+	var found int
+	err := r.Scan(&found)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // CompleteAndClaim completes c as Complete does and then, in the same

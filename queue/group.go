@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -451,6 +452,11 @@ func (q *Queue) runGroup(members []*member) {
 		return
 	}
 	if err := tx.Commit(); err != nil {
+		if broken.On(broken.GroupUnknownMixed) && len(live) > 1 {
+			first := live[0]
+			q.runGroup([]*member{{caller: context.Background(), ctx: first.ctx, op: first.op, fn: first.fn,
+				completes: first.completes, submits: first.submits, done: make(chan struct{})}})
+		}
 		for i, m := range live {
 			if g.alone[i] {
 				m.finish(g.results[i]) // rolled back to its savepoint: refused either way
@@ -531,6 +537,12 @@ func (g *group) runPart(i int, p part, savepoint bool) bool {
 	var keep committed
 	switch {
 	case ferr == nil:
+	case errors.As(ferr, &keep) && savepoint && broken.On(broken.GroupRefusalLosesRecord):
+		if _, err := t.exec(qGroupRollback); err != nil {
+			g.rollback(err, i)
+			return false
+		}
+		g.results[i], g.alone[i] = keep.err, true
 	case errors.As(ferr, &keep):
 		g.results[i] = keep.err
 	case savepoint && isRefusal(ferr):

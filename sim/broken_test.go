@@ -71,6 +71,10 @@ var brokenVariants = []struct{ variant, scenario, check string }{
 	// caught: portfolio seed 32, a scripted changed request after the
 	// task was pruned, accepted where the reference refuses a conflict).
 	{"replay-ignores-tombstone", "portfolio", ""},
+	// Group commits (world_groups.go).
+	{"group-refusal-loses-record", "portfolio", ""},
+	{"group-unknown-mixed", "portfolio", ""},
+	{"batched-completion-unfenced", "portfolio", ""},
 }
 
 // TestBrokenVariantsListed: every variant of internal/broken is swept

@@ -114,8 +114,11 @@ type World struct {
 	base        model.Limits
 	limitsMoved bool
 	probes      int
-	// groups draws the order of a group event's members (world_groups.go).
-	groups *rand.Rand
+	// groups draws the order of a group event's members (world_groups.go);
+	// stepIdle says the last worker step found nothing to do, or could not
+	// step.
+	groups   *rand.Rand
+	stepIdle bool
 }
 
 // worldOptions are the test-only switches of a world.
@@ -317,6 +320,7 @@ func (w *World) step(i int) string {
 		return "no-op: shut down"
 	}
 	r := sw.w.Step(w.ctx)
+	w.stepIdle = r.Action == worker.ActionIdle
 	w.where = string(r.Action)
 	if r.Action == worker.ActionHeartbeat && r.Phase == PhaseRun {
 		w.duringRun = PhaseRun

@@ -192,7 +192,7 @@ func (w *World) groupAct(a groupActor) string {
 		if a.index >= len(w.workers) {
 			return a.String() + " no-op: no such worker"
 		}
-		return a.String() + " " + w.step(a.index)
+		return a.String() + " " + w.groupStep(a.index)
 	case groupScript:
 		if a.index >= len(w.tasks) {
 			return a.String() + " no-op: no such task"
@@ -209,6 +209,25 @@ func (w *World) groupAct(a groupActor) string {
 		return "b " + w.batch(shapes[w.batcher.batches%len(shapes)])
 	}
 	return "s " + w.groupSubmit()
+}
+
+// groupStepsMax is how many steps a worker takes as an actor of a group
+// event, short of an idle one: a slot whose step wrote goes on to its next
+// write in a later group of the same event.
+const groupStepsMax = 3
+
+// groupStep steps worker i as a group's actor: up to groupStepsMax steps,
+// until one finds nothing to do.
+func (w *World) groupStep(i int) string {
+	var outs []string
+	for range groupStepsMax {
+		w.stepIdle = true
+		outs = append(outs, w.step(i))
+		if w.stepIdle {
+			break
+		}
+	}
+	return strings.Join(outs, " / ")
 }
 
 // alone reports whether a scripted act acts on a worker process (crashes,
