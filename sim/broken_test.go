@@ -74,7 +74,6 @@ var brokenVariants = []struct{ variant, scenario, check string }{
 	// Group commits (world_groups.go).
 	{"group-refusal-loses-record", "portfolio", ""},
 	{"group-unknown-mixed", "portfolio", ""},
-	{"batched-completion-unfenced", "portfolio", ""},
 }
 
 // TestBrokenVariantsListed: every variant of internal/broken is swept

@@ -251,7 +251,7 @@ WHERE id = :id AND version = :fence AND state = 'running'
 -- left to Complete's own path, which says why.
 UPDATE tasks SET state = 'completed', reason = '', owner = '', lease_until = 0, last_error = '', updated_at = c.now
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS fence, value ->> 2 AS now FROM jsonb_each(:claims)) AS c
-WHERE tasks.id = c.id AND {broken:batched-completion-unfenced|tasks.version = c.fence AND |}tasks.state = 'running'
+WHERE tasks.id = c.id AND tasks.version = c.fence AND tasks.state = 'running'
   AND tasks.lease_until {broken:write-at-lease-until|>|>=} c.now
 RETURNING tasks.id;
 
