@@ -169,7 +169,7 @@ func TestFaultFloorsNameRates(t *testing.T) {
 		}
 	}
 	require.Equal(t, "service=plain crash=8 stall=8 storage_down=6 storage_fault=12 duplicate=15 lose_response=10 crash_after_call=6 "+
-		"shutdown=6 boundary=15 careless=10 limits=6 batch=10 follow=10 prune=6 (per mille)",
+		"shutdown=6 boundary=15 careless=10 limits=6 batch=10 follow=10 prune=6 group=10 (per mille)",
 		DefaultMix(worker.Plain).String())
 }
 
