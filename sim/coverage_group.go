@@ -27,6 +27,12 @@ const (
 	PathGroupFreedRoom = "group:claim_freed_room"
 )
 
+// GroupPathNames lists the group commits' path cells in a fixed order.
+func GroupPathNames() []string {
+	return []string{PathGroupOne, PathGroupFew, PathGroupMany, PathGroupMax, PathGroupRefusal, PathGroupRolledBack,
+		PathGroupUnknown, PathGroupClaimNone, PathGroupClaimOne, PathGroupClaimSeveral, PathGroupFreedRoom}
+}
+
 // coverGroup records a committed group's size and how its members ended.
 func (l *lockstep) coverGroup(size int, errs []error) {
 	switch {

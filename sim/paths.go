@@ -34,13 +34,14 @@ const (
 // PathNames lists the path cells' names in a fixed order.
 func PathNames() []string {
 	return []string{PathCompleteClaimNone, PathCompleteClaimOne, PathCompleteClaimSeveral, PathBatchReplay,
-		PathBatchReplayConflict, PathFollowWindowMark, PathFollowWaitAcrossMarks, PathFollowWaitWoken, PathPruneReplayInWindow, PathPruneReplayAfterWindow,
-		PathGroupOne, PathGroupFew, PathGroupMany, PathGroupMax, PathGroupRefusal, PathGroupRolledBack, PathGroupUnknown,
-		PathGroupClaimNone, PathGroupClaimOne, PathGroupClaimSeveral, PathGroupFreedRoom}
+		PathBatchReplayConflict, PathFollowWindowMark, PathFollowWaitAcrossMarks, PathFollowWaitWoken, PathPruneReplayInWindow, PathPruneReplayAfterWindow}
 }
 
-// knownPath reports whether name is a path cell's.
-func knownPath(name string) bool { return slices.Contains(PathNames(), name) }
+// knownPath reports whether name is a path cell's (a group commit's among
+// them).
+func knownPath(name string) bool {
+	return slices.Contains(PathNames(), name) || slices.Contains(GroupPathNames(), name)
+}
 
 // path records a path cell, when the run keeps a coverage map.
 func (r *recorder) path(name string) { r.add(scenarios.PathCell(name)) }
