@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -604,10 +605,14 @@ func metricsText(m model.Metrics) string {
 	for _, s := range model.States() {
 		fmt.Fprintf(&depth, "%s=%d ", s, m.Depth[s])
 	}
+	var byKind strings.Builder
+	for _, kind := range slices.Sorted(maps.Keys(m.ByKind)) {
+		fmt.Fprintf(&byKind, " kind[%s]=%+v", kind, m.ByKind[kind])
+	}
 	return fmt.Sprintf("depth %soldest=%s submitted=%d completions=%d failures=%d cancellations=%d retries=%d "+
-		"lease_expiries=%d stale_writes=%d budget_exhausted=%d reviews=%d pruned=%d queue_wait=%v run_time=%v",
+		"lease_expiries=%d stale_writes=%d budget_exhausted=%d reviews=%d pruned=%d queue_wait=%v run_time=%v%s",
 		depth.String(), m.OldestQueuedAge, m.Submitted, m.Completions, m.Failures, m.Cancellations, m.Retries,
-		m.LeaseExpiries, m.StaleWrites, m.BudgetExhausted, m.Reviews, m.Pruned, m.QueueWait, m.RunTime)
+		m.LeaseExpiries, m.StaleWrites, m.BudgetExhausted, m.Reviews, m.Pruned, m.QueueWait, m.RunTime, byKind.String())
 }
 
 // The worker-facing writes. Each simulated worker's queue is a
