@@ -132,6 +132,22 @@ func (l *lockstep) releaseWrites() {
 	l.held = nil
 }
 
+// callsOf returns the operations that made the held writes order, before
+// commitHeld forgets them: resume gives each back to its caller.
+func (l *lockstep) callsOf(order []*queue.HeldWrite) []heldCall {
+	calls := make([]heldCall, len(order))
+	for i, w := range order {
+		calls[i] = l.held.calls[w]
+	}
+	return calls
+}
+
+// resume makes c the operation under way again, as its caller carries on
+// after its group committed: a write the caller holds before its
+// operation returns (the queue running the operation again after a
+// retryable error) is c's.
+func (l *lockstep) resume(c heldCall) { l.held.current = c }
+
 // pending returns the held writes not committed yet, in arrival order.
 func (l *lockstep) pending() []*queue.HeldWrite { return l.held.hold.Pending() }
 

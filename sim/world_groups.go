@@ -171,9 +171,11 @@ func (w *World) group(e Event) string {
 			w.storage.Arm(e.Fault)
 			armed = true
 		}
+		calls := w.q.callsOf(order)
 		w.q.commitHeld(order)
 		sizes = append(sizes, strconv.Itoa(len(order)))
-		for _, m := range order {
+		for i, m := range order {
+			w.q.resume(calls[i])
 			m.Release()
 			<-signal
 		}
