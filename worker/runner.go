@@ -93,9 +93,6 @@ type Runner struct {
 
 // NewRunner validates cfg and returns a runner.
 func NewRunner(cfg Config, opts RunOptions) (*Runner, error) {
-	if cfg.ClaimAhead == 0 && cfg.CostCapacity == 0 { // TEMPORARY: exercise the lanes in every runner test
-		cfg.ClaimAhead = 7
-	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
