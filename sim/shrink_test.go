@@ -15,7 +15,7 @@ import (
 // invariant, and replays to the same failure by its event indices.
 func TestShrinkKeepsTheBreak(t *testing.T) {
 	t.Setenv("LEASEHOLD_BROKEN", "step-cas-skipped")
-	cfg := Config{Scenario: scenarios.Portfolio(), Seed: 7}
+	cfg := Config{Scenario: scenarios.Portfolio(), Seed: 1}
 	failed := Run(cfg)
 	require.False(t, failed.Pass)
 	require.Equal(t, InvOracleReturns, failed.Broken(), "a disagreement with the reference shrinks like any violation")
