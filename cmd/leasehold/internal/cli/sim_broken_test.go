@@ -21,7 +21,7 @@ import (
 //	go test -tags leasehold_broken -run SimBroken ./cmd/leasehold/internal/cli
 func TestSimBrokenShrinkRecord(t *testing.T) {
 	t.Setenv("LEASEHOLD_BROKEN", "step-cas-skipped")
-	args := []string{"sim", "--scenario", "portfolio", "--seed", "7", "--shrink"}
+	args := []string{"sim", "--scenario", "portfolio", "--seed", "1", "--shrink"}
 	r := lh(t, append(args, "--json")...)
 	require.Equal(t, exitFail, r.code, r.String())
 	recs, sums, err := evidence.ReadRecords([]byte(r.stdout))
@@ -37,13 +37,13 @@ func TestSimBrokenShrinkRecord(t *testing.T) {
 	require.NotEmpty(t, s.Keep)
 	require.Len(t, s.Events, len(s.Keep))
 	require.Less(t, len(s.Keep), s.Of)
-	require.Equal(t, "leasehold sim --scenario portfolio --seed 7 --events "+joinInts(s.Keep), s.Replay)
+	require.Equal(t, "leasehold sim --scenario portfolio --seed 1 --events "+joinInts(s.Keep), s.Replay)
 
 	text := lh(t, args...)
 	require.Equal(t, exitFail, text.code)
 	require.Contains(t, text.stdout, "replay: "+s.Replay+"\n", "the text says what the record says")
 
-	replay := lh(t, "sim", "--scenario", "portfolio", "--seed", "7", "--events", joinInts(s.Keep), "--trace", "--json")
+	replay := lh(t, "sim", "--scenario", "portfolio", "--seed", "1", "--events", joinInts(s.Keep), "--trace", "--json")
 	require.Equal(t, exitFail, replay.code, replay.String())
 	recs, _, err = evidence.ReadRecords([]byte(replay.stdout))
 	require.NoError(t, err)
