@@ -2,20 +2,14 @@ package queue
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
-	"github.com/leasehold/leasehold/queue/internal/postgres"
 )
 
 // writeKindsSchema migrates the schema at url as a build at schema
@@ -25,68 +19,15 @@ import (
 // submit_one, under admission's one exclusive lock: ana's t_a1 and t_a2,
 // bob's t_b1.
 func writeKindsSchema(ctx context.Context, url string) error {
-	set, err := sqlOf(postgres.Store{})
-	if err != nil {
-		return err
-	}
-	body, err := os.ReadFile(filepath.Join("testdata", "pg-functions-v4.sql"))
-	if err != nil {
-		return err
-	}
-	functions, err := placeFragments(string(body))
-	if err != nil {
-		return err
-	}
-	functions, _, err = expandBrokenWhere(functions, func(broken.Variant) bool { return false })
-	if err != nil {
-		return err
-	}
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	now := model.Millis(pgBaselineEpoch)
-	run := func(name string, args ...any) error {
-		q := set.queries[name]
-		bound, err := bindArgs(name, q, args)
-		if err != nil {
-			return err
+	build := pgOldBuild{Migrations: 2, Functions: "pg-functions-v4.sql", FunctionsVersion: 4, At: pgBaselineEpoch}
+	return writeOldPostgres(ctx, url, build, func(w pgOldWriter) []func() error {
+		var steps []func() error
+		for _, task := range []struct{ id, user string }{{"t_a1", "ana"}, {"t_a2", "ana"}, {"t_b1", "bob"}} {
+			steps = append(steps, w.submit(task.id, `SELECT outcome FROM submit_one($1, $2, $3, 'h', 'report', '{}', 0, $4, 0, $4, 10, 5, '', 0, $2, '', true)`,
+				task.id, task.user, "k-"+task.id, w.now))
 		}
-		_, err = db.ExecContext(ctx, q.text, bound...)
-		return err
-	}
-	steps := []func() error{func() error { return run("migrations_table") }}
-	for _, m := range set.migrations[:2] {
-		steps = append(steps, func() error { _, err := db.ExecContext(ctx, m.SQL); return err }, func() error {
-			return run("migration_record", sql.Named("version", m.Version), sql.Named("name", m.Name),
-				sql.Named("checksum", m.Checksum), sql.Named("now", now))
-		})
-	}
-	steps = append(steps,
-		func() error { return run("functions_table") },
-		func() error { _, err := db.ExecContext(ctx, functions); return err },
-		func() error {
-			_, err := db.ExecContext(ctx, "INSERT INTO schema_functions (version, checksum, applied_at) VALUES (4, 'v4', $1)", now)
-			return err
-		})
-	for _, task := range []struct{ id, user string }{{"t_a1", "ana"}, {"t_a2", "ana"}, {"t_b1", "bob"}} {
-		steps = append(steps, func() error {
-			var outcome string
-			err := db.QueryRowContext(ctx, `SELECT outcome FROM submit_one($1, $2, $3, 'h', 'report', '{}', 0, $4, 0, $4, 10, 5, '', 0, $2, '', true)`,
-				task.id, task.user, "k-"+task.id, now).Scan(&outcome)
-			if err == nil && outcome != "inserted" {
-				err = fmt.Errorf("submit %s: %s", task.id, outcome)
-			}
-			return err
-		})
-	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	return nil
+		return steps
+	})
 }
 
 // TestPostgresUpgradesKindsToAdmissionSlots opens, with this build, a

@@ -2,20 +2,15 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
-	"github.com/leasehold/leasehold/queue/internal/postgres"
 )
 
 // pgBaselineEpoch is when writeBaselineSchema's tasks were written.
@@ -28,81 +23,19 @@ var pgBaselineEpoch = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 // statements: ana (running limit 1) with t_a1 claimed and t_a2 queued, bob
 // with t_b1 queued and a schedule.
 func writeBaselineSchema(ctx context.Context, url string) error {
-	set, err := sqlOf(postgres.Store{})
-	if err != nil {
-		return err
-	}
-	body, err := os.ReadFile(filepath.Join("testdata", "pg-functions-v3.sql"))
-	if err != nil {
-		return err
-	}
-	functions, err := placeFragments(string(body))
-	if err != nil {
-		return err
-	}
-	functions, _, err = expandBrokenWhere(functions, func(broken.Variant) bool { return false })
-	if err != nil {
-		return err
-	}
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	now := model.Millis(pgBaselineEpoch)
-	run := func(name string, args ...any) error {
-		q := set.queries[name]
-		bound, err := bindArgs(name, q, args)
-		if err != nil {
-			return err
+	build := pgOldBuild{Migrations: 1, Functions: "pg-functions-v3.sql", FunctionsVersion: 3, At: pgBaselineEpoch}
+	return writeOldPostgres(ctx, url, build, func(w pgOldWriter) []func() error {
+		steps := []func() error{w.exec("INSERT INTO users (user_id, running_max) VALUES ('ana', 1)")}
+		for _, task := range []struct{ id, user string }{{"t_a1", "ana"}, {"t_a2", "ana"}, {"t_b1", "bob"}} {
+			steps = append(steps, w.submit(task.id, `SELECT outcome FROM submit_one($1, $2, $3, 'h', '{}', 0, $4, 0, $4, 10, 5, '', 0, $2, '', true)`,
+				task.id, task.user, "k-"+task.id, w.now))
 		}
-		_, err = db.ExecContext(ctx, q.text, bound...)
-		return err
-	}
-	baseline := set.migrations[0]
-	steps := []func() error{
-		func() error { return run("migrations_table") },
-		func() error { _, err := db.ExecContext(ctx, baseline.SQL); return err },
-		func() error {
-			return run("migration_record", sql.Named("version", baseline.Version), sql.Named("name", baseline.Name),
-				sql.Named("checksum", baseline.Checksum), sql.Named("now", now))
-		},
-		func() error { return run("functions_table") },
-		func() error { _, err := db.ExecContext(ctx, functions); return err },
-		func() error {
-			_, err := db.ExecContext(ctx, "INSERT INTO schema_functions (version, checksum, applied_at) VALUES (3, 'v3', $1)", now)
-			return err
-		},
-		func() error {
-			_, err := db.ExecContext(ctx, "INSERT INTO users (user_id, running_max) VALUES ('ana', 1)")
-			return err
-		},
-	}
-	for _, task := range []struct{ id, user string }{{"t_a1", "ana"}, {"t_a2", "ana"}, {"t_b1", "bob"}} {
-		steps = append(steps, func() error {
-			var outcome string
-			err := db.QueryRowContext(ctx, `SELECT outcome FROM submit_one($1, $2, $3, 'h', '{}', 0, $4, 0, $4, 10, 5, '', 0, $2, '', true)`,
-				task.id, task.user, "k-"+task.id, now).Scan(&outcome)
-			if err == nil && outcome != "inserted" {
-				err = fmt.Errorf("submit %s: %s", task.id, outcome)
-			}
-			return err
-		})
-	}
-	steps = append(steps, func() error {
-		var id string
-		return db.QueryRowContext(ctx, "SELECT id FROM claim_batch($1, 1, 'w1', $2)", now, now+60_000).Scan(&id)
-	}, func() error {
-		_, err := db.ExecContext(ctx, `INSERT INTO schedules (id, user_id, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
-			VALUES ('s_1', 'bob', '{}', 10, 5, 0, $1, 3600000, $1)`, now)
-		return err
+		return append(steps, func() error {
+			var id string
+			return w.db.QueryRowContext(ctx, "SELECT id FROM claim_batch($1, 1, 'w1', $2)", w.now, w.now+60_000).Scan(&id)
+		}, w.exec(`INSERT INTO schedules (id, user_id, payload, cost_budget, steps_max, priority, origin, period_ms, created_at)
+			VALUES ('s_1', 'bob', '{}', 10, 5, 0, $1, 3600000, $1)`, w.now))
 	})
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // TestPostgresUpgradesBaselineToKinds opens, with this build, a schema a

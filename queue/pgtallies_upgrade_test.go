@@ -2,20 +2,15 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
-	"github.com/leasehold/leasehold/queue/internal/postgres"
 )
 
 // pgTalliesEpoch is when writeUnkindedTallies's tasks were written.
@@ -29,94 +24,41 @@ var pgTalliesEpoch = time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
 // t_r1 claimed, completed and pruned with its events; and a stale write
 // naming a task that does not exist.
 func writeUnkindedTallies(ctx context.Context, url string) error {
-	set, err := sqlOf(postgres.Store{})
-	if err != nil {
-		return err
-	}
-	body, err := os.ReadFile(filepath.Join("testdata", "pg-functions-v6.sql"))
-	if err != nil {
-		return err
-	}
-	functions, err := placeFragments(string(body))
-	if err != nil {
-		return err
-	}
-	functions, _, err = expandBrokenWhere(functions, func(broken.Variant) bool { return false })
-	if err != nil {
-		return err
-	}
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	now := model.Millis(pgTalliesEpoch)
-	run := func(name string, args ...any) error {
-		q := set.queries[name]
-		bound, err := bindArgs(name, q, args)
-		if err != nil {
-			return err
+	build := pgOldBuild{Migrations: 4, Functions: "pg-functions-v6.sql", FunctionsVersion: 6, At: pgTalliesEpoch}
+	return writeOldPostgres(ctx, url, build, func(w pgOldWriter) []func() error {
+		now := w.now
+		var steps []func() error
+		for _, task := range []struct{ id, user, kind string }{{"t_s1", "ana", "synthetic"}, {"t_r1", "bob", "report"}, {"t_r2", "bob", "report"}} {
+			steps = append(steps, w.submit(task.id, `SELECT outcome FROM submit_one($1, $2, $3, 'h', $4, '{}', 0, $5, 0, $5, 10, 5, '', 0, $2, '', true)`,
+				task.id, task.user, "k-"+task.id, task.kind, now))
 		}
-		_, err = db.ExecContext(ctx, q.text, bound...)
-		return err
-	}
-	exec := func(query string, args ...any) func() error {
-		return func() error { _, err := db.ExecContext(ctx, query, args...); return err }
-	}
-	steps := []func() error{func() error { return run("migrations_table") }}
-	for _, m := range set.migrations[:4] {
-		steps = append(steps, exec(m.SQL), func() error {
-			return run("migration_record", sql.Named("version", m.Version), sql.Named("name", m.Name),
-				sql.Named("checksum", m.Checksum), sql.Named("now", now))
-		})
-	}
-	steps = append(steps,
-		func() error { return run("functions_table") },
-		exec(functions),
-		exec("INSERT INTO schema_functions (version, checksum, applied_at) VALUES (6, 'v6', $1)", now))
-	for _, task := range []struct{ id, user, kind string }{{"t_s1", "ana", "synthetic"}, {"t_r1", "bob", "report"}, {"t_r2", "bob", "report"}} {
-		steps = append(steps, func() error {
-			var outcome string
-			err := db.QueryRowContext(ctx, `SELECT outcome FROM submit_one($1, $2, $3, 'h', $4, '{}', 0, $5, 0, $5, 10, 5, '', 0, $2, '', true)`,
-				task.id, task.user, "k-"+task.id, task.kind, now).Scan(&outcome)
-			if err == nil && outcome != "inserted" {
-				err = fmt.Errorf("submit %s: %s", task.id, outcome)
-			}
-			return err
-		})
-	}
-	const event = `INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+		const event = `INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
 		VALUES ($1, $2, 1, 1, '', $3, $4, '', 'w1', $5, '', '')`
-	steps = append(steps,
-		exec(`UPDATE tasks SET state = 'running', version = 1, owner = 'w1', lease_until = $1, claimed_at = $2, updated_at = $2
+		return append(steps,
+			w.exec(`UPDATE tasks SET state = 'running', version = 1, owner = 'w1', lease_until = $1, claimed_at = $2, updated_at = $2
 			WHERE id = 't_r1'`, now+60_000, now),
-		exec(event, "t_r1", "claimed", "queued", "running", now),
-		exec(`UPDATE tasks SET state = 'completed', owner = '', lease_until = 0, updated_at = $1 WHERE id = 't_r1'`, now+10),
-		exec(event, "t_r1", "completed", "running", "completed", now+10),
-		exec(event, "t_gone", "stale_write", "", "", now+10),
-		func() error {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			for _, stmt := range []string{
-				fmt.Sprintf("SELECT set_config('leasehold.prune_cutoff', '%d', true)", now+10),
-				"DELETE FROM events WHERE task_id = 't_r1'",
-				"DELETE FROM tasks WHERE id = 't_r1'",
-			} {
-				if _, err := tx.ExecContext(ctx, stmt); err != nil {
-					return fmt.Errorf("%s: %w", stmt, err)
+			w.exec(event, "t_r1", "claimed", "queued", "running", now),
+			w.exec(`UPDATE tasks SET state = 'completed', owner = '', lease_until = 0, updated_at = $1 WHERE id = 't_r1'`, now+10),
+			w.exec(event, "t_r1", "completed", "running", "completed", now+10),
+			w.exec(event, "t_gone", "stale_write", "", "", now+10),
+			func() error {
+				tx, err := w.db.BeginTx(ctx, nil)
+				if err != nil {
+					return err
 				}
-			}
-			return tx.Commit()
-		})
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	return nil
+				defer tx.Rollback()
+				for _, stmt := range []string{
+					fmt.Sprintf("SELECT set_config('leasehold.prune_cutoff', '%d', true)", now+10),
+					"DELETE FROM events WHERE task_id = 't_r1'",
+					"DELETE FROM tasks WHERE id = 't_r1'",
+				} {
+					if _, err := tx.ExecContext(ctx, stmt); err != nil {
+						return fmt.Errorf("%s: %w", stmt, err)
+					}
+				}
+				return tx.Commit()
+			})
+	})
 }
 
 // TestPostgresUpgradesTalliesToKinds opens, with this build, a schema a

@@ -4,18 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasehold/leasehold/internal/broken"
 	"github.com/leasehold/leasehold/internal/pgtest"
 	"github.com/leasehold/leasehold/model"
-	"github.com/leasehold/leasehold/queue/internal/postgres"
 )
 
 // pgKindsEpoch is when writeTrailSchema's tasks were written.
@@ -30,81 +26,28 @@ var pgKindsEpoch = time.Date(2026, 4, 1, 9, 0, 0, 0, time.UTC)
 // complete_and_claim, which claims t_c for w1; an event of t_b's written
 // alone, and an event of the queue's own (with no task).
 func writeTrailSchema(ctx context.Context, url string) error {
-	set, err := sqlOf(postgres.Store{})
-	if err != nil {
-		return err
-	}
-	body, err := os.ReadFile(filepath.Join("testdata", "pg-functions-v4.sql"))
-	if err != nil {
-		return err
-	}
-	functions, err := placeFragments(string(body))
-	if err != nil {
-		return err
-	}
-	functions, _, err = expandBrokenWhere(functions, func(broken.Variant) bool { return false })
-	if err != nil {
-		return err
-	}
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	now := model.Millis(pgKindsEpoch)
-	lease := now + time.Hour.Milliseconds()
-	run := func(name string, args ...any) error {
-		q := set.queries[name]
-		bound, err := bindArgs(name, q, args)
-		if err != nil {
-			return err
+	build := pgOldBuild{Migrations: 2, Functions: "pg-functions-v4.sql", FunctionsVersion: 4, At: pgKindsEpoch}
+	return writeOldPostgres(ctx, url, build, func(w pgOldWriter) []func() error {
+		now := w.now
+		lease := now + time.Hour.Milliseconds()
+		var steps []func() error
+		for _, task := range []struct{ id, user string }{{"t_a", "ana"}, {"t_b", "bob"}, {"t_c", "bob"}} {
+			steps = append(steps, w.submit(task.id, `SELECT outcome FROM submit_one($1, $2, $3, 'h', 'synthetic', '{}', 0, $4, 0, $4, 10, 5, '', 0, $2, '', true)`,
+				task.id, task.user, "k-"+task.id, now))
 		}
-		_, err = db.ExecContext(ctx, q.text, bound...)
-		return err
-	}
-	exec := func(query string, args ...any) func() error {
-		return func() error { _, err := db.ExecContext(ctx, query, args...); return err }
-	}
-	steps := []func() error{func() error { return run("migrations_table") }}
-	for _, m := range set.migrations[:2] {
-		steps = append(steps, exec(m.SQL), func() error {
-			return run("migration_record", sql.Named("version", m.Version), sql.Named("name", m.Name),
-				sql.Named("checksum", m.Checksum), sql.Named("now", now))
-		})
-	}
-	steps = append(steps,
-		func() error { return run("functions_table") },
-		exec(functions),
-		exec("INSERT INTO schema_functions (version, checksum, applied_at) VALUES (4, 'v4', $1)", now))
-	for _, task := range []struct{ id, user string }{{"t_a", "ana"}, {"t_b", "bob"}, {"t_c", "bob"}} {
-		steps = append(steps, func() error {
-			var outcome string
-			err := db.QueryRowContext(ctx, `SELECT outcome FROM submit_one($1, $2, $3, 'h', 'synthetic', '{}', 0, $4, 0, $4, 10, 5, '', 0, $2, '', true)`,
-				task.id, task.user, "k-"+task.id, now).Scan(&outcome)
-			if err == nil && outcome != "inserted" {
-				err = fmt.Errorf("submit %s: %s", task.id, outcome)
-			}
-			return err
-		})
-	}
-	const claimedEvent = `INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+		const claimedEvent = `INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
 		SELECT id, 'claimed', 1, 1, '', 'queued', 'running', '', 'w1', $1, '', '' FROM tasks WHERE state = 'running' ORDER BY seq`
-	steps = append(steps,
-		exec("SELECT id FROM claim_batch($1, 2, 'w1', $2, NULL)", now, lease),
-		exec(claimedEvent, now),
-		exec(`SELECT id FROM complete_and_claim($1, $2, $3, 1, 'w1', $4, '', NULL)`,
-			fmt.Sprintf(`[["t_a", 1, %d]]`, now+10),
-			fmt.Sprintf(`[["t_a", "completed", 1, 1, "", "running", "completed", "", "w1", %d, "", ""]]`, now+10),
-			now+10, lease+10),
-		exec(`INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+		return append(steps,
+			w.exec("SELECT id FROM claim_batch($1, 2, 'w1', $2, NULL)", now, lease),
+			w.exec(claimedEvent, now),
+			w.exec(`SELECT id FROM complete_and_claim($1, $2, $3, 1, 'w1', $4, '', NULL)`,
+				fmt.Sprintf(`[["t_a", 1, %d]]`, now+10),
+				fmt.Sprintf(`[["t_a", "completed", 1, 1, "", "running", "completed", "", "w1", %d, "", ""]]`, now+10),
+				now+10, lease+10),
+			w.exec(`INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
 			VALUES ('t_b', 'heartbeat', 1, 1, '', 'running', 'running', '', 'w1', $1, '', ''),
 			       ('', 'pruned', 0, 0, '', '', '', '', 'ops', $1, '', '')`, now+20))
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // trailEvent is what a test compares of an event.
