@@ -253,6 +253,16 @@ func (c *Client) Inspect(ctx context.Context) ([]Inspection, error) {
 	return out, err
 }
 
+// Metrics returns the queue's metrics snapshot: the depth by state, the
+// outcome counters over every kind and by kind (Metrics.ByKind: the
+// server's kinds by name, every other kind under KindOther), and the
+// queue-wait and run-time distributions.
+func (c *Client) Metrics(ctx context.Context) (Metrics, error) {
+	var m Metrics
+	_, err := c.do(ctx, http.MethodGet, "/v1/metrics", nil, nil, &m)
+	return m, err
+}
+
 // Limits returns the queue-wide limits and the users' overrides.
 func (c *Client) Limits(ctx context.Context) (LimitsView, error) {
 	var v LimitsView

@@ -45,10 +45,21 @@ type (
 	Schedule = wire.Schedule
 	// Settled is the answer to SettleEffect.
 	Settled = wire.Settled
+	// Metrics is the queue's metrics snapshot (GET /v1/metrics).
+	Metrics = wire.Metrics
+	// Counts are the outcome counters of one kind of task, as
+	// Metrics.ByKind holds them.
+	Counts = wire.Counts
+	// Histogram is a distribution of durations in milliseconds.
+	Histogram = wire.Histogram
 	// Health is GET /healthz: status "ok", or "unavailable" with the
 	// storage failure's class.
 	Health = wire.Health
 )
+
+// KindOther is the key of Metrics.ByKind that sums the counts of every
+// kind the server does not name, and of no known kind.
+const KindOther = wire.KindOther
 
 // ListOptions selects tasks for List. Zero values select everything,
 // oldest first.

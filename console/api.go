@@ -180,6 +180,8 @@ func (b apiBackend) Metrics(ctx context.Context, p Principal) (model.Metrics, er
 	return m, mapped(err)
 }
 
+func (b apiBackend) MetricKinds() []string { return b.s.MetricKinds() }
+
 func (b apiBackend) QueueMetrics(ctx context.Context) (model.Metrics, error) {
 	return b.s.QueueMetrics(ctx)
 }

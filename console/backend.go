@@ -103,6 +103,10 @@ type Backend interface {
 	// RemoveSchedule removes a schedule; the tasks it made stay.
 	RemoveSchedule(ctx context.Context, p Principal, id string) error
 	Metrics(ctx context.Context, p Principal) (model.Metrics, error)
+	// MetricKinds are the kinds the Live page names in its outcomes by
+	// kind, as /metrics names them; every other kind's counts (and those
+	// of no known kind) are shown together as other.
+	MetricKinds() []string
 	// QueueMetrics reads the queue's metrics for the console itself, for
 	// no principal: the samples of the Live page's history, which only a
 	// principal that may see Metrics is shown.

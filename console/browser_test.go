@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasehold/leasehold/httpapi"
 	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
@@ -129,7 +130,10 @@ func (s *statusWriter) WriteHeader(code int) {
 func TestConsoleInBrowser(t *testing.T) {
 	browser := testkit.Browser(t)
 	// Long sessions: driving the worker advances the fake clock.
-	b := setup(t, func(o *Options) { o.Idle, o.Lifetime, o.PageSize = 24*time.Hour, 48*time.Hour, 50 })
+	// The server names the report kind (and synthetic) in its counts by
+	// kind; every other kind is counted as other.
+	b := setupWith(t, func(o *httpapi.Options) { o.Kinds = []string{"report", model.KindSynthetic} },
+		func(o *Options) { o.Idle, o.Lifetime, o.PageSize = 24*time.Hour, 48*time.Hour, 50 })
 	watch := &cookieWatch{}
 	b.srv.Config.Handler = watch.wrap(b.console)
 
@@ -310,6 +314,23 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.Equal(t, "queued", text("#task-state"))
 	run(chromedp.Click(chromedp.CSS(`form.who button`)), chromedp.WaitVisible(chromedp.ID("#token")))
 
+	// dee's tasks of other kinds: a report completed and one queued, and
+	// a task of a kind the server does not name.
+	ctxDee := context.Background()
+	for i, kind := range []string{"report", "report", "stray-kind"} {
+		_, err := b.q.Submit(ctxDee, model.SubmitRequest{User: "dee", Key: fmt.Sprintf("kind-%d", i), Kind: kind, Payload: `{"month": "2026-03"}`,
+			CostBudget: 10, StepsMax: 2})
+		require.NoError(t, err)
+		if i == 0 {
+			claimed, err := b.q.Claim(ctxDee, model.ClaimRequest{Worker: "w-report", Max: 1, Lease: time.Minute, Kinds: []string{"report"}})
+			require.NoError(t, err)
+			require.Len(t, claimed, 1)
+			require.NoError(t, b.q.Complete(ctxDee, claimed[0].Claim))
+		}
+	}
+	metrics, err := b.q.Metrics(ctxDee)
+	require.NoError(t, err)
+
 	// The operator's pages: inspect with the bounded requeue, live,
 	// schedules and limits.
 	signIn(operatorSecret, "operator")
@@ -329,6 +350,25 @@ func TestConsoleInBrowser(t *testing.T) {
 			require.Equal(t, 4, count("#depth-chart polyline"), "a line per active state")
 			require.Equal(t, 2, count("#throughput-chart polyline"))
 			require.Contains(t, text("#history-note"), fmt.Sprintf("%d samples", historyMinutes+1))
+			// The outcomes: the totals, then report and synthetic by name,
+			// then other (the stray kind's task, never named).
+			require.Equal(t, 4, count("#outcomes tbody tr"))
+			cell := func(row string, column int) string {
+				return text(fmt.Sprintf("#outcomes tbody tr%s td:nth-of-type(%d)", row, column))
+			}
+			require.Equal(t, "all kinds", text("#outcomes tbody tr.outcome-total th"))
+			require.Equal(t, fmt.Sprint(metrics.Submitted), cell(".outcome-total", 1))
+			require.Equal(t, fmt.Sprint(metrics.Completions), cell(".outcome-total", 2))
+			require.Equal(t, fmt.Sprint(metrics.Failures), cell(".outcome-total", 3))
+			require.Equal(t, "2", cell(`[data-kind="report"]`, 1), "two reports submitted")
+			require.Equal(t, "1", cell(`[data-kind="report"]`, 2), "one report completed")
+			require.Equal(t, fmt.Sprint(metrics.Submitted-3), cell(`[data-kind="synthetic"]`, 1))
+			require.Equal(t, fmt.Sprint(metrics.Completions-1), cell(`[data-kind="synthetic"]`, 2))
+			require.Equal(t, fmt.Sprint(metrics.Failures), cell(`[data-kind="synthetic"]`, 3))
+			require.Equal(t, "1", cell(`[data-kind="other"]`, 1), "the stray kind's task")
+			require.Equal(t, "0", cell(`[data-kind="other"]`, 2))
+			require.Equal(t, 0, count(`#outcomes tr[data-kind="stray-kind"]`), "a kind the server does not name is never shown")
+			require.NotContains(t, text("#outcomes"), "stray-kind")
 		}
 		shot(page)
 	}

@@ -70,6 +70,13 @@ func (c *countingBackend) Authenticate(ctx context.Context, secret, remoteAddr s
 
 func setup(t testing.TB, edit ...func(*Options)) *bundle {
 	t.Helper()
+	return setupWith(t, nil, edit...)
+}
+
+// setupWith is setup with server, if not nil, changing the API's options
+// after the tests' own.
+func setupWith(t testing.TB, server func(*httpapi.Options), edit ...func(*Options)) *bundle {
+	t.Helper()
 	clock := clockwork.NewFakeClockAt(epoch)
 	q, err := queue.Open(context.Background(), queue.Options{Path: filepath.Join(t.TempDir(), "console.db"), Clock: clock,
 		IDs: model.NewSeededIDs(7), Validators: map[string]model.PayloadValidator{model.KindSynthetic: worker.ValidateSynthetic}})
@@ -77,7 +84,11 @@ func setup(t testing.TB, edit ...func(*Options)) *bundle {
 	t.Cleanup(func() { _ = q.Close() })
 	tokens, err := httpapi.ParseTokens(tokenLines, true)
 	require.NoError(t, err)
-	api, err := httpapi.New(httpapi.Options{Queue: q, Tokens: tokens, Clock: clock, AuthDelay: -1})
+	ao := httpapi.Options{Queue: q, Tokens: tokens, Clock: clock, AuthDelay: -1}
+	if server != nil {
+		server(&ao)
+	}
+	api, err := httpapi.New(ao)
 	require.NoError(t, err)
 	b := &countingBackend{Backend: FromAPI(api)}
 	o := Options{Backend: b, Clock: clock, Random: rand.NewChaCha8([32]byte{1}), Idle: 10 * time.Minute, Lifetime: time.Hour, PageSize: 3}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/reports"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // tokenBytesMax bounds the secret accepted at sign-in.
@@ -516,11 +517,12 @@ func (c *Console) inspectPage(w http.ResponseWriter, r *http.Request, req *reque
 	return nil
 }
 
-// liveView is the live page: depth, the oldest queued task's age and the
-// latest failures.
+// liveView is the live page: depth, the oldest queued task's age, the
+// outcome counters over every kind and by kind, and the latest failures.
 type liveView struct {
 	Depth    []depthRow
 	Oldest   string
+	Outcomes []outcomeRow
 	Failures []model.Task
 	// Charts are the last hour's depth by state and throughput, from the
 	// console's samples; Samples how many there are, SampleEvery how often.
@@ -534,6 +536,26 @@ type depthRow struct {
 	Count int64
 }
 
+// outcomeRow is one row of the live page's outcome counters: the totals
+// (Kind empty, All set), or one kind's counts.
+type outcomeRow struct {
+	Kind   string
+	All    bool
+	Counts model.Counts
+}
+
+// outcomeRows are the totals of m, then its counts by kind folded over
+// kinds (each by name, zeros included, sorted), then every other kind's
+// as wire.KindOther.
+func outcomeRows(m model.Metrics, kinds []string) []outcomeRow {
+	rows := []outcomeRow{{All: true, Counts: m.Totals()}}
+	byKind := wire.FoldKinds(m.ByKind, kinds)
+	for _, kind := range wire.MetricKinds(kinds) {
+		rows = append(rows, outcomeRow{Kind: kind, Counts: byKind[kind]})
+	}
+	return append(rows, outcomeRow{Kind: wire.KindOther, Counts: byKind[wire.KindOther]})
+}
+
 func (c *Console) livePage(w http.ResponseWriter, r *http.Request, req *request) error {
 	m, err := c.backend.Metrics(r.Context(), req.p)
 	if err != nil {
@@ -543,7 +565,8 @@ func (c *Console) livePage(w http.ResponseWriter, r *http.Request, req *request)
 	if err != nil {
 		return err
 	}
-	lv := liveView{Oldest: roundDuration(m.OldestQueuedAge).String(), Failures: failures, SampleEvery: c.sampleEvery}
+	lv := liveView{Oldest: roundDuration(m.OldestQueuedAge).String(), Outcomes: outcomeRows(m, c.backend.MetricKinds()),
+		Failures: failures, SampleEvery: c.sampleEvery}
 	for _, s := range model.States() {
 		lv.Depth = append(lv.Depth, depthRow{State: s, Count: m.Depth[s]})
 	}

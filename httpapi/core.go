@@ -602,6 +602,13 @@ func (s *Server) Metrics(ctx context.Context, p Principal) (model.Metrics, error
 	return s.q.Metrics(ctx)
 }
 
+// MetricKinds returns the kinds the server names in its counts by kind
+// (Options.Kinds, sorted): every other kind's counts are summed under
+// wire.KindOther, as /metrics and GET /v1/metrics show them.
+func (s *Server) MetricKinds() []string {
+	return slices.Clone(s.kinds)
+}
+
 // withTimeout is ctx cancelled, with the cause context.DeadlineExceeded,
 // after d on clock. Its cancel stops the timer, so a fake clock keeps no
 // waiter for it (clockwork.WithTimeout leaves its timer behind).

@@ -344,6 +344,17 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, p Principal) er
 	return nil
 }
 
+// metrics answers GET /v1/metrics: the queue's metrics snapshot, its
+// counts by kind folded over the server's kinds as /metrics folds them.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request, p Principal) error {
+	m, err := s.Metrics(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.MetricsOf(m, s.kinds))
+	return nil
+}
+
 func (s *Server) getLimits(w http.ResponseWriter, r *http.Request, p Principal) error {
 	limits, users, err := s.Limits(r.Context(), p)
 	if err != nil {

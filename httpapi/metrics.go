@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // queueCollector exposes the queue's metrics snapshot to Prometheus on
@@ -48,7 +49,7 @@ var (
 
 // kindOther is the kind label of the tasks of a kind the server does not
 // name.
-const kindOther = "other"
+const kindOther = wire.KindOther
 
 // totals are the outcome counters, in a fixed order. Each is labelled by
 // kind: the server's kinds by name, every other kind (and a count whose
@@ -75,27 +76,6 @@ func init() {
 		descTotals[t.name] = prometheus.NewDesc(t.name, t.help+" By the task's kind: the server's kinds by name, every other kind as other.",
 			[]string{"kind"}, nil)
 	}
-}
-
-// countsByLabel folds the counts by kind into the label's values: each of
-// kinds by name, and every other kind's counts (KindUnknown's too) summed
-// under kindOther.
-func countsByLabel(byKind map[string]model.Counts, kinds []string) map[string]model.Counts {
-	out := make(map[string]model.Counts, len(kinds)+1)
-	for _, kind := range kinds {
-		out[kind] = model.Counts{}
-	}
-	out[kindOther] = model.Counts{}
-	for kind, c := range byKind {
-		label := kind
-		if !slices.Contains(kinds, kind) {
-			label = kindOther
-		}
-		sum := out[label]
-		sum.Add(c)
-		out[label] = sum
-	}
-	return out
 }
 
 // Describe sends every descriptor.
@@ -130,7 +110,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(m.Depth[s]), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, m.OldestQueuedAge.Seconds())
-	byLabel := countsByLabel(m.ByKind, c.kinds)
+	byLabel := wire.FoldKinds(m.ByKind, c.kinds)
 	for _, t := range totals {
 		for _, kind := range c.kinds {
 			ch <- prometheus.MustNewConstMetric(descTotals[t.name], prometheus.CounterValue, float64(t.get(byLabel[kind])), kind)

@@ -91,11 +91,12 @@ type Options struct {
 	// its payloads to the queue's own check (queue.Options.Validators),
 	// which runs in any case.
 	Validators map[string]model.PayloadValidator
-	// Kinds are the kinds /metrics names in its kind label: the depth by
-	// kind (leasehold_queued_tasks_by_kind) and every outcome counter
-	// (leasehold_completions_total and the rest); the tasks of every
-	// other kind count as "other", so the label's values stay bounded.
-	// Nil names the kinds of Validators and the synthetic kind.
+	// Kinds are the kinds /metrics names in its kind label (the depth by
+	// kind, leasehold_queued_tasks_by_kind, and every outcome counter,
+	// leasehold_completions_total and the rest) and GET /v1/metrics in
+	// its counts by kind; the tasks of every other kind count as "other"
+	// (wire.KindOther), so the kinds named stay bounded. Nil names the
+	// kinds of Validators and the synthetic kind.
 	Kinds []string
 	// Logger receives one line per request and the refusals an operator
 	// should see, never a secret or a payload; nil discards them.
@@ -421,6 +422,7 @@ func (s *Server) routes() http.Handler {
 	m.Handle("POST /v1/effects/{op}/settle", s.route(operateScope, s.settle))
 	m.Handle("GET /v1/events", s.stream(anyScope, s.followEvents))
 	m.Handle("GET /v1/inspect", s.route(operateScope, s.inspect))
+	m.Handle("GET /v1/metrics", s.route(anyScope, s.metrics))
 	m.Handle("GET /v1/limits", s.route(operateScope, s.getLimits))
 	m.Handle("PUT /v1/limits", s.route(operateScope, s.setLimits))
 	m.Handle("PUT /v1/limits/users/{user}", s.route(operateScope, s.setUserLimit))
@@ -592,7 +594,5 @@ func metricKinds(o Options) []string {
 	if kinds == nil {
 		kinds = append([]string{model.KindSynthetic}, slices.Collect(maps.Keys(o.Validators))...)
 	}
-	kinds = slices.DeleteFunc(kinds, func(k string) bool { return k == kindOther })
-	slices.Sort(kinds)
-	return slices.Compact(kinds)
+	return wire.MetricKinds(kinds)
 }

@@ -4,7 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"runtime/debug"
+	"slices"
+	"text/tabwriter"
 	"time"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/view"
@@ -47,7 +50,9 @@ func runReap(e *env, args []string) int {
 	})
 }
 
-func printMetrics(e *env, m model.Metrics) {
+// printMetrics prints m, its counts by kind naming kinds and every other
+// kind as other.
+func printMetrics(e *env, m model.Metrics, kinds []string) {
 	fmt.Fprintln(e.stdout, "depth by state:")
 	for _, s := range model.States() {
 		fmt.Fprintf(e.stdout, "  %-21s %d\n", s, m.Depth[s])
@@ -57,6 +62,7 @@ func printMetrics(e *env, m model.Metrics) {
 		m.Submitted, m.Completions, m.Failures, m.Cancellations, m.Reviews, m.Pruned)
 	fmt.Fprintf(e.stdout, "retries %d, lease expiries %d, stale writes refused %d, budget exhaustions %d\n",
 		m.Retries, m.LeaseExpiries, m.StaleWrites, m.BudgetExhausted)
+	printCountsByKind(e.stdout, wire.MetricsOf(m, kinds).ByKind)
 	for _, h := range []struct {
 		name string
 		h    model.Histogram
@@ -400,4 +406,20 @@ func runVersion(e *env, args []string) int {
 		}
 	}
 	return exitOK
+}
+
+// printCountsByKind prints the outcome counters by kind as a table, the
+// kinds sorted and other last.
+func printCountsByKind(w io.Writer, byKind map[string]wire.Counts) {
+	fmt.Fprintln(w, "by kind (every kind not named counted as other):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  kind\tsubmitted\tcompleted\tfailed\tcancelled\treviews\tpruned\tretries\tlease expiries\tstale writes\tbudget exhaustions")
+	kinds := slices.Sorted(maps.Keys(byKind))
+	kinds = append(slices.DeleteFunc(kinds, func(k string) bool { return k == wire.KindOther }), wire.KindOther)
+	for _, kind := range kinds {
+		c := byKind[kind]
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", kind, c.Submitted, c.Completions, c.Failures,
+			c.Cancellations, c.Reviews, c.Pruned, c.Retries, c.LeaseExpiries, c.StaleWrites, c.BudgetExhausted)
+	}
+	tw.Flush()
 }

@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // reportKindsFile is a kinds file with a schema for the report kind.
@@ -135,4 +138,55 @@ func TestSubmitTakesTheKindsDefaults(t *testing.T) {
 	r = f.lh([]string{"schedule", "list"}, "--json")
 	requireOK(t, r)
 	require.Contains(t, r.stdout, `"cost_budget":7`)
+}
+
+// TestMetricsByKind: metrics and metrics --json count the outcomes by
+// kind, bounded as /metrics is: the kinds file's kinds and synthetic by
+// name (zeros included), every other kind as other, never named; each
+// total is its sum over kind. A kinds file that cannot be read is a usage
+// error naming --kinds, and nothing is printed.
+func TestMetricsByKind(t *testing.T) {
+	f := newFixture(t)
+	file := filepath.Join(t.TempDir(), "kinds.json")
+	require.NoError(t, os.WriteFile(file, []byte(reportKindsFile), 0o600))
+	f.submit("ana", "r1", `{"month":"2026-03"}`, "--kind", "report")
+	f.submit("ana", "r2", `{"month":"2026-04"}`, "--kind", "report")
+	f.submit("ana", "s1", `{"any":"thing"}`, "--kind", "stray-kind")
+	f.toCompleted("y1")
+
+	metrics := func(args ...string) wire.Metrics {
+		t.Helper()
+		r := f.do("metrics", append([]string{"--json"}, args...)...)
+		requireOK(t, r)
+		var m wire.Metrics
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &m), r.stdout)
+		require.NotContains(t, r.stdout, "stray", "a kind not named is never printed")
+		return m
+	}
+	m := metrics("--kinds", file)
+	require.Equal(t, map[string]wire.Counts{
+		"report":            {Submitted: 2},
+		model.KindSynthetic: {Submitted: 1, Completions: 1},
+		wire.KindOther:      {Submitted: 1},
+	}, m.ByKind)
+	require.Equal(t, int64(4), m.Submitted)
+	require.Equal(t, int64(1), m.Completions)
+	m = metrics()
+	require.Equal(t, map[string]wire.Counts{
+		model.KindSynthetic: {Submitted: 1, Completions: 1},
+		wire.KindOther:      {Submitted: 3},
+	}, m.ByKind, "without --kinds: synthetic, and every other kind as other")
+
+	r := f.do("metrics", "--kinds", file)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "submitted 4, completed 1")
+	table := r.stdout[strings.Index(r.stdout, "by kind"):]
+	lines := strings.Split(table, "\n")
+	require.Regexp(t, `^  kind +submitted +completed +failed `, lines[1])
+	require.Regexp(t, `^  report +2 +0 +0 `, lines[2])
+	require.Regexp(t, `^  synthetic +1 +1 +0 `, lines[3])
+	require.Regexp(t, `^  other +1 +0 +0 `, lines[4], "other last")
+	require.NotContains(t, r.stdout, "stray")
+
+	requireUsage(t, f.do("metrics", "--kinds", filepath.Join(t.TempDir(), "missing.json")), "--kinds")
 }

@@ -277,7 +277,12 @@ func runInspect(e *env, args []string) int {
 func runMetrics(e *env, args []string) int {
 	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
 	c := commonFlags(fs, false)
+	c.kinds = fs.String("kinds", "", "a kinds file: its kinds and synthetic are counted by name, every other kind as other (without it, synthetic and other)")
 	if err := parse(fs, args); err != nil {
+		return fail(e, "metrics", err)
+	}
+	kindNames, err := c.kindNames()
+	if err != nil {
 		return fail(e, "metrics", err)
 	}
 	return withReader(e, "metrics", c, func(q *queue.Queue) error {
@@ -289,9 +294,9 @@ func runMetrics(e *env, args []string) int {
 			return errors.New("metrics do not reconcile: the depths by state and the tasks pruned do not add up to the tasks submitted")
 		}
 		if *c.json {
-			return printJSON(e.stdout, view.MetricsOf(m))
+			return printJSON(e.stdout, view.MetricsOf(m, kindNames))
 		}
-		printMetrics(e, m)
+		printMetrics(e, m, kindNames)
 		return nil
 	})
 }

@@ -43,7 +43,7 @@ func demoSeries(d liverun.Result) []reports.Series {
 		s.Points = append(s.Points, reports.Point{X: x, Y: y})
 	}
 	for _, smp := range d.Samples {
-		m := view.MetricsOf(smp.Metrics)
+		m := view.MetricsOf(smp.Metrics, []string{model.KindSynthetic})
 		for _, st := range model.States() {
 			add("depth "+string(st), "tasks", smp.AtMs, float64(m.Depth[string(st)]))
 		}
