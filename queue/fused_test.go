@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -162,9 +163,9 @@ func TestFusedGroupFallsBackOnAStaleClaim(t *testing.T) {
 	})
 }
 
-// A fused group whose claim finds a candidate's user held by another
-// transaction (a claim of another process) waits for that user's row
-// rather than skipping that user's tasks (which left every claim of a
+// A fused group whose claim finds a candidate's user with a running limit
+// held by another transaction (a claim of another process) waits for that
+// user's row rather than skipping that user's tasks (which left every claim of a
 // process empty-handed while another process's claim held its users:
 // docs/PERF.md), and then takes in claim order: of the candidates ana,
 // bob, ana and cy, with bob's counter row held elsewhere, the group
@@ -194,9 +195,16 @@ func TestFusedGroupWaitsForAHeldUser(t *testing.T) {
 
 		done := make(chan []error, 1)
 		go func() { done <- g.inGroup(nil, ops...) }()
+		deadline, ok := t.Deadline()
+		if !ok {
+			deadline = time.Now().Add(time.Minute)
+		}
+		waitCtx, cancel := context.WithDeadline(g.ctx, deadline)
+		defer cancel()
 		for blocked := false; !blocked; {
-			require.NoError(t, g.q.db.QueryRowContext(g.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			    WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%complete_and_claim%')`, holderPID).Scan(&blocked))
+			require.NoError(t, g.q.db.QueryRowContext(waitCtx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			    WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%complete_and_claim%')`, holderPID).Scan(&blocked),
+				"the fused claim never waited for bob's row")
 		}
 		require.NoError(t, holder.Rollback())
 		for i, err := range <-done {

@@ -1,8 +1,11 @@
 package queue
 
 import (
+	"context"
 	"database/sql"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -25,16 +28,18 @@ func (f *pgFixture) claimIn(tx *sql.Tx, owner string, max int, now int64) []stri
 }
 
 // TestPostgresSubmitPassesAClaimedUser (pre-fold version 9): while a claim's
-// transaction holds its user's counter row, a task inserted for that user
-// (its foreign key checks the row) goes through at once, and another claim
-// still skips the held user; once the claim commits, the next claim takes
-// the new task and the counters agree with the tasks. Before, the claim's
-// FOR UPDATE held the insert until the claim ended (here: past the
+// transaction holds its user's counter row (alice has a running limit, so
+// the claim holds her key exclusive and her row), a task inserted for that
+// user (its foreign key checks the row) goes through at once, and another
+// claim still skips the held user; once the claim commits, the next claim
+// takes the new task and the counters agree with the tasks. Before, the
+// claim's FOR UPDATE held the insert until the claim ended (here: past the
 // insert's lock timeout).
 func TestPostgresSubmitPassesAClaimedUser(t *testing.T) {
 	f := freshPostgres(t)
 	f.insertTask("a1", "alice", 1000)
 	f.insertTask("a2", "alice", 1000)
+	f.setUserRunningMax("alice", 10)
 	holder, err := f.db.BeginTx(f.ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = holder.Rollback() }()
@@ -64,6 +69,88 @@ func TestPostgresSubmitPassesAClaimedUser(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"a3", "a2"}, f.claimIn(next, "w2", 2, 2000), "a3 first: its priority is higher")
 	require.NoError(t, next.Commit())
+	var states, users, over int
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over}, "the counters agree with the tasks")
+}
+
+// setUserRunningMax sets user's running limit (no depth limit).
+func (f *pgFixture) setUserRunningMax(user string, max int) {
+	f.t.Helper()
+	f.exec("user_limit_set", sql.Named("user", user), sql.Named("running_max", max), sql.Named("depth_max", -1))
+}
+
+// waitBlockedBy returns once a backend waits for a lock the backend pid
+// holds, and fails the test when none does by the test's deadline.
+func (f *pgFixture) waitBlockedBy(pid int) {
+	f.t.Helper()
+	deadline, ok := f.t.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(f.ctx, deadline)
+	defer cancel()
+	for blocked := false; !blocked; {
+		require.NoError(f.t, f.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+		    WHERE $1 = ANY(pg_blocking_pids(pid)))`, pid).Scan(&blocked), "no backend waited for backend %d", pid)
+	}
+}
+
+// TestPostgresLimitSetUnderAnUnlimitedClaim: claims of a user without a
+// running limit do not exclude each other (each holds the user's key
+// shared and counts its tasks as a row of changes); a limit set on the
+// user while such a claim is open is still exact: a claim that would skip
+// a held key leaves the user, and the first claim that counts the user
+// under the limit waits for the open claim to end and then counts its
+// tasks. bob runs 3 (open) + 1 tasks when his limit of 5 is set, so the
+// waiting claim takes 1 of the 4 left; counting without the open claim's
+// 3 it would take all 4.
+func TestPostgresLimitSetUnderAnUnlimitedClaim(t *testing.T) {
+	f := freshPostgres(t)
+	for i := range 8 {
+		f.insertTask(fmt.Sprintf("b%d", i), "bob", 1000)
+	}
+	holder, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	require.Len(t, f.claimIn(holder, "w1", 3, 2000), 3)
+	var holderPID int
+	require.NoError(t, holder.QueryRowContext(f.ctx, "SELECT pg_backend_pid()").Scan(&holderPID))
+
+	other, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, f.claimIn(other, "w2", 1, 2000), 1, "two claims of an unlimited user overlap")
+	require.NoError(t, other.Commit())
+
+	f.setUserRunningMax("bob", 5)
+	skipper, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, f.claimIn(skipper, "w3", 4, 2000), "a claim that skips a held key leaves the user")
+	require.NoError(t, skipper.Rollback())
+
+	took := make(chan int, 1)
+	failed := make(chan error, 1)
+	go func() {
+		var n int
+		err := f.db.QueryRowContext(f.ctx,
+			"SELECT COUNT(*) FROM complete_and_claim('[]', '[]', 2000, 4, 'w4', 7000, '', NULL)").Scan(&n)
+		if err != nil {
+			failed <- err
+			return
+		}
+		took <- n
+	}()
+	f.waitBlockedBy(holderPID)
+	require.NoError(t, holder.Commit())
+	select {
+	case err := <-failed:
+		require.NoError(t, err)
+	case n := <-took:
+		require.Equal(t, 1, n, "the claim under the new limit counts the open claim's tasks")
+	}
+	var running int
+	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT COUNT(*) FROM tasks WHERE user_id = 'bob' AND state = 'running'").Scan(&running))
+	require.Equal(t, 5, running, "bob runs at his limit, not past it")
 	var states, users, over int
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
 	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over}, "the counters agree with the tasks")

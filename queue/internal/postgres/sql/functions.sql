@@ -1,4 +1,4 @@
--- version: 7
+-- version: 8
 -- The PostgreSQL store's functions and the triggers that call them: code,
 -- not schema. migrate installs this file whole (CREATE OR REPLACE) after
 -- the migrations, in the transaction that runs them, and records its
@@ -19,6 +19,15 @@
 CREATE OR REPLACE FUNCTION leasehold_fold_rows() RETURNS BIGINT
     LANGUAGE sql IMMUTABLE
     AS $$ SELECT CAST(256 AS BIGINT) $$;
+
+-- leasehold_user_key is the advisory lock key of a user's running count
+-- in this schema, one 64-bit key (the user hashed with the schema's hash
+-- as seed). A claim holds it shared for a user without a running limit
+-- and exclusive for a user with one (see the claim below); two users that
+-- share a key only wait for each other more than they need.
+CREATE OR REPLACE FUNCTION leasehold_user_key(p_user text) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$ SELECT hashtextextended(p_user, hashtext(current_schema())) $$;
 
 -- leasehold_active is 1 for an active state (queued, running, waiting).
 CREATE OR REPLACE FUNCTION leasehold_active(state text) RETURNS bigint
@@ -324,21 +333,32 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
 -- The candidates are locked FOR UPDATE SKIP LOCKED, so two claimers never
 -- wait on each other over tasks; SKIP LOCKED alone does not hold a
 -- per-user limit (under READ COMMITTED two claimers each see the user
--- below it), so the claim then locks the candidates' users' counter rows,
--- in user order, and its next statement, whose snapshot is taken after
--- the lock, folds their deltas and reads each user's room: every claim of
--- that user that committed is counted, and none can commit until this
--- transaction ends. A claim in a transaction of its own that holds no
--- other lock a claim may wait for (complete_and_claim's: users_wait)
--- waits for a row another transaction holds: each such holder is one
--- short statement, and every claim takes the rows in the same order.
--- Any other claim (claim_batch, in a group's transaction that may hold
--- admission's lock) skips a held row, so that it never waits in a cycle;
--- a task whose user's row was skipped, or whose user has no room, is
+-- below it), so the claim then locks its candidates' users, in the order
+-- of their keys (leasehold_user_key), each as its running limit needs:
+-- - A user with a running limit: the key's exclusive lock, then, in user
+--   order, the user's counter row; the claim's next statement, whose
+--   snapshot is taken after the locks, folds the user's deltas and reads
+--   the user's room. Every claim of that user that committed is counted,
+--   and none can commit until this transaction ends: a claim of the user
+--   as unlimited holds the key shared until it commits.
+-- - A user without one: the key's shared lock, which any number of claims
+--   hold at once, and the user's limit read again after it; the claim
+--   takes as many of the user's tasks as it has and counts them as a row
+--   of changes (user_deltas), as completions do, without the counter row.
+--   A user given a limit since the first read is left by this claim. The
+--   first claim that counts a user under a new limit needs the key's
+--   exclusive lock, so it waits for every claim that took the user as
+--   unlimited to end, and then counts their tasks.
+-- A claim in a transaction of its own that holds no other lock a claim
+-- may wait for (complete_and_claim's: users_wait) waits for a key or row
+-- another transaction holds: each such holder is one short statement,
+-- and every claim takes the keys, then the rows, in the same order. Any
+-- other claim (claim_batch, in a group's transaction that may hold
+-- admission's lock) skips a held key or row, so that it never waits in a
+-- cycle; a task whose user was skipped, or whose user has no room, is
 -- left. (Skipping in complete_and_claim too left its claim empty-handed
 -- whenever another process's claim held the rows: docs/PERF.md.) The
--- users' running counts are raised here, under their locks, not by
--- tasks_moved.
+-- users' running counts are raised here, not by tasks_moved.
 -- fragment: claim_declare
     -- kinds are the kinds the claim serves (p_kinds, a JSON array), NULL
     -- for every kind.
@@ -350,6 +370,18 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
     cand_seqs BIGINT[];
     cand_users TEXT[];
     locked TEXT[];
+    -- user_keys and user_excl are the candidates' users' keys in key
+    -- order, and whether each is taken exclusive; held_keys and
+    -- held_excl, those the claim holds.
+    user_keys BIGINT[];
+    user_excl BOOLEAN[];
+    held_keys BIGINT[] := '{}';
+    held_excl BOOLEAN[] := '{}';
+    -- limited_users are the users to count under their counter rows;
+    -- free_users, those taken without a running limit.
+    limited_users TEXT[] := '{}';
+    free_users TEXT[] := '{}';
+    n_locked INTEGER;
     room_users TEXT[];
     room_left BIGINT[];
     d_running BIGINT[];
@@ -442,49 +474,104 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
         END IF;
 
         IF cardinality(cand_seqs) > 0 THEN
-            -- The counter rows of the candidates' users, locked in user
+            -- The candidates' users' keys, in key order, each exclusive
+            -- when one of its users has a running limit as read now.
+            SELECT COALESCE(array_agg(x.k ORDER BY x.k), '{}'), COALESCE(array_agg(x.excl ORDER BY x.k), '{}')
+            INTO user_keys, user_excl
+            FROM (SELECT leasehold_user_key(u.user_id) AS k,
+                         bool_or(COALESCE(CASE WHEN u.running_max >= 0 THEN u.running_max
+                                               ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END, 0) > 0) AS excl
+                  FROM users u WHERE u.user_id = ANY(cand_users)
+                  GROUP BY 1) AS x;
+            -- Each key taken, or, unless users_wait, skipped when another
+            -- transaction holds it in a mode that conflicts.
+            FOR i IN 1 .. cardinality(user_keys) LOOP
+                IF users_wait THEN
+                    IF user_excl[i] THEN
+                        PERFORM pg_advisory_xact_lock(user_keys[i]);
+                    ELSE
+                        PERFORM pg_advisory_xact_lock_shared(user_keys[i]);
+                    END IF;
+                ELSIF user_excl[i] THEN
+                    CONTINUE WHEN NOT pg_try_advisory_xact_lock(user_keys[i]);
+                ELSE
+                    CONTINUE WHEN NOT pg_try_advisory_xact_lock_shared(user_keys[i]);
+                END IF;
+                held_keys := held_keys || user_keys[i];
+                held_excl := held_excl || user_excl[i];
+            END LOOP;
+            -- The users of the keys held, each limit read again after the
+            -- locks: a user under an exclusive key is counted under its
+            -- row; one under a shared key without a limit is free; one
+            -- under a shared key given a limit since is left.
+            IF cardinality(held_keys) > 0 THEN
+                SELECT COALESCE(array_agg(x.user_id ORDER BY x.user_id COLLATE "C") FILTER (WHERE x.excl), '{}'),
+                       COALESCE(array_agg(x.user_id ORDER BY x.user_id COLLATE "C")
+                                FILTER (WHERE NOT x.excl AND x.running_limit <= 0), '{}')
+                INTO limited_users, free_users
+                FROM (SELECT u.user_id, h.excl,
+                             COALESCE(CASE WHEN u.running_max >= 0 THEN u.running_max
+                                           ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END, 0) AS running_limit
+                      FROM users u JOIN unnest(held_keys, held_excl) AS h(k, excl) ON h.k = leasehold_user_key(u.user_id)
+                      WHERE u.user_id = ANY(cand_users)) AS x;
+            END IF;
+            -- The counter rows of the limited users, locked in user
             -- order, each skipped when another transaction holds it
             -- unless users_wait.
-            IF users_wait THEN
+            IF cardinality(limited_users) = 0 THEN
+                locked := '{}';
+            ELSIF users_wait THEN
                 SELECT COALESCE(array_agg(l.user_id), '{}') INTO locked
                 FROM (SELECT u.user_id FROM users u
-                      WHERE u.user_id = ANY(cand_users)
+                      WHERE u.user_id = ANY(limited_users)
                       ORDER BY u.user_id COLLATE "C"
                       FOR NO KEY UPDATE OF u) AS l;
             ELSE
                 SELECT COALESCE(array_agg(l.user_id), '{}') INTO locked
                 FROM (SELECT u.user_id FROM users u
-                      WHERE u.user_id = ANY(cand_users)
+                      WHERE u.user_id = ANY(limited_users)
                       ORDER BY u.user_id COLLATE "C"
                       FOR NO KEY UPDATE OF u SKIP LOCKED) AS l;
             END IF;
         END IF;
 
-        IF cardinality(locked) > 0 THEN
+        IF cardinality(locked) + cardinality(free_users) > 0 THEN
             -- The locked users' deltas, deleted and summed, and each
-            -- user's room.
-            WITH gone AS (
-                DELETE FROM user_deltas WHERE user_id = ANY(locked)
-                RETURNING user_id, running, active
-            ), sums AS (
-                SELECT user_id, SUM(running) AS running, SUM(active) AS active FROM gone GROUP BY user_id
-            )
-            SELECT array_agg(r.user_id ORDER BY r.user_id COLLATE "C"),
-                   array_agg(CASE WHEN r.running_limit > 0 THEN r.running_limit - r.running
-                                  ELSE room_unlimited END ORDER BY r.user_id COLLATE "C"),
-                   array_agg(r.d_running ORDER BY r.user_id COLLATE "C"),
-                   array_agg(r.d_active ORDER BY r.user_id COLLATE "C")
-            INTO room_users, room_left, d_running, d_active
-            FROM (SELECT u.user_id, u.running + COALESCE(s.running, 0) AS running,
-                         COALESCE(s.running, 0) AS d_running, COALESCE(s.active, 0) AS d_active,
-                         CASE WHEN u.running_max >= 0 THEN u.running_max
-                              ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END AS running_limit
-                  FROM users u LEFT JOIN sums s ON s.user_id = u.user_id
-                  WHERE u.user_id = ANY(locked)) AS r;
+            -- user's room; then the free users', more than any claim
+            -- takes, with no deltas folded.
+            room_users := '{}';
+            room_left := '{}';
+            d_running := '{}';
+            d_active := '{}';
+            IF cardinality(locked) > 0 THEN
+                WITH gone AS (
+                    DELETE FROM user_deltas WHERE user_id = ANY(locked)
+                    RETURNING user_id, running, active
+                ), sums AS (
+                    SELECT user_id, SUM(running) AS running, SUM(active) AS active FROM gone GROUP BY user_id
+                )
+                SELECT array_agg(r.user_id ORDER BY r.user_id COLLATE "C"),
+                       array_agg(CASE WHEN r.running_limit > 0 THEN r.running_limit - r.running
+                                      ELSE room_unlimited END ORDER BY r.user_id COLLATE "C"),
+                       array_agg(r.d_running ORDER BY r.user_id COLLATE "C"),
+                       array_agg(r.d_active ORDER BY r.user_id COLLATE "C")
+                INTO room_users, room_left, d_running, d_active
+                FROM (SELECT u.user_id, u.running + COALESCE(s.running, 0) AS running,
+                             COALESCE(s.running, 0) AS d_running, COALESCE(s.active, 0) AS d_active,
+                             CASE WHEN u.running_max >= 0 THEN u.running_max
+                                  ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END AS running_limit
+                      FROM users u LEFT JOIN sums s ON s.user_id = u.user_id
+                      WHERE u.user_id = ANY(locked)) AS r;
+            END IF;
+            n_locked := cardinality(room_users);
+            room_users := room_users || free_users;
+            room_left := room_left || array_fill(room_unlimited, ARRAY[cardinality(free_users)]);
+            d_running := d_running || array_fill(CAST(0 AS BIGINT), ARRAY[cardinality(free_users)]);
+            d_active := d_active || array_fill(CAST(0 AS BIGINT), ARRAY[cardinality(free_users)]);
             took := array_fill(CAST(0 AS BIGINT), ARRAY[cardinality(room_users)]);
 
-            -- The tasks taken, in claim order: each of a locked user with
-            -- room.
+            -- The tasks taken, in claim order: each of a locked or free
+            -- user with room.
             FOR i IN 1 .. cardinality(cand_seqs) LOOP
                 k := array_position(room_users, cand_users[i]);
                 CONTINUE WHEN k IS NULL;
@@ -506,13 +593,21 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
                                     FROM generate_series(1, cardinality(taken_seqs)) ORDER BY s);
             END IF;
 
-            -- The users' rows gain their deltas and the tasks taken, in
+            -- The locked users' rows gain their deltas and the tasks
+            -- taken; the free users' tasks taken are rows of changes, in
             -- user order; and the tasks taken move.
             WITH counted AS (
                 UPDATE users u
                 SET running = u.running + x.d_running + x.took, active = u.active + x.d_active
-                FROM unnest(room_users, d_running, d_active, took) AS x(user_id, d_running, d_active, took)
+                FROM unnest(room_users[1:n_locked], d_running[1:n_locked], d_active[1:n_locked], took[1:n_locked])
+                     AS x(user_id, d_running, d_active, took)
                 WHERE u.user_id = x.user_id AND (x.d_running <> 0 OR x.d_active <> 0 OR x.took <> 0)
+            ), free_counted AS (
+                INSERT INTO user_deltas (user_id, running, active)
+                SELECT x.user_id, x.took, 0
+                FROM unnest(room_users[n_locked + 1:], took[n_locked + 1:]) AS x(user_id, took)
+                WHERE x.took <> 0
+                ORDER BY x.user_id COLLATE "C"
             ), moved AS (
                 UPDATE tasks
                 SET state = 'running', version = version + 1, owner = p_owner, lease_until = p_lease_until,
