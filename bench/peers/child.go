@@ -146,8 +146,9 @@ func (o *childOut) send(m childMsg) {
 
 func prepareChild(ctx context.Context, p part) (childRun, error) {
 	switch p.System {
-	case leaseholdPGName:
-		q, err := leasehold{label: leaseholdPGName, pg: true}.open(ctx, p.URL, "", queue.MigrateNew)
+	case leaseholdPGName, leaseholdPGUnlimitedName:
+		// The limit is the schema's, set (or not) by the seed.
+		q, err := leasehold{label: p.System, pg: true}.open(ctx, p.URL, "", queue.MigrateNew)
 		if err != nil {
 			return nil, err
 		}

@@ -18,7 +18,8 @@ import (
 // leaseholdUsers is how many users the jobs are spread over; each runs
 // under a per-user running limit (leaseholdUserRunningMax) that the
 // claims check but that never binds, so the limit is on without shaping
-// the figures.
+// the figures. River has no such limit; the PostgreSQL work cells can
+// also run leasehold without it (-pg-unlimited) to show what it costs.
 const (
 	leaseholdUsers          = 4
 	leaseholdUserRunningMax = 50
@@ -32,6 +33,8 @@ type leasehold struct {
 	label   string
 	options func(*queue.Options) // the variant's options (grouping)
 	pg      bool
+	// unlimited runs without the per-user running limit.
+	unlimited bool
 }
 
 func (l leasehold) name() string   { return l.label }
@@ -76,8 +79,12 @@ func leaseholdRequest(i, steps int) model.SubmitRequest {
 		Payload: payload(steps), CostBudget: int64(steps) + 1, StepsMax: steps + 1}
 }
 
-// setLimits turns the per-user running limit on.
-func setLimits(ctx context.Context, q *queue.Queue) error {
+// setLimits turns the per-user running limit on, unless l runs without
+// it.
+func (l leasehold) setLimits(ctx context.Context, q *queue.Queue) error {
+	if l.unlimited {
+		return nil
+	}
 	limits, _, err := q.Limits(ctx)
 	if err != nil {
 		return err
@@ -92,7 +99,7 @@ func (l leasehold) seed(ctx context.Context, path string, n, steps int) error {
 		return err
 	}
 	defer q.Close()
-	if err := setLimits(ctx, q); err != nil {
+	if err := l.setLimits(ctx, q); err != nil {
 		return err
 	}
 	return submitMany(ctx, q, 0, n, steps)
@@ -225,7 +232,7 @@ func (l leasehold) intake(ctx context.Context, path, sync string, n int, bulk bo
 		return sample{}, err
 	}
 	defer q.Close()
-	if err := setLimits(ctx, q); err != nil {
+	if err := l.setLimits(ctx, q); err != nil {
 		return sample{}, err
 	}
 	smp, err := measure(n, func() error {
@@ -258,7 +265,7 @@ func (l leasehold) latency(ctx context.Context, path, sync string, k int) ([]tim
 		return nil, err
 	}
 	defer q.Close()
-	if err := setLimits(ctx, q); err != nil {
+	if err := l.setLimits(ctx, q); err != nil {
 		return nil, err
 	}
 	completed := make(chan struct{}, 1)
@@ -299,7 +306,7 @@ func pairedLatency(ctx context.Context, ls [2]leasehold, paths [2]string, sync s
 			return out, err
 		}
 		defer q.Close()
-		if err := setLimits(ctx, q); err != nil {
+		if err := l.setLimits(ctx, q); err != nil {
 			return out, err
 		}
 		done := make(chan struct{}, 1)

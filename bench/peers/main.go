@@ -89,6 +89,9 @@ type config struct {
 	postgres string
 	// pgAnalyze analyses each PostgreSQL run's schema after its seed.
 	pgAnalyze bool
+	// pgUnlimited adds leasehold-pg without its per-user running limit
+	// to the PostgreSQL work cells.
+	pgUnlimited bool
 	// pgOwner holds the bench's PostgreSQL schema prefix (set by run).
 	pgOwner *pgOwner
 }
@@ -109,6 +112,8 @@ func main() {
 		"PostgreSQL server for the PostgreSQL cells, a database each run makes a schema in (off: none)")
 	flag.BoolVar(&cfg.pgAnalyze, "pg-analyze", false,
 		"ANALYZE each PostgreSQL run's freshly seeded schema before timing it (default: measure it unanalysed, as a fresh bulk load is)")
+	flag.BoolVar(&cfg.pgUnlimited, "pg-unlimited", false,
+		"also run leasehold-pg without its per-user running limit (leasehold-pg-unlimited) in the PostgreSQL work cells, reported beside the limited headline")
 	flag.StringVar(&procs, "procs", "1,2,4", "process counts of the PostgreSQL cells (each process 10 workers, or one submitting caller)")
 	flag.StringVar(&childSpec, "child", "", "run as one process of a PostgreSQL cell (the bench starts these itself)")
 	flag.Parse()
@@ -274,6 +279,9 @@ type bench struct {
 // one runs cell c on system s once and records it.
 func (b *bench) one(ctx context.Context, c cell, s system) error {
 	if s.postgres() != (c.sync == pgSync) {
+		return nil
+	}
+	if l, ok := s.(leasehold); ok && l.unlimited && c.kind != "work" {
 		return nil
 	}
 	if s.postgres() {

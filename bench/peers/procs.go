@@ -95,7 +95,7 @@ func prepareIntake(ctx context.Context, s system, u string) error {
 			return err
 		}
 		defer q.Close()
-		return setLimits(ctx, q)
+		return s.setLimits(ctx, q)
 	case riverPG:
 		pool, err := s.open(ctx, u, true)
 		if err != nil {

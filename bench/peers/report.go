@@ -17,7 +17,10 @@ const (
 	riverName              = "river"
 	goqitePrefix           = "goqite"
 	leaseholdPGName        = "leasehold-pg"
-	riverPGName            = "river-pgx"
+	// leaseholdPGUnlimitedName is leasehold-pg without the per-user
+	// running limit (-pg-unlimited), in the work cells only.
+	leaseholdPGUnlimitedName = "leasehold-pg-unlimited"
+	riverPGName              = "river-pgx"
 )
 
 // summary is the median figures of one system in one cell.
@@ -88,6 +91,13 @@ func (b *bench) report(cells []cell, systems []system) {
 			lhp, rvp := b.summarize(key, leaseholdPGName), b.summarize(key, riverPGName)
 			fmt.Fprintf(out, "%-44s %s  %s\n", key, pgCol(lhp), pgCol(rvp))
 			fmt.Fprintf(out, "%-44s leasehold-pg/river-pgx %s, server CPU/job %s\n", "", ratio(lhp.rate, rvp.rate), ratio(lhp.server, rvp.server))
+			if lhn := b.summarize(key, leaseholdPGUnlimitedName); lhn.ok {
+				// Not the headline: River has no per-user limit, so the
+				// unlimited cell shows what leasehold's limit costs.
+				fmt.Fprintf(out, "%-44s without the user limit: %s\n", "", pgCol(lhn))
+				fmt.Fprintf(out, "%-44s leasehold-pg-unlimited/river-pgx %s, server CPU/job %s; limited/unlimited %s\n", "",
+					ratio(lhn.rate, rvp.rate), ratio(lhn.server, rvp.server), ratio(lhp.rate, lhn.rate))
+			}
 			continue
 		}
 		if c.kind == "latency" {
