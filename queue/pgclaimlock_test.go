@@ -155,3 +155,40 @@ func TestPostgresLimitSetUnderAnUnlimitedClaim(t *testing.T) {
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
 	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over}, "the counters agree with the tasks")
 }
+
+// TestPostgresClaimPassesAHeldUserUnwritten: a claim tries its candidates'
+// users before it locks any task, so the tasks of a user another
+// transaction holds are not locked by it (a row lock is a write): with
+// bob's key held exclusive elsewhere, a claim of three takes cy's task and
+// leaves both of bob's tasks free to lock while it is still open.
+func TestPostgresClaimPassesAHeldUserUnwritten(t *testing.T) {
+	f := freshPostgres(t)
+	f.insertTask("b1", "bob", 1000)
+	f.insertTask("b2", "bob", 1000)
+	f.insertTask("c1", "cy", 1001)
+	f.setUserRunningMax("bob", 10)
+	holder, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	_, err = holder.ExecContext(f.ctx, "SELECT pg_advisory_xact_lock(leasehold_user_key('bob'))")
+	require.NoError(t, err)
+
+	claimer, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = claimer.Rollback() }()
+	require.Equal(t, []string{"c1"}, f.claimIn(claimer, "w1", 3, 2000), "the held user is passed")
+
+	probe, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = probe.Rollback() }()
+	var free int
+	require.NoError(t, probe.QueryRowContext(f.ctx,
+		"SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE user_id = 'bob' FOR UPDATE SKIP LOCKED) AS l").Scan(&free))
+	require.Equal(t, 2, free, "the claim locked none of the held user's tasks")
+	require.NoError(t, probe.Rollback())
+	require.NoError(t, claimer.Commit())
+	require.NoError(t, holder.Commit())
+	var states, users, over int
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over}, "the counters agree with the tasks")
+}

@@ -333,8 +333,11 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
 -- The candidates are locked FOR UPDATE SKIP LOCKED, so two claimers never
 -- wait on each other over tasks; SKIP LOCKED alone does not hold a
 -- per-user limit (under READ COMMITTED two claimers each see the user
--- below it), so the claim then locks its candidates' users, in the order
--- of their keys (leasehold_user_key), each as its running limit needs:
+-- below it), so the claim first reads, without locks, the users of the
+-- first due tasks and locks them, in the order of their keys
+-- (leasehold_user_key), each as its running limit needs, and only then
+-- locks candidates, of the users it holds (a task row lock is a write, so
+-- a claim that passes a held user writes nothing for it):
 -- - A user with a running limit: the key's exclusive lock, then, in user
 --   order, the user's counter row; the claim's next statement, whose
 --   snapshot is taken after the locks, folds the user's deltas and reads
@@ -366,10 +369,14 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
     -- room_unlimited is the room of a user without a running limit: more
     -- than any claim takes.
     room_unlimited CONSTANT BIGINT := 4611686018427387904;
-    cand tasks[];
-    cand_seqs BIGINT[];
-    cand_users TEXT[];
-    locked TEXT[];
+    cand tasks[] := '{}';
+    cand_seqs BIGINT[] := '{}';
+    cand_users TEXT[] := '{}';
+    -- pre_users are the users of the first due tasks, read before any
+    -- lock; claim_users, those of them the claim holds.
+    pre_users TEXT[] := '{}';
+    claim_users TEXT[] := '{}';
+    locked TEXT[] := '{}';
     -- user_keys and user_excl are the candidates' users' keys in key
     -- order, and whether each is taken exclusive; held_keys and
     -- held_excl, those the claim holds.
@@ -402,86 +409,62 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
 -- end fragment
 -- fragment: claim
     IF p_max >= 1 THEN
-        -- The candidates: the first p_max due tasks in claim order, by one
-        -- scan of tasks_claim_queued, locked and read whole; and when some
-        -- candidates' user has less room than it has candidates, each
-        -- user's first few instead.
+        -- The users of the first p_max due tasks in claim order, read
+        -- without locks, and locked (below) before any task is: a claim
+        -- that passes a held user writes nothing for it. When some of
+        -- them has less room than it has tasks there, the users of each
+        -- user's first few instead, as the candidates below are chosen.
         IF kinds IS NULL THEN
-            SELECT COALESCE(array_agg(q.t ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
-                   COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
-                   COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
-            INTO cand, cand_seqs, cand_users
-            FROM (
-                SELECT tasks AS t, tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
-                WHERE tasks.state = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
-                  AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
-                ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
-                LIMIT p_max
-                FOR UPDATE SKIP LOCKED) AS q;
+            SELECT COALESCE(array_agg(q.user_id), '{}') INTO pre_users
+            FROM (SELECT t.user_id FROM tasks t
+                  WHERE t.state = 'queued' AND t.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
+                    AND (t.deadline = 0 OR t.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                  ORDER BY t.priority DESC, t.run_at, t.seq
+                  LIMIT p_max) AS q;
         ELSE
-            -- A claim that names its kinds: each kind's first p_max due
-            -- tasks, by one scan of tasks_claim_kind a kind, merged in
-            -- claim order, so that no task of another kind is read.
-            SELECT COALESCE(array_agg(q.t ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
-                   COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
-                   COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
-            INTO cand, cand_seqs, cand_users
-            FROM (
-                SELECT tasks AS t, tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
-                WHERE tasks.seq = ANY(ARRAY(
-                        SELECT e.seq FROM unnest(kinds) AS k(kind) CROSS JOIN LATERAL (
-                            SELECT t.seq FROM tasks t
-                            WHERE t.kind = k.kind AND t.state = 'queued'
-                              AND t.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1} AND (t.deadline = 0 OR t.deadline >= p_now{broken:claim-past-deadline|| OR true})
-                            ORDER BY t.priority DESC, t.run_at, t.seq
-                            LIMIT p_max) e))
-                  AND COALESCE(tasks.state, '') = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
-                  AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
-                ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
-                LIMIT p_max
-                FOR UPDATE SKIP LOCKED) AS q;
+            SELECT COALESCE(array_agg(q.user_id), '{}') INTO pre_users
+            FROM (SELECT e.user_id FROM unnest(kinds) AS k(kind) CROSS JOIN LATERAL (
+                      SELECT t.user_id, t.priority, t.run_at, t.seq FROM tasks t
+                      WHERE t.kind = k.kind AND t.state = 'queued'
+                        AND t.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1} AND (t.deadline = 0 OR t.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                      ORDER BY t.priority DESC, t.run_at, t.seq
+                      LIMIT p_max) e
+                  ORDER BY e.priority DESC, e.run_at, e.seq
+                  LIMIT p_max) AS q;
         END IF;
-        IF {broken:no-user-limit|true|false} AND cardinality(cand_seqs) > 0 AND EXISTS (
-                SELECT 1 FROM (SELECT c.user_id, COUNT(*) AS cnt FROM unnest(cand_users) AS c(user_id) GROUP BY c.user_id) AS c
+        IF {broken:no-user-limit|true|false} AND cardinality(pre_users) > 0 AND EXISTS (
+                SELECT 1 FROM (SELECT c.user_id, COUNT(*) AS cnt FROM unnest(pre_users) AS c(user_id) GROUP BY c.user_id) AS c
                 JOIN user_caps u ON u.user_id = c.user_id
                 WHERE u.running_limit > 0 AND u.running_limit - u.running < c.cnt) THEN
-            SELECT COALESCE(array_agg(q.t ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
-                   COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
-                   COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
-            INTO cand, cand_seqs, cand_users
+            SELECT COALESCE(array_agg(q.user_id), '{}') INTO pre_users
             FROM (
                 WITH room AS (
                     SELECT u.user_id,
-                           CASE WHEN {broken:no-user-limit||true OR }u.running_limit <= 0 THEN CAST(p_max AS BIGINT)
+                           CASE WHEN u.running_limit <= 0 THEN CAST(p_max AS BIGINT)
                                 ELSE LEAST(CAST(p_max AS BIGINT), u.running_limit - u.running) END AS n
                     FROM user_caps u
-                    WHERE {broken:no-user-limit||true OR }u.running_limit <= 0 OR u.running < u.running_limit
+                    WHERE u.running_limit <= 0 OR u.running < u.running_limit
                 )
-                SELECT tasks AS t, tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
-                WHERE tasks.seq = ANY(ARRAY(
-                        SELECT e.seq FROM room r CROSS JOIN LATERAL (
-                            SELECT t.seq FROM tasks t
-                            WHERE t.user_id = r.user_id AND t.state = 'queued'
-                              AND (kinds IS NULL OR t.kind = ANY(kinds))
-                              AND t.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1} AND (t.deadline = 0 OR t.deadline >= p_now{broken:claim-past-deadline|| OR true})
-                            ORDER BY t.priority DESC, t.run_at, t.seq
-                            LIMIT r.n) e))
-                  AND COALESCE(tasks.state, '') = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
-                  AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
-                ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
-                LIMIT p_max
-                FOR UPDATE SKIP LOCKED) AS q;
+                SELECT e.user_id FROM room r CROSS JOIN LATERAL (
+                    SELECT t.user_id, t.priority, t.run_at, t.seq FROM tasks t
+                    WHERE t.user_id = r.user_id AND t.state = 'queued'
+                      AND (kinds IS NULL OR t.kind = ANY(kinds))
+                      AND t.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1} AND (t.deadline = 0 OR t.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                    ORDER BY t.priority DESC, t.run_at, t.seq
+                    LIMIT r.n) e
+                ORDER BY e.priority DESC, e.run_at, e.seq
+                LIMIT p_max) AS q;
         END IF;
-
-        IF cardinality(cand_seqs) > 0 THEN
-            -- The candidates' users' keys, in key order, each exclusive
-            -- when one of its users has a running limit as read now.
+        pre_users := ARRAY(SELECT DISTINCT u FROM unnest(pre_users) AS u);
+        IF cardinality(pre_users) > 0 THEN
+            -- Their keys, in key order, each exclusive when one of its
+            -- users has a running limit as read now.
             SELECT COALESCE(array_agg(x.k ORDER BY x.k), '{}'), COALESCE(array_agg(x.excl ORDER BY x.k), '{}')
             INTO user_keys, user_excl
             FROM (SELECT leasehold_user_key(u.user_id) AS k,
                          bool_or(COALESCE(CASE WHEN u.running_max >= 0 THEN u.running_max
                                                ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END, 0) > 0) AS excl
-                  FROM users u WHERE u.user_id = ANY(cand_users)
+                  FROM users u WHERE u.user_id = ANY(pre_users)
                   GROUP BY 1) AS x;
             -- Each key taken, or, unless users_wait, skipped when another
             -- transaction holds it in a mode that conflicts.
@@ -513,7 +496,7 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
                              COALESCE(CASE WHEN u.running_max >= 0 THEN u.running_max
                                            ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END, 0) AS running_limit
                       FROM users u JOIN unnest(held_keys, held_excl) AS h(k, excl) ON h.k = leasehold_user_key(u.user_id)
-                      WHERE u.user_id = ANY(cand_users)) AS x;
+                      WHERE u.user_id = ANY(pre_users)) AS x;
             END IF;
             -- The counter rows of the limited users, locked in user
             -- order, each skipped when another transaction holds it
@@ -534,6 +517,83 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
                       FOR NO KEY UPDATE OF u SKIP LOCKED) AS l;
             END IF;
         END IF;
+        claim_users := locked || free_users;
+
+        -- The candidates: the first p_max due tasks of the users the
+        -- claim holds, in claim order, by one scan of tasks_claim_queued,
+        -- locked and read whole; and when some candidates' user has less
+        -- room than it has candidates, each user's first few instead.
+        IF cardinality(claim_users) = 0 THEN
+            NULL;
+        ELSIF kinds IS NULL THEN
+            SELECT COALESCE(array_agg(q.t ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
+                   COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
+                   COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
+            INTO cand, cand_seqs, cand_users
+            FROM (
+                SELECT tasks AS t, tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
+                WHERE tasks.state = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
+                  AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                  AND tasks.user_id = ANY(claim_users)
+                ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
+                LIMIT p_max
+                FOR UPDATE SKIP LOCKED) AS q;
+        ELSE
+            -- A claim that names its kinds: each kind's first p_max due
+            -- tasks, by one scan of tasks_claim_kind a kind, merged in
+            -- claim order, so that no task of another kind is read.
+            SELECT COALESCE(array_agg(q.t ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
+                   COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
+                   COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
+            INTO cand, cand_seqs, cand_users
+            FROM (
+                SELECT tasks AS t, tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
+                WHERE tasks.seq = ANY(ARRAY(
+                        SELECT e.seq FROM unnest(kinds) AS k(kind) CROSS JOIN LATERAL (
+                            SELECT t.seq FROM tasks t
+                            WHERE t.kind = k.kind AND t.state = 'queued' AND t.user_id = ANY(claim_users)
+                              AND t.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1} AND (t.deadline = 0 OR t.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                            ORDER BY t.priority DESC, t.run_at, t.seq
+                            LIMIT p_max) e))
+                  AND COALESCE(tasks.state, '') = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
+                  AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
+                LIMIT p_max
+                FOR UPDATE SKIP LOCKED) AS q;
+        END IF;
+        IF {broken:no-user-limit|true|false} AND cardinality(cand_seqs) > 0 AND EXISTS (
+                SELECT 1 FROM (SELECT c.user_id, COUNT(*) AS cnt FROM unnest(cand_users) AS c(user_id) GROUP BY c.user_id) AS c
+                JOIN user_caps u ON u.user_id = c.user_id
+                WHERE u.running_limit > 0 AND u.running_limit - u.running < c.cnt) THEN
+            SELECT COALESCE(array_agg(q.t ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
+                   COALESCE(array_agg(q.seq ORDER BY q.priority DESC, q.run_at, q.seq), '{}'),
+                   COALESCE(array_agg(q.user_id ORDER BY q.priority DESC, q.run_at, q.seq), '{}')
+            INTO cand, cand_seqs, cand_users
+            FROM (
+                WITH room AS (
+                    SELECT u.user_id,
+                           CASE WHEN {broken:no-user-limit||true OR }u.running_limit <= 0 THEN CAST(p_max AS BIGINT)
+                                ELSE LEAST(CAST(p_max AS BIGINT), u.running_limit - u.running) END AS n
+                    FROM user_caps u
+                    WHERE ({broken:no-user-limit||true OR }u.running_limit <= 0 OR u.running < u.running_limit)
+                      AND u.user_id = ANY(claim_users)
+                )
+                SELECT tasks AS t, tasks.seq, tasks.user_id, tasks.priority, tasks.run_at FROM tasks
+                WHERE tasks.seq = ANY(ARRAY(
+                        SELECT e.seq FROM room r CROSS JOIN LATERAL (
+                            SELECT t.seq FROM tasks t
+                            WHERE t.user_id = r.user_id AND t.state = 'queued'
+                              AND (kinds IS NULL OR t.kind = ANY(kinds))
+                              AND t.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1} AND (t.deadline = 0 OR t.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                            ORDER BY t.priority DESC, t.run_at, t.seq
+                            LIMIT r.n) e))
+                  AND COALESCE(tasks.state, '') = 'queued' AND tasks.run_at <= {broken:claim-exclusive-run-at|p_now|p_now - 1}
+                  AND (tasks.deadline = 0 OR tasks.deadline >= p_now{broken:claim-past-deadline|| OR true})
+                ORDER BY tasks.priority DESC, tasks.run_at, tasks.seq
+                LIMIT p_max
+                FOR UPDATE SKIP LOCKED) AS q;
+        END IF;
+
 
         IF cardinality(locked) + cardinality(free_users) > 0 THEN
             -- The locked users' deltas, deleted and summed, and each
