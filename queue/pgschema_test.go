@@ -377,10 +377,12 @@ func TestPostgresTriggersKeepTheCounters(t *testing.T) {
 	require.EqualValues(t, 2, active)
 
 	// The counts are changes until a claim folds those of the users it
-	// locks into their rows; the fold keeps every count. While another
-	// transaction holds bob's row, a claim skips bob (t3 is left, and the
-	// claim does not wait); once it is free, the claim takes t3 and folds
-	// bob's changes, not alice's.
+	// locks into their rows (a user with a running limit: bob, given one
+	// here); the fold keeps every count. While another transaction holds
+	// bob's row, a claim skips bob (t3 is left, and the claim does not
+	// wait); once it is free, the claim takes t3 and folds bob's changes,
+	// not alice's.
+	f.setUserRunningMax("bob", 10)
 	var deltas int
 	require.NoError(t, f.db.QueryRowContext(f.ctx, "SELECT COUNT(*) FROM user_deltas").Scan(&deltas))
 	require.Equal(t, 6, deltas, "three submits, two claims and a settle")
