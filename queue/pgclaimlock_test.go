@@ -192,3 +192,64 @@ func TestPostgresClaimPassesAHeldUserUnwritten(t *testing.T) {
 	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
 	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over}, "the counters agree with the tasks")
 }
+
+// TestPostgresFusedClaimWaitsOnlyWhenEveryUserIsHeld: complete_and_claim
+// tries its candidates' users first and waits only when it got none: with
+// bob's key held elsewhere and ana's free, a claim of two takes ana's two
+// tasks at once and leaves bob's; with ana's key held too, it waits for
+// bob's (the one user of its candidates) and takes his task once the
+// holder ends.
+func TestPostgresFusedClaimWaitsOnlyWhenEveryUserIsHeld(t *testing.T) {
+	f := freshPostgres(t)
+	f.insertTask("b1", "bob", 1000)
+	f.insertTask("a1", "ana", 1001)
+	f.insertTask("a2", "ana", 1002)
+	f.setUserRunningMax("bob", 10)
+	f.setUserRunningMax("ana", 10)
+	holder, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	_, err = holder.ExecContext(f.ctx, "SELECT pg_advisory_xact_lock(leasehold_user_key('bob'))")
+	require.NoError(t, err)
+	claim := func() ([]string, error) {
+		rows, err := f.db.QueryContext(f.ctx, "SELECT id FROM complete_and_claim('[]', '[]', 2000, 2, 'w1', 7000, '', NULL)")
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return nil, err
+			}
+			ids = append(ids, id)
+		}
+		return ids, rows.Err()
+	}
+	ids, err := claim()
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1", "a2"}, ids, "bob's key is held: ana's tasks, without waiting")
+
+	_, err = holder.ExecContext(f.ctx, "SELECT pg_advisory_xact_lock(leasehold_user_key('ana'))")
+	require.NoError(t, err)
+	var holderPID int
+	require.NoError(t, holder.QueryRowContext(f.ctx, "SELECT pg_backend_pid()").Scan(&holderPID))
+	type result struct {
+		ids []string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ids, err := claim()
+		done <- result{ids, err}
+	}()
+	f.waitBlockedBy(holderPID)
+	require.NoError(t, holder.Commit())
+	got := <-done
+	require.NoError(t, got.err)
+	require.Equal(t, []string{"b1"}, got.ids, "bob waited for, and his task taken")
+	var states, users, over int
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over}, "the counters agree with the tasks")
+}

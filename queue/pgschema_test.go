@@ -44,7 +44,7 @@ var pinnedPostgresFunctions = map[int]string{
 	5: "1d0dc56baf323ca8ff64bc14099343b989e56573bd596bab154f3d49711124fb",
 	6: "50def1b822feeef072094c88091b16797852c353038a8f95fc6a9b66c1c5a346",
 	7: "cbc3a667e6c497ea597c6141199db1b0b28f75af1221103fa953d16151a808fe",
-	8: "bd6d62c9ebc54ad015ed42e5860948b3a4047136818f4428feb6ee95221797b9",
+	8: "1a9230ae7ed5be3cf4f7d51513012545894609ffe97038f416f52c198bdcfd16",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the

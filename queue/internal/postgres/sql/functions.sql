@@ -352,12 +352,13 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
 --   first claim that counts a user under a new limit needs the key's
 --   exclusive lock, so it waits for every claim that took the user as
 --   unlimited to end, and then counts their tasks.
--- A claim in a transaction of its own that holds no other lock a claim
--- may wait for (complete_and_claim's: users_wait) waits for a key or row
--- another transaction holds: each such holder is one short statement,
--- and every claim takes the keys, then the rows, in the same order. Any
--- other claim (claim_batch, in a group's transaction that may hold
--- admission's lock) skips a held key or row, so that it never waits in a
+-- Every claim tries the keys and skips a held one. A claim in a
+-- transaction of its own that holds no other lock a claim may wait for
+-- (complete_and_claim's: users_wait) that got no key waits for one
+-- user's, holding no other, and then waits for that user's row: each
+-- holder is one short statement, and every claim takes the keys, then
+-- the rows, in the same order. Any other claim (claim_batch, in a group's
+-- transaction that may hold admission's lock) never waits, so never in a
 -- cycle; a task whose user was skipped, or whose user has no room, is
 -- left. (Skipping in complete_and_claim too left its claim empty-handed
 -- whenever another process's claim held the rows: docs/PERF.md.) The
@@ -466,16 +467,13 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
                                                ELSE (SELECT value FROM settings WHERE key = 'user_running_max') END, 0) > 0) AS excl
                   FROM users u WHERE u.user_id = ANY(pre_users)
                   GROUP BY 1) AS x;
-            -- Each key taken, or, unless users_wait, skipped when another
-            -- transaction holds it in a mode that conflicts.
+            -- Each key tried, and skipped when another transaction holds
+            -- it in a mode that conflicts. A claim that may wait
+            -- (users_wait) and got none waits for one, picked by its
+            -- backend's pid so that processes' claims spread over the
+            -- users, holding no other user's key while it waits.
             FOR i IN 1 .. cardinality(user_keys) LOOP
-                IF users_wait THEN
-                    IF user_excl[i] THEN
-                        PERFORM pg_advisory_xact_lock(user_keys[i]);
-                    ELSE
-                        PERFORM pg_advisory_xact_lock_shared(user_keys[i]);
-                    END IF;
-                ELSIF user_excl[i] THEN
+                IF user_excl[i] THEN
                     CONTINUE WHEN NOT pg_try_advisory_xact_lock(user_keys[i]);
                 ELSE
                     CONTINUE WHEN NOT pg_try_advisory_xact_lock_shared(user_keys[i]);
@@ -483,6 +481,16 @@ CREATE OR REPLACE TRIGGER effects_no_delete BEFORE DELETE ON effects
                 held_keys := held_keys || user_keys[i];
                 held_excl := held_excl || user_excl[i];
             END LOOP;
+            IF users_wait AND cardinality(held_keys) = 0 AND cardinality(user_keys) > 0 THEN
+                i := 1 + pg_backend_pid() % cardinality(user_keys);
+                IF user_excl[i] THEN
+                    PERFORM pg_advisory_xact_lock(user_keys[i]);
+                ELSE
+                    PERFORM pg_advisory_xact_lock_shared(user_keys[i]);
+                END IF;
+                held_keys := ARRAY[user_keys[i]];
+                held_excl := ARRAY[user_excl[i]];
+            END IF;
             -- The users of the keys held, each limit read again after the
             -- locks: a user under an exclusive key is counted under its
             -- row; one under a shared key without a limit is free; one
