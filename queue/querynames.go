@@ -118,6 +118,7 @@ var (
 	qFunctionsTableExists = seam.Name("functions_table_exists")
 	qMigrationsForget     = seam.Name("migrations_forget")
 	qMigrationsLock       = seam.Name("migrations_lock")
+	qSubmitBatch          = seam.Name("submit_batch")
 	qTallyCompact         = seam.Name("tally_compact")
 	qTallyRows            = seam.Name("tally_rows")
 )

@@ -337,12 +337,23 @@ type newTasks struct {
 	events []submittedEvent
 }
 
+// trailedRow is a new task of a batch with its submitted event's actor,
+// as submit_batch reads it from a JSON array.
+type trailedRow struct {
+	batchRow
+	Actor string `json:"a"`
+}
+
 // insertBatch writes a batch's new tasks and their submitted events, two
-// statements however many there are.
+// statements however many there are, or one where the store writes them
+// together (seam.Capabilities.SubmitBatch).
 func (t *txn) insertBatch(fresh newTasks, limits model.Limits) error {
 	rows := fresh.rows
 	if len(rows) == 0 {
 		return nil
+	}
+	if t.q.store.Capabilities().SubmitBatch {
+		return t.insertBatchTrailed(fresh, limits)
 	}
 	arg, err := json.Marshal(rows)
 	if err != nil {
@@ -368,6 +379,28 @@ func (t *txn) insertBatch(fresh newTasks, limits model.Limits) error {
 	}
 	if n != int64(len(rows)) {
 		return fmt.Errorf("queue: events_insert: affected %d rows, expected %d", n, len(rows))
+	}
+	return nil
+}
+
+// insertBatchTrailed writes a batch's new tasks, their keys and their
+// submitted events as submit_batch, one statement.
+func (t *txn) insertBatchTrailed(fresh newTasks, limits model.Limits) error {
+	trailed := make([]trailedRow, len(fresh.rows))
+	for i, row := range fresh.rows {
+		trailed[i] = trailedRow{batchRow: row, Actor: fresh.events[i].Actor}
+	}
+	arg, err := json.Marshal(trailed)
+	if err != nil {
+		return fmt.Errorf("queue: submit batch: %w", err)
+	}
+	var n int64
+	if err := t.queryRow(qSubmitBatch, sql.Named("rows", string(arg)), sql.Named("attempts_max", limits.AttemptsMax),
+		sql.Named("now", model.Millis(t.now)), sql.Named("scope", model.ScopeOf(t.ctx))).Scan(&n); err != nil {
+		return fmt.Errorf("queue: submit_batch: %w", err)
+	}
+	if n != int64(len(trailed)) {
+		return fmt.Errorf("queue: submit_batch: inserted %d tasks, expected %d", n, len(trailed))
 	}
 	return nil
 }

@@ -424,10 +424,11 @@ var pgFolded = seam.Folded{
 // Folded is the pre-release history the baseline replaced.
 func (Store) Folded() *seam.Folded { return &pgFolded }
 
-// Capabilities: group commit in one lane, fused groups and lone submits
-// in one statement each, LISTEN/NOTIFY wake-ups, counters as rows of
-// changes, and transactions that commit out of event order.
+// Capabilities: group commit in one lane, fused groups, lone submits
+// and a batch's new tasks in one statement each, LISTEN/NOTIFY wake-ups,
+// counters as rows of changes, and transactions that commit out of event
+// order.
 func (b Store) Capabilities() seam.Capabilities {
-	return seam.Capabilities{Groups: true, GroupLanes: pgGroupLanes, Fuse: b, Submit: b, Notify: b,
+	return seam.Capabilities{Groups: true, GroupLanes: pgGroupLanes, Fuse: b, Submit: b, SubmitBatch: true, Notify: b,
 		CounterRows: true, CommitsOutOfOrder: true, RunningOverActive: true}
 }

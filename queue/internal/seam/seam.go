@@ -71,6 +71,11 @@ type Capabilities struct {
 	// Submit runs a submit in one statement: alone as its own
 	// transaction, or inside a group's.
 	Submit Submitter
+	// SubmitBatch writes a batch's new tasks, their keys and their
+	// submitted events in one statement (submit_batch), each task's row
+	// inserted holding its event's seq, instead of tasks_insert and
+	// events_insert.
+	SubmitBatch bool
 	// Notify tells other processes' idle workers that a task became
 	// claimable; without it only this process's are woken.
 	Notify Notifier

@@ -1000,15 +1000,62 @@ BEGIN
 END
 $$;
 
+-- submit_batch writes a batch's new tasks (queue/submit_many.go's
+-- insertBatch, after users_ensure admitted them), their keys and their
+-- submitted events, in the batch's order, and returns how many tasks it
+-- inserted. p_rows is a JSON array of objects (batchRow with the event's
+-- actor, a). Each event's seq is drawn once the events' shared lock is
+-- held (as event_insert draws it) and written with its task, as its
+-- trail, so events_trailed stands aside (leasehold.trailed) and each new
+-- row is written once. The counters' triggers count the statement.
+CREATE OR REPLACE FUNCTION submit_batch(p_rows text, p_attempts_max bigint, p_now bigint, p_scope text) RETURNS bigint
+    LANGUAGE plpgsql
+    SET "leasehold.trailed" TO 'on'
+    AS $$
+DECLARE
+    appended BIGINT;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(7424602, hashtext(current_schema()));
+    WITH b AS (
+        SELECT r.*, nextval('events_seq') AS event_seq FROM (
+            SELECT * FROM ROWS FROM (json_to_recordset(p_rows::json)
+                     AS (i TEXT, u TEXT, k TEXT, h TEXT, kd TEXT, p TEXT, r BIGINT, t BIGINT, d BIGINT, c BIGINT,
+                         s BIGINT, si TEXT, sr BIGINT, a TEXT))
+                 WITH ORDINALITY AS x(i, u, k, h, kd, p, r, t, d, c, s, si, sr, a, ord)
+            ORDER BY x.ord) r
+    ), task AS (
+        INSERT INTO tasks (id, user_id, idem_key, request_hash, kind, payload, state, priority, run_at, deadline,
+                           attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
+                           created_at, updated_at, trail)
+        SELECT b.i, b.u, b.k, b.h, b.kd, b.p, 'queued', b.r, b.t, b.d, p_attempts_max, p_now,
+               b.c, b.s, b.si, b.sr, p_now, p_now, ARRAY[b.event_seq]
+        FROM b ORDER BY b.ord
+        RETURNING user_id, idem_key, seq
+    ), keyed AS (
+        INSERT INTO task_keys (user_id, idem_key, seq) SELECT task.user_id, task.idem_key, task.seq FROM task ORDER BY task.seq
+    )
+    INSERT INTO events (seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+    SELECT b.event_seq, b.i, 'submitted', 0, 0, '', '', 'queued', '', b.a, p_now, '', p_scope
+    FROM b ORDER BY b.ord;
+    GET DIAGNOSTICS appended = ROW_COUNT;
+    RETURN appended;
+END
+$$;
+
 -- submit_one runs a lone submit (queue/submitone.go) as one statement:
 -- the key's lookup, admission, the task with its key and its submitted
--- event, and the counts; its outcome is the usual way's.
+-- event, and the counts; its outcome is the usual way's. The task's row is
+-- inserted with its trail (the submitted event's seq, drawn first), so
+-- events_trailed stands aside (leasehold.trailed) and the new row is
+-- written once.
 DROP FUNCTION IF EXISTS submit_one(text, text, text, text, text, bigint, bigint, bigint, bigint, bigint, bigint, text, bigint, text, text, boolean);
 CREATE OR REPLACE FUNCTION submit_one(p_id text, p_user text, p_key text, p_hash text, p_kind text, p_payload text, p_priority bigint, p_run_at bigint, p_deadline bigint, p_now bigint, p_cost_budget bigint, p_steps_max bigint, p_schedule_id text, p_schedule_run bigint, p_actor text, p_scope text, p_timely boolean) RETURNS TABLE(outcome text, task_id text, n bigint, lim bigint)
     LANGUAGE plpgsql
     SET "leasehold.counted" TO 'on'
+    SET "leasehold.trailed" TO 'on'
     AS $$
 DECLARE
+    event_seq BIGINT;
     found_id TEXT;
     found_hash TEXT;
     depth_max BIGINT;
@@ -1043,7 +1090,11 @@ BEGIN
     -- the exact counts, the only place a submit is refused.
     path := admission(ARRAY[p_user]);
     PERFORM fold_user_deltas(leasehold_fold_rows());
-    INSERT INTO users (user_id) VALUES (p_user) ON CONFLICT (user_id) DO NOTHING;
+    -- The user's row, written only for a user that has none: a submit of
+    -- a known user (almost every one) reads its row and writes nothing.
+    IF NOT EXISTS (SELECT 1 FROM users u WHERE u.user_id = p_user) THEN
+        INSERT INTO users (user_id) VALUES (p_user) ON CONFLICT (user_id) DO NOTHING;
+    END IF;
     SELECT COALESCE(MAX(CASE WHEN s.key = 'depth_max' THEN s.value END), 0),
            COALESCE(MAX(CASE WHEN s.key = 'attempts_max' THEN s.value END), 0)
     INTO depth_max, attempts
@@ -1062,25 +1113,27 @@ BEGIN
         END IF;
     END IF;
 
-    -- The task, its key, its submitted event (numbered after the events'
-    -- shared lock is held, as event_insert numbers it) and their counts,
-    -- as tasks_inserted and events_counted would add them.
+    -- The submitted event's seq, drawn once the events' shared lock is
+    -- held (as event_insert draws it: see events_after_lock); then the
+    -- task with that seq as its trail, its key, the event and their
+    -- counts, as tasks_inserted and events_counted would add them.
+    PERFORM pg_advisory_xact_lock_shared(7424602, hashtext(current_schema()));
+    event_seq := nextval('events_seq');
     WITH task AS (
         INSERT INTO tasks (id, user_id, idem_key, request_hash, kind, payload, state, priority, run_at, deadline,
                            attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
-                           created_at, updated_at)
+                           created_at, updated_at, trail)
         VALUES (p_id, p_user, p_key, p_hash, p_kind, p_payload, 'queued', p_priority, p_run_at, p_deadline,
-                attempts, p_now, p_cost_budget, p_steps_max, p_schedule_id, p_schedule_run, p_now, p_now)
+                attempts, p_now, p_cost_budget, p_steps_max, p_schedule_id, p_schedule_run, p_now, p_now,
+                ARRAY[event_seq])
         RETURNING seq
     ), keyed AS (
         INSERT INTO task_keys (user_id, idem_key, seq) SELECT p_user, p_key, task.seq FROM task
     ), active AS (
         INSERT INTO user_deltas (user_id, running, active) VALUES (p_user, 0, 1)
-    ), writing AS (
-        SELECT pg_advisory_xact_lock_shared(7424602, hashtext(current_schema())) AS locked
     ), appended AS (
-        INSERT INTO events (task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
-        SELECT p_id, 'submitted', 0, 0, '', '', 'queued', '', p_actor, p_now, '', p_scope FROM writing
+        INSERT INTO events (seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
+        VALUES (event_seq, p_id, 'submitted', 0, 0, '', '', 'queued', '', p_actor, p_now, '', p_scope)
     )
     INSERT INTO tally_deltas (name, n) VALUES ('state:queued', 1), ('event:submitted::queued:', 1);
     IF p_run_at <= p_now THEN

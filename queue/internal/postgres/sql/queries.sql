@@ -169,6 +169,12 @@ ORDER BY b.ord;
 SELECT {task_columns} FROM claim_batch(:now, :max, :owner, :lease_until, NULLIF(:kinds, '')::jsonb)
 ORDER BY priority DESC, run_at, seq;
 
+-- name: submit_batch
+-- tasks_insert and events_insert of a batch in one statement
+-- (functions.sql's submit_batch): the tasks with their trails, their keys
+-- and their submitted events; it returns how many it inserted.
+SELECT submit_batch(:rows, :attempts_max, :now, :scope);
+
 -- name: submit_one
 -- A Submit alone in its group in one statement, its own transaction
 -- (functions.sql's submit_one): the key's lookup, admission and the task
