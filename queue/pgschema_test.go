@@ -95,7 +95,7 @@ func TestPostgresMigrationsArePinned(t *testing.T) {
 var (
 	postgresOnlyQueries = []string{"claim_batch", "complete_and_claim", "events_after_lock", "functions_applied", "functions_record",
 		"functions_table", "functions_table_exists", "migrations_forget", "migrations_lock", "ready_listen", "ready_notify",
-		"ready_schema", "submit_one", "tally_compact", "tally_rows"}
+		"ready_schema", "submit_batch", "submit_one", "tally_compact", "tally_rows"}
 	sqliteOnlyQueries = []string{"claim_next", "claim_next_kinds", "claim_room", "claim_task", "claim_tasks", "reblock_all", "reblock_user", "wal_truncate"}
 )
 
