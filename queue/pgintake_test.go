@@ -84,6 +84,7 @@ func TestPostgresIntakeWritesANewTaskOnce(t *testing.T) {
 
 	tx, err := f.db.BeginTx(f.ctx, nil)
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }() // the open one of tx's two transactions, after a failed check
 	before := f.intakeWritesIn(tx)
 	submitOne(tx, "t_one1", "alice", "k1")
 	require.Equal(t, intakeWrites{tasksInserted: 1, usersInserted: 1}, f.intakeWritesIn(tx).since(before), "a new user's first submit")
