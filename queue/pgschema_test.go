@@ -45,6 +45,7 @@ var pinnedPostgresFunctions = map[int]string{
 	6: "50def1b822feeef072094c88091b16797852c353038a8f95fc6a9b66c1c5a346",
 	7: "cbc3a667e6c497ea597c6141199db1b0b28f75af1221103fa953d16151a808fe",
 	8: "1a9230ae7ed5be3cf4f7d51513012545894609ffe97038f416f52c198bdcfd16",
+	9: "af73c1aa29a750cd062be0d40c05cd10928b899ab573c12624b2d54cf54efa1d",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the
