@@ -6,9 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
+	"modernc.org/libc"
 	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/leasehold/leasehold/internal/sqlconn"
 )
@@ -32,14 +35,61 @@ import (
 // every open, prepare, statement and commit the queue makes, exactly as
 // with a fresh connection.
 
+// SerialSQLiteEnv, set to "1" in the environment of a process that runs
+// its worlds one at a time (a sweep process: SweepProcessEnv sets it),
+// configures the SQLite library single-threaded before its first use.
+// modernc.org/sqlite opens every connection SQLITE_OPEN_FULLMUTEX, so
+// without it every call into a connection, each column read among them,
+// takes and leaves the connection's mutex through the C library's
+// emulated pthread mutexes. A world's queue holds one connection, which
+// database/sql lends to one caller at a time, so within a world nothing
+// calls SQLite concurrently; across worlds the pool then lends one
+// connection at a time and refuses a second (errSerialBusy) rather than
+// let two worlds share the library's unguarded state.
+const SerialSQLiteEnv = "LEASEHOLD_SIM_SERIAL_SQLITE"
+
+// errSerialBusy is the pool's refusal of a second world's connection while
+// the library is single-threaded.
+var errSerialBusy = errors.New("sim: SQLite is single-threaded in this process (" + SerialSQLiteEnv + "=1): one world's connection at a time")
+
 // worldDBs is the process's pool of world databases.
 var worldDBs = sync.OnceValues(func() (*dbPool, error) {
+	serial := false
+	if os.Getenv(SerialSQLiteEnv) == "1" {
+		var err error
+		if serial, err = singleThreadSQLite(); err != nil {
+			return nil, err
+		}
+	}
 	image, err := migratedImage()
 	if err != nil {
 		return nil, err
 	}
-	return newDBPool(&sqlite.Driver{}, image)
+	p, err := newDBPool(&sqlite.Driver{}, image)
+	if err != nil {
+		return nil, err
+	}
+	p.serial = serial
+	return p, nil
 })
+
+// singleThreadSQLite configures the SQLite library single-threaded
+// (SQLITE_CONFIG_SINGLETHREAD: no mutex on the library's state or on any
+// connection). It reports false, and leaves the library as it was, when
+// the library is already in use in this process (sqlite3_config answers
+// SQLITE_MISUSE once it is initialised).
+func singleThreadSQLite() (bool, error) {
+	tls := libc.NewTLS()
+	defer tls.Close()
+	switch rc := sqlite3.Xsqlite3_config(tls, sqlite3.SQLITE_CONFIG_SINGLETHREAD, 0); rc {
+	case sqlite3.SQLITE_OK:
+		return true, nil
+	case sqlite3.SQLITE_MISUSE:
+		return false, nil
+	default:
+		return false, fmt.Errorf("sim: configure SQLite single-threaded: result code %d", rc)
+	}
+}
 
 // dbPool is a driver.Driver whose connections are in-memory databases that
 // start as image and go back to the pool when closed.
@@ -48,8 +98,13 @@ type dbPool struct {
 	image []byte
 	pages [][]byte // image, page by page
 
+	// serial is set when the library is single-threaded: at most one
+	// connection is lent at a time, and lent counts them.
+	serial bool
+
 	mu   sync.Mutex
 	idle map[string][]*pooledConn // by DSN: a connection keeps its DSN's settings
+	lent int
 }
 
 func newDBPool(inner driver.Driver, image []byte) (*dbPool, error) {
@@ -72,13 +127,25 @@ func newDBPool(inner driver.Driver, image []byte) (*dbPool, error) {
 
 // Open returns an idle connection for dsn restored to the image, or a new
 // one loaded with it.
-func (p *dbPool) Open(dsn string) (driver.Conn, error) {
+func (p *dbPool) Open(dsn string) (conn driver.Conn, err error) {
 	p.mu.Lock()
+	if p.serial && p.lent > 0 {
+		p.mu.Unlock()
+		return nil, errSerialBusy
+	}
+	p.lent++
 	var c *pooledConn
 	if idle := p.idle[dsn]; len(idle) > 0 {
 		c, p.idle[dsn] = idle[len(idle)-1], idle[:len(idle)-1]
 	}
 	p.mu.Unlock()
+	defer func() {
+		if err != nil {
+			p.mu.Lock()
+			p.lent--
+			p.mu.Unlock()
+		}
+	}()
 	if c != nil {
 		if err := c.restore(p.pages); err == nil {
 			c.closed = false
@@ -105,6 +172,7 @@ func (p *dbPool) Open(dsn string) (driver.Conn, error) {
 func (p *dbPool) give(c *pooledConn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.lent--
 	p.idle[c.dsn] = append(p.idle[c.dsn], c)
 }
 

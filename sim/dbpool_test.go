@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -123,5 +126,47 @@ func TestReusedDatabaseSameFingerprint(t *testing.T) {
 			p.idle[dsn] = append(p.idle[dsn], cs...)
 		}
 		p.mu.Unlock()
+	}
+}
+
+// serialChildEnv marks the process TestSerialSQLite starts as its child.
+const serialChildEnv = "LEASEHOLD_SIM_SERIAL_CHILD"
+
+// With SerialSQLiteEnv set (a sweep process), the library is
+// single-threaded, the pool lends one connection at a time and refuses a
+// second, and seeds give the fingerprints they give with the library
+// serialised. The child runs in a process of its own: the configuration
+// is the process's, for good.
+func TestSerialSQLite(t *testing.T) {
+	sc := scenarios.Portfolio()
+	if os.Getenv(serialChildEnv) == "1" {
+		p, err := worldDBs()
+		require.NoError(t, err)
+		require.True(t, p.serial, "the library is single-threaded")
+		const dsn = ":memory:"
+		first, err := p.Open(dsn)
+		require.NoError(t, err)
+		_, err = p.Open(dsn)
+		require.ErrorIs(t, err, errSerialBusy, "a second connection while one is lent")
+		require.NoError(t, first.Close())
+		again, err := p.Open(dsn)
+		require.NoError(t, err, "a connection once the first is given back")
+		require.NoError(t, again.Close())
+		for seed := uint64(1); seed <= 2; seed++ {
+			r := Run(Config{Scenario: sc, Seed: seed})
+			require.True(t, r.Pass, r.Summary())
+			fmt.Printf("fingerprint %d %s\n", seed, r.Fingerprint)
+		}
+		return
+	}
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(self, "-test.run", "^TestSerialSQLite$", "-test.count", "1")
+	cmd.Env = append(SweepProcessEnv(os.Environ()), serialChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for seed := uint64(1); seed <= 2; seed++ {
+		want := fmt.Sprintf("fingerprint %d %s", seed, Run(Config{Scenario: sc, Seed: seed}).Fingerprint)
+		require.True(t, strings.Contains(string(out), want), "the child's output %s lacks %q", out, want)
 	}
 }

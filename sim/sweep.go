@@ -117,10 +117,11 @@ const SweepGCPercent = 400
 // SweepProcessEnv returns the environment for one process of a sweep split
 // across processes, from environ (the parent's): one core each
 // (GOMAXPROCS=1, so its collector does not contend with the other
-// processes for the cores) and GOGC=SweepGCPercent unless environ sets
-// GOGC.
+// processes for the cores), SQLite single-threaded (SerialSQLiteEnv: the
+// process runs its worlds one at a time) and GOGC=SweepGCPercent unless
+// environ sets GOGC.
 func SweepProcessEnv(environ []string) []string {
-	env := append(slices.Clone(environ), "GOMAXPROCS=1")
+	env := append(slices.Clone(environ), "GOMAXPROCS=1", SerialSQLiteEnv+"=1")
 	if !slices.ContainsFunc(environ, func(kv string) bool { return strings.HasPrefix(kv, "GOGC=") }) {
 		env = append(env, fmt.Sprintf("GOGC=%d", SweepGCPercent))
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestSweepProcessEnv checks that a sweep process gets one core and the
-// sweep's collector target, that a GOGC the caller set is kept, and that
+// TestSweepProcessEnv checks that a sweep process gets one core, SQLite
+// single-threaded and the sweep's collector target, that a GOGC the caller set is kept, and that
 // the values it sets are the ones os/exec passes on.
 func TestSweepProcessEnv(t *testing.T) {
 	env := SweepProcessEnv([]string{"HOME=/h", "GOMAXPROCS=2"})
@@ -16,6 +16,9 @@ func TestSweepProcessEnv(t *testing.T) {
 	}
 	if got := lastValue(env, "GOGC"); got != "400" {
 		t.Errorf("GOGC = %q, want 400", got)
+	}
+	if got := lastValue(env, SerialSQLiteEnv); got != "1" {
+		t.Errorf("%s = %q, want 1", SerialSQLiteEnv, got)
 	}
 	if got := lastValue(env, "HOME"); got != "/h" {
 		t.Errorf("HOME = %q, want /h (the parent's environment is kept)", got)
