@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 
 	"modernc.org/libc"
@@ -204,6 +206,7 @@ type pooledConn struct {
 
 	stmts  *sqlconn.Lender
 	dbpage driver.Stmt // INSERT INTO sqlite_dbpage, for restore
+	begin  string      // the BEGIN the DSN asks for (beginSQL)
 }
 
 // Close gives the connection back to the pool; its database is restored
@@ -234,6 +237,70 @@ func (c *pooledConn) Prepare(query string) (driver.Stmt, error) {
 func (c *pooledConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	return c.stmts.Lend(query, func() (driver.Stmt, error) { return c.inner.PrepareContext(ctx, query) })
 }
+
+// BeginTx begins a transaction with the connection's compiled BEGIN (as
+// the DSN's _txlock asks), where modernc.org/sqlite compiles BEGIN,
+// COMMIT and ROLLBACK again for every transaction; a transaction with
+// options other than the defaults begins on the SQLite connection.
+func (c *pooledConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if opts != (driver.TxOptions{}) {
+		return c.Conn.BeginTx(ctx, opts)
+	}
+	if err := c.control(ctx, c.beginSQL()); err != nil {
+		return nil, err
+	}
+	return &pooledTx{c: c, ctx: ctx}, nil
+}
+
+// Begin begins with the default options.
+func (c *pooledConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+// beginSQL is the BEGIN the connection's DSN asks for: its _txlock mode,
+// as modernc.org/sqlite's own begins.
+func (c *pooledConn) beginSQL() string {
+	if c.begin == "" {
+		c.begin = "BEGIN"
+		if _, query, ok := strings.Cut(c.dsn, "?"); ok {
+			if v, err := url.ParseQuery(query); err == nil && v.Get("_txlock") != "" {
+				c.begin = "BEGIN " + strings.ToUpper(v.Get("_txlock"))
+			}
+		}
+	}
+	return c.begin
+}
+
+// control runs one of the transaction's control statements, compiled
+// once and lent from the connection's statements.
+func (c *pooledConn) control(ctx context.Context, query string) error {
+	st, err := c.PrepareContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	_, err = st.(driver.StmtExecContext).ExecContext(ctx, nil)
+	return errors.Join(err, st.Close())
+}
+
+// pooledTx is a transaction begun by pooledConn.BeginTx.
+type pooledTx struct {
+	c   *pooledConn
+	ctx context.Context
+}
+
+// Commit commits; a COMMIT that fails is followed by a ROLLBACK (which
+// fails harmlessly when the failed COMMIT already ended the transaction),
+// as modernc.org/sqlite's own transactions do.
+func (t *pooledTx) Commit() error {
+	err := t.c.control(t.ctx, "COMMIT")
+	if err != nil {
+		_ = t.c.control(context.Background(), "ROLLBACK")
+	}
+	return err
+}
+
+// Rollback rolls back.
+func (t *pooledTx) Rollback() error { return t.c.control(context.Background(), "ROLLBACK") }
 
 // IsValid: a connection given back to the pool is no longer valid.
 func (c *pooledConn) IsValid() bool { return !c.closed && c.inner.IsValid() }
