@@ -144,16 +144,17 @@ func drawGroup(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) Event {
 // In three group events of four (drawn from the group stream), and in
 // every one while a worker holds a task of a user at its running limit
 // (atLimitHeld) or where the careless client acts, the group chases
-// completions, which come only when a
-// worker's run has ended:
-// every worker holding a claim acts (chaseActors) and steps on until it
-// goes idle (groupChaseStepsMax steps at most); while a worker's write is
-// committed, each round keeps one write of an actor that is not a worker
-// back for the next round; and when only such writes are left and a
-// worker will have something to do within groupChaseWait, the clock moves
-// on to that moment (up to groupChaseWaits times) and the workers step
-// again. So a worker's later write, a completion with its claim most
-// often, is committed in a group of several, not alone.
+// completions, which come only when a worker's run has ended: every
+// worker holding a claim acts (chaseActors) and steps on until it goes
+// idle (groupChaseStepsMax steps at most), the careless client acts
+// several times (carelessChase); while a chasing actor's write is
+// committed, each round keeps one write of another actor back for the
+// next round (keepCompany); and when only such writes are left, the group
+// moves on (chaseOn): it begins and ends the workers' runs, or moves the
+// clock on to a worker's or a run's next moment within groupChaseWait,
+// and the chasing actors act again, up to groupChaseWaits times. So a
+// worker's later write, a completion with its claim most often, is
+// committed in a group of several, not alone.
 func (w *World) group(e Event) string {
 	actors, err := parseGroupActors(e.Name)
 	if err != nil {
@@ -493,9 +494,8 @@ func (w *World) groupAct(a groupActor, chase bool) string {
 
 // groupStepsMax is how many steps a worker takes as an actor of a group
 // event, short of an idle one: a slot whose step wrote goes on to its next
-// write in a later group of the same event.
-// groupChaseStepsMax is how many a worker takes in a group event that
-// chases completions.
+// write in a later group of the same event. groupChaseStepsMax is how
+// many it takes at a time in a group event that chases completions.
 const (
 	groupStepsMax      = 3
 	groupChaseStepsMax = 8
