@@ -117,7 +117,7 @@ func TestPostgresCountersPerStatement(t *testing.T) {
 	require.EqualValues(t, 4, active, "a1, a2, a3 and b2")
 }
 
-// TestPostgresFusedGroupCountsItself: complete_and_claim (pre-fold version 8)
+// TestPostgresFusedGroupCountsItself: complete_and_claim
 // skips the counting triggers and adds what they would have, once for the
 // whole statement: two completions of two users and a claim of the next
 // task leave one row a counter name (state:running nets to one fewer), and
