@@ -10,6 +10,11 @@ import (
 var (
 	// ErrNotFound: no task (or schedule) has that ID.
 	ErrNotFound = errors.New("not found")
+	// ErrTaskNotFound: no task has that ID. It is an ErrNotFound (errors.Is
+	// holds for both) with the same message; a worker whose fenced write
+	// meets it knows the task it held is gone (pruned after it settled),
+	// not that the write named a missing operation.
+	ErrTaskNotFound error = taskNotFound{}
 	// ErrStaleClaim: a worker write named a fence that is not current, a
 	// task that is not running, or a lease that has expired. The task is
 	// unchanged; the rejection is recorded as an event.
@@ -63,3 +68,10 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalidInp
 func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
+
+// taskNotFound is ErrTaskNotFound: it reads as ErrNotFound and matches it.
+type taskNotFound struct{}
+
+func (taskNotFound) Error() string { return ErrNotFound.Error() }
+
+func (taskNotFound) Is(target error) bool { return target == ErrNotFound }

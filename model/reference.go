@@ -287,7 +287,7 @@ func eligibleAt(t *Task) time.Time {
 func (r *Reference) fenced(c Claim, write Write, checkDeadline bool) (*Task, error) {
 	t, ok := r.tasks[c.TaskID]
 	if !ok {
-		return nil, fmt.Errorf("task %s: %w", c.TaskID, ErrNotFound)
+		return nil, fmt.Errorf("task %s: %w", c.TaskID, ErrTaskNotFound)
 	}
 	now := r.now()
 	if why := StaleReason(t.State, t.Version, t.LeaseUntil, c.Fence, now); why != "" {
@@ -588,7 +588,7 @@ func (r *Reference) AcknowledgeCancel(_ context.Context, c Claim) error {
 func (r *Reference) task(id string) (*Task, error) {
 	t, ok := r.tasks[id]
 	if !ok {
-		return nil, fmt.Errorf("task %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("task %s: %w", id, ErrTaskNotFound)
 	}
 	return t, nil
 }

@@ -14,7 +14,7 @@ import (
 func (q *Queue) Task(ctx context.Context, id string) (model.Task, error) {
 	t, err := scanTask(q.readRow(ctx, qTaskByID, sql.Named("id", id)))
 	if err != nil {
-		return model.Task{}, notFound(err, "task "+id)
+		return model.Task{}, taskNotFound(err, id)
 	}
 	return t, nil
 }

@@ -66,8 +66,18 @@ func scanEffects(rows *sql.Rows) ([]model.Effect, error) {
 
 // notFound turns sql.ErrNoRows into ErrNotFound naming what was missing.
 func notFound(err error, what string) error {
+	return notFoundAs(err, what, model.ErrNotFound)
+}
+
+// taskNotFound is notFound for a task read by its ID: ErrTaskNotFound.
+func taskNotFound(err error, id string) error {
+	return notFoundAs(err, "task "+id, model.ErrTaskNotFound)
+}
+
+// notFoundAs turns sql.ErrNoRows into sentinel naming what was missing.
+func notFoundAs(err error, what string, sentinel error) error {
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%s: %w", what, model.ErrNotFound)
+		return fmt.Errorf("%s: %w", what, sentinel)
 	}
 	return fmt.Errorf("queue: read %s: %w", what, err)
 }

@@ -15,7 +15,7 @@ import (
 func (t *txn) loadTask(id string) (model.Task, error) {
 	task, err := scanTask(t.queryRow(qTaskByID, sql.Named("id", id)))
 	if err != nil {
-		return model.Task{}, notFound(err, "task "+id)
+		return model.Task{}, taskNotFound(err, id)
 	}
 	return task, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/leasehold/leasehold/worker/workertest"
 )
 
 // A runner's housekeeping prunes by the policy stored in the queue: a task
@@ -73,4 +74,40 @@ func TestRunnerHousekeepingPrunes(t *testing.T) {
 func newest(b *bundle) model.SubmitRequest {
 	return model.SubmitRequest{User: "ana", Payload: `{"steps":[{"cost":1}]}`, CostBudget: 10, StepsMax: 5,
 		RunAt: b.clock.Now().Add(365 * 24 * time.Hour)}
+}
+
+// A task the queue settles while a worker still runs its step (here its
+// deadline, by the reaper) and prunes before the worker's next write: the
+// write is told the task is not found, and the worker drops the claim as
+// a lost one, not as an anomaly, and claims no more of it.
+func TestAPrunedTaskEndsTheClaimQuietly(t *testing.T) {
+	b := setup(t)
+	id := b.submitRequest(model.SubmitRequest{User: "ana", Payload: `{"steps":[{"cost":1,"duration_ms":3000},{"cost":1}]}`,
+		CostBudget: 10, StepsMax: 5, Deadline: epoch.Add(time.Second)})
+	b.submitRequest(newest(b)) // no prune removes the newest task
+	w := b.newWorker("w1", workertest.NewService(worker.Dedup, b.clock))
+	b.stepUntil(w, func(r worker.Report) bool { return r.Action == worker.ActionRun })
+	require.Len(t, w.Claims(), 1)
+
+	b.clock.Advance(1100 * time.Millisecond)
+	reaped, err := b.q.Reap(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, reaped.Deadlines)
+	require.Equal(t, model.Failed, b.task(id).State)
+	b.clock.Advance(time.Millisecond)
+	pruned, err := b.q.Prune(b.ctx, queue.PruneRequest{OlderThan: time.Millisecond, Actor: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), pruned.Tasks[model.Failed])
+	_, err = b.q.Task(b.ctx, id)
+	require.ErrorIs(t, err, model.ErrTaskNotFound)
+	require.ErrorIs(t, err, model.ErrNotFound, "a missing task is still not found to every caller")
+
+	gone := b.stepUntil(w, func(r worker.Report) bool { return r.TaskID == id && r.Write != "" })
+	require.False(t, gone.Accepted)
+	require.Equal(t, "claim dropped: the task was pruned", gone.Outcome)
+	require.ErrorIs(t, gone.Err, model.ErrTaskNotFound)
+	require.Empty(t, w.Claims())
+	for _, r := range b.run(w, stepsMax) {
+		require.NotEqual(t, id, r.TaskID, "nothing more of the pruned task: %s", r)
+	}
 }

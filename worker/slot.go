@@ -162,12 +162,13 @@ const (
 	LeftLeaseExpired = "lease expired locally" // by the slot's own clock
 	LeftStaleClaim   = "stale claim"           // the queue refused a write: the claim is no longer current
 	LeftStaleFence   = "stale fence"           // a receipt was refused by fence
+	LeftTaskGone     = "task gone"             // the task was pruned after it settled while the claim was held
 	LeftAnomaly      = "anomaly"               // the queue answered what the protocol does not allow
 )
 
 // Left says why a finished slot's claim ended without the worker settling
-// or releasing it: LeftLeaseExpired, LeftStaleClaim, LeftStaleFence or
-// LeftAnomaly. It is empty while the claim is held and when the worker
+// or releasing it: LeftLeaseExpired, LeftStaleClaim, LeftStaleFence,
+// LeftTaskGone or LeftAnomaly. It is empty while the claim is held and when the worker
 // ended it with an accepted write; a claim left is the reaper's.
 func (s *Slot) Left() string { return s.left }
 
@@ -575,8 +576,10 @@ func (s *Slot) runEnded(ctx context.Context, now time.Time) Report {
 
 // outcome routes a queue error: nil means carry on. A stale claim is
 // dropped; a write the queue refused after settling the task (a limit or
-// deadline reached) ends the claim; a storage error keeps the phase and
-// backs off; anything else is an anomaly and ends the claim.
+// deadline reached) ends the claim; a task that no longer exists was
+// settled by the queue (the reaper, a deadline, an operator) and pruned
+// since, so the claim is dropped as a stale one is; a storage error keeps
+// the phase and backs off; anything else is an anomaly and ends the claim.
 func (s *Slot) outcome(r *Report, err error, now time.Time) bool {
 	r.Err = err
 	switch {
@@ -587,6 +590,9 @@ func (s *Slot) outcome(r *Report, err error, now time.Time) bool {
 	case errors.Is(err, model.ErrStaleClaim):
 		r.Outcome = "stale claim dropped"
 		s.leave(LeftStaleClaim)
+	case errors.Is(err, model.ErrTaskNotFound):
+		r.Outcome = "claim dropped: the task was pruned"
+		s.leave(LeftTaskGone)
 	case errors.Is(err, model.ErrBudgetExhausted), errors.Is(err, model.ErrStepsExhausted), errors.Is(err, model.ErrDeadlineExceeded):
 		r.Accepted = true
 		r.Outcome = string(refusalReason(err)) + ": task failed by the queue"
