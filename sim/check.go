@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -54,6 +55,9 @@ type checker struct {
 	// oracle is the lockstep's first disagreement or broken stated
 	// invariant, returned by the next check.
 	oracle *model.Violation
+	// group, during a group event, holds the actors' reports back until
+	// the event ends (beginGroup, endGroup).
+	group *groupFeed
 }
 
 // enabled reports whether the check named kind reports violations.
@@ -113,16 +117,26 @@ func (c *checker) submitted(id string) {
 }
 
 // report records a worker's accepted writes in the claim history; a
-// violation is kept for the next check to return.
+// violation is kept for the next check to return. During a group event
+// the report is held back and fed in the group's commit order
+// (groupFeed).
 func (c *checker) report(r worker.Report) {
+	if c.group != nil {
+		c.group.hold(r, c.w.clock.Now())
+		return
+	}
+	c.accept(r, c.w.clock.Now())
+}
+
+// accept records the writes r reports, made at the queue's time at.
+func (c *checker) accept(r worker.Report, at time.Time) {
 	if r.Write == "heartbeat" && r.StorageError {
 		// The heartbeat may have been applied (an ambiguous commit).
-		c.history.MayExtend(r.TaskID, r.Fence, model.Truncate(c.w.clock.Now()).Add(c.w.sc.Lease))
+		c.history.MayExtend(r.TaskID, r.Fence, model.Truncate(at).Add(c.w.sc.Lease))
 	}
 	if !r.Accepted || r.Write == "" || c.pending != nil {
 		return
 	}
-	at := c.w.clock.Now()
 	if r.Write == "claim" {
 		for _, cl := range r.Claims {
 			if v := c.keep(c.history.Accept(model.AcceptedWrite{TaskID: cl.TaskID, Fence: cl.Fence, Kind: "claim", At: at,
@@ -399,4 +413,114 @@ func throughTrail(vs []model.Violation, from, to model.State, moves []model.Even
 		}
 	}
 	return out
+}
+
+// groupFeed orders the reports of a group event's actors by where the
+// group committed the writes they report. An actor reports once its
+// operation returns, which may be rounds after its write committed (a
+// duplicated delivery is held for a later round before the first
+// delivery's outcome comes back), while another actor, carrying on in
+// between, reports a write committed after it: a draining worker's
+// release of a task, then the claim that took the task once released.
+// The claim history must see the release first. The reports are not
+// sorted by fence, which would hide a stale write a group accepted.
+//
+// Only one actor runs at a time (world_groups.go): the world names it
+// (actor) before it lets the actor run, and gives each write that
+// arrives while it runs to it (own). A report stands at the first write
+// of its actor, committed since the actor's previous report, that was
+// applied (answered success or a refusal; a run the queue made again
+// after a conflict was not), else at the last such write; a report with
+// no committed write stands after every write committed so far.
+type groupFeed struct {
+	actor   int
+	owner   map[*queue.HeldWrite]int
+	written map[int][]committedWrite // by actor: committed, not reported yet, in commit order
+	commits int
+	reports []heldReport
+}
+
+// committedWrite is one write a group event committed: its place in the
+// event's commit order, the queue's time then, and whether its operation
+// ended there (applied).
+type committedWrite struct {
+	at      int
+	time    time.Time
+	applied bool
+}
+
+// heldReport is a report held back, with the place and time of the write
+// it reports.
+type heldReport struct {
+	at   int
+	time time.Time
+	r    worker.Report
+}
+
+// beginGroup holds reports back until endGroup and returns the feed the
+// group event tells of its actors and commits.
+func (c *checker) beginGroup() *groupFeed {
+	c.group = &groupFeed{owner: map[*queue.HeldWrite]int{}, written: map[int][]committedWrite{}}
+	return c.group
+}
+
+// endGroup feeds the reports held back, in the group's commit order (a
+// report's place; reports of one place in the order they came).
+func (c *checker) endGroup() {
+	g := c.group
+	c.group = nil
+	sort.SliceStable(g.reports, func(i, j int) bool { return g.reports[i].at < g.reports[j].at })
+	for _, h := range g.reports {
+		c.accept(h.r, h.time)
+	}
+}
+
+// own gives the actor running now every write of pending no actor owns
+// yet: those that arrived while it ran.
+func (g *groupFeed) own(pending []*queue.HeldWrite) {
+	for _, w := range pending {
+		if _, ok := g.owner[w]; !ok {
+			g.owner[w] = g.actor
+		}
+	}
+}
+
+// committed notes order, a group just committed at the queue's time now,
+// in its commit order, with each member's outcome (errs). Places are
+// even; a report with no write of its own takes the odd place after the
+// writes committed before it.
+func (g *groupFeed) committed(order []*queue.HeldWrite, errs []error, now time.Time) {
+	for i, w := range order {
+		actor := g.owner[w]
+		g.written[actor] = append(g.written[actor], committedWrite{at: 2 * g.commits, time: now,
+			applied: errs[i] == nil || RefusalClass(errs[i]) != ""})
+		g.commits++
+	}
+}
+
+// heldOutcomes returns the outcome of each write of order, a committed group.
+func heldOutcomes(order []*queue.HeldWrite) []error {
+	errs := make([]error, len(order))
+	for i, w := range order {
+		errs[i] = w.Err()
+	}
+	return errs
+}
+
+// hold keeps r, reported by the actor running now at the queue's time now,
+// at the place of the write it reports.
+func (g *groupFeed) hold(r worker.Report, now time.Time) {
+	h := heldReport{at: 2*g.commits - 1, time: now, r: r}
+	if written := g.written[g.actor]; len(written) > 0 {
+		pick := written[len(written)-1]
+		for _, w := range written {
+			if w.applied {
+				pick = w
+				break
+			}
+		}
+		h.at, h.time = pick.at, pick.time
+		delete(g.written, g.actor)
+	}
+	g.reports = append(g.reports, h)
 }

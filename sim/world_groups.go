@@ -137,7 +137,10 @@ func drawGroup(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) Event {
 // one group, and lets each member's actor carry on in that order, one at
 // a time, until it finishes or holds another write. Only one actor runs at
 // any moment, so the world's state is touched as by one goroutine, and
-// nothing a goroutine's timing decides reaches the run.
+// nothing a goroutine's timing decides reaches the run. The checker is
+// told which actor runs and what each round committed, and takes the
+// actors' reports in the order the group committed their writes
+// (groupFeed).
 func (w *World) group(e Event) string {
 	actors, err := parseGroupActors(e.Name)
 	if err != nil {
@@ -145,13 +148,16 @@ func (w *World) group(e Event) string {
 	}
 	signal := make(chan struct{})
 	w.q.holdWrites(func() { signal <- struct{}{} })
+	feed := w.checker.beginGroup()
 	outs := make([]string, len(actors))
 	for i, a := range actors {
+		feed.actor = i
 		go func() {
 			outs[i] = w.groupAct(a)
 			signal <- struct{}{}
 		}()
 		<-signal
+		feed.own(w.q.pending())
 	}
 	var sizes []string
 	armed := e.Fault == ""
@@ -173,14 +179,18 @@ func (w *World) group(e Event) string {
 		}
 		calls := w.q.callsOf(order)
 		w.q.commitHeld(order)
+		feed.committed(order, heldOutcomes(order), w.clock.Now())
 		sizes = append(sizes, strconv.Itoa(len(order)))
 		for i, m := range order {
+			feed.actor = feed.owner[m]
 			w.q.resume(calls[i])
 			m.Release()
 			<-signal
+			feed.own(w.q.pending())
 		}
 	}
 	w.q.releaseWrites()
+	w.checker.endGroup()
 	if len(sizes) == 0 {
 		sizes = append(sizes, "none")
 	}
