@@ -3,6 +3,7 @@ package queue
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -127,4 +128,83 @@ func TestPostgresIntakeWritesANewTaskOnce(t *testing.T) {
 	require.Equal(t, int64(5), tallies["state:queued"][0])
 	require.Equal(t, int64(5), tallies["event:submitted::queued:"][0])
 	require.Equal(t, int64(5), tallies["kind:synthetic:submitted::queued:"][0])
+}
+
+// TestPostgresAdmissionStepsOverFoldedRows: admission's margin, which
+// every fast-path submit reads, reads the active states' rows of
+// tally_deltas and the user's rows of user_deltas by plain index scans,
+// not bitmap scans. A plain index scan marks the entries of rows a fold
+// deleted dead once no transaction can see them, so later reads step
+// over them; a bitmap scan reads them all again each time, and intake
+// slowed as the entries of folded rows piled up between vacuums (2,000
+// deleted rows of each here, as folds leave them). A plain index scan is
+// told from a bitmap scan by where the server counts the rows it fetched:
+// against the index for the one, against the table for the other.
+func TestPostgresAdmissionStepsOverFoldedRows(t *testing.T) {
+	f := freshPostgres(t)
+	submit := func(key string) {
+		t.Helper()
+		_, err := f.q.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: key, Payload: `{}`, CostBudget: 1, StepsMax: 1})
+		require.NoError(t, err)
+	}
+	submit("k0")
+	for _, stmt := range []string{
+		`INSERT INTO tally_deltas (name, n) SELECT 'state:queued', 0 FROM generate_series(1, 2000)`,
+		`DELETE FROM tally_deltas WHERE name = 'state:queued' AND n = 0`,
+		`INSERT INTO user_deltas (user_id, running, active) SELECT 'ana', 0, 0 FROM generate_series(1, 2000)`,
+		`DELETE FROM user_deltas WHERE user_id = 'ana' AND running = 0 AND active = 0`,
+	} {
+		_, err := f.db.ExecContext(f.ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	for i := range 6 { // past the plan cache's custom plans, to its generic one
+		submit(fmt.Sprintf("k%d", i+1))
+	}
+
+	// The submit runs in a transaction, so that what its connection's
+	// scans fetched is not reported (and reset) between the two reads.
+	tx, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	// The live rows fetched by plain index scans of each index.
+	fetched := func() map[string]int64 {
+		t.Helper()
+		rows, err := tx.QueryContext(f.ctx, `SELECT i.name, pg_stat_get_xact_tuples_fetched(i.name::regclass)
+		    FROM unnest(ARRAY['tally_deltas_active', 'user_deltas_user']) AS i(name)`)
+		require.NoError(t, err)
+		defer rows.Close()
+		out := map[string]int64{}
+		for rows.Next() {
+			var name string
+			var n int64
+			require.NoError(t, rows.Scan(&name, &n))
+			out[name] = n
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	before := fetched()
+	text, bound := f.args("submit_one", sql.Named("id", "t_last"), sql.Named("user", "ana"), sql.Named("key", "last"),
+		sql.Named("hash", "h"), sql.Named("kind", "synthetic"), sql.Named("payload", "{}"), sql.Named("priority", 0),
+		sql.Named("run_at", int64(1000)), sql.Named("deadline", int64(0)), sql.Named("now", int64(1000)),
+		sql.Named("cost_budget", 1), sql.Named("steps_max", 1), sql.Named("schedule_id", ""),
+		sql.Named("schedule_run", int64(0)), sql.Named("actor", "user:ana"), sql.Named("scope", ""),
+		sql.Named("timely", true))
+	var outcome string
+	var taskID sql.NullString
+	var n, lim int64
+	require.NoError(t, tx.QueryRowContext(f.ctx, text, bound...).Scan(&outcome, &taskID, &n, &lim))
+	require.Equal(t, "inserted", outcome)
+	after := fetched()
+	require.NoError(t, tx.Commit())
+	// The active states' first rows (queued, running, waiting) and the
+	// seven submits' rows of queued; ana's seven rows.
+	require.GreaterOrEqual(t, after["tally_deltas_active"]-before["tally_deltas_active"], int64(3),
+		"the margin read the active states' rows by a plain index scan")
+	require.GreaterOrEqual(t, after["user_deltas_user"]-before["user_deltas_user"], int64(1),
+		"the margin read ana's rows by a plain index scan")
+
+	var states, users, over int
+	require.NoError(t, f.queryRow("counters_check").Scan(&states, &users, &over))
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{states, users, over})
 }

@@ -1,4 +1,4 @@
--- version: 9
+-- version: 10
 -- The PostgreSQL store's functions and the triggers that call them: code,
 -- not schema. migrate installs this file whole (CREATE OR REPLACE) after
 -- the migrations, in the transaction that runs them, and records its
@@ -59,10 +59,14 @@ $$;
 
 -- active_tasks is the queue's active tasks, the sum of the active states'
 -- rows of tally_deltas, folding them once p_rows or more pile up; it reads
--- them by the partial index tally_deltas_active.
+-- them by the partial index tally_deltas_active, in a plain index scan: it
+-- marks the entries of rows a fold deleted dead once no transaction can
+-- see them, so the next read steps over them, where a bitmap scan reads
+-- every one of them again until a vacuum (and autovacuum may be off).
 CREATE OR REPLACE FUNCTION active_tasks(p_rows bigint) RETURNS bigint
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
     AS $$
 DECLARE
     total BIGINT;
@@ -227,8 +231,15 @@ CREATE OR REPLACE TRIGGER events_counted AFTER INSERT ON events
 -- totals above: kind:TASK_KIND:KIND:FROM:TO:REASON, the kind empty for an
 -- event of no task. This trigger fires for every statement that inserts
 -- events, those of the functions that count their own writes included,
--- so the kinds' counts commit with the events whoever wrote them. Each
--- task's kind is one lookup of the tasks' id index.
+-- so the kinds' counts commit with the events whoever wrote them; only a
+-- statement that counts its events by kind itself (the submits', which
+-- know their tasks' kinds) runs with leasehold.kinds_counted on, and the
+-- trigger stands aside. That setting is set by set_config around the
+-- statement, not by a function's SET clause: a role that is not a
+-- superuser needs a grant (SET ON PARAMETER) for each custom setting a
+-- function's SET clause names, and a new one would need a new grant
+-- where the queue runs as such a role. Each task's kind is one lookup of
+-- the tasks' id index.
 CREATE OR REPLACE FUNCTION events_counted_by_kind() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -245,6 +256,7 @@ $$;
 
 CREATE OR REPLACE TRIGGER events_counted_by_kind AFTER INSERT ON events
     REFERENCING NEW TABLE AS appended FOR EACH STATEMENT
+    WHEN (current_setting('leasehold.kinds_counted', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION events_counted_by_kind();
 
 -- The trail (migration 0004): each task's row keeps the seqs of its
@@ -863,14 +875,20 @@ CREATE OR REPLACE FUNCTION leasehold_admission_slots() RETURNS integer
 
 -- admission admits p_users, one element a task that may be inserted (a
 -- user named once for each of its tasks), as the transaction's next
--- tasks: it returns 'fast' when they were admitted within the margin (no
--- check of the caps can refuse them, so the caller makes none), and
--- 'exact' when the transaction holds the exclusive path (the caller's next
--- statements read the exact counts and check the caps). On the fast path
--- it folds the active states' rows of changes once they pile up, as
--- active_tasks does for the exclusive path.
-CREATE OR REPLACE FUNCTION admission(p_users text[]) RETURNS text
+-- tasks, p_size being the slots' size (admission_slot_tasks) as the
+-- caller read it before: it returns 'fast' when they were admitted within
+-- the margin (no check of the caps can refuse them, so the caller makes
+-- none), and 'exact' when the transaction holds the exclusive path (the
+-- caller's next statements read the exact counts and check the caps). On
+-- the fast path it folds the active states' rows of changes once they
+-- pile up, as active_tasks does for the exclusive path. Its margin reads
+-- the rows of changes by plain index scans, as active_tasks does, and for
+-- the same reason: so that it steps over the entries of folded rows.
+CREATE OR REPLACE FUNCTION admission(p_users text[], p_size bigint) RETURNS text
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_bitmapscan TO 'off'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     slots CONSTANT INTEGER := leasehold_admission_slots();
@@ -878,7 +896,8 @@ DECLARE
     k CONSTANT BIGINT := COALESCE(cardinality(p_users), 0);
     held BIGINT := COALESCE(NULLIF(current_setting('leasehold.admission_held', true), ''), '0')::BIGINT;
     used BIGINT := COALESCE(NULLIF(current_setting('leasehold.admission_used', true), ''), '0')::BIGINT;
-    size_read BIGINT;
+    size_read CONSTANT BIGINT := p_size;
+    set_to TEXT;
     need INTEGER;
     got INTEGER;
     start INTEGER;
@@ -889,7 +908,6 @@ BEGIN
     IF held = -1 THEN
         RETURN 'exact';
     END IF;
-    SELECT COALESCE(MAX(st.value), 1) INTO size_read FROM settings st WHERE st.key = 'admission_slot_tasks';
 
     -- The fast path: enough slots for this transaction's fast-path tasks,
     -- tried from a slot of this connection's own, and the margin checked
@@ -917,7 +935,7 @@ BEGIN
         -- the other transactions admitted and have not committed, the
         -- tasks of each slot this one does not hold. The slots' size is
         -- read again, as one resized (on the exclusive path) since the
-        -- first read would change it.
+        -- caller read it (p_size) would change it.
         WITH conf AS (
             SELECT COALESCE(MAX(CASE WHEN st.key = 'depth_max' THEN st.value END), 0) AS depth_max,
                    COALESCE(MAX(CASE WHEN st.key = 'user_depth_max' THEN st.value END), 0) AS user_depth_max,
@@ -942,8 +960,8 @@ BEGIN
         IF near THEN
             RAISE EXCEPTION 'admission: near a cap' USING ERRCODE = 'LH902';
         END IF;
-        PERFORM set_config('leasehold.admission_held', held::text, true),
-                set_config('leasehold.admission_used', (used + k)::text, true);
+        set_to := set_config('leasehold.admission_held', held::text, true);
+        set_to := set_config('leasehold.admission_used', (used + k)::text, true);
     EXCEPTION WHEN SQLSTATE 'LH902' THEN
         -- The slots this block took are released; held is as it was.
         held := COALESCE(NULLIF(current_setting('leasehold.admission_held', true), ''), '0')::BIGINT;
@@ -970,9 +988,17 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    PERFORM set_config('leasehold.admission_held', '-1', true);
+    set_to := set_config('leasehold.admission_held', '-1', true);
     RETURN 'exact';
 END
+$$;
+
+-- admission(p_users) is admission with the slots' size read first, for a
+-- caller that has not read it.
+CREATE OR REPLACE FUNCTION admission(p_users text[]) RETURNS text
+    LANGUAGE sql
+    AS $$
+    SELECT admission(p_users, (SELECT COALESCE(MAX(st.value), 1) FROM settings st WHERE st.key = 'admission_slot_tasks'))
 $$;
 
 -- admission_resize sets the tasks a slot admits (admission_slot_tasks)
@@ -1007,15 +1033,23 @@ $$;
 -- actor, a). Each event's seq is drawn once the events' shared lock is
 -- held (as event_insert draws it) and written with its task, as its
 -- trail, so events_trailed stands aside (leasehold.trailed) and each new
--- row is written once. The counters' triggers count the statement.
+-- row is written once. The statement counts what it writes, as
+-- tasks_inserted, events_counted and events_counted_by_kind would from
+-- the rows it inserted (leasehold.counted is on, and
+-- leasehold.kinds_counted for that statement, so they stand aside): the
+-- batch's rows are those rows, or the statement fails whole.
 CREATE OR REPLACE FUNCTION submit_batch(p_rows text, p_attempts_max bigint, p_now bigint, p_scope text) RETURNS bigint
     LANGUAGE plpgsql
+    SET "leasehold.counted" TO 'on'
     SET "leasehold.trailed" TO 'on'
     AS $$
 DECLARE
     appended BIGINT;
+    kinds_counted CONSTANT TEXT := COALESCE(current_setting('leasehold.kinds_counted', true), '');
+    set_to TEXT;
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(7424602, hashtext(current_schema()));
+    set_to := set_config('leasehold.kinds_counted', 'on', true);
     WITH b AS (
         SELECT r.*, nextval('events_seq') AS event_seq FROM (
             SELECT * FROM ROWS FROM (json_to_recordset(p_rows::json)
@@ -1033,11 +1067,23 @@ BEGIN
         RETURNING user_id, idem_key, seq
     ), keyed AS (
         INSERT INTO task_keys (user_id, idem_key, seq) SELECT task.user_id, task.idem_key, task.seq FROM task ORDER BY task.seq
+    ), active AS (
+        INSERT INTO user_deltas (user_id, running, active)
+        SELECT b.u, 0, COUNT(*) FROM b GROUP BY b.u ORDER BY b.u COLLATE "C"
+    ), counted AS (
+        INSERT INTO tally_deltas (name, n)
+        SELECT c.name, SUM(c.n) FROM (
+            SELECT 'state:queued' AS name, COUNT(*) AS n FROM b
+            UNION ALL SELECT 'event:submitted::queued:', COUNT(*) FROM b
+            UNION ALL SELECT 'kind:' || b.kd || ':submitted::queued:', COUNT(*) FROM b GROUP BY b.kd) c
+        GROUP BY c.name HAVING SUM(c.n) <> 0
+        ORDER BY c.name COLLATE "C"
     )
     INSERT INTO events (seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
     SELECT b.event_seq, b.i, 'submitted', 0, 0, '', '', 'queued', '', b.a, p_now, '', p_scope
     FROM b ORDER BY b.ord;
     GET DIAGNOSTICS appended = ROW_COUNT;
+    set_to := set_config('leasehold.kinds_counted', kinds_counted, true);
     RETURN appended;
 END
 $$;
@@ -1047,40 +1093,67 @@ $$;
 -- event, and the counts; its outcome is the usual way's. The task's row is
 -- inserted with its trail (the submitted event's seq, drawn first), so
 -- events_trailed stands aside (leasehold.trailed) and the new row is
--- written once.
+-- written once. What it reads before admission (the key, whether the
+-- user has a row, the settings, whether the users' rows of changes want
+-- folding) is one statement, and what it writes after is one more: the
+-- task, its key, its event and every count of them, its kind's included
+-- (leasehold.counted is on, and leasehold.kinds_counted for that
+-- statement, so the counters' triggers stand aside). The exclusive path
+-- reads the user's rows of changes by a plain index scan, as admission
+-- does.
 DROP FUNCTION IF EXISTS submit_one(text, text, text, text, text, bigint, bigint, bigint, bigint, bigint, bigint, text, bigint, text, text, boolean);
 CREATE OR REPLACE FUNCTION submit_one(p_id text, p_user text, p_key text, p_hash text, p_kind text, p_payload text, p_priority bigint, p_run_at bigint, p_deadline bigint, p_now bigint, p_cost_budget bigint, p_steps_max bigint, p_schedule_id text, p_schedule_run bigint, p_actor text, p_scope text, p_timely boolean) RETURNS TABLE(outcome text, task_id text, n bigint, lim bigint)
     LANGUAGE plpgsql
     SET "leasehold.counted" TO 'on'
     SET "leasehold.trailed" TO 'on'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_bitmapscan TO 'off'
     AS $$
 DECLARE
-    event_seq BIGINT;
     found_id TEXT;
     found_hash TEXT;
+    user_known BOOLEAN;
+    fold_due BOOLEAN;
+    slot_tasks BIGINT;
     depth_max BIGINT;
     attempts BIGINT;
     mine BIGINT;
     mine_limit BIGINT;
     total BIGINT;
     path TEXT;
+    kinds_counted CONSTANT TEXT := COALESCE(current_setting('leasehold.kinds_counted', true), '');
+    set_to TEXT;
 BEGIN
-    SELECT k.id, k.request_hash INTO found_id, found_hash FROM (
+    SELECT k.id, k.request_hash, EXISTS (SELECT 1 FROM users u WHERE u.user_id = p_user),
+           (SELECT COALESCE(MAX(d.id) - MIN(d.id) + 1, 0) FROM user_deltas d) >= leasehold_fold_rows(),
+           st.attempts, st.slot_tasks
+    INTO found_id, found_hash, user_known, fold_due, attempts, slot_tasks
+    FROM (SELECT COALESCE(MAX(CASE WHEN s.key = 'attempts_max' THEN s.value END), 0) AS attempts,
+                 COALESCE(MAX(CASE WHEN s.key = 'admission_slot_tasks' THEN s.value END), 1) AS slot_tasks
+          FROM settings s WHERE s.key IN ('attempts_max', 'admission_slot_tasks')) st
+    LEFT JOIN LATERAL (
         SELECT t.id, t.request_hash FROM task_keys tk JOIN tasks t ON t.seq = tk.seq
         WHERE tk.user_id = p_user AND tk.idem_key = p_key
         UNION ALL
         SELECT s.task_id, s.request_hash FROM idem_tombstones s WHERE s.user_id = p_user AND s.idem_key = p_key
-        LIMIT 1) k;
+        LIMIT 1) k ON true;
     IF found_id IS NOT NULL THEN
         IF found_hash = p_hash{broken:changed-request-replayed|| OR true} THEN
-            RETURN QUERY SELECT 'replay', found_id, CAST(0 AS BIGINT), CAST(0 AS BIGINT);
+            outcome := 'replay';
         ELSE
-            RETURN QUERY SELECT 'conflict', found_id, CAST(0 AS BIGINT), CAST(0 AS BIGINT);
+            outcome := 'conflict';
         END IF;
+        task_id := found_id;
+        n := 0;
+        lim := 0;
+        RETURN NEXT;
         RETURN;
     END IF;
     IF NOT p_timely THEN
-        RETURN QUERY SELECT 'untimely', CAST(NULL AS TEXT), CAST(0 AS BIGINT), CAST(0 AS BIGINT);
+        outcome := 'untimely';
+        n := 0;
+        lim := 0;
+        RETURN NEXT;
         RETURN;
     END IF;
 
@@ -1088,18 +1161,19 @@ BEGIN
     -- the fast path its margin keeps the task within every cap, and no
     -- count is read again; on the exclusive path the checks below read
     -- the exact counts, the only place a submit is refused.
-    path := admission(ARRAY[p_user]);
-    PERFORM fold_user_deltas(leasehold_fold_rows());
+    path := admission(ARRAY[p_user], slot_tasks);
+    IF fold_due THEN
+        PERFORM fold_user_deltas(leasehold_fold_rows());
+    END IF;
     -- The user's row, written only for a user that has none: a submit of
-    -- a known user (almost every one) reads its row and writes nothing.
-    IF NOT EXISTS (SELECT 1 FROM users u WHERE u.user_id = p_user) THEN
+    -- a known user (almost every one) writes none. (One whose row another
+    -- transaction is inserting finds it here, having waited for it.)
+    IF NOT user_known THEN
         INSERT INTO users (user_id) VALUES (p_user) ON CONFLICT (user_id) DO NOTHING;
     END IF;
-    SELECT COALESCE(MAX(CASE WHEN s.key = 'depth_max' THEN s.value END), 0),
-           COALESCE(MAX(CASE WHEN s.key = 'attempts_max' THEN s.value END), 0)
-    INTO depth_max, attempts
-    FROM settings s WHERE s.key IN ('depth_max', 'attempts_max');
     IF path <> 'fast' THEN
+        SELECT COALESCE(MAX(CASE WHEN s.key = 'depth_max' THEN s.value END), 0) INTO depth_max
+        FROM settings s WHERE s.key = 'depth_max';
         SELECT c.active, c.depth_limit INTO mine, mine_limit FROM user_caps c WHERE c.user_id = p_user;
         total := CASE WHEN depth_max <> 0 THEN active_tasks(leasehold_fold_rows()) ELSE 0 END;
 {broken:depth-cap-off-by-one||        mine := mine - 1;
@@ -1116,16 +1190,20 @@ BEGIN
     -- The submitted event's seq, drawn once the events' shared lock is
     -- held (as event_insert draws it: see events_after_lock); then the
     -- task with that seq as its trail, its key, the event and their
-    -- counts, as tasks_inserted and events_counted would add them.
-    PERFORM pg_advisory_xact_lock_shared(7424602, hashtext(current_schema()));
-    event_seq := nextval('events_seq');
-    WITH task AS (
+    -- counts, as tasks_inserted, events_counted and
+    -- events_counted_by_kind would add them.
+    set_to := set_config('leasehold.kinds_counted', 'on', true);
+    WITH drawn AS (
+        SELECT nextval('events_seq') AS event_seq
+        FROM (SELECT pg_advisory_xact_lock_shared(7424602, hashtext(current_schema()))) AS writing
+    ), task AS (
         INSERT INTO tasks (id, user_id, idem_key, request_hash, kind, payload, state, priority, run_at, deadline,
                            attempts_max, queued_at, cost_budget, steps_max, schedule_id, schedule_run,
                            created_at, updated_at, trail)
-        VALUES (p_id, p_user, p_key, p_hash, p_kind, p_payload, 'queued', p_priority, p_run_at, p_deadline,
-                attempts, p_now, p_cost_budget, p_steps_max, p_schedule_id, p_schedule_run, p_now, p_now,
-                ARRAY[event_seq])
+        SELECT p_id, p_user, p_key, p_hash, p_kind, p_payload, 'queued', p_priority, p_run_at, p_deadline,
+               attempts, p_now, p_cost_budget, p_steps_max, p_schedule_id, p_schedule_run, p_now, p_now,
+               ARRAY[drawn.event_seq]
+        FROM drawn
         RETURNING seq
     ), keyed AS (
         INSERT INTO task_keys (user_id, idem_key, seq) SELECT p_user, p_key, task.seq FROM task
@@ -1133,12 +1211,18 @@ BEGIN
         INSERT INTO user_deltas (user_id, running, active) VALUES (p_user, 0, 1)
     ), appended AS (
         INSERT INTO events (seq, task_id, kind, attempt, fence, op_id, from_state, to_state, reason, actor, at, detail, scope)
-        VALUES (event_seq, p_id, 'submitted', 0, 0, '', '', 'queued', '', p_actor, p_now, '', p_scope)
+        SELECT drawn.event_seq, p_id, 'submitted', 0, 0, '', '', 'queued', '', p_actor, p_now, '', p_scope FROM drawn
     )
-    INSERT INTO tally_deltas (name, n) VALUES ('state:queued', 1), ('event:submitted::queued:', 1);
+    INSERT INTO tally_deltas (name, n)
+    VALUES ('event:submitted::queued:', 1), ('kind:' || p_kind || ':submitted::queued:', 1), ('state:queued', 1);
+    set_to := set_config('leasehold.kinds_counted', kinds_counted, true);
     IF p_run_at <= p_now THEN
         PERFORM pg_notify('leasehold_ready', current_schema());
     END IF;
-    RETURN QUERY SELECT 'inserted', p_id, CAST(0 AS BIGINT), CAST(0 AS BIGINT);
+    outcome := 'inserted';
+    task_id := p_id;
+    n := 0;
+    lim := 0;
+    RETURN NEXT;
 END
 $$;
