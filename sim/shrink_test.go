@@ -18,7 +18,7 @@ func TestShrinkKeepsTheBreak(t *testing.T) {
 	cfg := Config{Scenario: scenarios.Portfolio(), Seed: 1}
 	failed := Run(cfg)
 	require.False(t, failed.Pass)
-	require.Equal(t, InvOracleReturns, failed.Broken(), "a disagreement with the reference shrinks like any violation")
+	require.Equal(t, InvOracleEvents, failed.Broken(), "a disagreement with the reference shrinks like any violation")
 	s := Shrink(cfg, failed, nil)
 	t.Logf("shrunk %d events to %d: %s", len(failed.Schedule), len(s.Keep), s.Result.Summary())
 	require.Less(t, len(s.Keep), len(failed.Schedule)/4)

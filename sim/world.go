@@ -116,9 +116,11 @@ type World struct {
 	probes      int
 	// groups draws the order of a group event's members (world_groups.go);
 	// stepIdle says the last worker step found nothing to do, or could not
-	// step.
+	// step; stepWait, for an idle step, how long until the worker has
+	// something to do.
 	groups   *rand.Rand
 	stepIdle bool
+	stepWait time.Duration
 }
 
 // worldOptions are the test-only switches of a world.
@@ -321,6 +323,7 @@ func (w *World) step(i int) string {
 	}
 	r := sw.w.Step(w.ctx)
 	w.stepIdle = r.Action == worker.ActionIdle
+	w.stepWait = r.Wait
 	w.where = string(r.Action)
 	if r.Action == worker.ActionHeartbeat && r.Phase == PhaseRun {
 		w.duringRun = PhaseRun

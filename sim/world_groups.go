@@ -3,10 +3,13 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/faults"
+	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/scenarios"
 )
@@ -141,28 +144,77 @@ func drawGroup(sc scenarios.Scenario, mix FaultMix, rng *rand.Rand) Event {
 // told which actor runs and what each round committed, and takes the
 // actors' reports in the order the group committed their writes
 // (groupFeed).
+//
+// In three group events of four (drawn from the group stream), and in
+// every one while a worker holds a task of a user at its running limit
+// (atLimitHeld) or where the careless client acts, the group chases
+// completions, which come only when a worker's run has ended: every
+// worker holding a claim acts (chaseActors) and steps on until it goes
+// idle (groupChaseStepsMax steps at most), the careless client acts
+// several times (carelessChase); while a chasing actor's write is
+// committed, each round keeps one write of another actor back for the
+// next round (keepCompany); and when only such writes are left, the group
+// moves on (chaseOn): it begins and ends the workers' runs, or moves the
+// clock on to a worker's or a run's next moment within groupChaseWait,
+// and the chasing actors act again, up to groupChaseWaits times. So a
+// worker's later write, a completion with its claim most often, is
+// committed in a group of several, not alone.
 func (w *World) group(e Event) string {
 	actors, err := parseGroupActors(e.Name)
 	if err != nil {
 		return "no-op: " + err.Error()
 	}
+	atLimit := w.atLimitHeld()
+	chase := w.groups.IntN(4) != 0 || atLimit || slices.Contains(actors, groupActor{kind: groupCareless})
+	if chase {
+		actors = w.chaseActors(actors)
+	}
 	signal := make(chan struct{})
 	w.q.holdWrites(func() { signal <- struct{}{} })
 	feed := w.checker.beginGroup()
 	outs := make([]string, len(actors))
-	for i, a := range actors {
+	finished := make([]bool, len(actors))
+	waits := make([]time.Duration, len(actors))
+	act := func(i int) {
+		finished[i] = false
 		feed.actor = i
 		go func() {
-			outs[i] = w.groupAct(a)
+			out := w.groupAct(actors[i], chase)
+			if outs[i] != "" {
+				out = outs[i] + " / " + strings.TrimPrefix(out, actors[i].String()+" ")
+			}
+			outs[i], finished[i], waits[i] = out, true, 0
+			if actors[i].kind == groupWorker && w.stepIdle {
+				waits[i] = w.stepWait
+			}
 			signal <- struct{}{}
 		}()
 		<-signal
 		feed.own(w.q.pending())
 	}
+	for i := range actors {
+		act(i)
+	}
 	var sizes []string
 	armed := e.Fault == ""
-	for {
+	moves := groupChaseWaits
+	if atLimit {
+		moves = groupChaseWaitsAtLimit
+	}
+	for waited := 0; ; {
 		pending := w.q.pending()
+		if chase && waited < moves && !chaserActive(actors, finished) {
+			if moved := w.chaseOn(actors, waits); moved != "" {
+				waited++
+				sizes = append(sizes, moved)
+				for i, a := range actors {
+					if a.kind == groupWorker && !w.holdsUnheard(a.index) || a.kind == groupCareless && w.carelessChases() {
+						act(i)
+					}
+				}
+				continue
+			}
+		}
 		if len(pending) == 0 {
 			break
 		}
@@ -172,6 +224,9 @@ func (w *World) group(e Event) string {
 		}
 		if len(order) > 1 && w.groups.IntN(4) == 0 {
 			order = order[:1+w.groups.IntN(len(order)-1)]
+		}
+		if chase {
+			order = keepCompany(order, feed.owner, actors)
 		}
 		if !armed {
 			w.storage.Arm(e.Fault)
@@ -194,17 +249,270 @@ func (w *World) group(e Event) string {
 	if len(sizes) == 0 {
 		sizes = append(sizes, "none")
 	}
-	return fmt.Sprintf("groups of %s: %s", strings.Join(sizes, ","), strings.Join(outs, "; "))
+	out := fmt.Sprintf("groups of %s: %s", strings.Join(sizes, ","), strings.Join(outs, "; "))
+	if chase {
+		out = "chasing completions, " + out
+	}
+	return out
+}
+
+// groupChaseWait is the longest a group event that chases completions
+// moves the clock on at a time, for a worker's or a run's next action; it
+// moves on (runs or the clock) at most groupChaseWaits times, or
+// groupChaseWaitsAtLimit times while a worker holds a task of a user at
+// its running limit (atLimitHeld), long enough for that task's runs to
+// end and its completion to free the user's room inside the group.
+const (
+	groupChaseWait         = 500 * time.Millisecond
+	groupChaseWaits        = 8
+	groupChaseWaitsAtLimit = 16
+)
+
+// atLimitHeld reports whether a worker holds a claim of a scripted task
+// whose user has as many tasks held by the workers as the scenario's
+// running limit for that user allows.
+func (w *World) atLimitHeld() bool {
+	limits := map[string]int{}
+	for _, l := range w.sc.UserLimits {
+		if l.RunningMax > 0 {
+			limits[l.User] = l.RunningMax
+		}
+	}
+	if len(limits) == 0 {
+		return false
+	}
+	users := map[string]string{}
+	for _, t := range w.tasks {
+		if t.id != "" {
+			users[t.id] = t.spec.Request.User
+		}
+	}
+	held := map[string]int{}
+	for _, sw := range w.workers {
+		if sw.w == nil || !sw.proc.Runnable() {
+			continue
+		}
+		for _, c := range sw.w.Claims() {
+			if user, ok := users[c.TaskID]; ok && limits[user] > 0 {
+				held[user]++
+				if held[user] >= limits[user] {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// chaserActive reports whether an actor that chases (chases) is still
+// under way (holding a write).
+func chaserActive(actors []groupActor, finished []bool) bool {
+	for i, a := range actors {
+		if a.chases() && !finished[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// chaseOn moves a group that chases completions on once its workers have
+// gone idle: it begins the runs waiting and ends those that may end, as
+// EvRunStart and EvRunEnd do; when none did, it moves the clock on to the
+// moment a worker actor or a run has something to do, if that is within
+// groupChaseWait, and then begins and ends runs again. It returns what it
+// did for the trace, empty when nothing.
+func (w *World) chaseOn(actors []groupActor, waits []time.Duration) string {
+	if n := w.chaseRuns(); n > 0 {
+		return fmt.Sprintf("%d runs", n)
+	}
+	var wait time.Duration
+	earlier := func(d time.Duration) {
+		if d > 0 && (wait == 0 || d < wait) {
+			wait = d
+		}
+	}
+	for i, a := range actors {
+		if a.kind == groupWorker {
+			earlier(waits[i])
+		}
+	}
+	now := w.clock.Now()
+	for _, sw := range w.workers {
+		if _, runs := w.runnable(sw); runs {
+			if due := sw.exec.nextDue(now); !due.IsZero() {
+				earlier(due.Sub(now))
+			}
+		}
+	}
+	if wait == 0 || wait > groupChaseWait {
+		return ""
+	}
+	w.clock.Advance(wait)
+	out := "+" + strconv.FormatInt(wait.Milliseconds(), 10) + "ms"
+	if n := w.chaseRuns(); n > 0 {
+		out += fmt.Sprintf(" %d runs", n)
+	}
+	return out
+}
+
+// chaseRuns begins every run waiting and ends every run that may end, of
+// the workers whose process runs, and returns how many it began or ended.
+func (w *World) chaseRuns() int {
+	n := 0
+	for !strings.HasPrefix(w.runStart(), "no-op") {
+		n++
+	}
+	for !strings.HasPrefix(w.runEnd(), "no-op") {
+		n++
+	}
+	return n
+}
+
+// chaseActors returns actors with every worker that holds a claim and is
+// not among them yet appended, in worker order, then the careless client
+// when its task is short (carelessShortTask), as long as the group
+// stays within GroupMax actors.
+func (w *World) chaseActors(actors []groupActor) []groupActor {
+	in := map[int]bool{}
+	for _, a := range actors {
+		if a.kind == groupWorker {
+			in[a.index] = true
+		}
+	}
+	for i, sw := range w.workers {
+		if len(actors) >= GroupMax {
+			break
+		}
+		if in[i] || sw.w == nil || !sw.proc.Runnable() || len(sw.w.Claims()) == 0 || w.holdsUnheard(i) {
+			continue
+		}
+		actors = append(actors, groupActor{kind: groupWorker, index: i})
+	}
+	if len(actors) < GroupMax && w.carelessShortTask() && !slices.Contains(actors, groupActor{kind: groupCareless}) {
+		actors = append(actors, groupActor{kind: groupCareless})
+	}
+	return actors
+}
+
+// chases reports whether the actor takes several writes in a row in a
+// group event that chases completions: the workers, who step again each
+// time the group moves on, and the careless client (carelessChase), who
+// acts again then (carelessChases).
+func (a groupActor) chases() bool { return a.kind == groupWorker || a.kind == groupCareless }
+
+// carelessShortTask reports whether the careless client holds a claim
+// of a short task, of at most carelessChasePlan steps.
+func (w *World) carelessShortTask() bool {
+	c := &w.careless
+	return c.held && !c.overrun && len(c.plan) <= carelessChasePlan && !w.unheard(c.claim.TaskID)
+}
+
+// unheard reports whether task id is a scenario task whose caller has not
+// learned its ID yet (its submit's outcome was unknown; the caller finds
+// the task by its key when it submits again). A group that chases
+// completions leaves such a task to the schedule's own events: its
+// expectations read its trail, which a prune takes with a terminal task,
+// and the world keeps what the expectations need of a pruned task only
+// for the tasks whose callers know their IDs. Carried to its end inside
+// one group event, the task is more often pruned before its caller
+// learns its ID.
+func (w *World) unheard(id string) bool {
+	var t model.Task
+	for _, s := range w.tasks {
+		if s.id != "" {
+			continue
+		}
+		if t.ID == "" {
+			var err error
+			if t, err = w.task(id); err != nil {
+				return false
+			}
+		}
+		if s.spec.Request.User == t.User && s.spec.Request.Key == t.Key {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsUnheard reports whether worker i holds a claim of a task unheard
+// of by its caller (unheard).
+func (w *World) holdsUnheard(i int) bool {
+	sw := w.workers[i]
+	if sw.w == nil {
+		return false
+	}
+	for _, c := range sw.w.Claims() {
+		if w.unheard(c.TaskID) {
+			return true
+		}
+	}
+	return false
+}
+
+// carelessChases reports whether the careless client acts again when a
+// group that chases completions moves on: while it holds no claim (it
+// claims) or a short task's (carelessShortTask), which it may carry on
+// with up to its completion. A long task it acts on once a group event,
+// as outside a chasing group: the acts of that task's caller must find
+// it still under way.
+func (w *World) carelessChases() bool { return !w.careless.held || w.carelessShortTask() }
+
+// carelessChaseActs is how many actions the careless client takes at a
+// time in a group event that chases completions.
+const carelessChaseActs = 3
+
+// carelessChasePlan is the most steps the plan of a task the careless
+// client carries on with, when a chasing group moves on, may have.
+const carelessChasePlan = 4
+
+// carelessChase takes up to carelessChaseActs of the careless client's
+// actions while it chases (carelessChases), at least one.
+func (w *World) carelessChase() string {
+	var outs []string
+	for range carelessChaseActs {
+		outs = append(outs, w.carelessAct())
+		if !w.careless.held || !w.carelessChases() {
+			break
+		}
+	}
+	return strings.Join(outs, " / ")
+}
+
+// keepCompany returns order, a round's members, less the last write of an
+// actor that does not chase (chases) when order holds a chasing actor's
+// write and that other write besides: kept pending, it joins the group
+// the chasing actor's next write (if any) is committed in.
+func keepCompany(order []*queue.HeldWrite, owner map[*queue.HeldWrite]int, actors []groupActor) []*queue.HeldWrite {
+	if len(order) < 2 {
+		return order
+	}
+	worker, other := false, -1
+	for i, m := range order {
+		if actors[owner[m]].chases() {
+			worker = true
+		} else {
+			other = i
+		}
+	}
+	if !worker || other < 0 {
+		return order
+	}
+	return append(slices.Clip(order[:other]), order[other+1:]...)
 }
 
 // groupAct is what one actor of a group event does.
-func (w *World) groupAct(a groupActor) string {
+func (w *World) groupAct(a groupActor, chase bool) string {
 	switch a.kind {
 	case groupWorker:
 		if a.index >= len(w.workers) {
 			return a.String() + " no-op: no such worker"
 		}
-		return a.String() + " " + w.groupStep(a.index)
+		steps := groupStepsMax
+		if chase {
+			steps = groupChaseStepsMax
+		}
+		return a.String() + " " + w.groupStep(a.index, steps)
 	case groupScript:
 		if a.index >= len(w.tasks) {
 			return a.String() + " no-op: no such task"
@@ -215,7 +523,10 @@ func (w *World) groupAct(a groupActor) string {
 		}
 		return a.String() + " " + w.script(t)
 	case groupCareless:
-		return "c " + w.carelessAct()
+		if !chase {
+			return "c " + w.carelessAct()
+		}
+		return "c " + w.carelessChase()
 	case groupBatch:
 		shapes := BatchShapes()
 		return "b " + w.batch(shapes[w.batcher.batches%len(shapes)])
@@ -225,15 +536,19 @@ func (w *World) groupAct(a groupActor) string {
 
 // groupStepsMax is how many steps a worker takes as an actor of a group
 // event, short of an idle one: a slot whose step wrote goes on to its next
-// write in a later group of the same event.
-const groupStepsMax = 3
+// write in a later group of the same event. groupChaseStepsMax is how
+// many it takes at a time in a group event that chases completions.
+const (
+	groupStepsMax      = 3
+	groupChaseStepsMax = 8
+)
 
-// groupStep steps worker i as a group's actor: up to groupStepsMax steps,
-// until one finds nothing to do.
-func (w *World) groupStep(i int) string {
+// groupStep steps worker i as a group's actor: up to steps steps, until
+// one finds nothing to do.
+func (w *World) groupStep(i, steps int) string {
 	var outs []string
-	for range groupStepsMax {
-		w.stepIdle = true
+	for range steps {
+		w.stepIdle, w.stepWait = true, 0
 		outs = append(outs, w.step(i))
 		if w.stepIdle {
 			break
