@@ -431,7 +431,10 @@ func throughTrail(vs []model.Violation, from, to model.State, moves []model.Even
 // of its actor, committed since the actor's previous report, that was
 // applied (answered success or a refusal; a run the queue made again
 // after a conflict was not), else at the last such write; a report with
-// no committed write stands after every write committed so far.
+// no committed write stands after every write committed so far. So an
+// actor that reports reports every write it makes (a claim that took
+// nothing too), after the write and any delivery of it again, before
+// its next write.
 type groupFeed struct {
 	actor   int
 	owner   map[*queue.HeldWrite]int

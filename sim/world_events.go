@@ -361,16 +361,21 @@ func (w *World) carelessAct() string {
 func (w *World) carelessClaim() string {
 	claimed, err := w.q.Claim(w.ctx, model.ClaimRequest{Worker: carelessActor, Max: 1, Lease: w.sc.Lease})
 	w.cover.refusal(err)
+	// Every claim is reported, one that took nothing or failed too: in a
+	// group event the checker places a report at its actor's writes since
+	// the last report (groupFeed).
+	r := worker.Report{Worker: carelessActor, Action: worker.ActionClaim, Write: "claim", Accepted: err == nil}
+	for _, cl := range claimed {
+		r.Claims = append(r.Claims, cl.Claim)
+	}
+	w.checker.report(r)
 	if err != nil {
 		return "claim -> error: " + err.Error()
 	}
 	if len(claimed) == 0 {
 		return "claim -> nothing due"
 	}
-	cl := claimed[0]
-	w.checker.report(worker.Report{Worker: carelessActor, Action: worker.ActionClaim, Write: "claim", Accepted: true,
-		Claims: []model.Claim{cl.Claim}})
-	return w.carelessHold(cl)
+	return w.carelessHold(claimed[0])
 }
 
 // carelessTake takes the tasks a completion of the careless client
