@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -145,11 +147,37 @@ func (w *World) liveness(tr *tracer) (int, string, *model.Violation) {
 	return livenessRoundsMax, fmt.Sprintf("not settled after %d rounds", livenessRoundsMax), nil
 }
 
-// allTasks lists every task as the checker last saw it: every state
-// change is an audit event, so its snapshots are current in all but
-// lease and heartbeat times.
+// allTasks lists every task as the checker last saw it, in submission
+// order: every state change is an audit event, so its snapshots are
+// current in all but lease and heartbeat times. The liveness phase asks
+// twice a round, so the order is kept between calls (the checker only
+// ever adds tasks, and a task's sequence number never changes) and the
+// list is written into one buffer: it is valid until the next call.
 func (w *World) allTasks() []model.Task {
-	return w.checker.snapshot()
+	return w.listed.of(w.checker.tasks)
+}
+
+// taskList is the checker's tasks in submission order, kept between
+// calls of allTasks.
+type taskList struct {
+	ids  []string     // the tasks' IDs by sequence number
+	rows []model.Task // the last list returned
+}
+
+// of lists tasks (which only grow) in submission order.
+func (l *taskList) of(tasks map[string]model.Task) []model.Task {
+	if len(l.ids) != len(tasks) {
+		l.ids = l.ids[:0]
+		for id := range tasks {
+			l.ids = append(l.ids, id)
+		}
+		slices.SortFunc(l.ids, func(a, b string) int { return cmp.Compare(tasks[a].Seq, tasks[b].Seq) })
+	}
+	l.rows = l.rows[:0]
+	for _, id := range l.ids {
+		l.rows = append(l.rows, tasks[id])
+	}
+	return l.rows
 }
 
 // settled reports whether every script has run and every task is terminal,

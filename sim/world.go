@@ -121,6 +121,8 @@ type World struct {
 	groups   *rand.Rand
 	stepIdle bool
 	stepWait time.Duration
+	// listed keeps allTasks's order between calls.
+	listed taskList
 }
 
 // worldOptions are the test-only switches of a world.
