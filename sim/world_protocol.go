@@ -442,14 +442,21 @@ func (w *World) prune(name string) string {
 	// The terminal tasks a prune may remove, and, of the scenario's (whose
 	// expectations read it), whether each had a retried attempt: their
 	// events go with them.
+	// A scenario task is known by its user and key as well as by its ID:
+	// a caller whose submit's answer was lost does not know the ID yet,
+	// and learns it, by its retried submit, only after the prune.
 	var before []model.Task
 	retried := map[string]bool{}
+	scripted := make(map[string]bool, len(w.tasks))
+	for _, st := range w.tasks {
+		scripted[model.TaskKey(st.request.User, st.request.Key)] = true
+	}
 	for _, t := range w.allTasks() {
 		if _, gone := w.prunedRetried[t.ID]; gone || !t.State.Terminal() {
 			continue
 		}
 		before = append(before, t)
-		if w.scriptOf(t.ID) != nil {
+		if w.scriptOf(t.ID) != nil || scripted[model.TaskKey(t.User, t.Key)] {
 			retried[t.ID] = w.retried(t.ID)
 		}
 	}
