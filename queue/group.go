@@ -447,10 +447,6 @@ func (q *Queue) runGroup(members []*member) {
 	if !g.run() {
 		return
 	}
-	if err := g.notifyReady(); err != nil {
-		g.abort(err)
-		return
-	}
 	if err := tx.Commit(); err != nil {
 		if broken.On(broken.GroupUnknownMixed) && len(live) > 1 {
 			first := live[0]
@@ -467,7 +463,7 @@ func (q *Queue) runGroup(members []*member) {
 		return
 	}
 	if g.madeReady() {
-		q.local.signal() // wake this process's idle workers (localwake.go)
+		q.readyCommitted() // wake idle workers (wake.go)
 	}
 	for i, m := range live {
 		m.finish(g.results[i])

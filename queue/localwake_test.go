@@ -9,8 +9,10 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"modernc.org/sqlite"
+
+	"github.com/leasehold/leasehold/faults/storagefault"
 	"github.com/leasehold/leasehold/model"
-	sqlitestore "github.com/leasehold/leasehold/queue/internal/sqlite"
 )
 
 // woken reports whether ch holds a wake-up, taking it.
@@ -35,8 +37,10 @@ func TestWakeOnSQLiteIsInProcess(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
 				now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-				q, err := Open(ctx, Options{Path: Memory, Clock: clockwork.NewFakeClockAt(now), IDs: model.NewSeededIDs(1),
-					Ungrouped: ungrouped})
+				clock := clockwork.NewFakeClockAt(now)
+				storage := storagefault.NewStorage(&sqlite.Driver{}, clock)
+				q, err := Open(ctx, Options{Path: Memory, Clock: clock, IDs: model.NewSeededIDs(1),
+					Ungrouped: ungrouped, Driver: storage})
 				require.NoError(t, err)
 				defer q.Close()
 				wctx, cancel := context.WithCancel(ctx)
@@ -68,13 +72,12 @@ func TestWakeOnSQLiteIsInProcess(t *testing.T) {
 				require.ErrorIs(t, err, model.ErrInvalidInput)
 				require.False(t, woken(ch), "a refused submit wakes no one")
 
-				q.store = failingNotifier{}
+				storage.Arm(storagefault.FailCommit)
 				failed := req
 				failed.Key = "failed"
 				_, err = q.Submit(ctx, failed)
-				require.ErrorIs(t, err, ErrNotApplied)
+				require.Error(t, err)
 				require.False(t, woken(ch), "a write rolled back wakes no one")
-				q.store = sqlitestore.Store{}
 
 				var batch []model.SubmitRequest
 				for i := range 3 {

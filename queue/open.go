@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"strings"
@@ -117,6 +118,13 @@ type Options struct {
 	// usual way's statements on PostgreSQL. The simulator runs fused, as
 	// production does.
 	Unfused bool
+	// NoWakeNotify turns off, on PostgreSQL, the notification sent after
+	// a commit that made a task claimable (see wake.go), so that no
+	// statement runs on the pool at times of its own: the simulator's
+	// worlds, whose statements and faults must follow its schedule alone,
+	// set it. Idle workers (Wake) then learn of the queue's new tasks by
+	// polling, or from another queue's notifications.
+	NoWakeNotify bool
 	// TrailWindow bounds how far past its cursor one read of the trail
 	// for some users looks (EventsThrough); zero means EventsScanWindow.
 	// The simulator sets a small one, so that its followers, in runs of
@@ -180,9 +188,10 @@ type Queue struct {
 	// a test of the usual way's statements clears it.
 	fuse bool
 
-	commits notifier   // woken after every write; see WaitEvents
-	wakes   listeners  // Wake's listeners, stopped by Close
-	local   localWakes // Wake's channels on SQLite, woken by this process's commits
+	commits notifier      // woken after every write; see WaitEvents
+	wakes   listeners     // Wake's listeners, stopped by Close
+	local   localWakes    // Wake's channels on SQLite, woken by this process's commits
+	notify  readyNotifier // on PostgreSQL, notifies after commits that made a task claimable
 
 	prunes pruneCursor // where PruneDue's next pass starts (prune.go)
 
@@ -212,6 +221,8 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 		pragmas: pool.Settings, stmts: map[string]*sql.Stmt{}, validators: maps.Clone(o.Validators), unknownKind: o.UnknownKind,
 		defaults: maps.Clone(o.Defaults)}
 	q.fuse = b.Capabilities().Fuse != nil && !o.Unfused
+	q.notify.off = b.Capabilities().Notify == nil || o.NoWakeNotify
+	q.notify.log = slog.Default()
 	q.trailWindow = int64(cmp.Or(o.TrailWindow, eventsScanWindow))
 	if q.backoff == (model.Backoff{}) {
 		q.backoff = model.DefaultBackoff
@@ -304,6 +315,7 @@ func (q *Queue) Close() error {
 	if q.ops != nil {
 		q.stopOnce.Do(q.stopGroups)
 	}
+	q.notify.wait()
 	q.stmtMu.Lock()
 	for _, s := range q.stmts {
 		s.Close()

@@ -141,35 +141,47 @@ func (f *pgFixture) marker() {
 	require.NoError(f.t, err)
 }
 
-// TestPostgresNotifiesOncePerClaimableCommit: a transaction that makes
-// tasks claimable now sends one notification however many it makes, with
-// its schema as the payload; one that makes none claimable yet (a task
-// due later, a refused submit) sends none.
-func TestPostgresNotifiesOncePerClaimableCommit(t *testing.T) {
+// notifierStarted reports whether q's notifier has been signalled since
+// the queue opened (its goroutine starts at the first signal).
+func notifierStarted(q *Queue) bool {
+	q.notify.mu.Lock()
+	defer q.notify.mu.Unlock()
+	return q.notify.kick != nil
+}
+
+// TestPostgresNotifiesAfterClaimableCommits: a commit that makes tasks
+// claimable now is followed by one notification however many it makes,
+// with its schema as the payload; one that makes none claimable yet (a
+// task due later, a refused submit, a claim) asks for none. The write's
+// own transaction sends none: the notifier does, after the commit.
+func TestPostgresNotifiesAfterClaimableCommits(t *testing.T) {
 	f := freshPostgres(t)
 	schema := f.schemaOf()
 	raw := listenRaw(t, f.url, schema)
 	marker := markerOf(schema)
 	later := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // past the fixture clock's now
 
-	// Due later: no notification before the marker.
+	// Due later: nothing asks for a notification, and the transaction
+	// sends none (it would arrive before the marker).
 	_, err := f.q.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: "later", Payload: `{}`, CostBudget: 10, StepsMax: 5, RunAt: later})
 	require.NoError(t, err)
 	// Refused: nothing written, nothing sent.
 	_, err = f.q.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: "later", Payload: `{"changed":1}`, CostBudget: 10, StepsMax: 5, RunAt: later})
 	require.ErrorIs(t, err, model.ErrIdempotencyConflict)
+	require.False(t, notifierStarted(f.q), "a write that made nothing claimable now signalled the notifier")
 	f.marker()
 	require.Equal(t, marker, raw.next(), "a write that made nothing claimable now notified")
 
-	// Ten tasks in one transaction: one notification.
+	// Ten tasks in one transaction, a commit of the usual way: one
+	// notification, and no other once it has arrived.
 	var reqs []model.SubmitRequest
 	for i := range 10 {
 		reqs = append(reqs, model.SubmitRequest{User: "ana", Key: fmt.Sprintf("now-%d", i), Payload: `{}`, CostBudget: 10, StepsMax: 5})
 	}
 	_, err = f.q.SubmitMany(f.ctx, reqs)
 	require.NoError(t, err)
-	f.marker()
 	require.Equal(t, schema, raw.next(), "the batch's notification names the queue's schema")
+	f.marker()
 	require.Equal(t, marker, raw.next(), "a batch of ten sent more than one notification")
 
 	// A claim makes nothing claimable; a release does.
@@ -182,6 +194,46 @@ func TestPostgresNotifiesOncePerClaimableCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, model.Queued, to)
 	require.Equal(t, schema, raw.next(), "a release did not notify")
+
+	// A lone submit (one statement that commits itself) is followed by one.
+	_, err = f.q.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: "lone", Payload: `{}`, CostBudget: 10, StepsMax: 5})
+	require.NoError(t, err)
+	require.Equal(t, schema, raw.next(), "a lone submit did not notify")
+	f.marker()
+	require.Equal(t, marker, raw.next(), "a lone submit sent more than one notification")
+}
+
+// TestPostgresWokenWorkerFindsTheTask: a worker of another queue woken by
+// a submit's notification claims the task at once, since the notification
+// is sent after the commit; each submit after a wake-up wakes it again,
+// whether it commits alone (fused) or in a transaction of the usual way.
+func TestPostgresWokenWorkerFindsTheTask(t *testing.T) {
+	f := freshPostgres(t)
+	other, err := Open(f.ctx, Options{Path: f.url, Clock: f.q.clock, IDs: model.NewSeededIDs(2)})
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() })
+	unfused, err := Open(f.ctx, Options{Path: f.url, Clock: f.q.clock, IDs: model.NewSeededIDs(3), Unfused: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { unfused.Close() })
+	ctx, cancel := context.WithCancel(f.ctx)
+	t.Cleanup(cancel)
+	wake := other.Wake(ctx, nil)
+	require.NotNil(t, wake)
+	awaitWake(t, wake, "the listener's first connection")
+
+	for i := range 6 {
+		writer := f.q
+		if i%2 == 1 {
+			writer = unfused
+		}
+		res, err := writer.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: fmt.Sprintf("k%d", i), Payload: `{}`, CostBudget: 10, StepsMax: 5})
+		require.NoError(t, err)
+		awaitWake(t, wake, fmt.Sprintf("submit %d", i))
+		claimed, err := other.Claim(f.ctx, model.ClaimRequest{Worker: "w1", Max: 2, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, claimed, 1, "submit %d: the woken worker found no task", i)
+		require.Equal(t, res.TaskID, claimed[0].Task.ID)
+	}
 }
 
 // TestPostgresWakeListenerReconnects: Wake wakes on a commit by another
@@ -239,10 +291,17 @@ func TestPostgresWakeListenerReconnects(t *testing.T) {
 }
 
 // failingNotifier is SQLite's store with a wake-up notification that
-// always fails, standing in for a pg_notify the server refuses.
-type failingNotifier struct{ sqlitestore.Store }
+// always fails, standing in for a pg_notify the server refuses; each try
+// is reported on calls.
+type failingNotifier struct {
+	sqlitestore.Store
+	calls chan struct{}
+}
 
-func (failingNotifier) NotifyReady(seam.Tx) error { return errors.New("notify refused") }
+func (f failingNotifier) NotifyReady(seam.Querier) error {
+	f.calls <- struct{}{}
+	return errors.New("notify refused")
+}
 
 // Listen is never called: the test asks for no wake-ups.
 func (failingNotifier) Listen(context.Context, seam.Runner, seam.ConnectParams) (seam.Listener, error) {
@@ -256,31 +315,42 @@ func (f failingNotifier) Capabilities() capabilities {
 	return c
 }
 
-// TestFailedNotifyRollsTheWriteBack: the notification is a statement of
-// the write's own transaction, so when it fails the write is rolled back
-// and reported not applied, never a false success: the submit is not
-// stored (its retry stores it, no replay), and a write that makes nothing
-// claimable sends no notification and is unaffected.
-func TestFailedNotifyRollsTheWriteBack(t *testing.T) {
+// TestFailedNotifyKeepsTheWrite: the notification is sent after the
+// write committed, so when it fails the write stays committed and its
+// caller is told success (a retry is a replay); the failure is logged
+// as a warning, and the next commit that makes a task claimable
+// is followed by another try.
+func TestFailedNotifyKeepsTheWrite(t *testing.T) {
 	ctx := context.Background()
 	q, err := Open(ctx, Options{Path: Memory, Clock: clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), IDs: model.NewSeededIDs(1)})
 	require.NoError(t, err)
 	defer q.Close()
 	req := model.SubmitRequest{User: "ana", Key: "k", Payload: `{}`, CostBudget: 10, StepsMax: 5}
-	later := req
-	later.Key, later.RunAt = "later", time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	next := req
+	next.Key = "k2"
 
-	q.store = failingNotifier{}
-	_, err = q.Submit(ctx, req)
-	require.ErrorIs(t, err, ErrNotApplied)
-	require.ErrorContains(t, err, "notify refused")
-	_, err = q.Submit(ctx, later)
-	require.NoError(t, err, "a task due later sends no notification")
+	failing := failingNotifier{calls: make(chan struct{}, 4)}
+	q.store = failing
+	logs := newLogRecords()
+	q.notify.mu.Lock()
+	q.notify.off, q.notify.log = false, slog.New(logs)
+	q.notify.mu.Unlock()
 
-	q.store = sqlitestore.Store{}
 	res, err := q.Submit(ctx, req)
+	require.NoError(t, err, "the write committed before the notification")
+	require.False(t, res.Replay)
+	awaitWake(t, failing.calls, "the first submit's notification")
+	warned := logs.await(t, "wake-up notification failed")
+	require.Equal(t, slog.LevelWarn, warned.Level)
+
+	again, err := q.Submit(ctx, req)
 	require.NoError(t, err)
-	require.False(t, res.Replay, "the refused submit stored nothing")
+	require.True(t, again.Replay, "the submit whose notification failed was not stored")
+	require.Equal(t, res.TaskID, again.TaskID)
+
+	_, err = q.Submit(ctx, next)
+	require.NoError(t, err)
+	awaitWake(t, failing.calls, "the next submit's notification")
 	require.NoError(t, q.CheckCounters(ctx))
 }
 

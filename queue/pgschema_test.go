@@ -47,6 +47,7 @@ var pinnedPostgresFunctions = map[int]string{
 	8:  "1a9230ae7ed5be3cf4f7d51513012545894609ffe97038f416f52c198bdcfd16",
 	9:  "af73c1aa29a750cd062be0d40c05cd10928b899ab573c12624b2d54cf54efa1d",
 	10: "d02c86650cb40278d76bc89c78b600eb9ab10dfb9e4e4910df544548c703d681",
+	11: "41b13b35bcd35dd57b2d449be43d7656f5bd929da698159931db0382326ce896",
 }
 
 // TestPostgresFunctionsArePinned: the functions file's safe text is the

@@ -57,7 +57,7 @@ func (q *Queue) runSubmitFused(members []*member) bool {
 	if err == nil {
 		*s.out = res
 		if out.Kind == seam.SubmitInserted && !s.runAt(now).After(now) {
-			q.local.signal() // wake this process's idle workers (localwake.go)
+			q.readyCommitted() // wake idle workers (wake.go)
 		}
 	}
 	m.finish(err)

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,21 +14,29 @@ import (
 	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
-// ReadyChannel is the PostgreSQL notification channel a transaction that
-// made a task claimable notifies, with its schema as the payload
+// ReadyChannel is the PostgreSQL notification channel notified after a
+// commit that made a task claimable, with its schema as the payload
 // (postgres.ReadyChannel).
 const ReadyChannel = postgres.ReadyChannel
 
 // Wake-ups on PostgreSQL. A write that makes a task claimable now (a
 // submit, a periodic run enqueued, a release, a requeue or an approval;
 // not a retry whose backoff has yet to pass) marks its transaction ready
-// (txn.madeReady), and the group that carries it sends one notification,
-// ready_notify, in the same transaction, just before COMMIT: PostgreSQL
-// delivers it to every listener once the transaction commits, and never
-// if it rolls back. It is sent by the protocol, not by a trigger, so a
-// transaction that queues a thousand tasks sends one, and a migration or
-// an operator's SQL sends none. Its payload is the schema, so queues in
-// different schemas of one database do not wake each other's workers.
+// (txn.madeReady). After such a commit returned, the queue signals its
+// notifier (readyNotifier), which sends ready_notify as a transaction of
+// its own, on a connection of the pool. The write's transaction does not
+// notify: PostgreSQL serialises every notifying transaction's commit,
+// flush included, on one cluster-wide lock, so writes that notified
+// committed one at a time across every process. The notifier's own
+// transaction commits without waiting for the flush. Signals coalesce:
+// the commits made while a notification is being sent leave one more to
+// send, however many they are. A listener a
+// notification wakes finds every task committed before it, since it is
+// sent after those commits. It is sent by the protocol, not by a trigger,
+// so a migration or an operator's SQL sends none. Its payload is the
+// schema, so queues in different schemas of one database do not wake each
+// other's workers. A notification that fails is logged and dropped: the
+// write has committed and been reported, and idle workers poll.
 //
 // A worker listens on a connection of its own (Wake), outside the pool:
 // LISTEN belongs to a session, and a pooled connection is handed to
@@ -52,19 +61,103 @@ func (t *txn) madeReady(runAt time.Time) {
 	}
 }
 
-// notifyReady sends the group's one notification if a member whose writes
-// the commit keeps made a task claimable and the store notifies.
-func (g *group) notifyReady() error {
-	n := g.q.store.Capabilities().Notify
-	if n == nil {
-		return nil
+// readyCommitted is called after a commit that made a task claimable
+// now: it wakes this process's idle workers (localwake.go) and, on
+// PostgreSQL, signals the notifier that wakes every process's.
+func (q *Queue) readyCommitted() {
+	q.local.signal()
+	q.notify.signal(q)
+}
+
+// readyNotifier sends the notifications of a queue's commits that made a
+// task claimable, one at a time, on a goroutine of its own that starts at
+// the first signal and ends at Close.
+type readyNotifier struct {
+	mu  sync.Mutex
+	off bool // Options.NoWakeNotify, or a store that does not notify
+	// kick holds the one pending signal; nil until the goroutine starts.
+	kick chan struct{}
+	// done is closed when the goroutine has ended.
+	done chan struct{}
+	// log receives a failed notification: the process's default logger.
+	log *slog.Logger
+}
+
+// signal asks for a notification, starting the goroutine that sends it
+// if it has not started; a closed queue sends none.
+func (r *readyNotifier) signal(q *Queue) {
+	r.mu.Lock()
+	if r.off {
+		r.mu.Unlock()
+		return
 	}
-	for i, t := range g.txns {
-		if t.ready && !g.alone[i] {
-			return n.NotifyReady(t)
+	if r.kick == nil {
+		ctx, done, ok := q.wakes.add(context.Background())
+		if !ok {
+			r.off = true // closed
+			r.mu.Unlock()
+			return
+		}
+		r.kick, r.done = make(chan struct{}, 1), make(chan struct{})
+		go func() {
+			defer close(r.done)
+			defer done()
+			q.sendReady(ctx, r.kick, r.log)
+		}()
+	}
+	kick := r.kick
+	r.mu.Unlock()
+	signal(kick)
+}
+
+// wait returns once the goroutine, if it started, has ended: Close calls
+// it after ending the goroutine's context.
+func (r *readyNotifier) wait() {
+	r.mu.Lock()
+	r.off = true
+	done := r.done
+	r.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// sendReady sends a notification for each signal on kick until ctx ends.
+// A failure is logged once until a notification succeeds again.
+func (q *Queue) sendReady(ctx context.Context, kick <-chan struct{}, log *slog.Logger) {
+	n := q.store.Capabilities().Notify
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		}
+		err := n.NotifyReady(notifyRunner{q: q, ctx: ctx})
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil && !failing:
+			log.Warn("wake-up notification failed; idle workers poll", "db", q.path,
+				"error", redact.Message(err, redact.Passwords(err.Error(), q.params.Path)).Error())
+			failing = true
+		case err == nil && failing:
+			log.Info("wake-up notification sent again", "db", q.path)
+			failing = false
 		}
 	}
-	return nil
+}
+
+// notifyRunner runs the notifier's statement outside any transaction,
+// ended by ctx (Close).
+type notifyRunner struct {
+	q   *Queue
+	ctx context.Context
+}
+
+// Query runs a named statement as its own transaction.
+func (r notifyRunner) Query(name queryName, args ...any) (*sql.Rows, error) {
+	return r.q.readRowsBare(r.ctx, name, args...)
 }
 
 // abort rolls the group back after a statement of its own (not of a

@@ -169,7 +169,7 @@ func (s Store) open(ctx context.Context, clock clockwork.Clock, seed uint64) (op
 	// depend on the machine's speed.
 	q, err := queue.Open(ctx, queue.Options{Path: ws.url, Clock: clock, IDs: ids, Rand: rand,
 		Driver: storage, MaxConns: storeConnsMax, IdleInTransactionTimeout: queue.NoIdleInTransactionTimeout,
-		TrailWindow: simTrailWindow})
+		TrailWindow: simTrailWindow, NoWakeNotify: true})
 	if err != nil {
 		s.pg.give(ws)
 		return opened{}, fmt.Errorf("sim: open queue on schema %s: %w", ws.name, err)

@@ -10,8 +10,8 @@ import (
 	"github.com/leasehold/leasehold/queue/internal/seam"
 )
 
-// ReadyChannel is the PostgreSQL notification channel a transaction that
-// made a task claimable notifies, with its schema as the payload.
+// ReadyChannel is the PostgreSQL notification channel notified after a
+// commit that made a task claimable, with its schema as the payload.
 const ReadyChannel = "leasehold_ready"
 
 // wakeConnectTimeout bounds one attempt to open the listening connection.
@@ -19,10 +19,23 @@ const ReadyChannel = "leasehold_ready"
 // dead is the store's keepalive, as for every connection (session.go).
 var wakeConnectTimeout = 10 * time.Second
 
-// NotifyReady sends, inside tx, the notification that a task became
-// claimable: ready_notify.
-func (Store) NotifyReady(tx seam.Tx) error {
-	if _, err := tx.Exec(qReadyNotify); err != nil {
+// NotifyReady sends, as one statement that is its own transaction, the
+// notification that a task became claimable: ready_notify. Its commit
+// does not wait for the WAL flush (synchronous_commit off, for it alone):
+// PostgreSQL holds one cluster-wide lock from a notifying transaction's
+// pre-commit to the end of its commit, and a notification is a hint that
+// a crash may lose anyway.
+func (Store) NotifyReady(q seam.Querier) error {
+	rows, err := q.Query(qReadyNotify)
+	if err == nil {
+		for rows.Next() {
+		}
+		err = rows.Err()
+		if cerr := rows.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("queue: notify workers: %w", err)
 	}
 	return nil

@@ -338,9 +338,11 @@ const (
 
 // Notifier is a store that wakes idle workers in other processes.
 type Notifier interface {
-	// NotifyReady sends, inside tx, the notification that a task became
-	// claimable.
-	NotifyReady(tx Tx) error
+	// NotifyReady sends, as a transaction of its own run through q, the
+	// notification that a task became claimable. It is sent after the
+	// commit that made the task claimable, so a listener it wakes finds
+	// the task.
+	NotifyReady(q Querier) error
 	// Listen opens a connection of its own to the database p names and
 	// listens there for the notifications of this queue.
 	Listen(ctx context.Context, r Runner, p ConnectParams) (Listener, error)

@@ -1,4 +1,4 @@
--- version: 10
+-- version: 11
 -- The PostgreSQL store's functions and the triggers that call them: code,
 -- not schema. migrate installs this file whole (CREATE OR REPLACE) after
 -- the migrations, in the transaction that runs them, and records its
@@ -1216,9 +1216,6 @@ BEGIN
     INSERT INTO tally_deltas (name, n)
     VALUES ('event:submitted::queued:', 1), ('kind:' || p_kind || ':submitted::queued:', 1), ('state:queued', 1);
     set_to := set_config('leasehold.kinds_counted', kinds_counted, true);
-    IF p_run_at <= p_now THEN
-        PERFORM pg_notify('leasehold_ready', current_schema());
-    END IF;
     outcome := 'inserted';
     task_id := p_id;
     n := 0;
