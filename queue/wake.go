@@ -30,13 +30,13 @@ const ReadyChannel = postgres.ReadyChannel
 // committed one at a time across every process. The notifier's own
 // transaction commits without waiting for the flush. Signals coalesce:
 // the commits made while a notification is being sent leave one more to
-// send, however many they are. A listener a
-// notification wakes finds every task committed before it, since it is
-// sent after those commits. It is sent by the protocol, not by a trigger,
-// so a migration or an operator's SQL sends none. Its payload is the
-// schema, so queues in different schemas of one database do not wake each
-// other's workers. A notification that fails is logged and dropped: the
-// write has committed and been reported, and idle workers poll.
+// send, however many they are. A listener a notification wakes finds
+// every task committed before it, since it is sent after those commits.
+// It is sent by the protocol, not by a trigger, so a migration or an
+// operator's SQL sends none. Its payload is the schema, so queues in
+// different schemas of one database do not wake each other's workers. A
+// notification that fails is logged and dropped: the write has committed
+// and been reported, and idle workers poll.
 //
 // A worker listens on a connection of its own (Wake), outside the pool:
 // LISTEN belongs to a session, and a pooled connection is handed to
