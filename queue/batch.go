@@ -302,16 +302,22 @@ func (g *group) checkBatch(batch []int, parts []part) ([]int, bool) {
 // own operation's time, and buffers the completed events of those it
 // matched; it returns the task ids completed.
 func (g *group) completeBatch(batch []int) (map[string]bool, error) {
+	t := g.txns[batch[0]]
 	claims := make([][3]any, 0, len(batch))
 	for _, i := range batch {
 		c := g.members[i].completes.claim
-		claims = append(claims, [3]any{c.TaskID, c.Fence, model.Millis(g.txns[i].now)})
+		fence := c.Fence
+		if broken.On(broken.BatchedCompletionUnfenced) {
+			if task, err := t.loadTask(c.TaskID); err == nil {
+				fence = task.Version
+			}
+		}
+		claims = append(claims, [3]any{c.TaskID, fence, model.Millis(g.txns[i].now)})
 	}
 	arg, err := json.Marshal(claims)
 	if err != nil {
 		return nil, fmt.Errorf("batch completion: %w", err)
 	}
-	t := g.txns[batch[0]]
 	rows, err := t.query(qCompleteBatch, sql.Named("claims", string(arg)))
 	if err != nil {
 		return nil, err

@@ -192,12 +192,14 @@ func protocolPaths() []Cell {
 // to seven, of eight or more and of the simulator's maximum; a member
 // refused inside a group of several; a group rolled back by a statement
 // error; a group of several whose COMMIT failed; complete-and-claims
-// inside groups of several taking none, one and several tasks; and a claim
-// taking the running room the same group's completions freed.
+// inside groups of several taking none, one and several tasks; a claim
+// taking the running room the same group's completions freed; and a late
+// completion, under a claim another has since taken, committed beside a
+// live one.
 func groupPaths() []Cell {
 	return paths("group:size_1", "group:size_2_7", "group:size_8_plus", "group:size_max", "group:refusal_inside",
 		"group:rolled_back", "group:unknown_several", "group:complete_and_claim_none", "group:complete_and_claim_one",
-		"group:complete_and_claim_several", "group:claim_freed_room")
+		"group:complete_and_claim_several", "group:claim_freed_room", "group:late_completion_batched")
 }
 
 // cells joins lists of cells.

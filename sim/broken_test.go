@@ -74,6 +74,11 @@ var brokenVariants = []struct{ variant, scenario, check string }{
 	// Group commits (world_groups.go).
 	{"group-refusal-loses-record", "portfolio", ""},
 	{"group-unknown-mixed", "portfolio", ""},
+	// A stale completion batched beside a live one (a chasing group's late
+	// completion; first caught: portfolio seed 1, the careless client's
+	// completion under a claim it gave up, completed by the batch where
+	// the reference refuses it).
+	{"batched-completion-unfenced", "portfolio", ""},
 }
 
 // TestBrokenVariantsListed: every variant of internal/broken is swept

@@ -25,12 +25,16 @@ const (
 	// A claim after the group's set-wise completions that took running
 	// room one of those completions freed.
 	PathGroupFreedRoom = "group:claim_freed_room"
+	// A completion under a claim another claim has since taken committed
+	// in a group beside a live completion (world_groups.go, lateComplete).
+	PathGroupLateBatched = "group:late_completion_batched"
 )
 
 // GroupPathNames lists the group commits' path cells in a fixed order.
 func GroupPathNames() []string {
 	return []string{PathGroupOne, PathGroupFew, PathGroupMany, PathGroupMax, PathGroupRefusal, PathGroupRolledBack,
-		PathGroupUnknown, PathGroupClaimNone, PathGroupClaimOne, PathGroupClaimSeveral, PathGroupFreedRoom}
+		PathGroupUnknown, PathGroupClaimNone, PathGroupClaimOne, PathGroupClaimSeveral, PathGroupFreedRoom,
+		PathGroupLateBatched}
 }
 
 // coverGroup records a committed group's size and how its members ended.

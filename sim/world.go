@@ -123,6 +123,9 @@ type World struct {
 	stepWait time.Duration
 	// listed keeps allTasks's order between calls.
 	listed taskList
+	// lateSent names the superseded claims ("task/fence") of stalled
+	// workers whose late completion a group event has sent (groupLate).
+	lateSent map[string]bool
 }
 
 // worldOptions are the test-only switches of a world.

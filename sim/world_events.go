@@ -53,6 +53,21 @@ type carelessClient struct {
 	costLeft   int64
 	overBudget bool
 	overruns   int
+	// past holds the latest claims it took (pastClaimsMax), held or given
+	// up, for a late completion under one the task has since moved past
+	// (world_groups.go, lateComplete).
+	past []model.Claim
+}
+
+// pastClaimsMax is how many of its latest claims the careless client keeps.
+const pastClaimsMax = 16
+
+// took keeps claims the client just took among its latest.
+func (c *carelessClient) took(claims []model.Claim) {
+	c.past = append(c.past, claims...)
+	if n := len(c.past) - pastClaimsMax; n > 0 {
+		c.past = append(c.past[:0], c.past[n:]...)
+	}
 }
 
 // applyCovered applies one schedule event and records in the coverage map
@@ -337,6 +352,7 @@ func (w *World) carelessAct() string {
 		r.Claims = append(r.Claims, cl.Claim)
 	}
 	w.checker.report(r)
+	c.took(r.Claims)
 	switch {
 	case err == nil && write == "step":
 		c.next++
@@ -369,6 +385,7 @@ func (w *World) carelessClaim() string {
 		r.Claims = append(r.Claims, cl.Claim)
 	}
 	w.checker.report(r)
+	w.careless.took(r.Claims)
 	if err != nil {
 		return "claim -> error: " + err.Error()
 	}
@@ -413,7 +430,7 @@ func (w *World) carelessHold(cl model.Claimed) string {
 		overruns++
 	}
 	*c = carelessClient{held: true, claim: cl.Claim, plan: plan, next: cl.Task.StepsUsed, cancel: cl.Task.CancelRequested,
-		overrun: overrun, costLeft: cl.Task.CostBudget - cl.Task.CostUsed, overBudget: overruns%2 == 1, overruns: overruns}
+		overrun: overrun, costLeft: cl.Task.CostBudget - cl.Task.CostUsed, overBudget: overruns%2 == 1, overruns: overruns, past: c.past}
 	return fmt.Sprintf("claimed %s/%d at step %d", cl.Claim.TaskID, cl.Claim.Fence, c.next)
 }
 

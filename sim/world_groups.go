@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/queue"
 	"github.com/leasehold/leasehold/scenarios"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // GroupMax is the most writes a group event of the world commits as one
@@ -30,6 +31,11 @@ const (
 	groupCareless = 'c'
 	groupBatch    = 'b'
 	groupSubmit   = 's'
+	// groupLate (l<i>), never drawn, is a late completion under a claim
+	// another claim has since taken (lateComplete): worker i's, or, for i
+	// the number of workers, the careless client's. A group that chases
+	// completions adds it.
+	groupLate = 'l'
 )
 
 // groupActor is one actor of a group event.
@@ -39,7 +45,7 @@ type groupActor struct {
 }
 
 func (a groupActor) String() string {
-	if a.kind == groupWorker || a.kind == groupScript {
+	if a.kind == groupWorker || a.kind == groupScript || a.kind == groupLate {
 		return string(a.kind) + strconv.Itoa(a.index)
 	}
 	return string(a.kind)
@@ -227,12 +233,16 @@ func (w *World) group(e Event) string {
 		}
 		if chase {
 			order = keepCompany(order, feed.owner, actors)
+			order = lateCompany(order, pending, feed.owner, actors)
 		}
 		if !armed {
 			w.storage.Arm(e.Fault)
 			armed = true
 		}
 		calls := w.q.callsOf(order)
+		if chase && lateBeside(order, feed.owner, actors) {
+			w.cover.path(PathGroupLateBatched)
+		}
 		w.q.commitHeld(order)
 		feed.committed(order, heldOutcomes(order), w.clock.Now())
 		sizes = append(sizes, strconv.Itoa(len(order)))
@@ -391,7 +401,137 @@ func (w *World) chaseActors(actors []groupActor) []groupActor {
 	if len(actors) < GroupMax && w.carelessShortTask() && !slices.Contains(actors, groupActor{kind: groupCareless}) {
 		actors = append(actors, groupActor{kind: groupCareless})
 	}
+	for i := range len(w.workers) + 1 {
+		if len(actors) >= GroupMax {
+			break
+		}
+		if _, ok := w.lateClaim(i); ok {
+			actors = append(actors, groupActor{kind: groupLate, index: i})
+		}
+	}
 	return actors
+}
+
+// lateClaim returns a claim of a task another claim has since taken (the
+// task running under a newer version), whose late completion no group has
+// sent yet: one worker i still holds (stalled, or not stepped since its
+// lease ran out), or, for i the number of workers, one of the careless
+// client's latest claims but the one it holds (which its own next write
+// finds stale).
+func (w *World) lateClaim(i int) (model.Claim, bool) {
+	var claims []model.Claim
+	switch {
+	case i == len(w.workers):
+		for k := len(w.careless.past) - 1; k >= 0; k-- {
+			if c := w.careless.past[k]; !w.careless.held || c != w.careless.claim {
+				claims = append(claims, c)
+			}
+		}
+	case i < len(w.workers):
+		if sw := w.workers[i]; sw.w != nil {
+			claims = sw.w.Claims()
+		}
+	}
+	for _, c := range claims {
+		if w.lateSent[lateKey(c)] {
+			continue
+		}
+		if t, err := w.task(c.TaskID); err == nil && t.State == model.Running && t.Version > c.Fence {
+			return c, true
+		}
+	}
+	return model.Claim{}, false
+}
+
+func lateKey(c model.Claim) string { return c.TaskID + "/" + strconv.FormatInt(c.Fence, 10) }
+
+// lateComplete sends a completion under a claim another claim has since
+// taken (lateClaim), late, under the old fence, beside the live
+// completions of its group (lateCompany): worker i's, as a request the
+// worker sent before its lease ran out arriving late (the worker, stepped
+// again, finds its lease run out by its own clock and drops the claim),
+// or the careless client's under a claim it has given up, sent with no
+// look at its claim. The queue must refuse it as stale, in a batch of
+// completions as alone; nothing of the sender's state changes.
+func (w *World) lateComplete(i int) string {
+	c, ok := w.lateClaim(i)
+	if !ok {
+		return "no-op: no superseded claim"
+	}
+	if w.lateSent == nil {
+		w.lateSent = map[string]bool{}
+	}
+	w.lateSent[lateKey(c)] = true
+	actor := carelessActor
+	if i < len(w.workers) {
+		actor = workerName(i)
+	}
+	err := w.q.Complete(w.ctx, c)
+	w.cover.refusal(err)
+	w.checker.report(worker.Report{Worker: actor, Action: "late_complete", TaskID: c.TaskID, Attempt: c.Attempt,
+		Fence: c.Fence, Write: model.WriteComplete, Accepted: err == nil})
+	line := fmt.Sprintf("late complete task=%s fence=%d", c.TaskID, c.Fence)
+	if err != nil {
+		return line + " -> refused: " + err.Error()
+	}
+	return line + " -> accepted (wrong)"
+}
+
+// lateBeside reports whether order, a round's members, holds a late
+// completion (lateComplete's) and a live one.
+func lateBeside(order []*queue.HeldWrite, owner map[*queue.HeldWrite]int, actors []groupActor) bool {
+	late, live := false, false
+	for _, m := range order {
+		if actors[owner[m]].kind == groupLate {
+			late = true
+		} else if m.Completes() {
+			live = true
+		}
+	}
+	return late && live
+}
+
+// lateCompany returns order, a round's members, with the late completions
+// pending (lateComplete's) taken out of a round without a live completion
+// (a completion of another actor) pending, to wait for one; and, when one
+// is pending, put first in the round with every live completion pending,
+// so that the group completes them together (queue/batch.go). A round
+// left with late completions alone commits them.
+func lateCompany(order, pending []*queue.HeldWrite, owner map[*queue.HeldWrite]int, actors []groupActor) []*queue.HeldWrite {
+	var lates, live, others []*queue.HeldWrite
+	for _, m := range pending {
+		switch {
+		case actors[owner[m]].kind == groupLate:
+			lates = append(lates, m)
+		case m.Completes():
+			live = append(live, m)
+		default:
+			others = append(others, m)
+		}
+	}
+	if len(lates) == 0 {
+		return order
+	}
+	var kept []*queue.HeldWrite
+	for _, m := range order {
+		if actors[owner[m]].kind != groupLate {
+			kept = append(kept, m)
+		}
+	}
+	switch {
+	case len(live) > 0:
+		for _, m := range live {
+			if !slices.Contains(kept, m) {
+				kept = append(kept, m)
+			}
+		}
+		return append(lates, kept...)
+	case len(kept) > 0:
+		return kept
+	case len(others) > 0:
+		return others
+	}
+	return lates
 }
 
 // chases reports whether the actor takes several writes in a row in a
@@ -522,6 +662,8 @@ func (w *World) groupAct(a groupActor, chase bool) string {
 			return a.String() + " no-op: acts alone"
 		}
 		return a.String() + " " + w.script(t)
+	case groupLate:
+		return a.String() + " " + w.lateComplete(a.index)
 	case groupCareless:
 		if !chase {
 			return "c " + w.carelessAct()

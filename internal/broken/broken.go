@@ -118,6 +118,10 @@ const (
 	// GroupUnknownMixed: after a group's COMMIT fails, its first member
 	// is written again alone, so the group ends partly applied.
 	GroupUnknownMixed
+	// BatchedCompletionUnfenced: a group's batched completions
+	// (complete_batch) are matched against the running task's own version,
+	// whatever fence they name.
+	BatchedCompletionUnfenced
 
 	variantEnd // one past the last variant
 )
@@ -125,40 +129,41 @@ const (
 // names are the variants' names, as LEASEHOLD_BROKEN and the SQL
 // placeholders spell them.
 var names = [variantEnd]string{
-	CompleteWithoutFence:     "complete-without-fence",
-	WriteAfterLeaseExpiry:    "write-after-lease-expiry",
-	NoUserLimit:              "no-user-limit",
-	NoBudgetCheck:            "no-budget-check",
-	StepCASSkipped:           "step-cas-skipped",
-	WorkerIgnoresReceipts:    "worker-ignores-receipts",
-	ReaperNotCharging:        "reaper-not-charging",
-	ApprovalNotBound:         "approval-not-bound",
-	ReaperRequeuesCancelled:  "reaper-requeues-cancelled",
-	ChangedRequestReplayed:   "changed-request-replayed",
-	HeartbeatHidesCancel:     "heartbeat-hides-cancel",
-	EventWrongReason:         "event-wrong-reason",
-	RetryWithoutBackoff:      "retry-without-backoff",
-	ReceiptNotStored:         "receipt-not-stored",
-	ClaimPastDeadline:        "claim-past-deadline",
-	ClaimExclusiveRunAt:      "claim-exclusive-run-at",
-	WorkerIgnoresCancel:      "worker-ignores-cancel",
-	DepthCapOffByOne:         "depth-cap-off-by-one",
-	PauseChargesAttempt:      "pause-charges-attempt",
-	ReleaseChargesAttempt:    "release-charges-attempt",
-	RequeueGrantUnbounded:    "requeue-grant-unbounded",
-	WriteAtLeaseUntil:        "write-at-lease-until",
-	ReleaseRecordedAsRetry:   "release-recorded-as-retry",
-	NoHeartbeatDuringRun:     "no-heartbeat-during-run",
-	BatchChangedReplayed:     "batch-changed-replayed",
-	StepLimitOffByOne:        "step-limit-off-by-one",
-	FollowerSkipsMark:        "follower-skips-mark",
-	CompleteClaimWhenStale:   "complete-claim-when-stale",
-	ClaimIgnoresKinds:        "claim-ignores-kinds",
-	FusedLostReadsNotApplied: "fused-lost-reads-not-applied",
-	FusedCompletionUnfenced:  "fused-completion-unfenced",
-	ReplayIgnoresTombstone:   "replay-ignores-tombstone",
-	GroupRefusalLosesRecord:  "group-refusal-loses-record",
-	GroupUnknownMixed:        "group-unknown-mixed",
+	CompleteWithoutFence:      "complete-without-fence",
+	WriteAfterLeaseExpiry:     "write-after-lease-expiry",
+	NoUserLimit:               "no-user-limit",
+	NoBudgetCheck:             "no-budget-check",
+	StepCASSkipped:            "step-cas-skipped",
+	WorkerIgnoresReceipts:     "worker-ignores-receipts",
+	ReaperNotCharging:         "reaper-not-charging",
+	ApprovalNotBound:          "approval-not-bound",
+	ReaperRequeuesCancelled:   "reaper-requeues-cancelled",
+	ChangedRequestReplayed:    "changed-request-replayed",
+	HeartbeatHidesCancel:      "heartbeat-hides-cancel",
+	EventWrongReason:          "event-wrong-reason",
+	RetryWithoutBackoff:       "retry-without-backoff",
+	ReceiptNotStored:          "receipt-not-stored",
+	ClaimPastDeadline:         "claim-past-deadline",
+	ClaimExclusiveRunAt:       "claim-exclusive-run-at",
+	WorkerIgnoresCancel:       "worker-ignores-cancel",
+	DepthCapOffByOne:          "depth-cap-off-by-one",
+	PauseChargesAttempt:       "pause-charges-attempt",
+	ReleaseChargesAttempt:     "release-charges-attempt",
+	RequeueGrantUnbounded:     "requeue-grant-unbounded",
+	WriteAtLeaseUntil:         "write-at-lease-until",
+	ReleaseRecordedAsRetry:    "release-recorded-as-retry",
+	NoHeartbeatDuringRun:      "no-heartbeat-during-run",
+	BatchChangedReplayed:      "batch-changed-replayed",
+	StepLimitOffByOne:         "step-limit-off-by-one",
+	FollowerSkipsMark:         "follower-skips-mark",
+	CompleteClaimWhenStale:    "complete-claim-when-stale",
+	ClaimIgnoresKinds:         "claim-ignores-kinds",
+	FusedLostReadsNotApplied:  "fused-lost-reads-not-applied",
+	FusedCompletionUnfenced:   "fused-completion-unfenced",
+	ReplayIgnoresTombstone:    "replay-ignores-tombstone",
+	GroupRefusalLosesRecord:   "group-refusal-loses-record",
+	GroupUnknownMixed:         "group-unknown-mixed",
+	BatchedCompletionUnfenced: "batched-completion-unfenced",
 }
 
 // String returns the variant's name.

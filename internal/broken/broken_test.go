@@ -18,7 +18,7 @@ func TestNames(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, v, parsed)
 	}
-	require.Len(t, seen, 34)
+	require.Len(t, seen, 35)
 	_, err := Parse("no-such-variant")
 	require.ErrorContains(t, err, `no variant named "no-such-variant"`)
 	require.Equal(t, "Variant(0)", Variant(0).String())
