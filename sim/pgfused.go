@@ -87,11 +87,13 @@ func (w *World) coverFused(before fusedCounts) {
 // reaches 20) or none (late-result: 1 to 12 seeds of 500 a kind).
 //
 // complete_and_claim runs only for a group of two or more completions
-// (queue/fused.go), which the world does not yet form (it steps one write
-// at a time): its cells are recorded when reached and declared once the
-// world commits groups. A claim runs claim_batch inside its own
-// transaction, not as a statement of its own: faults land on the claim's
-// BEGIN, statement and COMMIT, the claim's cells ("fault kind@claim").
+// (queue/fused.go), which the world's chasing group events form (the
+// broken variant fused-completion-unfenced is caught at portfolio seed
+// 2), but no storage fault landed on one in 100 portfolio seeds on
+// PostgreSQL (docs/PERF.md): its cells are recorded when reached, none
+// declared. A claim runs claim_batch inside its own transaction, not as
+// a statement of its own: faults land on the claim's BEGIN, statement
+// and COMMIT, the claim's cells ("fault kind@claim").
 var fusedDeclared = map[string][]fusedCell{
 	"boundaries":     {{StatementSubmitOne, FusedFaultKinds()}},
 	"crash-storm":    {{StatementSubmitOne, FusedFaultKinds()}},
