@@ -222,7 +222,8 @@ func mergeStores(t *testing.T, test func(t *testing.T, open func(t *testing.T) *
 			clock := clockwork.NewFakeClockAt(epoch)
 			storage := storagefault.NewPostgres(stdlib.GetDefaultDriver(), clock)
 			trap := &trapDriver{inner: storage}
-			b := openBundle(t, url, clock, 1, func(o *Options) { o.Driver = trap })
+			// Faults meet the rig's statements only: no wake-up notifier.
+			b := openBundle(t, url, clock, 1, func(o *Options) { o.Driver, o.NoWakeNotify = trap, true })
 			b.q.startGroups(1) // the rig's held group must block every other
 			return &mergeRig{groupRig: &groupRig{bundle: b, storage: storage}, trap: trap}
 		})

@@ -455,7 +455,8 @@ func groupStores(t *testing.T, test func(t *testing.T, open func() *groupRig)) {
 			url := pgtest.Fresh(t, migratePostgresURL)
 			clock := clockwork.NewFakeClockAt(epoch)
 			storage := storagefault.NewPostgres(stdlib.GetDefaultDriver(), clock)
-			b := openBundle(t, url, clock, 1, func(o *Options) { o.Driver = storage })
+			// Faults meet the rig's statements only: no wake-up notifier.
+			b := openBundle(t, url, clock, 1, func(o *Options) { o.Driver, o.NoWakeNotify = storage, true })
 			if _, ok := b.q.sql.queries["group_savepoint"]; !ok {
 				t.Skip("this build's PostgreSQL store has no group savepoints")
 			}

@@ -40,8 +40,11 @@ func setupPgStorageAs(t *testing.T, unfused bool) *storageBundle {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(epoch)
 	storage := storagefault.NewPostgres(stdlib.GetDefaultDriver(), clock)
+	// No wake-up notifier: its statement runs on its own schedule, on the
+	// pool's one connection, where the armed fault and the outage's end of
+	// the open connection must meet the test's own operations.
 	q, err := queue.Open(ctx, queue.Options{Path: url, Clock: clock, IDs: model.NewSeededIDs(1), Driver: storage, MaxConns: 1,
-		Unfused: unfused})
+		Unfused: unfused, NoWakeNotify: true})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		storage.Disarm()
