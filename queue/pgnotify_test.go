@@ -184,7 +184,10 @@ func TestPostgresNotifiesAfterClaimableCommits(t *testing.T) {
 	f.marker()
 	require.Equal(t, marker, raw.next(), "a batch of ten sent more than one notification")
 
-	// A claim makes nothing claimable; a release does.
+	// A claim makes nothing claimable; a release does (past the notifier's
+	// least interval: TestPostgresNotifierSpacesItsNotifications).
+	clock := f.q.clock.(*clockwork.FakeClock)
+	clock.Advance(WakeNotifyEvery)
 	claimed, err := f.q.Claim(f.ctx, model.ClaimRequest{Worker: "w1", Max: 1, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
@@ -196,6 +199,7 @@ func TestPostgresNotifiesAfterClaimableCommits(t *testing.T) {
 	require.Equal(t, schema, raw.next(), "a release did not notify")
 
 	// A lone submit (one statement that commits itself) is followed by one.
+	clock.Advance(WakeNotifyEvery)
 	_, err = f.q.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: "lone", Payload: `{}`, CostBudget: 10, StepsMax: 5})
 	require.NoError(t, err)
 	require.Equal(t, schema, raw.next(), "a lone submit did not notify")
@@ -221,11 +225,13 @@ func TestPostgresWokenWorkerFindsTheTask(t *testing.T) {
 	require.NotNil(t, wake)
 	awaitWake(t, wake, "the listener's first connection")
 
+	clock := f.q.clock.(*clockwork.FakeClock)
 	for i := range 6 {
 		writer := f.q
 		if i%2 == 1 {
 			writer = unfused
 		}
+		clock.Advance(WakeNotifyEvery) // past each notifier's least interval
 		res, err := writer.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: fmt.Sprintf("k%d", i), Payload: `{}`, CostBudget: 10, StepsMax: 5})
 		require.NoError(t, err)
 		awaitWake(t, wake, fmt.Sprintf("submit %d", i))
@@ -234,6 +240,37 @@ func TestPostgresWokenWorkerFindsTheTask(t *testing.T) {
 		require.Len(t, claimed, 1, "submit %d: the woken worker found no task", i)
 		require.Equal(t, res.TaskID, claimed[0].Task.ID)
 	}
+}
+
+// TestPostgresNotifierSpacesItsNotifications: the first ready commit is
+// notified at once; the ready commits within WakeNotifyEvery of that
+// notification leave one more, sent when the interval has passed on the
+// queue's clock and not before, however many they are.
+func TestPostgresNotifierSpacesItsNotifications(t *testing.T) {
+	f := freshPostgres(t)
+	schema := f.schemaOf()
+	raw := listenRaw(t, f.url, schema)
+	marker := markerOf(schema)
+	clock := f.q.clock.(*clockwork.FakeClock)
+	submit := func(key string) {
+		t.Helper()
+		_, err := f.q.Submit(f.ctx, model.SubmitRequest{User: "ana", Key: key, Payload: `{}`, CostBudget: 10, StepsMax: 5})
+		require.NoError(t, err)
+	}
+
+	submit("first")
+	require.Equal(t, schema, raw.next(), "the first ready commit was not notified at once")
+	for i := range 5 {
+		submit(fmt.Sprintf("soon-%d", i))
+	}
+	// The notifier waits on the clock for the rest of the interval.
+	require.NoError(t, clock.BlockUntilContext(f.ctx, 1))
+	f.marker()
+	require.Equal(t, marker, raw.next(), "a commit within the interval was notified before it passed")
+	clock.Advance(WakeNotifyEvery)
+	require.Equal(t, schema, raw.next(), "the commits within the interval were not notified once it passed")
+	f.marker()
+	require.Equal(t, marker, raw.next(), "five commits within the interval sent more than one notification")
 }
 
 // TestPostgresWakeListenerReconnects: Wake wakes on a commit by another
@@ -283,6 +320,7 @@ func TestPostgresWakeListenerReconnects(t *testing.T) {
 	awaitWake(t, wake, "the reconnection, for what was missed")
 	require.Equal(t, start.Add(WakeRetryMin), clock.Now())
 
+	clock.Advance(WakeNotifyEvery) // past the notifier's least interval since b's
 	submit("c")
 	awaitWake(t, wake, "a submit after the reconnection")
 	require.Equal(t, []string{"wake listener lost; idle workers poll until it is back"}, logs.messages(slog.LevelWarn),
@@ -348,6 +386,7 @@ func TestFailedNotifyKeepsTheWrite(t *testing.T) {
 	require.True(t, again.Replay, "the submit whose notification failed was not stored")
 	require.Equal(t, res.TaskID, again.TaskID)
 
+	q.clock.(*clockwork.FakeClock).Advance(WakeNotifyEvery) // past the notifier's least interval
 	_, err = q.Submit(ctx, next)
 	require.NoError(t, err)
 	awaitWake(t, failing.calls, "the next submit's notification")

@@ -29,8 +29,9 @@ const ReadyChannel = postgres.ReadyChannel
 // flush included, on one cluster-wide lock, so writes that notified
 // committed one at a time across every process. The notifier's own
 // transaction commits without waiting for the flush. Signals coalesce:
-// the commits made while a notification is being sent leave one more to
-// send, however many they are. A listener a notification wakes finds
+// the commits made while a notification is being sent, or within
+// WakeNotifyEvery of the last one, leave one more to send, however many
+// they are. A listener a notification wakes finds
 // every task committed before it, since it is sent after those commits.
 // It is sent by the protocol, not by a trigger, so a migration or an
 // operator's SQL sends none. Its payload is the schema, so queues in
@@ -52,6 +53,14 @@ const (
 	WakeRetryMin = time.Second
 	WakeRetryMax = 30 * time.Second
 )
+
+// WakeNotifyEvery is the least time, on the queue's clock, between two
+// notifications a queue sends: the first signal after a quiet spell is
+// sent at once, the signals that follow within it leave one notification
+// to send when it has passed. A busy submitter thus sends a few a second,
+// not one a commit, and an idle worker waits at most this long past its
+// first wake-up for the tasks committed just after it.
+const WakeNotifyEvery = 20 * time.Millisecond
 
 // madeReady marks the transaction as having made a task claimable, if it
 // is due by now.
@@ -122,17 +131,30 @@ func (r *readyNotifier) wait() {
 	}
 }
 
-// sendReady sends a notification for each signal on kick until ctx ends.
-// A failure is logged once until a notification succeeds again.
+// sendReady sends a notification for each signal on kick until ctx ends,
+// at most one every WakeNotifyEvery (the signals meanwhile coalesce into
+// the one pending on kick). A failure is logged once until a notification
+// succeeds again.
 func (q *Queue) sendReady(ctx context.Context, kick <-chan struct{}, log *slog.Logger) {
 	n := q.store.Capabilities().Notify
 	failing := false
+	var sent time.Time // when the last notification was sent; zero: none yet
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-kick:
 		}
+		if !sent.IsZero() {
+			if wait := sent.Add(WakeNotifyEvery).Sub(q.clock.Now()); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-q.clock.After(wait):
+				}
+			}
+		}
+		sent = q.clock.Now() // before the notification: a listener it wakes reads the clock after
 		err := n.NotifyReady(notifyRunner{q: q, ctx: ctx})
 		switch {
 		case ctx.Err() != nil:
