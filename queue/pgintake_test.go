@@ -59,6 +59,24 @@ FROM tasks t WHERE t.id = $1`, id).Scan(&taskSeq, &trail, &seqs), id)
 	}
 }
 
+// submitOneIn runs submit_one inside tx for a synthetic task of user
+// under key, due now, and requires it inserted as id.
+func (f *pgFixture) submitOneIn(tx *sql.Tx, id, user, key string, costBudget, stepsMax int) {
+	f.t.Helper()
+	text, bound := f.args("submit_one", sql.Named("id", id), sql.Named("user", user), sql.Named("key", key),
+		sql.Named("hash", "h"+key), sql.Named("kind", "synthetic"), sql.Named("payload", "{}"), sql.Named("priority", 0),
+		sql.Named("run_at", int64(1000)), sql.Named("deadline", int64(0)), sql.Named("now", int64(1000)),
+		sql.Named("cost_budget", costBudget), sql.Named("steps_max", stepsMax), sql.Named("schedule_id", ""),
+		sql.Named("schedule_run", int64(0)), sql.Named("actor", "user:"+user), sql.Named("scope", ""),
+		sql.Named("timely", true))
+	var outcome string
+	var taskID sql.NullString
+	var n, lim int64
+	require.NoError(f.t, tx.QueryRowContext(f.ctx, text, bound...).Scan(&outcome, &taskID, &n, &lim))
+	require.Equal(f.t, "inserted", outcome)
+	require.Equal(f.t, id, taskID.String)
+}
+
 // TestPostgresIntakeWritesANewTaskOnce: a lone submit (submit_one) and a
 // batch (submit_batch) insert each new task's row with its trail already
 // holding its submitted event's seq, and never update it in the same
@@ -69,18 +87,7 @@ func TestPostgresIntakeWritesANewTaskOnce(t *testing.T) {
 	f := freshPostgres(t)
 	submitOne := func(tx *sql.Tx, id, user, key string) {
 		t.Helper()
-		text, bound := f.args("submit_one", sql.Named("id", id), sql.Named("user", user), sql.Named("key", key),
-			sql.Named("hash", "h"+key), sql.Named("kind", "synthetic"), sql.Named("payload", "{}"), sql.Named("priority", 0),
-			sql.Named("run_at", int64(1000)), sql.Named("deadline", int64(0)), sql.Named("now", int64(1000)),
-			sql.Named("cost_budget", 10), sql.Named("steps_max", 5), sql.Named("schedule_id", ""),
-			sql.Named("schedule_run", int64(0)), sql.Named("actor", "user:"+user), sql.Named("scope", ""),
-			sql.Named("timely", true))
-		var outcome string
-		var taskID sql.NullString
-		var n, lim int64
-		require.NoError(t, tx.QueryRowContext(f.ctx, text, bound...).Scan(&outcome, &taskID, &n, &lim))
-		require.Equal(t, "inserted", outcome)
-		require.Equal(t, id, taskID.String)
+		f.submitOneIn(tx, id, user, key, 10, 5)
 	}
 
 	tx, err := f.db.BeginTx(f.ctx, nil)
@@ -184,17 +191,7 @@ func TestPostgresAdmissionStepsOverFoldedRows(t *testing.T) {
 		return out
 	}
 	before := fetched()
-	text, bound := f.args("submit_one", sql.Named("id", "t_last"), sql.Named("user", "ana"), sql.Named("key", "last"),
-		sql.Named("hash", "h"), sql.Named("kind", "synthetic"), sql.Named("payload", "{}"), sql.Named("priority", 0),
-		sql.Named("run_at", int64(1000)), sql.Named("deadline", int64(0)), sql.Named("now", int64(1000)),
-		sql.Named("cost_budget", 1), sql.Named("steps_max", 1), sql.Named("schedule_id", ""),
-		sql.Named("schedule_run", int64(0)), sql.Named("actor", "user:ana"), sql.Named("scope", ""),
-		sql.Named("timely", true))
-	var outcome string
-	var taskID sql.NullString
-	var n, lim int64
-	require.NoError(t, tx.QueryRowContext(f.ctx, text, bound...).Scan(&outcome, &taskID, &n, &lim))
-	require.Equal(t, "inserted", outcome)
+	f.submitOneIn(tx, "t_last", "ana", "last", 1, 1)
 	after := fetched()
 	require.NoError(t, tx.Commit())
 	// The active states' first rows (queued, running, waiting) and the
